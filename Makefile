@@ -1,0 +1,58 @@
+# fleetlimit: `make help` lists every target.
+
+GO          ?= go
+BIN         := $(CURDIR)/bin
+STATICCHECK := $(BIN)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+PG_IMAGE    ?= fleetlimit/postgres:15
+FUZZTIME    ?= 30s
+BENCHTIME   ?= 1s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: ## Run the demo: a fleet sharing a simulated provider through a throwaway Postgres.
+	@if [ ! -d cmd/fleetctl ]; then echo "make demo: fleetctl demo is not built yet"; exit 1; fi
+	$(GO) run ./cmd/fleetctl demo
+
+.PHONY: test
+test: ## Run every test with the race detector against real Postgres.
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: test-short
+test-short: ## Run the fast tests only (no Postgres, no long searches).
+	$(GO) test -short -count=1 ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (BENCHTIME=1s).
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+.PHONY: fuzz
+fuzz: ## Fuzz the limiter's estimate for FUZZTIME (default 30s).
+	$(GO) test -run '^$$' -fuzz FuzzEstimate -fuzztime $(FUZZTIME) ./adaptive/
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: pg-image
+pg-image: ## Build the offline Postgres image $(PG_IMAGE) from Debian packages (needs Docker).
+	scripts/build-pg-image.sh $(PG_IMAGE)
+
+.PHONY: build
+build: ## Build fleetctl into ./bin.
+	$(GO) build -o $(BIN)/fleetctl ./cmd/fleetctl
+
+.PHONY: clean
+clean: ## Remove build outputs.
+	rm -rf $(BIN)
