@@ -1,0 +1,36 @@
+// Package fence is a node's lease clock: it decides, on the node's own
+// monotonic clock, when the node must stop admitting work because the
+// coordinator may be about to hand its capacity to other nodes.
+//
+// The coordinator sets lease expiry with the database's clock and replies with
+// the lease *remaining*, never a timestamp. A node that sent its heartbeat at
+// sendTime (its own clock) knows the database renewed the lease no earlier than
+// sendTime, so the lease cannot end before sendTime + remaining. The fence
+// deadline is
+//
+//	fenceDeadline = sendTime + leaseRemaining − SafetyMargin
+//
+// measured on the node's monotonic clock, so any offset between the node's and
+// the database's wall clocks does not matter. Past the deadline the node is
+// fenced: its ceiling is 0 until a grant renews the lease.
+//
+// # Choosing the safety margin
+//
+// Fencing stops admission; it does not cancel what is already in flight. The
+// database frees a node's reserve when the lease expires, so requests admitted
+// before the fence must finish before then. The margin must therefore cover
+//
+//   - the longest request that cannot be cancelled (an LLM stream, say), and
+//   - the drift between the node's and the database's clock *rates* over one
+//     lease (a few hundred parts per million: 1 ms per 2 s lease is ample),
+//
+// and must stay below the lease TTL, or the node fences as soon as it renews.
+// [Fence] checks the second condition on every renewal: a lease whose
+// remaining time does not exceed the margin leaves the node fenced.
+//
+// # Evictions
+//
+// An operator can evict a node. The coordinator then reports the node as
+// evicted; the node calls [Fence.Evict], which fences it for good: no later
+// renewal un-fences an evicted node.
+package fence
