@@ -1,0 +1,291 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Law selects how clean samples move the estimate. Drops decrease the
+// estimate by Config.BackoffRatio under every law.
+type Law int
+
+const (
+	// Gradient2 compares each sample's round-trip time with the windowed
+	// minimum (rttNoload) and moves the estimate toward
+	// estimate·gradient + QueueSize(estimate). It is the default.
+	Gradient2 Law = iota
+	// AIMD adds Config.AIMDIncrease on every clean, utilized sample and
+	// multiplies the estimate by Config.AIMDBackoff when a sample is slower
+	// than Config.LatencyTarget.
+	AIMD
+)
+
+// String returns the law's name.
+func (law Law) String() string {
+	switch law {
+	case Gradient2:
+		return "gradient2"
+	case AIMD:
+		return "aimd"
+	default:
+		return fmt.Sprintf("Law(%d)", int(law))
+	}
+}
+
+// Clock tells the limiter the time. Implementations must be safe for
+// concurrent use. Round-trip times are differences of two Now readings, so
+// a clock that carries a monotonic reading (like time.Now) is best.
+type Clock interface {
+	Now() time.Time
+}
+
+// Rand is a source of uniform random numbers in [0, 1). It is only called
+// with the limiter's lock held, so it need not be safe for concurrent use;
+// *math/rand/v2.Rand satisfies it.
+type Rand interface {
+	Float64() float64
+}
+
+// Recalibration configures the optional Envoy-style refresh of rttNoload.
+// Every Interval ± Jitter the limiter pins its limit to MinLimit, waits
+// until every lease admitted before the pin has settled, empties the
+// min-RTT window, takes Samples fresh round-trip times at that low
+// concurrency and then resumes. The zero value disables recalibration.
+type Recalibration struct {
+	// Interval is the mean time between two recalibrations, measured from
+	// the end of one to the start of the next. Zero disables recalibration.
+	// Must be ≥ 0.
+	Interval time.Duration
+	// Jitter spreads recalibrations uniformly over
+	// [Interval−Jitter, Interval+Jitter] so a fleet does not pause in step.
+	// Defaults to 0. Must be in [0, Interval).
+	Jitter time.Duration
+	// Samples is how many clean samples, from leases admitted after the
+	// drain, refill the min-RTT window before the limiter resumes.
+	// Defaults to 1. Must be in [1, RTTWindow].
+	Samples int
+}
+
+// Config configures a Limiter. The zero value is valid: every zero field
+// means the default stated in its comment. New rejects out-of-range values
+// with an error naming the field; it never clamps them.
+type Config struct {
+	// InitialLimit is the starting estimate. A fleet node warm-starts with
+	// the key's current global limit here (or later with SetEstimate).
+	// Defaults to 20, or to MinLimit or MaxLimit when 20 lies outside them.
+	// Must be in [MinLimit, MaxLimit].
+	InitialLimit int
+	// MinLimit is the lowest the estimate can fall. Defaults to 1.
+	// Must be in [1, MaxLimit].
+	MinLimit int
+	// MaxLimit is the highest the estimate can rise. Defaults to 1000.
+	// Must be in [MinLimit, 1<<30].
+	MaxLimit int
+
+	// Law selects the inference law. Defaults to Gradient2.
+	Law Law
+
+	// Tolerance is how much slower than rttNoload a sample may be before
+	// Gradient2 starts to shrink the estimate. Defaults to 2.0.
+	// Must be in [1, 1e6].
+	Tolerance float64
+	// Smoothing is the weight of each new Gradient2 target in the
+	// estimate's moving average. Defaults to 0.2. Must be in (0, 1].
+	Smoothing float64
+	// RTTWindow is the number of most recent clean samples over which
+	// rttNoload is the minimum. Defaults to 600. Must be in [1, 1<<20].
+	RTTWindow int
+	// QueueSize is the headroom Gradient2 adds to estimate·gradient.
+	// It is called with the limiter's lock held and must not call back into
+	// the limiter; a negative, NaN or infinite result counts as 0.
+	// Defaults to math.Sqrt.
+	QueueSize func(estimate float64) float64
+
+	// BackoffRatio multiplies the estimate on a drop, under every law,
+	// at most once per round trip. Defaults to 0.9. Must be in (0, 1).
+	BackoffRatio float64
+
+	// AIMDIncrease is what AIMD adds to the estimate on each clean,
+	// utilized sample. Defaults to 1. Must be in (0, MaxLimit].
+	AIMDIncrease float64
+	// AIMDBackoff multiplies the estimate, under AIMD, when a sample is
+	// slower than LatencyTarget, at most once per round trip.
+	// Defaults to 0.9. Must be in (0, 1).
+	AIMDBackoff float64
+	// LatencyTarget is the round-trip time above which AIMD backs off.
+	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
+	LatencyTarget time.Duration
+
+	// MaxHealthyRTT, when positive, makes every released sample slower than
+	// it count as a drop, under every law. Defaults to 0 (off). Must be ≥ 0.
+	MaxHealthyRTT time.Duration
+
+	// Recalibration configures periodic refreshes of rttNoload.
+	// Defaults to off.
+	Recalibration Recalibration
+
+	// MaxQueued is how many Acquire calls may wait for a slot at once.
+	// Defaults to 0: Acquire never waits and fails with ErrQueueFull when
+	// no slot is free. Must be in [0, 1<<30].
+	MaxQueued int
+
+	// UtilizationThreshold is the fraction of the estimate that the load a
+	// sample governs must reach for that sample to raise the estimate.
+	// Defaults to 0.5. Must be in (0, 1]. Every sample carries a load of at
+	// least 1, so a value at or below 1/MaxLimit switches the guard off.
+	UtilizationThreshold float64
+
+	// Clock supplies the time. Defaults to the system clock (time.Now).
+	Clock Clock
+	// Rand supplies the recalibration jitter. Defaults to math/rand/v2's
+	// global source.
+	Rand Rand
+}
+
+const (
+	defaultInitialLimit         = 20
+	defaultMinLimit             = 1
+	defaultMaxLimit             = 1000
+	defaultTolerance            = 2.0
+	defaultSmoothing            = 0.2
+	defaultRTTWindow            = 600
+	defaultBackoffRatio         = 0.9
+	defaultAIMDIncrease         = 1.0
+	defaultAIMDBackoff          = 0.9
+	defaultRecalibrationSamples = 1
+	defaultUtilization          = 0.5
+
+	maxMaxLimit  = 1 << 30
+	maxRTTWindow = 1 << 20
+	maxMaxQueued = 1 << 30
+	maxTolerance = 1e6
+)
+
+// withDefaults returns cfg with every zero field replaced by its default.
+// It is the only place defaults are decided.
+func (cfg Config) withDefaults() Config {
+	if cfg.MinLimit == 0 {
+		cfg.MinLimit = defaultMinLimit
+	}
+	if cfg.MaxLimit == 0 {
+		cfg.MaxLimit = defaultMaxLimit
+	}
+	if cfg.InitialLimit == 0 {
+		cfg.InitialLimit = min(max(defaultInitialLimit, cfg.MinLimit), cfg.MaxLimit)
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = defaultTolerance
+	}
+	if cfg.Smoothing == 0 {
+		cfg.Smoothing = defaultSmoothing
+	}
+	if cfg.RTTWindow == 0 {
+		cfg.RTTWindow = defaultRTTWindow
+	}
+	if cfg.QueueSize == nil {
+		cfg.QueueSize = math.Sqrt
+	}
+	if cfg.BackoffRatio == 0 {
+		cfg.BackoffRatio = defaultBackoffRatio
+	}
+	if cfg.AIMDIncrease == 0 {
+		cfg.AIMDIncrease = defaultAIMDIncrease
+	}
+	if cfg.AIMDBackoff == 0 {
+		cfg.AIMDBackoff = defaultAIMDBackoff
+	}
+	if cfg.Recalibration.Interval > 0 && cfg.Recalibration.Samples == 0 {
+		cfg.Recalibration.Samples = defaultRecalibrationSamples
+	}
+	if cfg.UtilizationThreshold == 0 {
+		cfg.UtilizationThreshold = defaultUtilization
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = globalRand{}
+	}
+	return cfg
+}
+
+// validate reports the first out-of-range field of a defaulted Config.
+func (cfg Config) validate() error {
+	var errs []error
+	bad := func(field string, value any, want string) {
+		errs = append(errs, fmt.Errorf("adaptive: Config.%s = %v, want %s", field, value, want))
+	}
+	if cfg.MaxLimit < 1 || cfg.MaxLimit > maxMaxLimit {
+		bad("MaxLimit", cfg.MaxLimit, fmt.Sprintf("[MinLimit, %d]", maxMaxLimit))
+	}
+	if cfg.MinLimit < 1 || cfg.MinLimit > cfg.MaxLimit {
+		bad("MinLimit", cfg.MinLimit, fmt.Sprintf("[1, MaxLimit=%d]", cfg.MaxLimit))
+	}
+	if cfg.InitialLimit < cfg.MinLimit || cfg.InitialLimit > cfg.MaxLimit {
+		bad("InitialLimit", cfg.InitialLimit, fmt.Sprintf("[MinLimit=%d, MaxLimit=%d]", cfg.MinLimit, cfg.MaxLimit))
+	}
+	if cfg.Law != Gradient2 && cfg.Law != AIMD {
+		bad("Law", cfg.Law, "Gradient2 or AIMD")
+	}
+	if !(cfg.Tolerance >= 1 && cfg.Tolerance <= maxTolerance) {
+		bad("Tolerance", cfg.Tolerance, "[1, 1e6]")
+	}
+	if !(cfg.Smoothing > 0 && cfg.Smoothing <= 1) {
+		bad("Smoothing", cfg.Smoothing, "(0, 1]")
+	}
+	if cfg.RTTWindow < 1 || cfg.RTTWindow > maxRTTWindow {
+		bad("RTTWindow", cfg.RTTWindow, fmt.Sprintf("[1, %d]", maxRTTWindow))
+	}
+	if !(cfg.BackoffRatio > 0 && cfg.BackoffRatio < 1) {
+		bad("BackoffRatio", cfg.BackoffRatio, "(0, 1)")
+	}
+	if !(cfg.AIMDIncrease > 0 && cfg.AIMDIncrease <= float64(cfg.MaxLimit)) {
+		bad("AIMDIncrease", cfg.AIMDIncrease, fmt.Sprintf("(0, MaxLimit=%d]", cfg.MaxLimit))
+	}
+	if !(cfg.AIMDBackoff > 0 && cfg.AIMDBackoff < 1) {
+		bad("AIMDBackoff", cfg.AIMDBackoff, "(0, 1)")
+	}
+	if cfg.LatencyTarget < 0 {
+		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off)")
+	}
+	if cfg.MaxHealthyRTT < 0 {
+		bad("MaxHealthyRTT", cfg.MaxHealthyRTT, "≥ 0 (0 = off)")
+	}
+	rc := cfg.Recalibration
+	switch {
+	case rc.Interval < 0:
+		bad("Recalibration.Interval", rc.Interval, "≥ 0 (0 = off)")
+	case rc.Interval == 0:
+		if rc.Jitter != 0 {
+			bad("Recalibration.Jitter", rc.Jitter, "0 when Recalibration.Interval is 0")
+		}
+		if rc.Samples != 0 {
+			bad("Recalibration.Samples", rc.Samples, "0 when Recalibration.Interval is 0")
+		}
+	default:
+		if rc.Jitter < 0 || rc.Jitter >= rc.Interval {
+			bad("Recalibration.Jitter", rc.Jitter, fmt.Sprintf("[0, Recalibration.Interval=%v)", rc.Interval))
+		}
+		if rc.Samples < 1 || rc.Samples > cfg.RTTWindow {
+			bad("Recalibration.Samples", rc.Samples, fmt.Sprintf("[1, RTTWindow=%d]", cfg.RTTWindow))
+		}
+	}
+	if cfg.MaxQueued < 0 || cfg.MaxQueued > maxMaxQueued {
+		bad("MaxQueued", cfg.MaxQueued, fmt.Sprintf("[0, %d]", maxMaxQueued))
+	}
+	if !(cfg.UtilizationThreshold > 0 && cfg.UtilizationThreshold <= 1) {
+		bad("UtilizationThreshold", cfg.UtilizationThreshold, "(0, 1]")
+	}
+	return errors.Join(errs...)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+type globalRand struct{}
+
+func (globalRand) Float64() float64 { return rand.Float64() }

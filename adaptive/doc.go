@@ -1,0 +1,82 @@
+// Package adaptive is a single-process adaptive concurrency limiter: it
+// infers how many requests an upstream can take at once from the latency
+// and the failures of the requests it admits, and admits no more than that.
+//
+// # Leases
+//
+// TryAcquire and Acquire admit a request and return a Lease, a small value
+// that is settled exactly once when the request ends:
+//
+//   - Release: the request succeeded; its round-trip time is a sample.
+//   - Drop: the upstream signalled overload (429, 503, a timeout).
+//   - Ignore: the outcome says nothing about capacity; the slot is freed.
+//
+// Settling a lease twice, or settling a copy, is a no-op. Neither admitting
+// nor rejecting allocates. The limiter starts no goroutine: every
+// adjustment happens while a lease settles, and time comes from
+// Config.Clock, so tests drive it with a fake clock.
+//
+// # Gradient2
+//
+// The default law, after Netflix's Gradient2Limit and Envoy's adaptive
+// concurrency filter, compares each sample's round-trip time rtt with
+// rttNoload, the minimum over the last Config.RTTWindow samples:
+//
+//	gradient  = clamp(tolerance · rttNoload / rtt, 0.5, 1.0)
+//	newLimit  = estimate · gradient + queueSize(estimate)
+//	estimate  = estimate·(1−smoothing) + newLimit·smoothing,
+//	            clamped to [MinLimit, MaxLimit]
+//
+// The minimum is windowed (a monotonic deque over a ring buffer), so the
+// baseline can rise after a deploy instead of staying pinned at an
+// all-time low. Optionally (Config.Recalibration) the limiter refreshes it
+// Envoy-style: every interval, with jitter, it pins the limit to MinLimit,
+// waits for the leases admitted before the pin to settle, empties the
+// window, takes fresh samples at that low concurrency and resumes.
+//
+// The AIMD law (Config.Law) is the simpler alternative: add
+// Config.AIMDIncrease on every clean sample, back off by
+// Config.AIMDBackoff on a sample slower than Config.LatencyTarget.
+//
+// # The utilization guard
+//
+// A clean sample shows that the upstream handled the load it was under,
+// nothing more. So the estimate may rise only when that load reached
+// Config.UtilizationThreshold (default half) of the estimate. The load of a
+// sample is the larger of its value when the lease was admitted and when
+// it settled, where load = own in-flight (this lease included) + peers'
+// in-flight as last given to SetPeerInflight. A lone process leaves peers
+// at 0. A fleet node, whose estimate is the capacity of the whole backend
+// while it holds only a share of it, reports the fleet's in-flight from
+// each heartbeat reply; judged by its own in-flight alone it would never
+// grow. Decreases are never blocked: rising latency while this process is
+// idle is exactly how it learns that others are loading the backend.
+//
+// # Drops and pauses
+//
+// A drop multiplies the estimate by Config.BackoffRatio under every law,
+// at most once per round trip: a drop of a request admitted before the
+// last decrease does not decrease again. With Config.MaxHealthyRTT set, a
+// released sample slower than it counts as a drop. RetryAfter and
+// PauseUntil refuse all admission until the given time.
+//
+// # Admission
+//
+// The effective limit is min(ceiling, floor(estimate)); the ceiling is set
+// from outside (SetCeiling), by a fleet node to its share of the global
+// limit and to 0 when fenced. Lowering the limit never revokes admitted
+// leases. TryAcquire never waits. Acquire waits in FIFO order while fewer
+// than Config.MaxQueued callers wait, and fails at once with ErrQueueFull
+// otherwise: a full queue says that waiting would not help. A freed slot
+// goes straight to the oldest waiter. A cancelled waiter leaves the queue;
+// a slot handed to it in the same instant is given back.
+//
+// # Use in a fleet
+//
+// A fleet node feeds the limiter from each heartbeat reply: SetCeiling
+// with its share (0 until the first grant and when fenced),
+// SetPeerInflight with the peers' in-flight, and reports Snapshot's
+// Estimate as l_local and Inflight as its in-flight. It warm-starts the
+// estimate at the key's global limit with Config.InitialLimit or
+// SetEstimate, and turns a Retry-After into RetryAfter.
+package adaptive

@@ -1,0 +1,77 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDropBacksOffOncePerRTT(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	leases := acquireN(t, l, 10)
+	clk.Advance(time.Second)
+	for _, le := range leases {
+		le.Drop()
+	}
+	require.InDelta(t, 90, l.Estimate(), 1e-9, "drops of one round trip back off once")
+	require.EqualValues(t, 10, l.Drops())
+
+	le, _ := l.TryAcquire()
+	le.Drop()
+	require.InDelta(t, 81, l.Estimate(), 1e-9, "a request admitted after the decrease backs off again")
+	require.EqualValues(t, 11, l.Drops())
+	require.Zero(t, l.Inflight())
+}
+
+func TestDropUnderConstantTimeoutsShrinksToMinLimit(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100, MinLimit: 3})
+	for range 200 {
+		leases := acquireN(t, l, l.Limit())
+		clk.Advance(30 * time.Second)
+		for _, le := range leases {
+			le.Drop()
+		}
+	}
+	require.Equal(t, 3.0, l.Estimate())
+}
+
+func TestDropNotFedToWindow(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{})
+	le, _ := l.TryAcquire()
+	clk.Advance(time.Millisecond)
+	le.Drop()
+	require.Zero(t, l.RTTNoload())
+}
+
+func TestMaxHealthyRTTCountsSlowSamplesAsDrops(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 50, MaxHealthyRTT: time.Second})
+	le, _ := l.TryAcquire()
+	clk.Advance(time.Second) // at the limit: healthy
+	le.Release()
+	require.Zero(t, l.Drops())
+	require.Equal(t, 50.0, l.Estimate())
+
+	le, _ = l.TryAcquire()
+	clk.Advance(2 * time.Second)
+	le.Release()
+	require.EqualValues(t, 1, l.Drops())
+	require.InDelta(t, 45, l.Estimate(), 1e-9)
+	require.Equal(t, time.Second, l.RTTNoload(), "the slow sample is not a baseline")
+}
+
+func TestMaxHealthyRTTUnderAIMD(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{Law: AIMD, InitialLimit: 10, MaxHealthyRTT: time.Second, BackoffRatio: 0.5})
+	leases := acquireN(t, l, 10)
+	clk.Advance(5 * time.Second)
+	for _, le := range leases {
+		le.Release()
+	}
+	require.Equal(t, 5.0, l.Estimate())
+	require.EqualValues(t, 10, l.Drops())
+}

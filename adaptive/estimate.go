@@ -1,0 +1,68 @@
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// observe applies a settled lease to the estimate. load is the larger of
+// the load at admission and at settlement (own in-flight, this lease
+// included, plus peers'), and rtt its round-trip time. The caller holds
+// l.mu.
+func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, rtt time.Duration) {
+	if o == released && l.cfg.MaxHealthyRTT > 0 && rtt > l.cfg.MaxHealthyRTT {
+		o = dropped
+	}
+	if rtt < 0 {
+		// The clock went backwards: the duration is meaningless.
+		rtt = 0
+		if o == released {
+			o = ignored
+		}
+	}
+	rtt = max(rtt, time.Nanosecond)
+
+	if l.recal.active() {
+		l.recalObserve(now, rec, o, rtt)
+	} else if o == released {
+		l.window.push(rtt)
+		switch l.cfg.Law {
+		case AIMD:
+			l.aimdSample(rec, rtt, load)
+		default:
+			l.gradientSample(rtt, load)
+		}
+	}
+	if o == dropped {
+		l.drops++
+		l.backoff(rec, l.cfg.BackoffRatio)
+	}
+}
+
+// propose moves the estimate to next, subject to the utilization guard:
+// an increase counts only when load reached UtilizationThreshold·estimate.
+// Decreases always count. The caller holds l.mu.
+func (l *Limiter) propose(next float64, load int) {
+	if math.IsNaN(next) {
+		return
+	}
+	if next > l.estimate && float64(load) < l.cfg.UtilizationThreshold*l.estimate {
+		return
+	}
+	l.estimate = l.clampEstimate(next)
+}
+
+// backoff multiplies the estimate by ratio unless rec was admitted before
+// the last backoff: one decrease per round trip, however many of that
+// round trip's requests fail. The caller holds l.mu.
+func (l *Limiter) backoff(rec *leaseRecord, ratio float64) {
+	if rec.backoffEpoch != l.backoffEpoch {
+		return
+	}
+	l.backoffEpoch++
+	l.estimate = l.clampEstimate(l.estimate * ratio)
+}
+
+func (l *Limiter) clampEstimate(v float64) float64 {
+	return min(max(v, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+}

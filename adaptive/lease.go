@@ -1,0 +1,90 @@
+package adaptive
+
+import "time"
+
+// Lease is one admitted request's hold on a slot. Settle it exactly once
+// with Release, Drop or Ignore when the request ends; settling it again,
+// or settling any copy of it, is a no-op. The zero Lease holds nothing and
+// settling it is a no-op. Leases are small values: admitting and settling
+// one does not allocate. Lease methods are safe for concurrent use.
+type Lease struct {
+	rec *leaseRecord
+	gen uint64
+}
+
+// Release settles the lease as a success: the request's round-trip time
+// (from admission to now) is a sample for the limiter's law. A sample
+// slower than Config.MaxHealthyRTT counts as a drop instead.
+func (le Lease) Release() { le.settle(released, -1) }
+
+// ReleaseRTT settles the lease as a success like Release, but with rtt as
+// the request's round-trip time instead of the time since admission. It
+// suits a request that keeps its slot after its latency is known, such as a
+// streamed response: the time to its first byte is the latency signal, and
+// the slot stays held until the stream ends. A negative rtt is treated as 0.
+func (le Lease) ReleaseRTT(rtt time.Duration) { le.settle(released, max(rtt, 0)) }
+
+// Drop settles the lease as an overload signal (a 429, a 503, a timeout):
+// the estimate is multiplied by Config.BackoffRatio, at most once per
+// round trip — a drop of a request admitted before the last decrease does
+// not decrease it again. Drop is counted in Limiter.Drops either way.
+func (le Lease) Drop() { le.settle(dropped, -1) }
+
+// Ignore settles the lease without a sample: the slot is freed and the
+// estimate is untouched. Use it for requests whose outcome says nothing
+// about the upstream's capacity (a client-side error, a cancellation).
+func (le Lease) Ignore() { le.settle(ignored, -1) }
+
+// settle settles le with outcome o; rtt < 0 means "measure it".
+func (le Lease) settle(o outcome, rtt time.Duration) {
+	if le.rec != nil {
+		le.rec.limiter.settle(le, o, rtt)
+	}
+}
+
+// outcome is how a lease was settled.
+type outcome uint8
+
+const (
+	released outcome = iota
+	dropped
+	ignored
+)
+
+// leaseRecord is the limiter-side state of one admitted lease. Records are
+// allocated in chunks and recycled through the limiter's free list; gen
+// advances on every settle, so a stale Lease copy no longer matches.
+// All fields except limiter are guarded by the limiter's lock.
+type leaseRecord struct {
+	limiter      *Limiter
+	next         *leaseRecord // free list link
+	gen          uint64
+	start        time.Time
+	load         int    // own in-flight + peers' in-flight at admission
+	backoffEpoch uint64 // the limiter's backoffEpoch at admission
+	recalSeq     uint64 // the recalibration phase at admission
+}
+
+const recordChunk = 32
+
+// newRecord takes a record off the free list, growing it when empty.
+func (l *Limiter) newRecord() *leaseRecord {
+	if l.free == nil {
+		chunk := make([]leaseRecord, recordChunk)
+		for i := range chunk {
+			chunk[i].limiter = l
+			chunk[i].next = l.free
+			l.free = &chunk[i]
+		}
+	}
+	rec := l.free
+	l.free = rec.next
+	rec.next = nil
+	return rec
+}
+
+// freeRecord returns a settled record to the free list.
+func (l *Limiter) freeRecord(rec *leaseRecord) {
+	rec.next = l.free
+	l.free = rec
+}

@@ -1,0 +1,124 @@
+package adaptive
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func nan() float64 { return math.NaN() }
+
+func TestSettleTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
+	for name, settle := range map[string]func(Lease){
+		"Release": Lease.Release,
+		"Drop":    Lease.Drop,
+		"Ignore":  Lease.Ignore,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l, _ := newTestLimiter(t, Config{InitialLimit: 10})
+			le, _ := l.TryAcquire()
+			other, _ := l.TryAcquire()
+			copied := le
+			settle(le)
+			settle(le)
+			copied.Release()
+			copied.Drop()
+			copied.Ignore()
+			require.Equal(t, 1, l.Inflight(), "only the first settle counts")
+
+			// The record is reused by the next lease; the stale copy must
+			// not settle it.
+			next, _ := l.TryAcquire()
+			require.Same(t, le.rec, next.rec)
+			copied.Release()
+			require.Equal(t, 2, l.Inflight())
+			next.Release()
+			other.Release()
+			require.Zero(t, l.Inflight())
+		})
+	}
+}
+
+func TestDropTwiceCountsOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{})
+	le, _ := l.TryAcquire()
+	le.Drop()
+	le.Drop()
+	require.EqualValues(t, 1, l.Drops())
+}
+
+func TestZeroLeaseSettleIsNoOp(t *testing.T) {
+	t.Parallel()
+	var le Lease
+	le.Release()
+	le.Drop()
+	le.Ignore()
+}
+
+func TestRecordsAreRecycled(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{InitialLimit: 100})
+	leases := acquireN(t, l, 100)
+	for _, le := range leases {
+		le.Release()
+	}
+	seen := map[*leaseRecord]bool{}
+	for _, le := range leases {
+		seen[le.rec] = true
+	}
+	for range 10 {
+		for _, le := range acquireN(t, l, 100) {
+			require.True(t, seen[le.rec])
+			le.Ignore()
+		}
+	}
+}
+
+func TestAdmitAndRejectDoNotAllocate(t *testing.T) {
+	l, clk := newTestLimiter(t, Config{InitialLimit: 8, MaxLimit: 8, MaxQueued: 1})
+	warm := acquireN(t, l, 8)
+	for _, le := range warm {
+		le.Release()
+	}
+
+	admit := testing.AllocsPerRun(1000, func() {
+		le, _ := l.TryAcquire()
+		clk.Advance(time.Millisecond)
+		le.Release()
+	})
+	require.Zero(t, admit, "TryAcquire + Release")
+
+	admitCtx := testing.AllocsPerRun(1000, func() {
+		le, _ := l.Acquire(context.Background())
+		le.Drop()
+	})
+	require.Zero(t, admitCtx, "Acquire fast path + Drop")
+
+	full := acquireN(t, l, l.Limit())
+	reject := testing.AllocsPerRun(1000, func() {
+		_, ok := l.TryAcquire()
+		if ok {
+			panic("admitted past the limit")
+		}
+	})
+	require.Zero(t, reject, "TryAcquire rejected")
+
+	l.SetCeiling(0)
+	l.cfg.MaxQueued = 0
+	rejectQueue := testing.AllocsPerRun(1000, func() {
+		_, err := l.Acquire(context.Background())
+		if err != ErrQueueFull {
+			panic(err)
+		}
+	})
+	require.Zero(t, rejectQueue, "Acquire rejected with ErrQueueFull")
+	for _, le := range full {
+		le.Ignore()
+	}
+}

@@ -1,0 +1,99 @@
+package adaptive
+
+import "time"
+
+// Snapshot is a consistent view of a Limiter's state, taken under one lock.
+type Snapshot struct {
+	// Limit is the effective limit: min(ceiling, floor(Estimate)), or
+	// MinLimit instead of floor(Estimate) while recalibrating.
+	Limit int
+	// Estimate is the inferred capacity of the upstream (l_local).
+	Estimate float64
+	// Inflight is the number of leases not yet settled.
+	Inflight int
+	// Queued is the number of Acquire calls waiting for a slot.
+	Queued int
+	// PeerInflight is the last value given to SetPeerInflight.
+	PeerInflight int
+	// Ceiling is the ceiling set by SetCeiling; meaningful only when
+	// HasCeiling is true.
+	Ceiling    int
+	HasCeiling bool
+	// RTTNoload is the minimum round-trip time over the window, or 0 before
+	// the first sample (and right after a recalibration empties it).
+	RTTNoload time.Duration
+	// Drops is the number of leases settled as drops, including samples
+	// slower than MaxHealthyRTT.
+	Drops uint64
+	// PausedUntil is when the latest pause ends; admission is paused while
+	// the clock is before it.
+	PausedUntil time.Time
+	// Recalibrating is true while the limit is pinned for a recalibration.
+	Recalibrating bool
+}
+
+// Snapshot returns the limiter's state at one instant.
+func (l *Limiter) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	noload, _ := l.window.min()
+	return Snapshot{
+		Limit:         l.limit(),
+		Estimate:      l.estimate,
+		Inflight:      l.inflight,
+		Queued:        l.queue.len,
+		PeerInflight:  l.peerInflight,
+		Ceiling:       l.ceiling,
+		HasCeiling:    l.hasCeiling,
+		RTTNoload:     noload,
+		Drops:         l.drops,
+		PausedUntil:   l.pausedUntil,
+		Recalibrating: l.recal.active(),
+	}
+}
+
+// Limit returns the effective limit: the most leases admission allows at
+// once. In-flight leases may exceed it after it falls.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit()
+}
+
+// Estimate returns the inferred capacity of the upstream, in
+// [MinLimit, MaxLimit].
+func (l *Limiter) Estimate() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.estimate
+}
+
+// Inflight returns the number of leases admitted and not yet settled.
+func (l *Limiter) Inflight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight
+}
+
+// Queued returns the number of Acquire calls waiting for a slot.
+func (l *Limiter) Queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queue.len
+}
+
+// RTTNoload returns the minimum round-trip time over the window, or 0
+// before the first sample.
+func (l *Limiter) RTTNoload() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, _ := l.window.min()
+	return d
+}
+
+// Drops returns the number of leases settled as drops so far.
+func (l *Limiter) Drops() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.drops
+}

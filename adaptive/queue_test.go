@@ -1,0 +1,141 @@
+package adaptive
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestQueueFIFO(t *testing.T) {
+	t.Parallel()
+	const n = 6
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: n})
+	held, _ := l.TryAcquire()
+
+	type grant struct {
+		id    int
+		lease Lease
+	}
+	granted := make(chan grant)
+	var wg sync.WaitGroup
+	for id := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			le, err := l.Acquire(context.Background())
+			if err == nil {
+				granted <- grant{id, le}
+			}
+		}()
+		waitUntil(t, func() bool { return l.Queued() == id+1 })
+	}
+
+	_, ok := l.TryAcquire()
+	require.False(t, ok, "TryAcquire does not overtake the queue")
+	held.Release()
+	for want := range n {
+		g := <-granted
+		require.Equal(t, want, g.id)
+		g.lease.Release()
+	}
+	wg.Wait()
+	require.Zero(t, l.Inflight())
+	require.Zero(t, l.Queued())
+}
+
+func TestQueueFullRejectsAtOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 2})
+	held, _ := l.TryAcquire()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.Acquire(ctx)
+			errc <- err
+		}()
+	}
+	waitUntil(t, func() bool { return l.Queued() == 2 })
+
+	_, err := l.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.Zero(t, l.Queued())
+	held.Release()
+	require.Zero(t, l.Inflight())
+}
+
+func TestNoQueueRejectsAtOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1})
+	le, err := l.Acquire(context.Background())
+	require.NoError(t, err)
+	_, err = l.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+	le.Release()
+}
+
+func TestAcquireDoneContext(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	le, err := l.Acquire(ctx)
+	require.NoError(t, err, "a free slot is taken even with a done context")
+	_, err = l.Acquire(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, l.Queued())
+	le.Release()
+}
+
+func TestCancelledWaiterLeaksNothing(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1})
+	held, _ := l.TryAcquire()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() {
+		_, err := l.Acquire(ctx)
+		errc <- err
+	}()
+	waitUntil(t, func() bool { return l.Queued() == 1 })
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.Zero(t, l.Queued())
+	held.Release()
+	require.Zero(t, l.Inflight())
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	le.Release()
+}
+
+// The slot is handed to the waiter after it saw its context end but before
+// it took the lock: it must give the slot back.
+func TestCancelledWaiterGivesBackConcurrentGrant(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1})
+	held, _ := l.TryAcquire()
+	ctx, cancel := context.WithCancel(context.Background())
+	var inflightAfterGrant, queuedAfterGrant int
+	l.afterWaitCancel = func() {
+		held.Release() // grants the slot to the cancelled waiter
+		inflightAfterGrant, queuedAfterGrant = l.Inflight(), l.Queued()
+	}
+	errc := make(chan error)
+	go func() {
+		_, err := l.Acquire(ctx)
+		errc <- err
+	}()
+	waitUntil(t, func() bool { return l.Queued() == 1 })
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.Equal(t, 1, inflightAfterGrant, "the slot went to the waiter")
+	require.Zero(t, queuedAfterGrant)
+	require.Zero(t, l.Inflight(), "the granted slot was given back")
+	require.Zero(t, l.Queued())
+}

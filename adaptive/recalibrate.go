@@ -1,0 +1,87 @@
+package adaptive
+
+import "time"
+
+// recalPhase is where the limiter is in a recalibration.
+type recalPhase uint8
+
+const (
+	recalIdle     recalPhase = iota // normal operation
+	recalDraining                   // limit pinned; leases admitted before the pin still run
+	recalProbing                    // limit pinned; window emptied; collecting fresh samples
+)
+
+// recalState tracks the periodic rttNoload refresh. Guarded by the
+// limiter's lock.
+type recalState struct {
+	phase     recalPhase
+	next      time.Time // recalIdle: when the next recalibration starts
+	seq       uint64    // bumped on every phase change; leases remember it
+	oldLeases int       // recalDraining: leases admitted before the pin, still in flight
+	samples   int       // recalProbing: fresh samples taken so far
+}
+
+// active reports whether a recalibration is under way; the limit is
+// pinned to MinLimit and the estimate frozen while it is.
+func (r *recalState) active() bool { return r.phase != recalIdle }
+
+// schedule sets the start of the next recalibration to now + Interval ±
+// Jitter. It does nothing when recalibration is off.
+func (r *recalState) schedule(cfg *Config, now time.Time) {
+	rc := cfg.Recalibration
+	if rc.Interval <= 0 {
+		return
+	}
+	d := rc.Interval
+	if rc.Jitter > 0 {
+		d += time.Duration((2*cfg.Rand.Float64() - 1) * float64(rc.Jitter))
+	}
+	r.next = now.Add(d)
+}
+
+// tick starts a recalibration when one is due. The caller holds l.mu.
+func (l *Limiter) tick(now time.Time) {
+	if l.cfg.Recalibration.Interval <= 0 || l.recal.phase != recalIdle || now.Before(l.recal.next) {
+		return
+	}
+	l.recal.phase = recalDraining
+	l.recal.seq++
+	l.recal.oldLeases = l.inflight
+	if l.recal.oldLeases == 0 {
+		l.startProbe()
+	}
+}
+
+func (l *Limiter) startProbe() {
+	l.recal.phase = recalProbing
+	l.recal.seq++
+	l.recal.samples = 0
+	l.window.reset()
+}
+
+// recalObserve accounts a lease settled during a recalibration. The
+// estimate is frozen meanwhile: samples at pinned concurrency say nothing
+// about capacity. Drops still back off (the caller handles them).
+// The caller holds l.mu.
+func (l *Limiter) recalObserve(now time.Time, rec *leaseRecord, o outcome, rtt time.Duration) {
+	switch l.recal.phase {
+	case recalDraining:
+		if rec.recalSeq != l.recal.seq {
+			l.recal.oldLeases--
+			if l.recal.oldLeases == 0 {
+				l.startProbe()
+			}
+		}
+	case recalProbing:
+		if rec.recalSeq != l.recal.seq || o != released {
+			return
+		}
+		l.window.push(rtt)
+		l.recal.samples++
+		if l.recal.samples >= l.cfg.Recalibration.Samples {
+			l.recal.phase = recalIdle
+			l.recal.seq++
+			l.recal.schedule(&l.cfg, now)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package adaptive
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRecalibration(t *testing.T) {
+	t.Parallel()
+	const interval, jitter = 10 * time.Second, 2 * time.Second
+	twin := rand.New(rand.NewPCG(7, 7)) // draws what the limiter draws
+	jittered := func() time.Duration {
+		return interval + time.Duration((2*twin.Float64()-1)*float64(jitter))
+	}
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		MinLimit:      2,
+		Recalibration: Recalibration{Interval: interval, Jitter: jitter},
+		Rand:          rand.New(rand.NewPCG(7, 7)),
+	})
+	start := clk.Now()
+	first := jittered()
+	require.NotEqual(t, interval, first)
+
+	// Establish a baseline under load.
+	old := acquireN(t, l, 5)
+	clk.Advance(30 * time.Millisecond)
+	old[4].Release()
+	old[4], _ = l.TryAcquire()
+	require.Equal(t, 30*time.Millisecond, l.RTTNoload())
+	estimate := l.Estimate()
+
+	// Not yet due.
+	clk.Advance(start.Add(first).Sub(clk.Now()) - time.Nanosecond)
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	old = append(old, le)
+	require.False(t, l.Snapshot().Recalibrating)
+
+	// Due: the limit is pinned to MinLimit while the 6 old leases drain.
+	clk.Advance(time.Nanosecond)
+	_, ok = l.TryAcquire()
+	require.False(t, ok)
+	snap := l.Snapshot()
+	require.True(t, snap.Recalibrating)
+	require.Equal(t, 2, snap.Limit)
+	for _, le := range old[:5] {
+		le.Release()
+	}
+	mid, ok := l.TryAcquire() // admitted while one old lease still runs
+	require.True(t, ok)
+	require.Equal(t, 30*time.Millisecond, l.RTTNoload(), "window kept while draining")
+	require.Equal(t, estimate, l.Estimate(), "estimate frozen while recalibrating")
+
+	// Drained: the window empties; samples of leases admitted earlier do
+	// not refill it.
+	old[5].Release()
+	require.Zero(t, l.RTTNoload())
+	clk.Advance(time.Millisecond)
+	mid.Release()
+	require.Zero(t, l.RTTNoload())
+	require.True(t, l.Snapshot().Recalibrating)
+
+	// A fresh no-load sample ends the recalibration.
+	probe, ok := l.TryAcquire()
+	require.True(t, ok)
+	clk.Advance(12 * time.Millisecond)
+	probe.Release()
+	snap = l.Snapshot()
+	require.False(t, snap.Recalibrating)
+	require.Equal(t, 12*time.Millisecond, snap.RTTNoload)
+	require.Equal(t, estimate, snap.Estimate)
+	require.Equal(t, int(estimate), snap.Limit)
+
+	// The next one is scheduled from the end of this one.
+	end := clk.Now()
+	second := jittered()
+	clk.Advance(second - time.Nanosecond)
+	le, _ = l.TryAcquire()
+	require.False(t, l.Snapshot().Recalibrating)
+	le.Ignore()
+	clk.Advance(time.Nanosecond)
+	require.Equal(t, end.Add(second), clk.Now())
+	le, _ = l.TryAcquire() // idle: straight to probing
+	require.True(t, l.Snapshot().Recalibrating)
+	require.Zero(t, l.RTTNoload())
+	clk.Advance(time.Millisecond)
+	le.Release()
+	require.False(t, l.Snapshot().Recalibrating)
+	require.Equal(t, time.Millisecond, l.RTTNoload())
+}
+
+func TestRecalibrationDropStillBacksOff(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		Recalibration: Recalibration{Interval: time.Second, Samples: 3},
+	})
+	held, _ := l.TryAcquire()
+	clk.Advance(time.Second)
+	_, ok := l.TryAcquire()
+	require.False(t, ok, "pinned to MinLimit 1")
+	held.Drop()
+	require.InDelta(t, 18, l.Estimate(), 1e-9)
+	for range 3 {
+		require.True(t, l.Snapshot().Recalibrating)
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		le.Release()
+	}
+	require.False(t, l.Snapshot().Recalibrating)
+}
+
+func TestRecalibrationWakesQueuedWaiters(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  4,
+		MaxQueued:     4,
+		Recalibration: Recalibration{Interval: time.Second},
+	})
+	clk.Advance(time.Second)
+	probe, _ := l.TryAcquire() // starts the recalibration: pinned to 1
+	got := make(chan Lease, 3)
+	for range 3 {
+		go func() {
+			le, err := l.Acquire(t.Context())
+			if err == nil {
+				got <- le
+			}
+		}()
+	}
+	waitUntil(t, func() bool { return l.Queued() == 3 })
+	probe.Release() // ends it: the limit returns to 4
+	for range 3 {
+		(<-got).Release()
+	}
+	require.Zero(t, l.Inflight())
+}

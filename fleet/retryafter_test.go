@@ -1,0 +1,60 @@
+package fleet
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    time.Duration
+		ok      bool
+	}{
+		{"absent", nil, 0, false},
+		{"seconds", map[string]string{"Retry-After": "3"}, 3 * time.Second, true},
+		{"zero", map[string]string{"Retry-After": "0"}, 0, true},
+		{"negative", map[string]string{"Retry-After": "-1"}, 0, false},
+		{"garbage", map[string]string{"Retry-After": "soon"}, 0, false},
+		{"huge is capped", map[string]string{"Retry-After": "99999999"}, maxRetryAfter, true},
+		{"http date", map[string]string{"Retry-After": "Sun, 22 Nov 2026 12:00:05 GMT"}, 5 * time.Second, true},
+		{"past date", map[string]string{"Retry-After": "Sun, 22 Nov 2026 11:00:00 GMT"}, 0, true},
+		{"ms wins", map[string]string{"Retry-After": "3", "retry-after-ms": "250"}, 250 * time.Millisecond, true},
+		{"fractional ms", map[string]string{"retry-after-ms": "1.5"}, 1500 * time.Microsecond, true},
+		{"bad ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "x"}, 2 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := http.Header{}
+			for k, v := range tt.headers {
+				h.Set(k, v)
+			}
+			got, ok := retryAfter(h, now)
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"1", "-5", "Sun, 22 Nov 2026 12:00:05 GMT", "1e9", "", "0.5"} {
+		f.Add(s, s)
+	}
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, ra, ms string) {
+		h := http.Header{}
+		h.Set("Retry-After", ra)
+		h.Set("retry-after-ms", ms)
+		d, ok := retryAfter(h, now)
+		if d < 0 || d > maxRetryAfter || (!ok && d != 0) {
+			t.Fatalf("retryAfter(%q, %q) = %v, %v", ra, ms, d, ok)
+		}
+	})
+}
