@@ -1,0 +1,145 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// OutagePolicy says what a node does when it cannot renew its lease.
+type OutagePolicy int
+
+const (
+	// FailClosed keeps the last share until the fence deadline, then admits
+	// nothing until a heartbeat succeeds. The fleet never exceeds its global
+	// limit. It is the default.
+	FailClosed OutagePolicy = iota
+	// HoldLastShare keeps admitting at the last share however long the
+	// coordinator is unreachable. It trades the hard bound for availability:
+	// once the database evicts the node, its share may be granted to others
+	// while it still uses it. An evicted node is fenced under either policy.
+	HoldLastShare
+)
+
+// String returns the policy's name.
+func (p OutagePolicy) String() string {
+	switch p {
+	case FailClosed:
+		return "fail-closed"
+	case HoldLastShare:
+		return "hold-last-share"
+	default:
+		return fmt.Sprintf("OutagePolicy(%d)", int(p))
+	}
+}
+
+// Config configures a Node. Zero values mean the defaults stated on each
+// field; New rejects out-of-range values with an error naming the field.
+type Config struct {
+	// Key names the shared quota, e.g. "openai:gpt-4o". Required; at most
+	// coord.MaxNameBytes bytes of UTF-8.
+	Key string
+	// NodeID names this node within the key, stable across restarts (a pod
+	// name). Two live processes must not share one. Defaults to
+	// "<hostname>-<pid>".
+	NodeID string
+	// Labels are shown to operators by fleetctl.
+	Labels map[string]string
+
+	// HeartbeatInterval is the time between periodic heartbeats. Defaults to
+	// 1s. Must be in [10ms, 10m].
+	HeartbeatInterval time.Duration
+	// LeaseTTL is how long the coordinator keeps the node alive without a
+	// heartbeat. Defaults to 2×HeartbeatInterval. Must exceed
+	// HeartbeatInterval and lie in [coord.MinLeaseTTL, coord.MaxLeaseTTL].
+	LeaseTTL time.Duration
+	// FenceMargin is subtracted from every lease: the node stops admitting
+	// this long before the database could expire it, so that requests still
+	// in flight finish before their capacity is handed to others. It must
+	// cover the longest request that cannot be cancelled plus clock-rate
+	// drift (see package fence). Defaults to LeaseTTL/4. Must be in
+	// [0, LeaseTTL−HeartbeatInterval).
+	FenceMargin time.Duration
+	// HeartbeatTimeout bounds each coordinator call. Defaults to
+	// HeartbeatInterval. Must be in (0, LeaseTTL].
+	HeartbeatTimeout time.Duration
+	// Outage selects what happens when heartbeats fail. Defaults to
+	// FailClosed.
+	Outage OutagePolicy
+
+	// Limiter configures the local adaptive limiter whose estimate is this
+	// node's inference of the whole upstream's capacity. Its Clock must be
+	// left nil or be a real clock: the node's heartbeats and fence run on
+	// real time. MaxQueued decides whether Acquire waits for a slot (see
+	// adaptive.Config).
+	Limiter adaptive.Config
+
+	// Logger receives state changes: joins, share changes, drains, fencing,
+	// outages. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults fills in every zero field.
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "node"
+		}
+		c.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 2 * c.HeartbeatInterval
+	}
+	if c.FenceMargin == 0 {
+		c.FenceMargin = c.LeaseTTL / 4
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = c.HeartbeatInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports every out-of-range field.
+func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("fleet: Config."+format, args...))
+	}
+	// Key, NodeID and Labels go into every report: check them as the
+	// coordinator will.
+	probe := coord.Report{Key: c.Key, NodeID: c.NodeID, Instance: "probe", LLocal: 1,
+		LeaseTTL: coord.MinLeaseTTL, Labels: c.Labels}
+	if err := probe.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("fleet: Config: %w", err))
+	}
+	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > 10*time.Minute {
+		bad("HeartbeatInterval = %v, want [10ms, 10m]", c.HeartbeatInterval)
+	}
+	if c.LeaseTTL <= c.HeartbeatInterval || c.LeaseTTL < coord.MinLeaseTTL || c.LeaseTTL > coord.MaxLeaseTTL {
+		bad("LeaseTTL = %v, want above HeartbeatInterval (%v) and in [%v, %v]",
+			c.LeaseTTL, c.HeartbeatInterval, coord.MinLeaseTTL, coord.MaxLeaseTTL)
+	}
+	if c.FenceMargin < 0 || c.FenceMargin >= c.LeaseTTL-c.HeartbeatInterval {
+		bad("FenceMargin = %v, want [0, LeaseTTL−HeartbeatInterval) = [0, %v)",
+			c.FenceMargin, c.LeaseTTL-c.HeartbeatInterval)
+	}
+	if c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL {
+		bad("HeartbeatTimeout = %v, want (0, LeaseTTL] = (0, %v]", c.HeartbeatTimeout, c.LeaseTTL)
+	}
+	if c.Outage != FailClosed && c.Outage != HoldLastShare {
+		bad("Outage = %v, want FailClosed or HoldLastShare", c.Outage)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,21 @@
+package fleet
+
+import "errors"
+
+// ErrFenced is returned by Node.Acquire, Node.TryAcquire's callers via
+// Node.Err, and Transport when the node may not admit because its lease is
+// about to run out (or never began) and Acquire could not wait for a slot.
+// The wrapped message says why.
+var ErrFenced = errors.New("fleet: node fenced")
+
+// ErrEvicted is returned by Node.Acquire and Transport once an operator has
+// evicted the node. An evicted node stays fenced; restart the process (with
+// a fresh instance) to rejoin.
+var ErrEvicted = errors.New("fleet: node evicted")
+
+// ErrStopped is returned by Node.Acquire and Transport once Stop was called,
+// and by Start on a node that was already started.
+var ErrStopped = errors.New("fleet: node stopped")
+
+// ErrNotStarted is returned by Node.Acquire and Transport before Start.
+var ErrNotStarted = errors.New("fleet: node not started")

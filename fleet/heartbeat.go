@@ -1,0 +1,259 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fence"
+)
+
+// loop sends a heartbeat every HeartbeatInterval, and earlier when the
+// node's state calls for one (see eagerDue), until Stop or ctx ends.
+func (n *Node) loop(ctx context.Context) {
+	defer close(n.done)
+	period := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer period.Stop()
+	poll := time.NewTicker(n.pollInterval())
+	defer poll.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-period.C:
+			n.mu.Lock()
+			n.cappedBeat = false
+			n.mu.Unlock()
+		case <-poll.C:
+			if !n.eagerDue(time.Now()) {
+				continue
+			}
+		case <-n.kick:
+			if !n.eagerDue(time.Now()) {
+				continue
+			}
+		}
+		if err := n.beat(ctx); err != nil && ctx.Err() == nil {
+			n.log.Debug("heartbeat failed", "err", err)
+		}
+	}
+}
+
+// pollInterval is how often the loop checks whether an early heartbeat is
+// due: a tenth of the heartbeat interval, at least 5 ms.
+func (n *Node) pollInterval() time.Duration {
+	return max(n.cfg.HeartbeatInterval/10, 5*time.Millisecond)
+}
+
+// minEagerGap is the least time between an early heartbeat and the one
+// before it, so that early heartbeats cost at most a few per period.
+func (n *Node) minEagerGap() time.Duration {
+	return n.cfg.HeartbeatInterval / 4
+}
+
+// eagerDue reports whether an early heartbeat should go now: after a share
+// was lowered (to acknowledge it, and again once in-flight has drained
+// under it, so the coordinator frees the difference for others), or when
+// the share caps the node below both its demand and a fair split (once a
+// period, to claim capacity others have released).
+func (n *Node) eagerDue(now time.Time) bool {
+	snap := n.lim.Snapshot()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.phase != phaseRunning || !n.joined || now.Sub(n.lastSend) < n.minEagerGap() {
+		return false
+	}
+	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
+		return true
+	}
+	demand := snap.Inflight + snap.Queued + n.unmet
+	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
+	return !n.cappedBeat && n.share < min(demand, fair)
+}
+
+// report samples the node's state for one heartbeat and records the send.
+func (n *Node) report(now time.Time) coord.Report {
+	snap := n.lim.Snapshot()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.seq++
+	n.lastSend = now
+	demand := min(snap.Inflight+snap.Queued+n.unmet, coord.MaxCount)
+	n.unmet = 0
+	if n.ackDue {
+		n.ackDue = false
+	}
+	if n.lowered && snap.Inflight <= n.share {
+		n.lowered = false
+	}
+	if n.joined && n.share < demand {
+		n.cappedBeat = true
+	}
+	return coord.Report{
+		Key:        n.cfg.Key,
+		NodeID:     n.cfg.NodeID,
+		Instance:   n.instance,
+		Seq:        n.seq,
+		LLocal:     min(max(int(snap.Estimate), 1), coord.MaxCount),
+		Inflight:   min(snap.Inflight, coord.MaxCount),
+		Demand:     demand,
+		AppliedGen: n.appliedGen,
+		LeaseTTL:   n.cfg.LeaseTTL,
+		Labels:     n.cfg.Labels,
+	}
+}
+
+// beat sends one heartbeat and applies its grant.
+func (n *Node) beat(ctx context.Context) error {
+	sent := time.Now()
+	r := n.report(sent)
+	callCtx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatTimeout)
+	g, err := n.coord.Heartbeat(callCtx, r)
+	cancel()
+	took := time.Since(sent)
+	n.metrics.heartbeat.Observe(took.Seconds())
+	if err != nil {
+		n.metrics.heartbeatErrors.Add(1)
+		n.setOutage(err)
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	n.apply(sent, g)
+	return nil
+}
+
+// setOutage records a failed heartbeat.
+func (n *Node) setOutage(err error) {
+	n.mu.Lock()
+	was := n.outage
+	n.outage = true
+	n.lastErr = err
+	n.mu.Unlock()
+	if !was {
+		level := "fail-closed: admitting until the fence deadline"
+		if n.cfg.Outage == HoldLastShare {
+			level = "holding the last share"
+		}
+		n.log.Warn("coordinator unreachable, "+level, "err", err)
+	}
+	if errors.Is(err, coord.ErrNodeIDInUse) {
+		n.log.Error("node id is held by another live process", "err", err)
+	}
+}
+
+// apply takes a grant that answered the heartbeat sent at sent.
+func (n *Node) apply(sent time.Time, g coord.Grant) {
+	now := time.Now()
+	if g.Stale {
+		return
+	}
+	_, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
+	if g.Status == coord.StatusEvicted {
+		n.fence.Evict()
+	}
+
+	n.mu.Lock()
+	first := !n.joined
+	wasOutage, oldShare, oldStatus := n.outage, n.share, n.status
+	n.joined = true
+	n.outage = false
+	n.lastErr = nil
+	n.lastBeat = sent
+	n.share, n.lGlobal, n.status = g.Share, g.LGlobal, g.Status
+	n.peerInflight, n.liveNodes = g.PeerInflight, g.LiveNodes
+	if g.Generation != n.generation {
+		n.generation = g.Generation
+		if g.Share < oldShare && !first {
+			n.ackDue = true
+		}
+	}
+	inflight := n.lim.Inflight()
+	if g.Share < inflight {
+		n.lowered = true
+	}
+	n.lim.SetPeerInflight(g.PeerInflight)
+	if first && g.LGlobal > 0 {
+		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
+	}
+	n.applyCeilingLocked()
+	n.appliedGen = g.Generation
+	if n.phase != phaseStopped {
+		n.armFenceLocked(deadline.Sub(now))
+	}
+	kick := n.ackDue
+	n.mu.Unlock()
+
+	if wasOutage {
+		n.log.Info("coordinator reachable again", "share", g.Share)
+	}
+	if g.Status != oldStatus && !first {
+		n.log.Info("node status changed", "status", g.Status, "was", oldStatus)
+	}
+	if g.Share != oldShare && !first {
+		n.log.Debug("share changed", "share", g.Share, "was", oldShare, "l_global", g.LGlobal, "generation", g.Generation)
+	}
+	if kick {
+		select {
+		case n.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// armFenceLocked makes the fence timer fire after d. The caller holds n.mu.
+func (n *Node) armFenceLocked(d time.Duration) {
+	if n.fenceTimer == nil {
+		n.fenceTimer = time.AfterFunc(d, n.checkFence)
+		return
+	}
+	n.fenceTimer.Reset(d)
+}
+
+// checkFence runs when the fence deadline may have passed.
+func (n *Node) checkFence() {
+	if !n.fence.Check(time.Now()) {
+		return
+	}
+	n.mu.Lock()
+	n.applyCeilingLocked()
+	n.mu.Unlock()
+}
+
+// onFenced is the fence's callback.
+func (n *Node) onFenced(r fence.Reason) {
+	n.metrics.fencings.Add(1)
+	switch {
+	case r == fence.ReasonEvicted:
+		n.log.Error("node evicted by an operator: fenced for good; restart the process to rejoin")
+	case n.cfg.Outage == HoldLastShare:
+		n.log.Warn("lease expiring; holding the last share (HoldLastShare)")
+	default:
+		n.log.Warn("lease expiring: fenced, admitting nothing until a heartbeat succeeds")
+	}
+	n.mu.Lock()
+	n.applyCeilingLocked()
+	n.mu.Unlock()
+}
+
+// ceilingLocked is the limiter ceiling the node's state allows: the share,
+// or 0 before the first grant, after Stop, once evicted, and while fenced
+// under FailClosed. The caller holds n.mu.
+func (n *Node) ceilingLocked() int {
+	fs := n.fence.State()
+	switch {
+	case n.phase != phaseRunning, !n.joined, fs.Evicted:
+		return 0
+	case fs.Fenced && n.cfg.Outage == FailClosed:
+		return 0
+	}
+	return n.share
+}
+
+// applyCeilingLocked pushes ceilingLocked into the limiter. The caller
+// holds n.mu.
+func (n *Node) applyCeilingLocked() {
+	n.lim.SetCeiling(n.ceilingLocked())
+}

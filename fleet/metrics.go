@@ -1,0 +1,100 @@
+package fleet
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds the node's counters and exposes the node's state as a
+// prometheus.Collector.
+type metrics struct {
+	node            *Node
+	rejected        atomic.Uint64
+	heartbeatErrors atomic.Uint64
+	fencings        atomic.Uint64
+	heartbeat       prometheus.Histogram
+
+	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes *prometheus.Desc
+	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining  *prometheus.Desc
+}
+
+func newMetrics(n *Node) *metrics {
+	labels := prometheus.Labels{"key": n.cfg.Key, "node": n.cfg.NodeID}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("fleetlimit_"+name, help, nil, labels)
+	}
+	return &metrics{
+		node: n,
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "fleetlimit_heartbeat_duration_seconds",
+			Help:        "Time from sending a heartbeat to its grant or error.",
+			ConstLabels: labels,
+			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		limit:             desc("limit", "Requests the node may have in flight now: min(share, local estimate), 0 when fenced."),
+		estimate:          desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
+		share:             desc("share", "The node's share of the global limit, as last granted."),
+		lGlobal:           desc("l_global", "The fleet's global limit for the key, as last granted."),
+		inflight:          desc("inflight", "Requests this node has in flight."),
+		queued:            desc("queued", "Acquire calls waiting for a slot."),
+		peerInflight:      desc("peer_inflight", "The other nodes' in-flight requests, as of the last grant."),
+		liveNodes:         desc("live_nodes", "Live nodes on the key, this one included, as of the last grant."),
+		drops:             desc("drops_total", "Requests settled as dropped (429, 503, timeout)."),
+		rejections:        desc("rejections_total", "Admissions refused: queue full, paused, fenced or stopped."),
+		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
+		fenceEvents:       desc("fencings_total", "Times the node was fenced."),
+		fenced:            desc("fenced", "1 while the node is fenced (its lease is about to run out, or it was evicted)."),
+		outage:            desc("outage", "1 while the last heartbeat failed."),
+		draining:          desc("draining", "1 while an operator drains the node."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
+		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
+		m.outage, m.draining} {
+		ch <- d
+	}
+	m.heartbeat.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	s := m.node.State()
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge(m.limit, float64(s.Limit))
+	gauge(m.estimate, s.Estimate)
+	gauge(m.share, float64(s.Share))
+	gauge(m.lGlobal, float64(s.LGlobal))
+	gauge(m.inflight, float64(s.Inflight))
+	gauge(m.queued, float64(s.Queued))
+	gauge(m.peerInflight, float64(s.PeerInflight))
+	gauge(m.liveNodes, float64(s.LiveNodes))
+	counter(m.drops, s.Drops)
+	counter(m.rejections, m.rejected.Load())
+	counter(m.heartbeatFailures, m.heartbeatErrors.Load())
+	counter(m.fenceEvents, m.fencings.Load())
+	gauge(m.fenced, b2f(s.Fenced))
+	gauge(m.outage, b2f(s.Outage))
+	gauge(m.draining, b2f(s.Status == "draining"))
+	m.heartbeat.Collect(ch)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Collector returns a prometheus.Collector of the node's metrics, labelled
+// with its key and node id: register it with a prometheus.Registerer. Each
+// scrape reads the node's state once; it is safe for concurrent use.
+func (n *Node) Collector() prometheus.Collector { return n.metrics }

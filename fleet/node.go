@@ -1,0 +1,285 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fence"
+)
+
+// phase is where a Node is in its life.
+type phase int
+
+const (
+	phaseNew phase = iota
+	phaseRunning
+	phaseStopping
+	phaseStopped
+)
+
+// forever is how long Stop pauses the limiter: past any process's life.
+const forever = 100 * 365 * 24 * time.Hour
+
+// Node is one process's member of a fleet sharing a key: a local adaptive
+// limiter whose ceiling is the share the coordinator grants, renewed by
+// heartbeats and fenced when its lease is about to run out. Create it with
+// New, call Start, wrap calls with Acquire (or use Transport), and Stop it
+// on shutdown. All methods are safe for concurrent use.
+type Node struct {
+	cfg      Config
+	coord    coord.Coordinator
+	lim      *adaptive.Limiter
+	fence    *fence.Fence
+	instance string
+	log      *slog.Logger
+	metrics  *metrics
+
+	kick chan struct{} // asks the loop for an early heartbeat
+	stop chan struct{} // closed by Stop to end the loop
+	done chan struct{} // closed when the loop has returned
+
+	mu           sync.Mutex
+	phase        phase
+	seq          int64
+	joined       bool // a first grant arrived
+	share        int
+	lGlobal      int
+	generation   int64
+	appliedGen   int64
+	status       coord.Status
+	peerInflight int
+	liveNodes    int
+	outage       bool
+	lastErr      error
+	lastBeat     time.Time // send time of the last successful heartbeat
+	lastSend     time.Time // send time of the last heartbeat attempt
+	unmet        int       // admissions refused since the last report
+	lowered      bool      // share fell below in-flight; beat once drained
+	ackDue       bool      // a lowered share was applied; beat to ack it
+	cappedBeat   bool      // an early beat for a capped share was sent this period
+	fenceTimer   *time.Timer
+}
+
+// New returns a Node for cfg that coordinates through the fleetlimit schema
+// of the database behind pool (see package migrations). It does no I/O:
+// Start sends the first heartbeat.
+func New(pool *pgxpool.Pool, cfg Config) (*Node, error) {
+	c, err := coord.NewPostgres(pool)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	return NewWithCoordinator(c, cfg)
+}
+
+// NewWithCoordinator returns a Node that heartbeats to c: a coord.Postgres,
+// a coord.Memory for tests and single-process use, or a wrapper of either.
+func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
+	if c == nil {
+		return nil, errors.New("fleet: nil coordinator")
+	}
+	cfg = cfg.withDefaults()
+	err := cfg.validate()
+	lim, limErr := adaptive.New(cfg.Limiter)
+	if limErr != nil {
+		err = errors.Join(err, fmt.Errorf("fleet: Config.Limiter: %w", limErr))
+	}
+	if err != nil {
+		return nil, err
+	}
+	lim.SetCeiling(0) // nothing is admitted before the first grant
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, fmt.Errorf("fleet: instance token: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		coord:    c,
+		lim:      lim,
+		instance: hex.EncodeToString(token[:]),
+		log:      cfg.Logger.With("key", cfg.Key, "node", cfg.NodeID),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	n.fence, err = fence.New(fence.Config{SafetyMargin: cfg.FenceMargin, OnFenced: n.onFenced})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	n.metrics = newMetrics(n)
+	return n, nil
+}
+
+// Key returns the key the node shares.
+func (n *Node) Key() string { return n.cfg.Key }
+
+// ID returns the node's id within its key.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Limiter returns the node's local limiter, for reading its state. Changing
+// its ceiling would fight the node, which sets it on every heartbeat.
+func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
+
+// Start sends the first heartbeat and, if it succeeds, starts the heartbeat
+// loop in a goroutine and returns nil. The node admits as soon as that first
+// grant is applied. Start returns the first heartbeat's error otherwise
+// (coord.ErrNodeIDInUse when another live process holds the node id); it can
+// then be called again. The loop runs until Stop, or until ctx is cancelled,
+// which ends heartbeats without leaving: the node fences when its lease runs
+// out. Start on a started node returns ErrStopped.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	if n.phase != phaseNew {
+		n.mu.Unlock()
+		return fmt.Errorf("fleet: start: %w", ErrStopped)
+	}
+	n.mu.Unlock()
+	if err := n.beat(ctx); err != nil {
+		return fmt.Errorf("fleet: start: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.phase != phaseNew {
+		return fmt.Errorf("fleet: start: %w", ErrStopped)
+	}
+	n.phase = phaseRunning
+	n.applyCeilingLocked()
+	n.log.Info("fleet node joined", "share", n.share, "l_global", n.lGlobal, "live_nodes", n.liveNodes)
+	go n.loop(ctx)
+	return nil
+}
+
+// Stop leaves the fleet gracefully: it stops admitting (queued Acquire calls
+// fail with ErrStopped), waits until every request in flight has settled,
+// stops heartbeats and deletes the node's row so its capacity is free at
+// once. If ctx ends while requests are still in flight, Stop does not leave
+// (the capacity they hold is freed when the lease expires) and returns an
+// error wrapping ctx.Err(). Stop on a node that never started only marks it
+// stopped; calling it twice returns nil.
+func (n *Node) Stop(ctx context.Context) error {
+	n.mu.Lock()
+	switch n.phase {
+	case phaseNew:
+		n.phase = phaseStopped
+		n.mu.Unlock()
+		return nil
+	case phaseStopping, phaseStopped:
+		n.mu.Unlock()
+		return nil
+	}
+	n.phase = phaseStopping
+	n.applyCeilingLocked()
+	n.lim.PauseUntil(time.Now().Add(forever)) // fails queued waiters
+	n.mu.Unlock()
+	n.log.Info("fleet node stopping", "inflight", n.lim.Inflight())
+
+	drainErr := n.waitDrained(ctx)
+	close(n.stop)
+	<-n.done
+	n.mu.Lock()
+	n.phase = phaseStopped
+	n.fenceTimer.Stop()
+	n.mu.Unlock()
+	if drainErr != nil {
+		return fmt.Errorf("fleet: stop: %d requests still in flight, not leaving: %w", n.lim.Inflight(), drainErr)
+	}
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.HeartbeatTimeout)
+	defer cancel()
+	if err := n.coord.Leave(leaveCtx, n.cfg.Key, n.cfg.NodeID, n.instance); err != nil {
+		return fmt.Errorf("fleet: stop: leave: %w", err)
+	}
+	n.log.Info("fleet node left")
+	return nil
+}
+
+// waitDrained polls until nothing is in flight or ctx ends.
+func (n *Node) waitDrained(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for n.lim.Inflight() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Acquire admits a request, waiting in the local limiter's queue while
+// Config.Limiter.MaxQueued allows (see adaptive.Limiter.Acquire). Settle the
+// lease when the request ends: Release on success, Drop on an overload
+// signal (429, 503, timeout), Ignore otherwise. Besides the limiter's own
+// errors it returns ErrNotStarted, ErrStopped, ErrEvicted, and ErrFenced
+// while the node is fenced under FailClosed: a fenced node fails fast rather
+// than queue behind an outage. Callers already queued when the node is
+// fenced keep waiting, bounded by their contexts.
+func (n *Node) Acquire(ctx context.Context) (adaptive.Lease, error) {
+	if err := n.admissionErr(); err != nil {
+		n.metrics.rejected.Add(1)
+		return adaptive.Lease{}, err
+	}
+	le, err := n.lim.Acquire(ctx)
+	if err == nil {
+		return le, nil
+	}
+	n.metrics.rejected.Add(1)
+	if errors.Is(err, adaptive.ErrQueueFull) || errors.Is(err, adaptive.ErrPaused) {
+		n.noteUnmet()
+		if aerr := n.admissionErr(); aerr != nil {
+			return adaptive.Lease{}, aerr
+		}
+	}
+	return adaptive.Lease{}, err
+}
+
+// TryAcquire admits a request if a slot is free now. It never waits.
+func (n *Node) TryAcquire() (adaptive.Lease, bool) {
+	le, ok := n.lim.TryAcquire()
+	if !ok {
+		n.metrics.rejected.Add(1)
+		n.noteUnmet()
+	}
+	return le, ok
+}
+
+// admissionErr is the error every admission fails with in the node's
+// current state, or nil.
+func (n *Node) admissionErr() error {
+	n.mu.Lock()
+	p := n.phase
+	n.mu.Unlock()
+	switch p {
+	case phaseNew:
+		return ErrNotStarted
+	case phaseStopping, phaseStopped:
+		return ErrStopped
+	}
+	fs := n.fence.State()
+	switch {
+	case fs.Evicted:
+		return ErrEvicted
+	case fs.Fenced && n.cfg.Outage == FailClosed:
+		return fmt.Errorf("%w: %s", ErrFenced, fs.Reason)
+	}
+	return nil
+}
+
+// noteUnmet counts a refused admission as demand the node could not serve,
+// reported with the next heartbeat.
+func (n *Node) noteUnmet() {
+	n.mu.Lock()
+	if n.unmet < coord.MaxCount {
+		n.unmet++
+	}
+	n.mu.Unlock()
+}

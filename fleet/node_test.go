@@ -1,0 +1,323 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testConfig is a fast-beating node config.
+func testConfig(key, id string) Config {
+	return Config{
+		Key:               key,
+		NodeID:            id,
+		HeartbeatInterval: 20 * time.Millisecond,
+		LeaseTTL:          200 * time.Millisecond,
+		FenceMargin:       50 * time.Millisecond,
+		Limiter:           adaptive.Config{InitialLimit: 10, MaxQueued: 100},
+		Logger:            quiet,
+	}
+}
+
+func startNode(t *testing.T, c coord.Coordinator, cfg Config) *Node {
+	t.Helper()
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	return n
+}
+
+// eventually polls cond every 5 ms for up to 5 s.
+func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no key", func(c *Config) { c.Key = "" }, "key"},
+		{"long node id", func(c *Config) { c.NodeID = string(make([]byte, 300)) }, "node_id"},
+		{"interval", func(c *Config) { c.HeartbeatInterval = time.Millisecond }, "Config.HeartbeatInterval = 1ms"},
+		{"ttl below interval", func(c *Config) { c.LeaseTTL = 10 * time.Millisecond }, "Config.LeaseTTL = 10ms"},
+		{"margin", func(c *Config) { c.FenceMargin = time.Second }, "Config.FenceMargin = 1s"},
+		{"negative margin", func(c *Config) { c.FenceMargin = -time.Second }, "Config.FenceMargin = -1s"},
+		{"timeout", func(c *Config) { c.HeartbeatTimeout = time.Hour }, "Config.HeartbeatTimeout = 1h0m0s"},
+		{"outage", func(c *Config) { c.Outage = 7 }, "Config.Outage = OutagePolicy(7)"},
+		{"limiter", func(c *Config) { c.Limiter.Smoothing = 2 }, "Config.Limiter: adaptive: Config.Smoothing = 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig("k", "n")
+			tt.mod(&cfg)
+			_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	_, err := NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k"})
+	require.NoError(t, err, "defaults are valid")
+}
+
+func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
+	t.Parallel()
+	n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
+	require.NoError(t, err)
+	_, err = n.Acquire(t.Context())
+	require.ErrorIs(t, err, ErrNotStarted)
+	_, ok := n.TryAcquire()
+	require.False(t, ok)
+
+	require.NoError(t, n.Start(t.Context()))
+	defer n.Stop(context.Background())
+	st := n.State()
+	require.True(t, st.Joined)
+	require.Equal(t, 10, st.Share)
+	require.Equal(t, 10, st.Limit)
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	le.Release()
+	require.ErrorIs(t, n.Start(t.Context()), ErrStopped, "a second Start fails")
+}
+
+func TestStartFailsOnNodeIDInUse(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	startNode(t, c, testConfig("k", "same"))
+	other, err := NewWithCoordinator(c, testConfig("k", "same"))
+	require.NoError(t, err)
+	require.ErrorIs(t, other.Start(t.Context()), coord.ErrNodeIDInUse)
+}
+
+func TestWarmStartFromGlobalLimit(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.Limiter.InitialLimit = 40
+	startNode(t, c, cfg)
+
+	cfg = testConfig("k", "b")
+	cfg.Limiter.InitialLimit = 5
+	b := startNode(t, c, cfg)
+	// The joiner's first report counts toward L_global (the lower median
+	// of 40 and 5 is 5); it then starts its estimate there, not at its
+	// own initial limit.
+	st := b.State()
+	require.Equal(t, 5, st.LGlobal)
+	require.Equal(t, float64(st.LGlobal), st.Estimate)
+}
+
+// busy runs workers on n that acquire, hold for hold, and release, until
+// the returned stop function is called.
+func busy(n *Node, workers int, hold time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				le, err := n.Acquire(ctx)
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				time.Sleep(hold)
+				le.Release()
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+func TestSharesFollowDemandWithinGlobal(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	a := startNode(t, c, testConfig("k", "a"))
+	b := startNode(t, c, testConfig("k", "b"))
+
+	stop := busy(a, 20, 2*time.Millisecond)
+	defer stop()
+	var over atomic.Int64
+	eventually(t, func() bool {
+		sa, sb := a.State(), b.State()
+		if sa.Inflight+sb.Inflight > max(sa.LGlobal, sb.LGlobal) {
+			over.Add(1)
+		}
+		return sa.Share >= sa.LGlobal-1 && sb.Share == 1
+	}, "the busy node gets all but the idle node's floor of 1")
+	require.Zero(t, over.Load(), "in-flight exceeded L_global")
+}
+
+func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	a := startNode(t, c, testConfig("k", "a"))
+	require.NoError(t, c.Drain(t.Context(), "k", "a"))
+	eventually(t, func() bool { return a.State().Status == coord.StatusDraining && a.State().Limit == 0 }, "drained")
+	_, ok := a.TryAcquire()
+	require.False(t, ok)
+	require.NoError(t, c.Undrain(t.Context(), "k", "a"))
+	eventually(t, func() bool { return a.State().Limit > 0 }, "undrained")
+}
+
+func TestEvictionFencesForGood(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	a := startNode(t, c, testConfig("k", "a"))
+	require.NoError(t, c.Evict(t.Context(), "k", "a"))
+	eventually(t, func() bool { return a.State().Fenced }, "fenced after eviction")
+	_, err := a.Acquire(t.Context())
+	require.ErrorIs(t, err, ErrEvicted)
+	require.Equal(t, 0, a.State().Limit)
+}
+
+// hangingCoordinator blocks every call while hang is set, like a network
+// partition that drops packets instead of refusing them.
+type hangingCoordinator struct {
+	coord.Coordinator
+	mu   sync.Mutex
+	hang bool
+}
+
+func (h *hangingCoordinator) setHang(v bool) {
+	h.mu.Lock()
+	h.hang = v
+	h.mu.Unlock()
+}
+
+func (h *hangingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	h.mu.Lock()
+	hang := h.hang
+	h.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return coord.Grant{}, ctx.Err()
+	}
+	return h.Coordinator.Heartbeat(ctx, r)
+}
+
+func TestPartitionFencesBeforeLeaseEndsAndRecovers(t *testing.T) {
+	t.Parallel()
+	h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
+	a := startNode(t, h, testConfig("k", "a"))
+	le, err := a.Acquire(t.Context())
+	require.NoError(t, err)
+
+	h.setHang(true)
+	start := time.Now()
+	eventually(t, func() bool { return a.State().Fenced }, "fenced during the partition")
+	// Fenced by lastBeat + TTL − margin: well before the 200 ms lease ends.
+	require.Less(t, time.Since(start), 200*time.Millisecond+50*time.Millisecond)
+	st := a.State()
+	require.True(t, st.Outage)
+	require.Equal(t, 0, st.Limit)
+	_, err = a.Acquire(t.Context())
+	require.ErrorIs(t, err, ErrFenced, "a fenced node fails fast")
+	require.ErrorContains(t, err, "lease expiring")
+	le.Release()
+
+	h.setHang(false)
+	eventually(t, func() bool { s := a.State(); return !s.Fenced && s.Limit > 0 && !s.Outage }, "recovered")
+}
+
+func TestHoldLastShareKeepsAdmittingThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.Outage = HoldLastShare
+	a := startNode(t, h, cfg)
+	h.setHang(true)
+	eventually(t, func() bool { return a.State().Fenced }, "lease runs out")
+	require.Equal(t, 10, a.State().Limit)
+	le, err := a.Acquire(t.Context())
+	require.NoError(t, err)
+	le.Release()
+	h.setHang(false)
+}
+
+func TestStopDrainsThenLeaves(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+	eventually(t, func() bool { return n.admissionErr() != nil }, "stopping")
+	_, err = n.Acquire(t.Context())
+	require.ErrorIs(t, err, ErrStopped)
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned with a request in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	le.Release()
+	require.NoError(t, <-stopped)
+	_, err = c.Nodes(t.Context(), "k")
+	nodes, _ := c.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Empty(t, nodes, "the row is gone")
+	require.NoError(t, n.Stop(context.Background()), "stopping twice is fine")
+}
+
+func TestStopWithStuckRequestDoesNotLeave(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	err = n.Stop(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "1 requests still in flight")
+	nodes, err := c.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1, "the row stays until its lease runs out")
+	le.Release()
+}
+
+func TestQueuedAcquireFailsWhenStopped(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.Limiter.InitialLimit = 1
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := n.Acquire(t.Context())
+		got <- err
+	}()
+	eventually(t, func() bool { return n.State().Queued == 1 }, "queued")
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+	err = <-got
+	require.True(t, errors.Is(err, ErrStopped), "got %v", err)
+	le.Release()
+	require.NoError(t, <-stopped)
+}

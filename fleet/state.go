@@ -1,0 +1,66 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fence"
+)
+
+// State is a snapshot of a node, for dashboards and tests.
+type State struct {
+	// Limit is what the node admits at once now: min(ceiling, estimate).
+	Limit int
+	// Estimate is the local limiter's inference of the upstream's capacity.
+	Estimate float64
+	// Inflight and Queued are the local limiter's counts.
+	Inflight, Queued int
+	// Drops counts leases settled as dropped.
+	Drops uint64
+	// Share, LGlobal, Generation, Status, PeerInflight and LiveNodes are
+	// from the last grant.
+	Share        int
+	LGlobal      int
+	Generation   int64
+	Status       coord.Status
+	PeerInflight int
+	LiveNodes    int
+	// Joined is true once a first grant arrived.
+	Joined bool
+	// Fenced is true while the node may not admit because of its lease;
+	// FenceReason says why.
+	Fenced      bool
+	FenceReason fence.Reason
+	// Outage is true while the last heartbeat failed; LastError is its error.
+	Outage    bool
+	LastError error
+	// LastHeartbeat is when the last successful heartbeat was sent.
+	LastHeartbeat time.Time
+}
+
+// State returns a snapshot of the node.
+func (n *Node) State() State {
+	snap := n.lim.Snapshot()
+	fs := n.fence.State()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return State{
+		Limit:         snap.Limit,
+		Estimate:      snap.Estimate,
+		Inflight:      snap.Inflight,
+		Queued:        snap.Queued,
+		Drops:         snap.Drops,
+		Share:         n.share,
+		LGlobal:       n.lGlobal,
+		Generation:    n.generation,
+		Status:        n.status,
+		PeerInflight:  n.peerInflight,
+		LiveNodes:     n.liveNodes,
+		Joined:        n.joined,
+		Fenced:        fs.Fenced,
+		FenceReason:   fs.Reason,
+		Outage:        n.outage,
+		LastError:     n.lastErr,
+		LastHeartbeat: n.lastBeat,
+	}
+}

@@ -1,0 +1,132 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+)
+
+// Transport returns an http.RoundTripper that admits every request through
+// the node before handing it to base (http.DefaultTransport when nil).
+//
+// A request waits for a slot with its own context (see Node.Acquire); if it
+// cannot be admitted, RoundTrip returns the admission error and sends
+// nothing. The response is classified:
+//
+//   - 429 and 503 are drops (the node's estimate backs off) and release the
+//     slot at once; a Retry-After or retry-after-ms header pauses the node's
+//     admission until it passes.
+//   - A transport timeout is a drop; any other transport error, and a 5xx
+//     other than 503, releases the slot without a sample.
+//   - Any other response is a success whose round-trip time (to the response
+//     headers) is the latency sample. The slot stays held until the body is
+//     read to EOF or closed, since a streamed response occupies the
+//     upstream's concurrency for its whole length. Close every body.
+//
+// The returned RoundTripper is safe for concurrent use.
+func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &transport{node: n, base: base}
+}
+
+type transport struct {
+	node *Node
+	base http.RoundTripper
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	le, err := t.node.Acquire(req.Context())
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
+	}
+	start := time.Now()
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		if isTimeout(err) {
+			le.Drop()
+		} else {
+			le.Ignore()
+		}
+		return nil, err
+	}
+	rtt := time.Since(start)
+	switch code := resp.StatusCode; {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if d, ok := retryAfter(resp.Header, time.Now()); ok && d > 0 {
+			t.node.lim.RetryAfter(d)
+		}
+		le.Drop()
+	case code >= 500:
+		resp.Body = &leaseBody{ReadCloser: resp.Body, lease: le, rtt: -1}
+	default:
+		resp.Body = &leaseBody{ReadCloser: resp.Body, lease: le, rtt: rtt}
+	}
+	return resp, nil
+}
+
+// leaseBody holds a lease until the body is read to EOF or closed.
+type leaseBody struct {
+	io.ReadCloser
+	lease adaptive.Lease
+	rtt   time.Duration // the sample to release with; < 0 settles without one
+	once  sync.Once
+}
+
+func (b *leaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		b.settle(false)
+	case isTimeout(err):
+		b.settle(true)
+	default:
+		b.settleIgnore()
+	}
+	return n, err
+}
+
+func (b *leaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.settle(false)
+	return err
+}
+
+func (b *leaseBody) settle(drop bool) {
+	b.once.Do(func() {
+		switch {
+		case drop:
+			b.lease.Drop()
+		case b.rtt < 0:
+			b.lease.Ignore()
+		default:
+			b.lease.ReleaseRTT(b.rtt)
+		}
+	})
+}
+
+func (b *leaseBody) settleIgnore() {
+	b.once.Do(b.lease.Ignore)
+}
+
+// isTimeout reports whether err is a deadline, the upstream's overload
+// signal, as opposed to a cancellation or a connection error.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
