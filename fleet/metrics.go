@@ -15,8 +15,8 @@ type metrics struct {
 	fencings        atomic.Uint64
 	heartbeat       prometheus.Histogram
 
-	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes *prometheus.Desc
-	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining  *prometheus.Desc
+	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
+	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
 }
 
 func newMetrics(n *Node) *metrics {

@@ -1,0 +1,176 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/sim"
+)
+
+func startProvider(t *testing.T, cfg sim.ProviderConfig) *sim.Provider {
+	t.Helper()
+	p, err := sim.StartProvider(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func get(t *testing.T, c *http.Client, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	return c.Do(req)
+}
+
+func TestTransportRetryAfterPausesAdmission(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	resp, err := get(t, client, srv.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	resp.Body.Close()
+	st := n.State()
+	require.Equal(t, uint64(1), st.Drops, "a 429 is a drop")
+	require.Equal(t, 0, st.Inflight, "a 429 frees its slot at once")
+
+	_, err = get(t, client, srv.URL)
+	require.ErrorContains(t, err, "admission paused")
+	require.Equal(t, 1, calls, "nothing is sent while paused")
+	require.True(t, n.Limiter().Snapshot().PausedUntil.After(time.Now().Add(time.Second)))
+}
+
+func TestTransportHoldsLeaseUntilStreamedBodyCloses(t *testing.T) {
+	t.Parallel()
+	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: 5 * time.Millisecond})
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	resp, err := get(t, client, p.URL()+"/?stream=50")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 1, n.State().Inflight, "headers arrived, stream still open")
+	buf := make([]byte, 1)
+	_, err = resp.Body.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, 1, n.State().Inflight, "still streaming")
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 0, n.State().Inflight, "closing the body frees the slot")
+	require.NoError(t, resp.Body.Close(), "closing twice settles once")
+	require.Equal(t, 0, n.State().Inflight)
+
+	resp, err = get(t, client, p.URL()+"/?stream=3")
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 0, n.State().Inflight, "EOF frees the slot before Close")
+	resp.Body.Close()
+}
+
+func TestTransportCancelledWhileQueuedLeaksNothing(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := testConfig("k", "a")
+	cfg.Limiter.InitialLimit = 1
+	cfg.Limiter.MaxLimit = 1
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	first := make(chan error, 1)
+	go func() {
+		resp, err := get(t, client, srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	eventually(t, func() bool { return n.State().Inflight == 1 }, "first request admitted")
+
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			_, err := client.Do(req)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("queued request: got %v, want deadline exceeded", err)
+			}
+		})
+	}
+	wg.Wait()
+	st := n.State()
+	require.Equal(t, 1, st.Inflight)
+	require.Equal(t, 0, st.Queued, "cancelled waiters left the queue")
+	release <- struct{}{}
+	require.NoError(t, <-first)
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "no slot leaked")
+}
+
+func TestTransportClassifiesResponses(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/503":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/500":
+			w.WriteHeader(http.StatusInternalServerError)
+		case "/slow":
+			time.Sleep(100 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	for _, path := range []string{"/ok", "/500"} {
+		resp, err := get(t, client, srv.URL+path)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	require.Zero(t, n.State().Drops, "200 and 500 are not drops")
+
+	resp, err := get(t, client, srv.URL+"/503")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, uint64(1), n.State().Drops, "503 is a drop")
+
+	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 20 * time.Millisecond}
+	_, err = get(t, timeoutClient, srv.URL+"/slow")
+	require.Error(t, err)
+	eventually(t, func() bool { s := n.State(); return s.Drops == 2 && s.Inflight == 0 }, "a timeout is a drop")
+}
+
+func TestTransportRefusesWhenNotStarted(t *testing.T) {
+	t.Parallel()
+	n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
+	require.NoError(t, err)
+	client := &http.Client{Transport: n.Transport(nil)}
+	_, err = get(t, client, "http://127.0.0.1:1/")
+	require.ErrorIs(t, err, ErrNotStarted)
+}
