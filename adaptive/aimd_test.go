@@ -7,20 +7,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestAIMDAdditiveIncreaseWhileUtilized(t *testing.T) {
+func TestAIMDAdditiveIncreaseWhileUtilizedOncePerRoundTrip(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{Law: AIMD, InitialLimit: 10, AIMDIncrease: 2})
 	leases := acquireN(t, l, 5)
 	clk.Advance(time.Millisecond)
 	leases[0].Release() // load 5 ≥ 0.5·10
 	require.Equal(t, 12.0, l.Estimate())
-	leases[1].Release() // load 4 < 0.5·12
+	leases[1].Release() // admitted in the same round trip: no second step
 	require.Equal(t, 12.0, l.Estimate())
+
+	next := acquireN(t, l, 1)[0] // a new round trip, load 4 < 0.5·12
+	clk.Advance(time.Millisecond)
+	next.Release()
+	require.Equal(t, 12.0, l.Estimate())
+
 	l.SetPeerInflight(10)
-	leases[2].Release() // load 3 + 10 peers
+	next = acquireN(t, l, 1)[0] // load 4 + 10 peers
+	clk.Advance(time.Millisecond)
+	next.Release()
 	require.Equal(t, 14.0, l.Estimate())
-	leases[3].Ignore()
-	leases[4].Ignore()
+	for _, le := range leases[2:] {
+		le.Ignore()
+	}
 }
 
 func TestAIMDIdleDoesNotGrow(t *testing.T) {

@@ -95,8 +95,9 @@ type Config struct {
 	// Smoothing is the weight of each new Gradient2 target in the
 	// estimate's moving average. Defaults to 0.2. Must be in (0, 1].
 	Smoothing float64
-	// RTTWindow is the number of most recent clean samples over which
-	// rttNoload is the minimum. Defaults to 600. Must be in [1, 1<<20].
+	// RTTWindow is the number of most recent round trips over which
+	// rttNoload is the minimum; each round trip contributes its fastest
+	// clean sample. Defaults to 600. Must be in [1, 1<<20].
 	RTTWindow int
 	// QueueSize is the headroom Gradient2 adds to estimate·gradient.
 	// It is called with the limiter's lock held and must not call back into

@@ -25,12 +25,26 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	if l.recal.active() {
 		l.recalObserve(now, rec, o, rtt)
 	} else if o == released {
-		l.window.push(rtt)
-		switch l.cfg.Law {
-		case AIMD:
-			l.aimdSample(rec, rtt, load)
-		default:
-			l.gradientSample(rtt, load)
+		// The law moves the estimate once per round trip: on the first
+		// clean sample of a request admitted since the last move. Moving
+		// on every sample would compound a round trip's worth of samples,
+		// as many as the limit, into one step whose size grew with the
+		// limit itself. Likewise the min-RTT window takes one entry per
+		// round trip, the fastest sample of the round, so RTTWindow spans
+		// round trips whatever the request rate.
+		if l.roundMin == 0 || rtt < l.roundMin {
+			l.roundMin = rtt
+		}
+		if rec.round == l.round {
+			l.round++
+			l.window.push(l.roundMin)
+			l.roundMin = 0
+			switch l.cfg.Law {
+			case AIMD:
+				l.aimdSample(rec, rtt, load)
+			default:
+				l.gradientSample(rtt, load)
+			}
 		}
 	}
 	if o == dropped {

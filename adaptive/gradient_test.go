@@ -133,3 +133,16 @@ func TestReleaseRTTSamplesTheGivenRoundTrip(t *testing.T) {
 	le.ReleaseRTT(time.Millisecond) // settling twice is a no-op
 	require.Equal(t, 10*time.Millisecond, l.RTTNoload())
 }
+
+func TestGradient2MovesOncePerRoundTrip(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 20})
+	leases := acquireN(t, l, 20)
+	clk.Advance(10 * time.Millisecond)
+	for _, le := range leases {
+		le.Release()
+	}
+	// Twenty samples of one round trip make one step, not twenty.
+	want := 20*0.8 + (20+math.Sqrt(20))*0.2
+	require.InDelta(t, want, l.Estimate(), 1e-9)
+}

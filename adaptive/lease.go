@@ -63,6 +63,7 @@ type leaseRecord struct {
 	load         int    // own in-flight + peers' in-flight at admission
 	backoffEpoch uint64 // the limiter's backoffEpoch at admission
 	recalSeq     uint64 // the recalibration phase at admission
+	round        uint64 // the limiter's round at admission
 }
 
 const recordChunk = 32

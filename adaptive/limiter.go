@@ -23,7 +23,9 @@ type Limiter struct {
 	peerInflight int
 	pausedUntil  time.Time
 	drops        uint64
-	backoffEpoch uint64 // bumped by every multiplicative decrease
+	backoffEpoch uint64        // bumped by every multiplicative decrease
+	round        uint64        // bumped by every law update: one per round trip
+	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	window       minWindow
 	recal        recalState
 	free         *leaseRecord
@@ -161,6 +163,7 @@ func (l *Limiter) admit(now time.Time) Lease {
 	rec.load = l.inflight + l.peerInflight
 	rec.backoffEpoch = l.backoffEpoch
 	rec.recalSeq = l.recal.seq
+	rec.round = l.round
 	if l.onAdmit != nil {
 		l.onAdmit(l.inflight, l.limit())
 	}
