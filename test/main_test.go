@@ -1,0 +1,21 @@
+package test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
