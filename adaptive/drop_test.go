@@ -75,3 +75,30 @@ func TestMaxHealthyRTTUnderAIMD(t *testing.T) {
 	require.Equal(t, 5.0, l.Estimate())
 	require.EqualValues(t, 10, l.Drops())
 }
+
+func TestInstantDropsBackOffNoSoonerThanRTTNoload(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	le := acquireN(t, l, 1)[0]
+	clk.Advance(100 * time.Millisecond)
+	le.Release() // rttNoload = 100 ms
+	require.Equal(t, 100*time.Millisecond, l.RTTNoload())
+
+	le = acquireN(t, l, 1)[0]
+	le.Drop() // an instant 429
+	require.InDelta(t, 90, l.Estimate(), 1e-9)
+
+	// Instant 429s of requests admitted after the decrease, within one
+	// rttNoload of it: the upstream is still busy with what came before.
+	for range 5 {
+		clk.Advance(10 * time.Millisecond)
+		le = acquireN(t, l, 1)[0]
+		le.Drop()
+	}
+	require.InDelta(t, 90, l.Estimate(), 1e-9, "no second decrease within rttNoload")
+
+	clk.Advance(60 * time.Millisecond)
+	le = acquireN(t, l, 1)[0]
+	le.Drop()
+	require.InDelta(t, 81, l.Estimate(), 1e-9, "a round trip later, drops count again")
+}

@@ -41,7 +41,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			l.roundMin = 0
 			switch l.cfg.Law {
 			case AIMD:
-				l.aimdSample(rec, rtt, load)
+				l.aimdSample(now, rec, rtt, load)
 			default:
 				l.gradientSample(rtt, load)
 			}
@@ -49,7 +49,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	}
 	if o == dropped {
 		l.drops++
-		l.backoff(rec, l.cfg.BackoffRatio)
+		l.backoff(now, rec, l.cfg.BackoffRatio)
 	}
 }
 
@@ -66,14 +66,22 @@ func (l *Limiter) propose(next float64, load int) {
 	l.estimate = l.clampEstimate(next)
 }
 
-// backoff multiplies the estimate by ratio unless rec was admitted before
-// the last backoff: one decrease per round trip, however many of that
-// round trip's requests fail. The caller holds l.mu.
-func (l *Limiter) backoff(rec *leaseRecord, ratio float64) {
+// backoff multiplies the estimate by ratio at most once per round trip: not
+// for a request admitted before the last backoff, and not sooner than
+// rttNoload after it. The second rule matters when overload is signalled
+// instantly (a 429 answered at once): requests admitted just after a
+// backoff meet the upstream still busy with what was admitted before it,
+// and their fast rejections say nothing yet about the lowered limit. The
+// caller holds l.mu.
+func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio float64) {
 	if rec.backoffEpoch != l.backoffEpoch {
 		return
 	}
+	if noload, ok := l.window.min(); ok && now.Sub(l.lastBackoff) < noload {
+		return
+	}
 	l.backoffEpoch++
+	l.lastBackoff = now
 	l.estimate = l.clampEstimate(l.estimate * ratio)
 }
 

@@ -24,6 +24,7 @@ type Limiter struct {
 	pausedUntil  time.Time
 	drops        uint64
 	backoffEpoch uint64        // bumped by every multiplicative decrease
+	lastBackoff  time.Time     // when the last multiplicative decrease happened
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	window       minWindow
