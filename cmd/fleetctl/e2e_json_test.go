@@ -1,0 +1,153 @@
+package main_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+// decodeJSON decodes s into a fresh value of type T, rejecting unknown
+// fields, so that the JSON interface is checked field by field.
+func decodeJSON[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	dec := jsonDecoder(s)
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&v), "decoding %s", s)
+	return v
+}
+
+type keyJSON struct {
+	Key         string    `json:"key"`
+	LGlobal     int       `json:"l_global"`
+	MinLimit    *int      `json:"min_limit"`
+	MaxLimit    *int      `json:"max_limit"`
+	Aggregate   string    `json:"aggregate"`
+	Generation  int64     `json:"generation"`
+	CreatedAt   time.Time `json:"created_at"`
+	LiveNodes   int       `json:"live_nodes"`
+	SumShare    int       `json:"sum_share"`
+	SumInflight int       `json:"sum_inflight"`
+	Utilization *float64  `json:"utilization"`
+}
+
+type nodeJSON struct {
+	Key              string            `json:"key"`
+	NodeID           string            `json:"node_id"`
+	Instance         string            `json:"instance"`
+	Seq              int64             `json:"seq"`
+	LLocal           int               `json:"l_local"`
+	Share            int               `json:"share"`
+	Inflight         int               `json:"inflight"`
+	Demand           int               `json:"demand"`
+	GrantedGen       int64             `json:"granted_gen"`
+	AppliedGen       int64             `json:"applied_gen"`
+	UnackedHigh      int               `json:"unacked_high"`
+	LeaseRemainingMS int64             `json:"lease_remaining_ms"`
+	HeartbeatAgeMS   int64             `json:"heartbeat_age_ms"`
+	LeaseExpiresAt   time.Time         `json:"lease_expires_at"`
+	HeartbeatAt      time.Time         `json:"heartbeat_at"`
+	JoinedAt         time.Time         `json:"joined_at"`
+	Status           string            `json:"status"`
+	Draining         bool              `json:"draining"`
+	Evicted          bool              `json:"evicted"`
+	Fenced           bool              `json:"fenced"`
+	Labels           map[string]string `json:"labels"`
+}
+
+func TestJSONOutput(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seed(t, dsn)
+
+	keys := decodeJSON[[]keyJSON](t, mustRun(t, dsn, "keys", "--output", "json"))
+	require.Len(t, keys, 2)
+	api, batch := keys[0], keys[1]
+	require.Equal(t, "api", api.Key)
+	require.Equal(t, 20, api.LGlobal, "lower median of 40 and 20")
+	require.Nil(t, api.MinLimit)
+	require.Nil(t, api.MaxLimit)
+	require.Equal(t, "lower_median", api.Aggregate)
+	require.Equal(t, 2, api.LiveNodes)
+	require.Equal(t, 4, api.SumInflight)
+	require.NotNil(t, api.Utilization)
+	require.InDelta(t, 4.0/20.0, *api.Utilization, 1e-9)
+	require.WithinDuration(t, time.Now(), api.CreatedAt, time.Minute)
+	require.Equal(t, "batch", batch.Key)
+	require.Equal(t, 1, batch.LiveNodes, "worker-1's lease has run out")
+
+	nodes := decodeJSON[[]nodeJSON](t, mustRun(t, dsn, "nodes", "api", "-o", "json"))
+	require.Len(t, nodes, 2)
+	a := nodes[0]
+	require.Equal(t, "api", a.Key)
+	require.Equal(t, "node-a", a.NodeID)
+	require.Equal(t, "i-a", a.Instance)
+	require.Equal(t, 40, a.LLocal)
+	require.Equal(t, 3, a.Inflight)
+	require.Equal(t, 10, a.Demand)
+	require.Equal(t, "active", a.Status)
+	require.False(t, a.Fenced)
+	require.Equal(t, map[string]string{"zone": "a"}, a.Labels)
+	require.Greater(t, a.LeaseRemainingMS, int64(59*time.Minute/time.Millisecond))
+	require.GreaterOrEqual(t, a.HeartbeatAgeMS, int64(0))
+	require.Equal(t, api.SumShare, nodes[0].Share+nodes[1].Share, "keys sums the shares")
+	require.Equal(t, 20, api.SumShare, "the shares have converged to L_global")
+
+	batchNodes := decodeJSON[[]nodeJSON](t, mustRun(t, dsn, "nodes", "batch", "-o", "json"))
+	require.Len(t, batchNodes, 2)
+	require.Equal(t, "worker-1", batchNodes[0].NodeID)
+	require.True(t, batchNodes[0].Fenced)
+	require.LessOrEqual(t, batchNodes[0].LeaseRemainingMS, int64(0))
+	require.Equal(t, map[string]string{}, batchNodes[1].Labels, "no labels is an empty object, not null")
+
+	mustRun(t, dsn, "limits", "set", "api", "--min", "5")
+	type limitsJSON struct {
+		Key       string `json:"key"`
+		MinLimit  *int   `json:"min_limit"`
+		MaxLimit  *int   `json:"max_limit"`
+		LGlobal   int    `json:"l_global"`
+		Aggregate string `json:"aggregate"`
+	}
+	lim := decodeJSON[limitsJSON](t, mustRun(t, dsn, "limits", "get", "api", "-o", "json"))
+	require.Equal(t, "api", lim.Key)
+	require.NotNil(t, lim.MinLimit)
+	require.Equal(t, 5, *lim.MinLimit)
+	require.Nil(t, lim.MaxLimit)
+
+	type migrationJSON struct {
+		Version   int64      `json:"version"`
+		Name      string     `json:"name"`
+		State     string     `json:"state"`
+		AppliedAt *time.Time `json:"applied_at"`
+	}
+	st := decodeJSON[[]migrationJSON](t, mustRun(t, dsn, "migrate", "status", "-o", "json"))
+	require.NotEmpty(t, st)
+	for i, m := range st {
+		require.Equal(t, int64(i+1), m.Version)
+		require.Equal(t, "applied", m.State)
+		require.NotNil(t, m.AppliedAt)
+		require.True(t, strings.HasSuffix(m.Name, ".sql"), m.Name)
+	}
+
+	type watchJSON struct {
+		Time time.Time `json:"time"`
+		keyJSON
+		Nodes []nodeJSON `json:"nodes"`
+	}
+	lines := strings.Split(strings.TrimSpace(mustRun(t, dsn, "watch", "api", "--count", "3", "--interval", "20ms", "-o", "json")), "\n")
+	require.Len(t, lines, 3)
+	for _, line := range lines {
+		w := decodeJSON[watchJSON](t, line)
+		require.Equal(t, "api", w.Key)
+		require.Equal(t, 20, w.LGlobal)
+		require.Len(t, w.Nodes, 2)
+		require.WithinDuration(t, time.Now(), w.Time, time.Minute)
+	}
+}
+
+func jsonDecoder(s string) *json.Decoder { return json.NewDecoder(strings.NewReader(s)) }

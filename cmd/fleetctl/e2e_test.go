@@ -1,0 +1,384 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// binDir holds the fleetctl binary built for this test binary.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleetctl-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := pgtest.Run(m)
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// fleetctl returns the path of the fleetctl binary, building it once per
+// test binary.
+func fleetctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(binDir, "fleetctl")
+	buildOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return bin
+}
+
+// result is what one run of fleetctl produced.
+type result struct {
+	stdout, stderr string
+	code           int
+	elapsed        time.Duration
+}
+
+// cleanEnv is the test process's environment without anything that would
+// pick a database for fleetctl.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "FLEET_DATABASE_URL" || name == "DATABASE_URL" || strings.HasPrefix(name, "PG") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// command prepares fleetctl args with a clean environment plus extra.
+func command(t *testing.T, ctx context.Context, extra []string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, fleetctl(t), args...)
+	cmd.Env = cleanEnv(extra...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	return cmd, &stdout, &stderr
+}
+
+// runEnv runs fleetctl with extra environment variables, bounded by a
+// minute.
+func runEnv(t *testing.T, extra []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, stdout, stderr := command(t, ctx, extra, args...)
+	begin := time.Now()
+	err := cmd.Run()
+	res := result{stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(begin)}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		res.code = exitErr.ExitCode()
+	default:
+		t.Fatalf("fleetctl %s: %v", strings.Join(args, " "), err)
+	}
+	return res
+}
+
+// run runs fleetctl against dsn (passed in FLEET_DATABASE_URL when not
+// empty).
+func run(t *testing.T, dsn string, args ...string) result {
+	t.Helper()
+	var extra []string
+	if dsn != "" {
+		extra = []string{"FLEET_DATABASE_URL=" + dsn}
+	}
+	return runEnv(t, extra, args...)
+}
+
+// mustRun runs fleetctl and requires exit status 0 and an empty stderr.
+func mustRun(t *testing.T, dsn string, args ...string) string {
+	t.Helper()
+	res := run(t, dsn, args...)
+	require.Equal(t, 0, res.code, "fleetctl %s: stderr: %s", strings.Join(args, " "), res.stderr)
+	require.Empty(t, res.stderr, "fleetctl %s", strings.Join(args, " "))
+	return res.stdout
+}
+
+// Volatile parts of the output, masked before comparing with golden files:
+// durations (lease remaining, heartbeat age) keep their width with every
+// digit replaced by #, and timestamps become TIME.
+var (
+	durationRE  = regexp.MustCompile(`\b(\d+h\d{2}m|\d+m\d{2}s|\d+\.\ds|\d+s)\b`)
+	timestampRE = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})`)
+	digitRE     = regexp.MustCompile(`\d`)
+)
+
+func mask(s string) string {
+	s = timestampRE.ReplaceAllStringFunc(s, func(ts string) string {
+		return "TIME" + strings.Repeat(" ", max(0, len(ts)-4))
+	})
+	return durationRE.ReplaceAllStringFunc(s, func(d string) string { return digitRE.ReplaceAllString(d, "#") })
+}
+
+// golden compares got, masked, with testdata/name.golden, or rewrites the
+// file under -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	got = mask(got)
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "missing golden file; run go test ./cmd/fleetctl -run %s -update", t.Name())
+	require.Equal(t, string(want), got, "output differs from %s (rerun with -update if the change is intended)", path)
+}
+
+// seed builds a fleet state through the coordinator, with leases long
+// enough that nothing expires during a test except worker-1 on "batch":
+//
+//	api:   node-a (l_local 40, inflight 3, demand 10, zone=a) and
+//	       node-b (l_local 20, inflight 1, demand 5, zone=b), three rounds
+//	       of heartbeats each acknowledging the previous grant, so the
+//	       shares have converged (13 + 7 = L_global 20);
+//	batch: worker-2 (l_local 8), then worker-1 with a 100ms lease, expired.
+func seed(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	api := []coord.Report{
+		{Key: "api", NodeID: "node-a", Instance: "i-a", LLocal: 40, Inflight: 3, Demand: 10, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "a"}},
+		{Key: "api", NodeID: "node-b", Instance: "i-b", LLocal: 20, Inflight: 1, Demand: 5, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "b"}},
+	}
+	for round := int64(1); round <= 3; round++ {
+		for i := range api {
+			api[i].Seq = round
+			g, err := c.Heartbeat(ctx, api[i])
+			require.NoError(t, err)
+			api[i].AppliedGen = g.Generation
+		}
+	}
+	for _, r := range []coord.Report{
+		{Key: "batch", NodeID: "worker-2", Instance: "i-2", Seq: 1, LLocal: 8, LeaseTTL: time.Hour},
+		{Key: "batch", NodeID: "worker-1", Instance: "i-1", Seq: 1, LLocal: 8, Inflight: 2, Demand: 2, LeaseTTL: 100 * time.Millisecond},
+	} {
+		_, err := c.Heartbeat(ctx, r)
+		require.NoError(t, err)
+	}
+	time.Sleep(150 * time.Millisecond) // let worker-1's lease run out
+}
+
+func TestReadCommandsGolden(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seed(t, dsn)
+
+	golden(t, "keys", mustRun(t, dsn, "keys"))
+	golden(t, "nodes_api", mustRun(t, dsn, "nodes", "api"))
+	golden(t, "nodes_batch", mustRun(t, dsn, "nodes", "batch"))
+	golden(t, "limits_get", mustRun(t, dsn, "limits", "get", "api"))
+	golden(t, "migrate_status", mustRun(t, dsn, "migrate", "status"))
+	golden(t, "watch_plain", mustRun(t, dsn, "watch", "api", "--count", "2", "--interval", "50ms"))
+	// Flags may come before the arguments too, and -o is --output.
+	golden(t, "nodes_api", mustRun(t, dsn, "nodes", "-o", "table", "api"))
+}
+
+func TestWriteCommandsGolden(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seed(t, dsn)
+
+	var out strings.Builder
+	step := func(args ...string) {
+		fmt.Fprintf(&out, "$ fleetctl %s\n%s", strings.Join(args, " "), mustRun(t, dsn, args...))
+	}
+	step("limits", "set", "api", "--max", "30", "--min", "5")
+	step("limits", "set", "api", "--clear-min")
+	step("limits", "get", "api")
+	step("drain", "api", "node-a")
+	step("nodes", "api")
+	step("undrain", "api", "node-a")
+	step("evict", "api", "node-b")
+	step("nodes", "api")
+	step("limits", "set", "api", "--clear-max")
+	golden(t, "write_commands", out.String())
+
+	// --wait on a node whose lease has run out returns at once.
+	res := run(t, dsn, "drain", "batch", "worker-1", "--wait")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, "node \"worker-1\" on key \"batch\" is draining\n"+
+		"node \"worker-1\" on key \"batch\" is drained (its lease has run out)\n", res.stdout)
+	// worker-2 never heartbeats again, so it never acknowledges the drain.
+	res = run(t, dsn, "drain", "batch", "worker-2", "--wait", "--timeout", "300ms")
+	require.Equal(t, 3, res.code, res.stderr)
+	require.Contains(t, res.stderr, "fleetctl: drain: node \"worker-2\" on key \"batch\" still has 0 in flight after 300ms\n")
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seed(t, dsn)
+
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string // the first line of stderr, exactly
+	}{
+		{[]string{"bogus"}, 2, `fleetctl: unknown command "bogus"`},
+		{[]string{"help", "bogus"}, 2, `fleetctl: unknown command "bogus"`},
+		{[]string{"migrate", "sideways"}, 2, `fleetctl: migrate: unknown command "sideways"`},
+		{[]string{"limits"}, 2, `fleetctl: limits: missing command`},
+		{[]string{}, 2, `fleetctl: missing command`},
+		{[]string{"keys", "--output", "yaml"}, 2, `fleetctl: keys: invalid value "yaml" for --output: want table or json`},
+		{[]string{"nodes", "api", "-o", "yaml"}, 2, `fleetctl: nodes: invalid value "yaml" for --output: want table or json`},
+		{[]string{"limits", "get", "api", "-o", "yaml"}, 2, `fleetctl: limits get: invalid value "yaml" for --output: want table or json`},
+		{[]string{"migrate", "status", "-o", "yaml"}, 2, `fleetctl: migrate status: invalid value "yaml" for --output: want table or json`},
+		{[]string{"watch", "api", "-o", "yaml"}, 2, `fleetctl: watch: invalid value "yaml" for --output: want table or json`},
+		{[]string{"keys", "--bogus"}, 2, `fleetctl: keys: flag provided but not defined: -bogus`},
+		{[]string{"nodes"}, 2, `fleetctl: nodes: missing argument KEY`},
+		{[]string{"drain", "api"}, 2, `fleetctl: drain: missing argument NODE`},
+		{[]string{"evict", "api", "node-a", "extra"}, 2, `fleetctl: evict: unexpected argument "extra"`},
+		{[]string{"drain", "api", "node-a", "--timeout", "soon"}, 2, `fleetctl: drain: invalid value "soon" for flag -timeout: parse error`},
+		{[]string{"limits", "set", "api", "--max", "0"}, 2, `fleetctl: limits set: invalid value 0 for --max: want 1..1000000 (use --clear-max to remove the bound)`},
+		{[]string{"limits", "set", "api", "--min", "-3"}, 2, `fleetctl: limits set: invalid value -3 for --min: want 1..1000000 (use --clear-min to remove the bound)`},
+		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for flag -max: parse error`},
+		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min or --clear-max`},
+		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},
+		{[]string{"watch", "api", "--count", "-1"}, 2, `fleetctl: watch: invalid value -1 for --count: want >= 0`},
+		{[]string{"demo", "--nodes", "0"}, 2, `fleetctl: demo: invalid value 0 for --nodes: want 1..32`},
+		{[]string{"--statement-timeout", "-1s", "keys"}, 2, `fleetctl: keys: invalid value -1s for --statement-timeout: want >= 0`},
+		{[]string{"nodes", "nope"}, 1, `fleetctl: nodes: unknown key "nope"`},
+		{[]string{"limits", "get", "nope"}, 1, `fleetctl: limits get: unknown key "nope"`},
+		{[]string{"watch", "nope", "--count", "1"}, 1, `fleetctl: watch: unknown key "nope"`},
+		{[]string{"drain", "api", "ghost"}, 1, `fleetctl: drain: unknown node "ghost" on key "api"`},
+		{[]string{"undrain", "nope", "ghost"}, 1, `fleetctl: undrain: unknown key "nope"`},
+		{[]string{"evict", "api", "ghost"}, 1, `fleetctl: evict: unknown node "ghost" on key "api"`},
+		{[]string{"limits", "set", "api", "--min", "50", "--max", "10"}, 1, `fleetctl: limits set: invalid override: max = 10 is below min = 50`},
+		{[]string{"migrate", "validate"}, 0, ``},
+		{[]string{"version"}, 0, ``},
+		{[]string{"--help"}, 0, ``},
+		{[]string{"drain", "--help"}, 0, ``},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, "_"), func(t *testing.T) {
+			t.Parallel()
+			res := run(t, dsn, tt.args...)
+			require.Equal(t, tt.code, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+			first, _, _ := strings.Cut(res.stderr, "\n")
+			require.Equal(t, tt.stderr, first)
+			require.NotContains(t, res.stderr, "goroutine ", "no stack trace")
+			if tt.code == 2 && len(tt.args) > 0 {
+				require.Contains(t, res.stderr, "--help' for usage.", "usage errors point at help")
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	res := run(t, "", "version")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `^fleetctl (devel|v\S+) \(go\S+\)\n$`, res.stdout)
+	require.Contains(t, res.stdout, runtime.Version())
+}
+
+func TestUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	res := run(t, "", "--database-url", "postgres://127.0.0.1:1/x", "keys")
+	require.Equal(t, 1, res.code)
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", res.stderr)
+	require.Empty(t, res.stdout)
+	require.Less(t, res.elapsed, 5*time.Second, "within the connect timeout")
+
+	// The flag wins over the environment.
+	res = runEnv(t, []string{"FLEET_DATABASE_URL=postgres://127.0.0.1:2/x", "DATABASE_URL=postgres://127.0.0.1:3/x"},
+		"keys", "--database-url", "postgres://127.0.0.1:1/x")
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", res.stderr)
+	res = runEnv(t, []string{"FLEET_DATABASE_URL=postgres://127.0.0.1:2/x", "DATABASE_URL=postgres://127.0.0.1:3/x"}, "keys")
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:2: connection refused\n", res.stderr)
+	res = runEnv(t, []string{"DATABASE_URL=postgres://127.0.0.1:3/x"}, "keys")
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:3: connection refused\n", res.stderr)
+	res = runEnv(t, []string{"PGHOST=127.0.0.1", "PGPORT=4"}, "keys")
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:4: connection refused\n", res.stderr)
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.EmptyDSN(t)
+
+	res := run(t, dsn, "migrate", "validate")
+	require.Equal(t, 3, res.code, res.stderr)
+	require.Regexp(t, `^fleetctl: migrate validate: \d+ migration\(s\) pending: schema at version 0; run 'fleetctl migrate up'\n$`, res.stderr)
+
+	var out strings.Builder
+	step := func(args ...string) {
+		fmt.Fprintf(&out, "$ fleetctl %s\n%s", strings.Join(args, " "), mustRun(t, dsn, args...))
+	}
+	step("migrate", "status")
+	step("migrate", "up")
+	step("migrate", "up")
+	step("migrate", "validate")
+	step("migrate", "down", "--to", "1")
+	step("migrate", "status")
+	step("migrate", "down")
+	step("migrate", "down")
+	step("migrate", "status")
+	golden(t, "migrate_commands", out.String())
+
+	res = run(t, dsn, "keys")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "run 'fleetctl migrate up'", "a missing schema gets a hint")
+}
+
+// TestMaskKeepsWidth checks the golden masking itself.
+func TestMaskKeepsWidth(t *testing.T) {
+	t.Parallel()
+	in := "node-a  59m59s  0.1s ago  x 2026-11-22T17:40:50.067Z 12s 2h05m 40"
+	got := mask(in)
+	require.Equal(t, len(in), len(got))
+	require.Equal(t, "node-a  ##m##s  #.#s ago  x TIME                     ##s #h##m 40", got)
+}

@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+const appName = "fleetctl"
+
+// Env is what a run of fleetctl takes from its process. The zero value of
+// each field means the process's own.
+type Env struct {
+	// Stdout receives results and help; Stderr receives errors and
+	// progress. Default to os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment (FLEET_DATABASE_URL, DATABASE_URL,
+	// COLUMNS). Defaults to os.Getenv. libpq's PG* variables are read by pgx
+	// from the process environment whatever Getenv is.
+	Getenv func(string) string
+	// IsTerminal reports whether w is a terminal, which selects watch's live
+	// view. Defaults to a check that w is an *os.File on a character device.
+	IsTerminal func(w io.Writer) bool
+}
+
+func (e Env) withDefaults() Env {
+	if e.Stdout == nil {
+		e.Stdout = os.Stdout
+	}
+	if e.Stderr == nil {
+		e.Stderr = os.Stderr
+	}
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
+	}
+	if e.IsTerminal == nil {
+		e.IsTerminal = isTerminal
+	}
+	return e
+}
+
+// isTerminal reports whether w is an *os.File on a character device.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// Run runs fleetctl with args (args[0] is the program name) and returns its
+// exit status (see the package doc). Errors are printed on env.Stderr. ctx
+// ends long-running commands (watch, demo, drain --wait) early; main cancels
+// it on SIGINT and SIGTERM. Run never calls os.Exit.
+//
+// Run is safe for concurrent use. Parsing the arguments is serialized,
+// because urfave/cli v2 keeps its help flag in a package variable that
+// every parse writes; commands run concurrently.
+func Run(ctx context.Context, args []string, env Env) (code int) {
+	parseMu.Lock()
+	parsed := sync.OnceFunc(parseMu.Unlock)
+	defer parsed()
+	r := &runner{env: env.withDefaults(), parsed: parsed}
+	defer func() {
+		// An operator sees one line, never a stack trace, even for a bug.
+		if p := recover(); p != nil {
+			code = exitCode(r.env.Stderr, fmt.Errorf("internal error (please report it): %v", p))
+		}
+	}()
+	app := r.app()
+	err := app.RunContext(ctx, normalizeArgs(app, args))
+	if err == nil && r.notFound != nil {
+		err = r.notFound
+	}
+	return exitCode(r.env.Stderr, err)
+}
+
+// parseMu serializes argument parsing; see Run.
+var parseMu sync.Mutex
+
+// runner holds one run's environment and what urfave/cli reports outside of
+// returned errors.
+type runner struct {
+	env Env
+	// parsed ends the run's parsing phase (see Run); actions call it first.
+	parsed func()
+	// notFound is set by CommandNotFound (help for an unknown command).
+	notFound error
+}
+
+// globalHelp is the app's description: the connection precedence and the
+// exit statuses.
+const globalHelp = `Inspect and operate a fleetlimit fleet through its Postgres coordinator.
+
+The database is the first of: --database-url, $FLEET_DATABASE_URL,
+$DATABASE_URL, then libpq's PG* variables (PGHOST, PGPORT, PGUSER,
+PGPASSWORD, PGDATABASE, ...). Sessions set application_name=fleetctl and
+statement_timeout (--statement-timeout).
+
+Flags may follow arguments ("drain KEY NODE --wait"). Read commands take
+--output table|json; JSON fields are snake_case and stable.
+
+Exit status: 0 ok, 1 failure, 2 usage error, 3 check failed
+(migrate validate found pending migrations, drain --wait timed out).`
+
+// Flag names shared by several commands.
+const (
+	flagDatabaseURL      = "database-url"
+	flagStatementTimeout = "statement-timeout"
+	flagConnectTimeout   = "connect-timeout"
+	flagOutput           = "output"
+)
+
+// Defaults of the connection flags.
+const (
+	DefaultStatementTimeout = 10 * time.Second
+	DefaultConnectTimeout   = 5 * time.Second
+)
+
+func (r *runner) app() *ucli.App {
+	app := &ucli.App{
+		Name:                 appName,
+		HelpName:             appName,
+		Usage:                "operate a fleetlimit fleet",
+		Description:          globalHelp,
+		HideVersion:          true,
+		Writer:               r.env.Stdout,
+		ErrWriter:            r.env.Stderr,
+		EnableBashCompletion: false,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{
+				Name:  flagDatabaseURL,
+				Usage: "Postgres URL or keyword/value string (else $FLEET_DATABASE_URL, $DATABASE_URL, then PG* variables)",
+			},
+			&ucli.DurationFlag{
+				Name:  flagStatementTimeout,
+				Value: DefaultStatementTimeout,
+				Usage: "statement_timeout of every session; 0 disables",
+			},
+			&ucli.DurationFlag{
+				Name:  flagConnectTimeout,
+				Value: DefaultConnectTimeout,
+				Usage: "how long to try to connect",
+			},
+		},
+		Commands: []*ucli.Command{
+			r.migrateCommand(),
+			r.keysCommand(),
+			r.nodesCommand(),
+			r.drainCommand(),
+			r.undrainCommand(),
+			r.evictCommand(),
+			r.limitsCommand(),
+			r.watchCommand(),
+			r.demoCommand(),
+			r.versionCommand(),
+		},
+		Action: r.unknownCommand,
+		CommandNotFound: func(c *ucli.Context, name string) {
+			r.notFound = inCommand(commandPath(c), usageErrorf("unknown command %q", name))
+		},
+		OnUsageError:   r.onUsageError,
+		ExitErrHandler: func(*ucli.Context, error) {}, // Run maps errors to exit statuses
+	}
+	setUsageErrorHandlers(app.Commands, r.onUsageError)
+	return app
+}
+
+// setUsageErrorHandlers makes every command report flag errors as usage
+// errors instead of printing help.
+func setUsageErrorHandlers(cmds []*ucli.Command, fn ucli.OnUsageErrorFunc) {
+	for _, c := range cmds {
+		c.OnUsageError = fn
+		setUsageErrorHandlers(c.Subcommands, fn)
+	}
+}
+
+func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
+	return inCommand(commandPath(c), &exitError{code: ExitUsage, err: err})
+}
+
+// unknownCommand is the action of the app and of every command group: with
+// no argument it prints help and fails as a usage error; otherwise the first
+// argument names no command.
+// Help is printed before parsing is declared over: it reads the shared
+// help flag.
+func (r *runner) unknownCommand(c *ucli.Context) error {
+	defer r.parsed()
+	if !c.Args().Present() {
+		if c.Command != nil && c.Command.Name != "" && c.Command.Name != appName {
+			_ = ucli.ShowSubcommandHelp(c)
+		} else {
+			_ = ucli.ShowAppHelp(c)
+		}
+		return inCommand(commandPath(c), usageErrorf("missing command"))
+	}
+	return inCommand(commandPath(c), usageErrorf("unknown command %q", c.Args().First()))
+}
+
+// commandPath returns the path of c's command below fleetctl ("limits set"),
+// or "" for the app itself.
+func commandPath(c *ucli.Context) string {
+	if c == nil || c.Command == nil {
+		return ""
+	}
+	name := c.Command.HelpName
+	if name == "" {
+		name = c.Command.Name
+	}
+	name = strings.TrimPrefix(name, appName)
+	return strings.TrimSpace(name)
+}
+
+// action wraps a command's action: parsing is over when it runs, and its
+// errors name the command.
+func (r *runner) action(fn func(c *ucli.Context) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		r.parsed()
+		return inCommand(commandPath(c), fn(c))
+	}
+}
+
+// wantArgs checks that c has exactly the named positional arguments and
+// returns them.
+func wantArgs(c *ucli.Context, names ...string) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) < len(names) {
+		return nil, usageErrorf("missing argument %s", strings.Join(names[len(args):], " "))
+	}
+	if len(args) > len(names) {
+		return nil, usageErrorf("unexpected argument %q", args[len(names)])
+	}
+	for i, a := range args {
+		if a == "" {
+			return nil, usageErrorf("empty argument %s", names[i])
+		}
+	}
+	return args, nil
+}
+
+// argsUsage formats the positional arguments for help.
+func argsUsage(names ...string) string { return strings.Join(names, " ") }
+
+func (r *runner) printf(format string, args ...any) {
+	fmt.Fprintf(r.env.Stdout, format, args...)
+}

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// runCLI runs fleetctl in process with an empty environment (no database
+// configured) plus env.
+func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(t.Context(), append([]string{"fleetctl"}, args...), Env{
+		Stdout: &out,
+		Stderr: &errOut,
+		Getenv: envMap(env),
+	})
+	return out.String(), errOut.String(), code
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `fleetctl: unknown command "bogus"`},
+		{[]string{}, `fleetctl: missing command`},
+		{[]string{"migrate"}, `fleetctl: migrate: missing command`},
+		{[]string{"help", "nope"}, `fleetctl: unknown command "nope"`},
+		{[]string{"keys", "-o", "yaml"}, `fleetctl: keys: invalid value "yaml" for --output: want table or json`},
+		{[]string{"keys", "extra"}, `fleetctl: keys: unexpected argument "extra"`},
+		{[]string{"nodes", ""}, `fleetctl: nodes: empty argument KEY`},
+		{[]string{"watch", "k", "--interval", "1ms"}, `fleetctl: watch: invalid value 1ms for --interval: want >= 10ms`},
+		{[]string{"drain", "k", "n", "--timeout", "0s"}, `fleetctl: drain: invalid value 0s for --timeout: want > 0`},
+		{[]string{"migrate", "down", "--to", "-1"}, `fleetctl: migrate down: invalid value -1 for --to: want >= 0`},
+		{[]string{"demo", "--duration", "1h"}, `fleetctl: demo: invalid value 1h0m0s for --duration: want 1s..10m0s`},
+		{[]string{"demo", "--workers", "0"}, `fleetctl: demo: invalid value 0 for --workers: want 1..256`},
+		{[]string{"--connect-timeout", "0s", "keys"}, `fleetctl: keys: invalid value 0s for --connect-timeout: want > 0`},
+		{[]string{"version", "now"}, `fleetctl: version: unexpected argument "now"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runCLI(t, nil, tt.args...)
+			require.Equal(t, ExitUsage, code, stderr)
+			first, rest, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tt.want, first)
+			require.Contains(t, rest, "--help' for usage.")
+		})
+	}
+}
+
+func TestHelpDocumentsPrecedence(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "--help")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stdout, "--database-url, $FLEET_DATABASE_URL,\n   $DATABASE_URL, then libpq's PG* variables")
+	require.Contains(t, stdout, "Exit status: 0 ok, 1 failure, 2 usage error, 3 check failed")
+	for _, cmd := range []string{"migrate", "keys", "nodes", "drain", "undrain", "evict", "limits", "watch", "demo", "version"} {
+		require.Contains(t, stdout, "\n   "+cmd+" ")
+	}
+}
+
+func TestConnectRefusedIsOneLine(t *testing.T) {
+	t.Parallel()
+	begin := time.Now()
+	stdout, stderr, code := runCLI(t, nil, "keys", "--database-url", "postgres://127.0.0.1:1/x")
+	require.Equal(t, ExitFailure, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr)
+	require.Less(t, time.Since(begin), DefaultConnectTimeout)
+}
+
+func TestConnectTimeout(t *testing.T) {
+	t.Parallel()
+	addr := silentServer(t)
+	begin := time.Now()
+	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: "postgres://u@" + addr + "/x"}, "--connect-timeout", "300ms", "nodes", "k")
+	elapsed := time.Since(begin)
+	require.Equal(t, ExitFailure, code)
+	require.Equal(t, "fleetctl: cannot connect to "+addr+": timed out after 300ms\n", stderr)
+	require.GreaterOrEqual(t, elapsed, 250*time.Millisecond)
+	require.Less(t, elapsed, 3*time.Second, "bounded by the connect timeout")
+}
+
+// TestWatchLiveView runs watch with a terminal: every refresh clears the
+// screen and redraws the table and the chart.
+func TestWatchLiveView(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seedKey(t, dsn)
+	var out, errOut bytes.Buffer
+	code := Run(t.Context(), []string{"fleetctl", "watch", "k", "--count", "3", "--interval", "20ms"}, Env{
+		Stdout:     &out,
+		Stderr:     &errOut,
+		Getenv:     envMap(map[string]string{EnvFleetDatabaseURL: dsn, "COLUMNS": "40"}),
+		IsTerminal: func(io.Writer) bool { return true },
+	})
+	require.Equal(t, ExitOK, code, errOut.String())
+	s := out.String()
+	require.Equal(t, 3, strings.Count(s, ansiClear), "one redraw per refresh")
+	require.True(t, strings.HasPrefix(s, ansiHideCursor))
+	require.True(t, strings.HasSuffix(s, ansiShowCursor), "the cursor is restored")
+	last := s[strings.LastIndex(s, ansiClear):]
+	require.Contains(t, last, `key "k"  L_global 12`)
+	require.Contains(t, last, "NODE")
+	require.Contains(t, last, "node-1")
+	require.Regexp(t, `L_global +█{3} 12\n`, last, "three samples at the top of the scale")
+	require.Regexp(t, `in-flight +▄{3} 5\n`, last)
+	require.Contains(t, last, "scale 0..12 over the last 20 refreshes")
+}
+
+// TestWatchContextCancel stops an endless watch by cancelling its context,
+// as SIGINT does: exit status 0.
+func TestWatchContextCancel(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seedKey(t, dsn)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := Run(ctx, []string{"fleetctl", "watch", "k", "--interval", "50ms"}, Env{
+		Stdout: &out, Stderr: &errOut, Getenv: envMap(map[string]string{EnvFleetDatabaseURL: dsn}),
+	})
+	require.Equal(t, ExitOK, code, errOut.String())
+	require.GreaterOrEqual(t, strings.Count(out.String(), "\n"), 2)
+}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+// normalizeArgs reorders args (args[0] is the program name) into the only
+// order urfave/cli v2 parses, which stops reading flags at a command's
+// first positional argument:
+//
+//	prog [global flags] cmd [flags] [sub [flags]]... [positional args]
+//
+// so that a person may write "drain KEY NODE --wait" or
+// "keys --database-url URL". A flag belongs to the innermost command that
+// defines it, else to the app when it is a global flag; an unknown flag is
+// kept where it was found, for the parser to reject. A flag that takes a
+// value takes the next argument unless written --name=value. "--" ends flag
+// parsing: it and everything after it stay positional.
+func normalizeArgs(app *ucli.App, args []string) []string {
+	if len(args) == 0 {
+		return args
+	}
+	type level struct {
+		name  string
+		cmd   *ucli.Command // nil for the app
+		flags []string
+	}
+	levels := []*level{{name: args[0]}}
+	var positional []string
+	rest := args[1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		cur := levels[len(levels)-1]
+		if a == "--" {
+			positional = append(positional, rest[i:]...)
+			break
+		}
+		if len(a) > 1 && a[0] == '-' {
+			name, hasValue := flagName(a)
+			target := cur
+			f := findFlag(flagsOf(app, cur.cmd), name)
+			if f == nil && cur.cmd != nil {
+				if g := findFlag(app.Flags, name); g != nil {
+					f, target = g, levels[0]
+				}
+			}
+			target.flags = append(target.flags, a)
+			if f != nil && takesValue(f) && !hasValue && i+1 < len(rest) {
+				i++
+				target.flags = append(target.flags, rest[i])
+			}
+			continue
+		}
+		if len(positional) == 0 {
+			if sub := findCommand(subcommandsOf(app, cur.cmd), a); sub != nil {
+				levels = append(levels, &level{name: a, cmd: sub})
+				continue
+			}
+		}
+		positional = append(positional, a)
+	}
+	out := make([]string, 0, len(args))
+	for _, l := range levels {
+		out = append(out, l.name)
+		out = append(out, l.flags...)
+	}
+	return append(out, positional...)
+}
+
+// flagName returns the name of a flag argument ("--to=3" → "to", true).
+func flagName(arg string) (name string, hasValue bool) {
+	name = strings.TrimLeft(arg, "-")
+	name, _, hasValue = strings.Cut(name, "=")
+	return name, hasValue
+}
+
+func flagsOf(app *ucli.App, cmd *ucli.Command) []ucli.Flag {
+	if cmd == nil {
+		return app.Flags
+	}
+	return cmd.Flags
+}
+
+func subcommandsOf(app *ucli.App, cmd *ucli.Command) []*ucli.Command {
+	if cmd == nil {
+		return app.Commands
+	}
+	return cmd.Subcommands
+}
+
+// findFlag returns the flag called name among flags; the help flag, which
+// urfave/cli adds to every command, counts as defined everywhere.
+func findFlag(flags []ucli.Flag, name string) ucli.Flag {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	for _, n := range ucli.HelpFlag.Names() {
+		if n == name {
+			return ucli.HelpFlag
+		}
+	}
+	return nil
+}
+
+func findCommand(cmds []*ucli.Command, name string) *ucli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+func takesValue(f ucli.Flag) bool {
+	if v, ok := f.(interface{ TakesValue() bool }); ok {
+		return v.TakesValue()
+	}
+	return true
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	ucli "github.com/urfave/cli/v2"
+)
+
+// The environment variables that name the database, in precedence order
+// after the --database-url flag.
+const (
+	EnvFleetDatabaseURL = "FLEET_DATABASE_URL"
+	EnvDatabaseURL      = "DATABASE_URL"
+)
+
+// Where a connection string came from.
+const (
+	sourceFlag     = "--database-url"
+	sourceLibpqEnv = "PG* environment"
+)
+
+// resolveDatabaseURL picks the connection string: the flag, else
+// FLEET_DATABASE_URL, else DATABASE_URL, else "" (pgx then reads libpq's PG*
+// variables and defaults). source says which one won.
+func resolveDatabaseURL(flagValue string, getenv func(string) string) (url, source string) {
+	if flagValue != "" {
+		return flagValue, sourceFlag
+	}
+	for _, name := range []string{EnvFleetDatabaseURL, EnvDatabaseURL} {
+		if v := getenv(name); v != "" {
+			return v, "$" + name
+		}
+	}
+	return "", sourceLibpqEnv
+}
+
+// connSettings is what the connection flags say.
+type connSettings struct {
+	url, source string
+	// statementTimeout and connectTimeout are the flag values; the *Set
+	// fields say whether they were given explicitly.
+	statementTimeout, connectTimeout       time.Duration
+	statementTimeoutSet, connectTimeoutSet bool
+}
+
+// connSettingsFrom reads the connection flags of c (defined on the app).
+func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
+	s := connSettings{
+		statementTimeout:    c.Duration(flagStatementTimeout),
+		connectTimeout:      c.Duration(flagConnectTimeout),
+		statementTimeoutSet: c.IsSet(flagStatementTimeout),
+		connectTimeoutSet:   c.IsSet(flagConnectTimeout),
+	}
+	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
+	if s.statementTimeout < 0 {
+		return s, usageErrorf("invalid value %s for --%s: want >= 0", s.statementTimeout, flagStatementTimeout)
+	}
+	if s.connectTimeout <= 0 {
+		return s, usageErrorf("invalid value %s for --%s: want > 0", s.connectTimeout, flagConnectTimeout)
+	}
+	return s, nil
+}
+
+// poolConfig parses s into a pool configuration with fleetctl's session
+// settings: application_name=fleetctl unless the connection string (or
+// PGAPPNAME) names one; statement_timeout from the flag when given, else
+// from the connection string, else the flag's default; the connect timeout
+// likewise. A connection string pgx cannot parse is a usage error naming
+// its source.
+func poolConfig(s connSettings) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(s.url)
+	if err != nil {
+		return nil, usageErrorf("invalid database URL from %s: %v", s.source, err)
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if params["application_name"] == "" {
+		params["application_name"] = appName
+	}
+	if _, ok := params["statement_timeout"]; !ok || s.statementTimeoutSet {
+		params["statement_timeout"] = strconv.FormatInt(s.statementTimeout.Milliseconds(), 10)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
+		cfg.ConnConfig.ConnectTimeout = s.connectTimeout
+	}
+	cfg.MaxConns = 4
+	cfg.MinConns = 0
+	return cfg, nil
+}
+
+// openPool connects to the database c's flags and the environment name, and
+// checks that it answers within the connect timeout. An unreachable database
+// is an error naming its host and port and the cause, in one line.
+func (r *runner) openPool(c *ucli.Context) (*pgxpool.Pool, error) {
+	s, err := r.connSettingsFrom(c)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := poolConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	return connect(c.Context, cfg)
+}
+
+// connect opens a pool for cfg and pings it, all within cfg's connect
+// timeout.
+func connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	timeout := cfg.ConnConfig.ConnectTimeout
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, connectError(cfg, timeout, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, connectError(cfg, timeout, err)
+	}
+	return pool, nil
+}
+
+// connectError describes a failed connection in one line: "cannot connect
+// to HOST:PORT: CAUSE".
+func connectError(cfg *pgxpool.Config, timeout time.Duration, err error) error {
+	return &exitError{
+		code:   ExitFailure,
+		global: true,
+		err:    fmt.Errorf("cannot connect to %s: %s", endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port), connectCause(err, timeout)),
+	}
+}
+
+// endpoint names a server: host:port, or the socket file for a unix
+// socket directory.
+func endpoint(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", strings.TrimSuffix(host, "/"), port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// connectCause is the innermost useful reason of a connection error: the
+// server's message, the system call's error ("connection refused"), "no
+// such host", or a timeout.
+func connectCause(err error, timeout time.Duration) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		return fmt.Sprintf("timed out after %s", timeout)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Err
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Err.Error()
+	}
+	// pgconn's messages look like "failed to connect to `user=... database=...`:
+	// 127.0.0.1:5432 (127.0.0.1): server error: ..."; keep the last part.
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 && i+2 < len(msg) {
+		return msg[i+2:]
+	}
+	return msg
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(name string) string { return m[name] }
+}
+
+func TestResolveDatabaseURLPrecedence(t *testing.T) {
+	t.Parallel()
+	all := map[string]string{
+		EnvFleetDatabaseURL: "postgres://fleet/db",
+		EnvDatabaseURL:      "postgres://generic/db",
+		"PGHOST":            "ignored-here",
+	}
+	tests := []struct {
+		name       string
+		flag       string
+		env        map[string]string
+		wantURL    string
+		wantSource string
+	}{
+		{"flag wins over everything", "postgres://flag/db", all, "postgres://flag/db", "--database-url"},
+		{"FLEET_DATABASE_URL wins over DATABASE_URL", "", all, "postgres://fleet/db", "$FLEET_DATABASE_URL"},
+		{"DATABASE_URL", "", map[string]string{EnvDatabaseURL: "postgres://generic/db"}, "postgres://generic/db", "$DATABASE_URL"},
+		{"empty variables do not count", "", map[string]string{EnvFleetDatabaseURL: "", EnvDatabaseURL: "postgres://generic/db"}, "postgres://generic/db", "$DATABASE_URL"},
+		{"nothing: libpq's PG* variables", "", map[string]string{"PGHOST": "h"}, "", "PG* environment"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url, source := resolveDatabaseURL(tt.flag, envMap(tt.env))
+			require.Equal(t, tt.wantURL, url)
+			require.Equal(t, tt.wantSource, source)
+		})
+	}
+}
+
+// TestPoolConfigLibpqEnvironment checks the last step of the precedence:
+// with no URL, pgx reads PGHOST, PGPORT, PGUSER and PGDATABASE. It sets
+// process environment variables, so it does not run in parallel.
+func TestPoolConfigLibpqEnvironment(t *testing.T) {
+	t.Setenv("PGHOST", "127.0.0.9")
+	t.Setenv("PGPORT", "6543")
+	t.Setenv("PGUSER", "operator")
+	t.Setenv("PGDATABASE", "fleet")
+	t.Setenv("PGAPPNAME", "")
+	t.Setenv("PGCONNECT_TIMEOUT", "")
+	t.Setenv("PGOPTIONS", "")
+	url, source := resolveDatabaseURL("", envMap(nil))
+	cfg, err := poolConfig(connSettings{url: url, source: source, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.9", cfg.ConnConfig.Host)
+	require.Equal(t, uint16(6543), cfg.ConnConfig.Port)
+	require.Equal(t, "operator", cfg.ConnConfig.User)
+	require.Equal(t, "fleet", cfg.ConnConfig.Database)
+
+	// A URL still takes the parts it leaves out from PG* variables, as in libpq.
+	cfg, err = poolConfig(connSettings{url: "postgres://db.internal/app", statementTimeout: time.Second, connectTimeout: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, "db.internal", cfg.ConnConfig.Host)
+	require.Equal(t, "operator", cfg.ConnConfig.User)
+
+	// PGAPPNAME names the application.
+	t.Setenv("PGAPPNAME", "mine")
+	cfg, err = poolConfig(connSettings{statementTimeout: time.Second, connectTimeout: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, "mine", cfg.ConnConfig.RuntimeParams["application_name"])
+}
+
+func TestPoolConfigSessionSettings(t *testing.T) {
+	t.Parallel()
+	const base = "postgres://u@127.0.0.1:5432/db"
+	tests := []struct {
+		name          string
+		s             connSettings
+		wantApp       string
+		wantStatement string
+		wantConnect   time.Duration
+	}{
+		{
+			name:          "defaults",
+			s:             connSettings{url: base, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "10000",
+			wantConnect:   5 * time.Second,
+		},
+		{
+			name:          "flags given",
+			s:             connSettings{url: base, statementTimeout: 1500 * time.Millisecond, statementTimeoutSet: true, connectTimeout: 2 * time.Second, connectTimeoutSet: true},
+			wantApp:       "fleetctl",
+			wantStatement: "1500",
+			wantConnect:   2 * time.Second,
+		},
+		{
+			name:          "statement timeout 0 disables it",
+			s:             connSettings{url: base, statementTimeout: 0, statementTimeoutSet: true, connectTimeout: time.Second},
+			wantApp:       "fleetctl",
+			wantStatement: "0",
+			wantConnect:   time.Second,
+		},
+		{
+			name:          "the URL's settings win over the flags' defaults",
+			s:             connSettings{url: base + "?application_name=ops&statement_timeout=250&connect_timeout=7", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "ops",
+			wantStatement: "250",
+			wantConnect:   7 * time.Second,
+		},
+		{
+			name:          "flags given win over the URL",
+			s:             connSettings{url: base + "?statement_timeout=250&connect_timeout=7", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: time.Second, connectTimeoutSet: true},
+			wantApp:       "fleetctl",
+			wantStatement: "3000",
+			wantConnect:   time.Second,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := poolConfig(tt.s)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantApp, cfg.ConnConfig.RuntimeParams["application_name"])
+			require.Equal(t, tt.wantStatement, cfg.ConnConfig.RuntimeParams["statement_timeout"])
+			require.Equal(t, tt.wantConnect, cfg.ConnConfig.ConnectTimeout)
+		})
+	}
+}
+
+func TestPoolConfigInvalidURLIsUsageError(t *testing.T) {
+	t.Parallel()
+	_, err := poolConfig(connSettings{url: "postgres://u:secret@[::1", source: "$DATABASE_URL", connectTimeout: time.Second})
+	require.Error(t, err)
+	var ee *exitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, ExitUsage, ee.code)
+	require.Contains(t, err.Error(), "invalid database URL from $DATABASE_URL")
+	require.NotContains(t, err.Error(), "secret", "the password is not printed")
+}
+
+func TestEndpoint(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "127.0.0.1:5432", endpoint("127.0.0.1", 5432))
+	require.Equal(t, "[::1]:5433", endpoint("::1", 5433))
+	require.Equal(t, "/var/run/postgresql/.s.PGSQL.5432", endpoint("/var/run/postgresql", 5432))
+}
+
+// silentServer accepts connections on 127.0.0.1 and never answers, so a
+// client waits until its own timeout.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}

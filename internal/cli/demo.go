@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
+	"github.com/fleetlimit/fleetlimit/migrations"
+)
+
+// The demo's defaults.
+const (
+	DefaultDemoDuration = 40 * time.Second
+	DefaultDemoNodes    = 4
+	DefaultDemoWorkers  = 32
+)
+
+// Bounds of the demo's flags, so that a typo cannot start a runaway fleet.
+const (
+	minDemoDuration = time.Second
+	maxDemoDuration = 10 * time.Minute
+	maxDemoNodes    = 32
+	maxDemoWorkers  = 256
+)
+
+// pgtempStartTimeout bounds starting the throwaway cluster.
+const pgtempStartTimeout = 60 * time.Second
+
+func (r *runner) demoCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "demo",
+		Usage: "run a fleet of nodes against a simulated provider whose capacity moves, and summarize",
+		Description: `demo runs --nodes fleet nodes in this process, each with --workers goroutines
+sending requests as fast as their node admits them to a simulated provider
+on 127.0.0.1. The provider's capacity is hidden from the nodes and moves
+(40 → 20 at a third of --duration → 60 at two thirds); above it, requests
+get 429. Demand (nodes × workers) is far above capacity, so the fleet has
+to find the capacity and share it. While it runs, demo shows the same view
+as watch (with the provider's capacity); at the end it prints a summary:
+goodput, 429s, the provider's maximum concurrency against its capacity,
+the time spent over capacity, and each node's share and successes.
+
+Database: with --database-url, $FLEET_DATABASE_URL or $DATABASE_URL set,
+demo migrates that database and uses a key of its own (fleetctl-demo-...),
+which it deletes at the end; nothing else is touched. Otherwise it starts
+a throwaway Postgres cluster (initdb/postgres must be installed) and
+removes it at the end. libpq's PG* variables alone do not count as a
+configured database here.`,
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: "how long the fleet runs"},
+			&ucli.IntFlag{Name: "nodes", Value: DefaultDemoNodes, Usage: "how many fleet nodes"},
+			&ucli.IntFlag{Name: "workers", Value: DefaultDemoWorkers, Usage: "request goroutines per node"},
+			&ucli.DurationFlag{Name: "interval", Usage: "time between view refreshes (default 500ms on a terminal, else 1s)"},
+		},
+		Action: r.action(func(c *ucli.Context) error {
+			if _, err := wantArgs(c); err != nil {
+				return err
+			}
+			cfg := demoConfig{
+				duration: c.Duration("duration"),
+				nodes:    c.Int("nodes"),
+				workers:  c.Int("workers"),
+				interval: c.Duration("interval"),
+			}
+			live := r.env.IsTerminal(r.env.Stdout)
+			if cfg.interval == 0 {
+				cfg.interval = time.Second
+				if live {
+					cfg.interval = 500 * time.Millisecond
+				}
+			}
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			return r.demo(c, cfg)
+		}),
+	}
+}
+
+// demoConfig is what the demo's flags say.
+type demoConfig struct {
+	duration         time.Duration
+	nodes, workers   int
+	interval         time.Duration
+	databaseLabel    string // where the database came from, for the summary
+	externalDatabase bool
+}
+
+func (d demoConfig) validate() error {
+	switch {
+	case d.duration < minDemoDuration || d.duration > maxDemoDuration:
+		return usageErrorf("invalid value %s for --duration: want %s..%s", d.duration, minDemoDuration, maxDemoDuration)
+	case d.nodes < 1 || d.nodes > maxDemoNodes:
+		return usageErrorf("invalid value %d for --nodes: want 1..%d", d.nodes, maxDemoNodes)
+	case d.workers < 1 || d.workers > maxDemoWorkers:
+		return usageErrorf("invalid value %d for --workers: want 1..%d", d.workers, maxDemoWorkers)
+	case d.interval < minInterval:
+		return usageErrorf("invalid value %s for --interval: want >= %s", d.interval, minInterval)
+	}
+	return nil
+}
+
+// demo gets a database (the configured one, else a throwaway cluster),
+// migrates it, runs the fleet and cleans up.
+func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
+	ctx := c.Context
+	s, err := r.connSettingsFrom(c)
+	if err != nil {
+		return err
+	}
+	if s.url == "" {
+		r.progress("starting a throwaway Postgres cluster (no database configured)...")
+		startCtx, cancel := context.WithTimeout(ctx, pgtempStartTimeout)
+		cluster, err := pgtemp.Start(startCtx, pgtemp.Options{})
+		cancel()
+		if err != nil {
+			if errors.Is(err, pgtemp.ErrNotInstalled) {
+				return fmt.Errorf("no database configured (--database-url, $%s, $%s) and no Postgres to start one: %w",
+					EnvFleetDatabaseURL, EnvDatabaseURL, err)
+			}
+			return fmt.Errorf("start a throwaway Postgres: %w", err)
+		}
+		defer func() { err = errors.Join(err, cluster.Stop()) }()
+		s.url, s.source = cluster.DSN("postgres"), "throwaway cluster"
+		cfg.databaseLabel = fmt.Sprintf("throwaway cluster on 127.0.0.1:%d", cluster.Port())
+	} else {
+		cfg.externalDatabase = true
+	}
+	poolCfg, err := poolConfig(s)
+	if err != nil {
+		return err
+	}
+	if cfg.externalDatabase {
+		cfg.databaseLabel = fmt.Sprintf("%s (from %s)", endpoint(poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), s.source)
+	}
+	poolCfg.MaxConns = int32(cfg.nodes + 4)
+	pool, err := connect(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	key, err := demoKey()
+	if err != nil {
+		return err
+	}
+	if cfg.externalDatabase {
+		defer func() { err = errors.Join(err, deleteDemoKey(context.WithoutCancel(ctx), pool, key)) }()
+	}
+	sum, err := r.runDemo(ctx, pool, key, cfg)
+	if err != nil {
+		return err
+	}
+	sum.write(r.env.Stdout)
+	return nil
+}
+
+// progress prints a status line on stderr.
+func (r *runner) progress(format string, args ...any) {
+	fmt.Fprintf(r.env.Stderr, format+"\n", args...)
+}
+
+// demoKey returns a key no other run uses: fleetctl-demo-<time>-<random>.
+func demoKey() (string, error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("fleetctl-demo-%s-%s", time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b)), nil
+}
+
+// sqlDeleteDemoKey removes the demo's key row; its node rows go with it
+// (ON DELETE CASCADE). By then every node has left.
+const sqlDeleteDemoKey = `DELETE FROM fleetlimit.keys WHERE key = $1`
+
+func deleteDemoKey(ctx context.Context, pool *pgxpool.Pool, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, sqlDeleteDemoKey, key); err != nil {
+		return fmt.Errorf("delete demo key %q: %w", key, err)
+	}
+	return nil
+}

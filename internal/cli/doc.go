@@ -1,0 +1,111 @@
+// Package cli is fleetctl, the operator command line of fleetlimit, as a
+// testable package: [Run] parses the arguments, runs one command and returns
+// the process exit code; cmd/fleetctl only wires it to os.Args, os.Stdout,
+// os.Stderr and os.Exit. The commands are built on github.com/urfave/cli/v2,
+// which never exits the process here: every error comes back to Run, which
+// prints it on stderr as one line (fleetctl: nodes: unknown key "x") and
+// maps it to an exit code.
+//
+// # Commands
+//
+//	migrate up                      apply every pending migration
+//	migrate down [--to VERSION]     roll back to VERSION (default 0: remove everything)
+//	migrate status [-o json]        list migrations and whether they are applied
+//	migrate validate                exit 3 when migrations are pending
+//	keys [-o json]                  every key with its ceiling, override and load
+//	nodes KEY [-o json]             every node row of KEY
+//	drain KEY NODE [--wait] [--timeout 30s]
+//	undrain KEY NODE
+//	evict KEY NODE
+//	limits get KEY [-o json]
+//	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max]
+//	watch KEY [--interval 1s] [--count N] [-o json]
+//	demo [--duration 40s] [--nodes 4] [--workers 32] [--interval D]
+//	version
+//
+// Flags may follow positional arguments (drain KEY NODE --wait) and the
+// global flags may follow the command (keys --database-url URL); "--" ends
+// flag parsing.
+//
+// # Connection
+//
+// The database is chosen in this order, first match wins:
+//
+//  1. the --database-url flag;
+//  2. the FLEET_DATABASE_URL environment variable;
+//  3. the DATABASE_URL environment variable;
+//  4. libpq's environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
+//     PGSSLMODE, ...) and its defaults, as pgx reads them.
+//
+// A URL or keyword/value string from 1–3 is still completed by the PG*
+// variables for the parts it leaves out, as in libpq. Every session sets
+// application_name=fleetctl (unless the URL or PGAPPNAME names one) and
+// statement_timeout (--statement-timeout, default 10s, 0 disables; the flag
+// wins when given, else a statement_timeout in the URL, else the default).
+// Connecting is bounded by --connect-timeout (default 5s; same precedence
+// over the URL's connect_timeout). An unreachable database is one line on
+// stderr naming host:port and the cause, exit status 1.
+//
+// demo counts only 1–3 as "a database is configured"; without one it starts
+// a throwaway Postgres cluster (internal/pgtemp).
+//
+// # Exit status
+//
+//	0  success
+//	1  runtime failure: database unreachable, unknown key or node, a
+//	   coordinator refusal such as an invalid override
+//	2  usage error: unknown command, unknown flag, bad flag value, missing or
+//	   extra argument, --output other than table or json
+//	3  check failed: migrate validate found pending migrations, drain --wait
+//	   timed out
+//
+// # Output
+//
+// Read commands (keys, nodes, limits get, migrate status, watch) take
+// --output (-o) table|json. Tables are for people and may change. JSON is
+// a stable interface: fields are only ever added, never renamed or removed,
+// and their names are snake_case. Times are RFC 3339 strings in UTC,
+// durations are integer milliseconds in fields ending in _ms, and an absent
+// optional value is null.
+//
+// keys prints an array of key objects:
+//
+//	key           string   the key
+//	l_global      int      the fleet's ceiling computed by the newest heartbeat
+//	min_limit     int|null operator override lower bound
+//	max_limit     int|null operator override upper bound
+//	aggregate     string   "lower_median" or "min"
+//	generation    int      newest grant generation of the key
+//	created_at    time     when the key row was created
+//	live_nodes    int      nodes whose lease has not run out
+//	sum_share     int      Σ share over live nodes
+//	sum_inflight  int      Σ in-flight over live nodes
+//	utilization   float|null  sum_inflight / l_global; null when l_global is 0
+//
+// nodes prints an array of node objects:
+//
+//	key, node_id, instance     string
+//	seq                        int     the newest report's sequence number
+//	l_local                    int     the node's own capacity estimate
+//	share                      int     its grant
+//	inflight, demand           int     as last reported
+//	granted_gen, applied_gen   int     grant generation issued / acknowledged
+//	unacked_high               int     the reserve held for an unacknowledged grant
+//	lease_remaining_ms         int     ≤ 0 once the lease has run out
+//	heartbeat_age_ms           int     time since the last heartbeat
+//	lease_expires_at, heartbeat_at, joined_at  time
+//	status                     string  "active", "draining" or "evicted"
+//	draining, evicted          bool
+//	fenced                     bool    the lease has run out (lease_remaining_ms ≤ 0)
+//	labels                     object  string → string
+//
+// limits get prints one object: key, min_limit, max_limit, l_global,
+// aggregate (as in keys).
+//
+// migrate status prints an array: version (int), name (string, the file
+// name), state ("applied" or "pending"), applied_at (time|null).
+//
+// watch -o json prints one object per refresh, one per line: time (time of
+// the refresh), every field of a keys object, and nodes (an array of node
+// objects).
+package cli

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// The exit statuses of fleetctl; see the package doc.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitCheckFailed = 3
+)
+
+// exitError carries an exit status and, optionally, the command it came
+// from ("nodes", "limits set"), which prefixes the message.
+type exitError struct {
+	code    int
+	command string
+	// global marks an error that is not about the command (the database is
+	// unreachable): it is printed without the command's name.
+	global bool
+	err    error
+	// hint is printed on a second line for usage errors ("Run ... --help").
+	hint string
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf returns a usage error (exit status 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// checkFailedf returns a failed check (exit status 3).
+func checkFailedf(format string, args ...any) error {
+	return &exitError{code: ExitCheckFailed, err: fmt.Errorf(format, args...)}
+}
+
+// inCommand attributes err to command (its path below fleetctl, "limits
+// set"), unless it already names one.
+func inCommand(command string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.command == "" {
+			ee.command = command
+		}
+		if ee.code == ExitUsage && ee.hint == "" {
+			ee.hint = fmt.Sprintf("Run '%s --help' for usage.", strings.TrimSpace(appName+" "+command))
+		}
+		return ee
+	}
+	return &exitError{code: ExitFailure, command: command, err: err}
+}
+
+// exitCode prints err (if any) on stderr and returns the exit status for it.
+// The message is one line (newlines inside it are folded), "fleetctl: " and
+// the command that failed first; a usage error gets a second line with a
+// hint.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	ee := &exitError{code: ExitFailure, err: err}
+	errors.As(err, &ee)
+	if errors.Is(err, context.Canceled) {
+		ee = &exitError{code: ee.code, command: ee.command, err: errors.New("interrupted")}
+	}
+	prefix := appName + ": "
+	if ee.command != "" && !ee.global {
+		prefix += ee.command + ": "
+	}
+	msg := strings.ReplaceAll(strings.TrimSpace(ee.err.Error()), "\n", " ")
+	fmt.Fprintf(stderr, "%s%s\n", prefix, msg)
+	if ee.hint != "" {
+		fmt.Fprintln(stderr, ee.hint)
+	}
+	return ee.code
+}

@@ -1,0 +1,268 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// DefaultDrainTimeout is how long drain --wait waits by default.
+const DefaultDrainTimeout = 30 * time.Second
+
+// drainPollInterval is how often drain --wait reads the node's row.
+const drainPollInterval = 100 * time.Millisecond
+
+func (r *runner) drainCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "drain",
+		Usage:     "set NODE's share on KEY to 0 until undrain; --wait blocks until it has nothing in flight",
+		ArgsUsage: argsUsage("KEY", "NODE"),
+		Description: `The node's grant drops to 0 at once; the requests it has in flight finish.
+With --wait, drain polls the node's row until the node has acknowledged
+the 0 grant and reports 0 in flight (or its row is gone, or its lease has
+run out), and fails with exit status 3 if that has not happened within
+--timeout.`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "wait", Usage: "wait until the node reports 0 in flight"},
+			&ucli.DurationFlag{Name: "timeout", Value: DefaultDrainTimeout, Usage: "how long --wait waits"},
+		},
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY", "NODE")
+			if err != nil {
+				return err
+			}
+			timeout := c.Duration("timeout")
+			if timeout <= 0 {
+				return usageErrorf("invalid value %s for --timeout: want > 0", timeout)
+			}
+			key, nodeID := args[0], args[1]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				if err := admin.Drain(ctx, key, nodeID); err != nil {
+					return adminError(err, key, nodeID)
+				}
+				r.printf("node %q on key %q is draining\n", nodeID, key)
+				if !c.Bool("wait") {
+					return nil
+				}
+				return r.waitDrained(ctx, admin, key, nodeID, timeout)
+			})
+		}),
+	}
+}
+
+// waitDrained polls key's rows until nodeID has acknowledged its drain
+// (applied_gen ≥ granted_gen) and reports 0 in flight, or its row is gone
+// or its lease has run out, or timeout passes (a failed check). An evicted
+// node no longer updates its row, so it counts as drained only once its
+// lease has run out.
+func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(drainPollInterval)
+	defer ticker.Stop()
+	lastInflight := -1
+	for {
+		nodes, err := admin.Nodes(ctx, key)
+		if err != nil {
+			return adminError(err, key, nodeID)
+		}
+		n, ok := findNode(nodes, nodeID)
+		switch {
+		case !ok:
+			r.printf("node %q on key %q has left\n", nodeID, key)
+			return nil
+		case n.LeaseRemaining <= 0:
+			r.printf("node %q on key %q is drained (its lease has run out)\n", nodeID, key)
+			return nil
+		case !n.Draining && !n.Evicted:
+			return fmt.Errorf("node %q on key %q was undrained while waiting", nodeID, key)
+		case n.Inflight == 0 && n.AppliedGen >= n.GrantedGen:
+			r.printf("node %q on key %q is drained: 0 in flight\n", nodeID, key)
+			return nil
+		}
+		if n.Inflight != lastInflight {
+			fmt.Fprintf(r.env.Stderr, "waiting for node %q: %d in flight\n", nodeID, n.Inflight)
+			lastInflight = n.Inflight
+		}
+		if !time.Now().Before(deadline) {
+			return checkFailedf("node %q on key %q still has %d in flight after %s", nodeID, key, n.Inflight, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+func findNode(nodes []coord.NodeInfo, nodeID string) (coord.NodeInfo, bool) {
+	for _, n := range nodes {
+		if n.NodeID == nodeID {
+			return n, true
+		}
+	}
+	return coord.NodeInfo{}, false
+}
+
+func (r *runner) undrainCommand() *ucli.Command {
+	return r.nodeOpCommand("undrain", "let NODE on KEY get a share again", "is no longer draining",
+		func(ctx context.Context, a coord.Admin, key, nodeID string) error { return a.Undrain(ctx, key, nodeID) })
+}
+
+func (r *runner) evictCommand() *ucli.Command {
+	cmd := r.nodeOpCommand("evict", "fence NODE on KEY: its next heartbeat stops it admitting", "is evicted",
+		func(ctx context.Context, a coord.Admin, key, nodeID string) error { return a.Evict(ctx, key, nodeID) })
+	cmd.Description = `The node's grant drops to 0 and its next heartbeat fences it. Its reserve is
+held until its lease runs out, never earlier. A process that heartbeats
+again after that joins afresh: eviction fences a run, it does not ban a
+node id.`
+	return cmd
+}
+
+// nodeOpCommand builds a command that applies op to one node.
+func (r *runner) nodeOpCommand(name, usage, done string, op func(context.Context, coord.Admin, string, string) error) *ucli.Command {
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: argsUsage("KEY", "NODE"),
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY", "NODE")
+			if err != nil {
+				return err
+			}
+			key, nodeID := args[0], args[1]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				if err := op(ctx, admin, key, nodeID); err != nil {
+					return adminError(err, key, nodeID)
+				}
+				r.printf("node %q on key %q %s\n", nodeID, key, done)
+				return nil
+			})
+		}),
+	}
+}
+
+func (r *runner) limitsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:   "limits",
+		Usage:  "show or set KEY's operator override of L_global",
+		Action: r.unknownCommand,
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "get",
+				Usage:     "show KEY's min/max override, L_global and aggregate",
+				ArgsUsage: argsUsage("KEY"),
+				Description: `A "-" bound is unset. JSON fields: key, min_limit, max_limit (null when
+unset), l_global, aggregate.`,
+				Flags: []ucli.Flag{outputFlag()},
+				Action: r.action(func(c *ucli.Context) error {
+					format, err := outputFormat(c)
+					if err != nil {
+						return err
+					}
+					args, err := wantArgs(c, "KEY")
+					if err != nil {
+						return err
+					}
+					return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+						k, err := findKey(ctx, admin, args[0])
+						if err != nil {
+							return err
+						}
+						if format == formatJSON {
+							return writeJSON(r.env.Stdout, newLimitsView(k))
+						}
+						return writeLimitsTable(r.env.Stdout, newLimitsView(k))
+					})
+				}),
+			},
+			r.limitsSetCommand(),
+		},
+	}
+}
+
+func (r *runner) limitsSetCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "set",
+		Usage:     "change KEY's min/max override of L_global",
+		ArgsUsage: argsUsage("KEY"),
+		Description: fmt.Sprintf(`L_global is clamped to [min, max] from the key's next heartbeat on.
+Only the bounds named change: --min N and --max N set a bound (N in
+1..%d), --clear-min and --clear-max remove one; the other bound keeps
+its value. A value out of range is a usage error (exit status 2); a max
+below the min is refused by the coordinator (exit status 1). Prints the
+new limits. The change is a read of the current override and a write of
+the merged one: two limits set on one key at the same moment may lose
+one of the changes.`, coord.MaxCount),
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "unchanged"},
+			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "unchanged"},
+			&ucli.BoolFlag{Name: "clear-min", Usage: "remove the lower bound"},
+			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
+		},
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			minChange, err := readBoundChange(c, "min")
+			if err != nil {
+				return err
+			}
+			maxChange, err := readBoundChange(c, "max")
+			if err != nil {
+				return err
+			}
+			if !minChange.set && !maxChange.set {
+				return usageErrorf("nothing to set: give --min, --max, --clear-min or --clear-max")
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				k, err := findKey(ctx, admin, key)
+				if err != nil {
+					return err
+				}
+				minLimit, maxLimit := minChange.apply(k.MinLimit), maxChange.apply(k.MaxLimit)
+				if err := admin.SetLimits(ctx, key, minLimit, maxLimit); err != nil {
+					return adminError(err, key, "")
+				}
+				k.MinLimit, k.MaxLimit = minLimit, maxLimit
+				return writeLimitsTable(r.env.Stdout, newLimitsView(k))
+			})
+		}),
+	}
+}
+
+// boundChange is what limits set does to one bound.
+type boundChange struct {
+	set   bool // the bound changes
+	value *int // the new bound; nil removes it
+}
+
+func (b boundChange) apply(old *int) *int {
+	if !b.set {
+		return old
+	}
+	return b.value
+}
+
+// readBoundChange reads --NAME and --clear-NAME.
+func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
+	clearFlag := "clear-" + name
+	switch {
+	case c.IsSet(name) && c.Bool(clearFlag):
+		return boundChange{}, usageErrorf("--%s and --%s contradict each other", name, clearFlag)
+	case c.Bool(clearFlag):
+		return boundChange{set: true}, nil
+	case c.IsSet(name):
+		v := c.Int(name)
+		if v < 1 || v > coord.MaxCount {
+			return boundChange{}, usageErrorf("invalid value %d for --%s: want 1..%d (use --%s to remove the bound)", v, name, coord.MaxCount, clearFlag)
+		}
+		return boundChange{set: true, value: &v}, nil
+	}
+	return boundChange{}, nil
+}

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+// The output formats of read commands.
+const (
+	formatTable = "table"
+	formatJSON  = "json"
+)
+
+func outputFlag() ucli.Flag {
+	return &ucli.StringFlag{
+		Name:    flagOutput,
+		Aliases: []string{"o"},
+		Value:   formatTable,
+		Usage:   "output format: table or json",
+	}
+}
+
+// outputFormat returns c's --output, or a usage error for anything but
+// table or json.
+func outputFormat(c *ucli.Context) (string, error) {
+	switch f := c.String(flagOutput); f {
+	case formatTable, formatJSON:
+		return f, nil
+	default:
+		return "", usageErrorf("invalid value %q for --%s: want %s or %s", f, flagOutput, formatTable, formatJSON)
+	}
+}
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes aligned columns separated by at least two spaces.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// optInt formats an optional count: "-" for nil.
+func optInt(v *int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.Itoa(*v)
+}
+
+// percent formats an optional fraction as a percentage: "-" for nil.
+func percent(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
+}
+
+// shortDuration formats d for a table column, truncated (never rounded up)
+// so that a lease is never shown longer than it is: "0.4s", "12s",
+// "59m59s", "2h05m".
+func shortDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + shortDuration(-d)
+	}
+	switch {
+	case d < 10*time.Second:
+		return fmt.Sprintf("%d.%ds", d/time.Second, d%time.Second/(100*time.Millisecond))
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", d/time.Second)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", d/time.Minute, d%time.Minute/time.Second)
+	default:
+		return fmt.Sprintf("%dh%02dm", d/time.Hour, d%time.Hour/time.Minute)
+	}
+}
+
+// labelsString formats labels as sorted name=value pairs: "region=eu,zone=a",
+// or "-" for none.
+func labelsString(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(labels)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labels[k])
+	}
+	return b.String()
+}
+
+// cell makes a value safe for a table cell: tabs and newlines, which would
+// break the columns, are shown escaped, as is an empty string.
+func cell(s string) string {
+	if s == "" || strings.ContainsAny(s, "\t\n\r") {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// writeJSONLine writes v as compact JSON on one line.
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}

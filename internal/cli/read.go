@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// withAdmin connects, runs fn with the coordinator's operator interface and
+// closes the pool.
+func (r *runner) withAdmin(c *ucli.Context, fn func(ctx context.Context, admin coord.Admin) error) error {
+	pool, err := r.openPool(c)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	admin, err := coord.NewPostgres(pool)
+	if err != nil {
+		return err
+	}
+	return fn(c.Context, admin)
+}
+
+// adminError turns the coordinator's sentinel errors into messages for an
+// operator: `unknown key "x"`, `unknown node "n" on key "x"`, the reason of
+// an invalid override, or a hint when the schema is missing.
+func adminError(err error, key, nodeID string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, coord.ErrUnknownNode):
+		return fmt.Errorf("unknown node %q on key %q", nodeID, key)
+	case errors.Is(err, coord.ErrUnknownKey):
+		return fmt.Errorf("unknown key %q", key)
+	case errors.Is(err, coord.ErrInvalidOverride):
+		msg := err.Error()
+		if i := strings.Index(msg, coord.ErrInvalidOverride.Error()); i > 0 {
+			msg = msg[i:]
+		}
+		return errors.New(msg)
+	}
+	return schemaHint(err)
+}
+
+// schemaHint adds a hint to errors that mean the fleetlimit schema is
+// missing or outdated.
+func schemaHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01", "3F000", "42883": // undefined table, schema, function
+			return fmt.Errorf("%w (is the schema migrated? run 'fleetctl migrate up')", err)
+		}
+	}
+	return err
+}
+
+// findKey returns the key called key.
+func findKey(ctx context.Context, admin coord.Admin, key string) (coord.KeyInfo, error) {
+	keys, err := admin.Keys(ctx)
+	if err != nil {
+		return coord.KeyInfo{}, adminError(err, key, "")
+	}
+	for _, k := range keys {
+		if k.Key == key {
+			return k, nil
+		}
+	}
+	return coord.KeyInfo{}, fmt.Errorf("unknown key %q", key)
+}
+
+func (r *runner) keysCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "keys",
+		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization",
+		Description: `Utilization is Σ in-flight / L_global over the nodes whose lease has not run out.
+JSON fields: key, l_global, min_limit, max_limit, aggregate, generation,
+created_at, live_nodes, sum_share, sum_inflight, utilization.`,
+		Flags: []ucli.Flag{outputFlag()},
+		Action: r.action(func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			if _, err := wantArgs(c); err != nil {
+				return err
+			}
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				keys, err := admin.Keys(ctx)
+				if err != nil {
+					return adminError(err, "", "")
+				}
+				views := make([]keyView, len(keys))
+				for i, k := range keys {
+					views[i] = newKeyView(k)
+				}
+				if format == formatJSON {
+					return writeJSON(r.env.Stdout, views)
+				}
+				return writeKeysTable(r.env.Stdout, views)
+			})
+		}),
+	}
+}
+
+func (r *runner) nodesCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "nodes",
+		Usage:     "list the node rows of KEY",
+		ArgsUsage: argsUsage("KEY"),
+		Description: `Every row of the key, expired ones not yet deleted included. GEN is
+granted/applied generation; FENCED is yes once the lease has run out.
+JSON fields: key, node_id, instance, seq, l_local, share, inflight, demand,
+granted_gen, applied_gen, unacked_high, lease_remaining_ms,
+heartbeat_age_ms, lease_expires_at, heartbeat_at, joined_at, status,
+draining, evicted, fenced, labels.`,
+		Flags: []ucli.Flag{outputFlag()},
+		Action: r.action(func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				nodes, err := admin.Nodes(ctx, key)
+				if err != nil {
+					return adminError(err, key, "")
+				}
+				views := newNodeViews(nodes)
+				if format == formatJSON {
+					return writeJSON(r.env.Stdout, views)
+				}
+				return writeNodesTable(r.env.Stdout, views)
+			})
+		}),
+	}
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// seedKey gives key "k" one node: l_local 12, 5 in flight, demand 8.
+func seedKey(t *testing.T, dsn string) {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "k", NodeID: "node-1", Instance: "i", Seq: 1, LLocal: 12, Inflight: 5, Demand: 8, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+}
+
+func TestSparkline(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, " ▁▂▃▄▅▆▇█", sparkline([]float64{0, 1, 2, 3, 4, 5, 6, 7, 8}, 8))
+	require.Equal(t, "▁█", sparkline([]float64{0.01, 100}, 8), "small values show, large ones clip")
+	require.Equal(t, "  ", sparkline([]float64{0, 5}, 0), "no scale, no bars")
+}
+
+func TestShortDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                       "0.0s",
+		999 * time.Millisecond:  "0.9s",
+		9999 * time.Millisecond: "9.9s",
+		10 * time.Second:        "10s",
+		59*time.Minute + 59*time.Second + 999*time.Millisecond: "59m59s",
+		2*time.Hour + 5*time.Minute + 59*time.Second:           "2h05m",
+		-1500 * time.Millisecond:                               "-1.5s",
+	} {
+		require.Equal(t, want, shortDuration(d), "%v", d)
+	}
+}
+
+func TestHistoryKeepsWidth(t *testing.T) {
+	t.Parallel()
+	h := newHistory(3)
+	for i := range 5 {
+		h.add(frame{Key: keyView{LGlobal: i, SumInflight: i}, Provider: &providerView{Capacity: float64(10 * i)}})
+	}
+	require.Equal(t, []float64{2, 3, 4}, h.lGlobal)
+	require.Equal(t, []float64{20, 30, 40}, h.capacity)
+}
+
+func TestPlainLineAndLiveView(t *testing.T) {
+	t.Parallel()
+	u := 0.5
+	f := frame{
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC),
+		Key:  keyView{Key: "api", LGlobal: 40, LiveNodes: 2, SumShare: 38, SumInflight: 20, Utilization: &u, Aggregate: "lower_median"},
+		Nodes: []nodeView{{NodeID: "n1", LLocal: 40, Share: 20, Inflight: 10, Status: "active", Labels: map[string]string{"b": "2", "a": "1"},
+			leaseRemaining: 1500 * time.Millisecond, heartbeatAge: 200 * time.Millisecond}},
+		Provider: &providerView{Capacity: 40, Current: 21, Successes: 100, Rejected: 3},
+	}
+	require.Equal(t, `2026-01-02T03:04:05.600Z key="api" l_global=40 nodes=2 share=38 inflight=20 util=50.0% capacity=40 provider_inflight=21 ok=100 429=3`, plainLine(f))
+
+	h := newHistory(4)
+	h.add(f)
+	var b bytes.Buffer
+	require.NoError(t, renderLive(&b, "title", f, h))
+	s := b.String()
+	require.True(t, strings.HasPrefix(s, ansiClear+"title  "))
+	require.Contains(t, s, "provider: capacity 40 (hidden from the nodes)  in flight 21  ok 100  429 3")
+	require.Contains(t, s, "n1    40       20     10        0       0/0  1.5s   0.2s ago   active  no      a=1,b=2")
+	require.Contains(t, s, "L_global      █ 40\n")
+	require.Contains(t, s, "in-flight     ▄ 20\n")
+	require.Contains(t, s, "capacity      █ 40\n")
+}
+
+func TestLabelsAndCells(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "-", labelsString(nil))
+	require.Equal(t, "a=1,z=2", labelsString(map[string]string{"z": "2", "a": "1"}))
+	require.Equal(t, `"a\tb"`, cell("a\tb"))
+	require.Equal(t, `""`, cell(""))
+	require.Equal(t, "plain", cell("plain"))
+}

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+// Version returns fleetctl's module version from the build information, or
+// "devel" for a build from a checkout (or without build information).
+func Version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok || info.Main.Version == "" || info.Main.Version == "(devel)" {
+		return "devel"
+	}
+	return info.Main.Version
+}
+
+func (r *runner) versionCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "version",
+		Usage: "print fleetctl's version",
+		Action: r.action(func(c *ucli.Context) error {
+			if _, err := wantArgs(c); err != nil {
+				return err
+			}
+			r.printf("%s %s (%s)\n", appName, Version(), runtime.Version())
+			return nil
+		}),
+	}
+}

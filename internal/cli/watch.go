@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// DefaultWatchInterval is watch's default time between refreshes.
+const DefaultWatchInterval = time.Second
+
+// minInterval is the shortest refresh interval watch and demo accept.
+const minInterval = 10 * time.Millisecond
+
+func (r *runner) watchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "watch",
+		Usage:     "show KEY's nodes and load, refreshed every --interval",
+		ArgsUsage: argsUsage("KEY"),
+		Description: `On a terminal, watch redraws in place: the key's summary, its nodes and a
+chart of L_global and Σ in-flight over the last refreshes. Otherwise it
+prints one line per refresh; with --output json one JSON object per line:
+time, the fields of a keys object, and nodes (node objects). --count N
+stops after N refreshes; 0 runs until interrupted.`,
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
+			&ucli.IntFlag{Name: "count", Usage: "stop after this many refreshes; 0 runs until interrupted"},
+			outputFlag(),
+		},
+		Action: r.action(func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			interval, count := c.Duration("interval"), c.Int("count")
+			if interval < minInterval {
+				return usageErrorf("invalid value %s for --interval: want >= %s", interval, minInterval)
+			}
+			if count < 0 {
+				return usageErrorf("invalid value %d for --count: want >= 0", count)
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
+				defer v.close()
+				return watchLoop(ctx, interval, count, func() error {
+					f, err := readFrame(ctx, admin, key)
+					if err != nil {
+						return err
+					}
+					return v.show(f)
+				})
+			})
+		}),
+	}
+}
+
+// watchLoop calls refresh count times (forever when count is 0), interval
+// apart, until ctx ends, which is not an error.
+func watchLoop(ctx context.Context, interval time.Duration, count int, refresh func() error) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for i := 0; count == 0 || i < count; i++ {
+		if err := refresh(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if count != 0 && i == count-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+	return nil
+}
+
+// readFrame reads key's summary and nodes.
+func readFrame(ctx context.Context, admin coord.Admin, key string) (frame, error) {
+	k, err := findKey(ctx, admin, key)
+	if err != nil {
+		return frame{}, err
+	}
+	nodes, err := admin.Nodes(ctx, key)
+	if err != nil {
+		return frame{}, adminError(err, key, "")
+	}
+	return frame{Time: time.Now(), Key: newKeyView(k), Nodes: newNodeViews(nodes)}, nil
+}
+
+// view shows a sequence of frames: redrawn in place on a terminal, else
+// one line (or JSON object) per frame.
+type view struct {
+	w       io.Writer
+	title   string
+	live    bool
+	json    bool
+	history *history
+	started bool
+}
+
+func (r *runner) newView(format, title string) *view {
+	return &view{
+		w:       r.env.Stdout,
+		title:   title,
+		live:    format == formatTable && r.env.IsTerminal(r.env.Stdout),
+		json:    format == formatJSON,
+		history: newHistory(chartWidth(r.env.Getenv)),
+	}
+}
+
+func (v *view) show(f frame) error {
+	switch {
+	case v.json:
+		return writeJSONLine(v.w, watchLine{Time: f.Time.UTC(), keyView: f.Key, Nodes: f.Nodes})
+	case v.live:
+		if !v.started {
+			fmt.Fprint(v.w, ansiHideCursor)
+			v.started = true
+		}
+		v.history.add(f)
+		return renderLive(v.w, v.title, f, v.history)
+	default:
+		_, err := fmt.Fprintln(v.w, plainLine(f))
+		return err
+	}
+}
+
+// close restores the cursor of a live view.
+func (v *view) close() {
+	if v.started {
+		fmt.Fprint(v.w, ansiShowCursor)
+	}
+}
