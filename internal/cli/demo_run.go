@@ -58,6 +58,18 @@ type demoNode struct {
 	lastShare         int
 }
 
+// demoLimiter configures the nodes' limiters for the demo's provider, whose
+// latency stays flat up to its capacity and which answers 429 above it:
+// latency carries no signal, so the AIMD law probes by one request per round
+// trip and backs off on 429s.
+func demoLimiter(workers int) adaptive.Config {
+	return adaptive.Config{
+		InitialLimit: 10,
+		Law:          adaptive.AIMD,
+		MaxQueued:    workers,
+	}
+}
+
 // runDemo runs the fleet on key for cfg.duration (or until ctx ends) and
 // returns the summary. It stops every node and the provider before it
 // returns.
@@ -89,7 +101,7 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 			Labels:            map[string]string{"demo": "fleetctl"},
 			HeartbeatInterval: demoHeartbeat,
 			HeartbeatTimeout:  demoHeartbeatTimeout,
-			Limiter:           adaptive.Config{InitialLimit: 10, MaxQueued: cfg.workers},
+			Limiter:           demoLimiter(cfg.workers),
 			Logger:            quiet,
 		})
 		if err != nil {

@@ -25,12 +25,12 @@ type demoSummary struct {
 }
 
 type demoNodeSummary struct {
-	id                      string
-	meanShare               float64
-	lastShare               int
-	successes, rejected     int64
-	refused, failed         int64
-	maxConcurrency, current int
+	id                  string
+	meanShare           float64
+	lastShare           int
+	successes, rejected int64
+	refused, failed     int64
+	maxConcurrency      int
 }
 
 // newDemoSummary sums up a run that started offset after the provider's
