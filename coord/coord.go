@@ -28,9 +28,12 @@ type Report struct {
 	// AppliedGen is the newest grant generation the node has applied.
 	AppliedGen int64
 	// LeaseTTL is how long the coordinator keeps the node alive without a
-	// heartbeat. The lease is measured on the database's clock.
+	// heartbeat. The lease is measured on the database's clock. It must lie
+	// in [MinLeaseTTL, MaxLeaseTTL] and is kept in whole microseconds.
 	LeaseTTL time.Duration
-	// Labels are free-form key/value pairs shown to operators.
+	// Labels are free-form key/value pairs shown to operators: at most
+	// MaxLabels, names of 1..MaxNameBytes bytes, values of at most
+	// MaxNameBytes bytes.
 	Labels map[string]string
 }
 
@@ -71,8 +74,13 @@ type Grant struct {
 // safe for concurrent use.
 type Coordinator interface {
 	// Heartbeat records r, renews the node's lease and returns its grant.
+	// It returns an error wrapping ErrInvalidReport for a report out of
+	// bounds (see Report.Validate) and ErrNodeIDInUse when a live row of
+	// another instance holds the node id; nothing is written then.
 	Heartbeat(ctx context.Context, r Report) (Grant, error)
 	// Leave deletes the node's row at once, freeing its reserve; it is what a
 	// graceful shutdown calls after its in-flight requests have finished.
+	// It returns ErrUnknownKey, ErrUnknownNode, or ErrNodeIDInUse when the
+	// row belongs to another instance.
 	Leave(ctx context.Context, key, nodeID, instance string) error
 }

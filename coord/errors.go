@@ -1,0 +1,28 @@
+package coord
+
+import "errors"
+
+// ErrInvalidReport is returned (wrapped, with the offending field and value)
+// by Heartbeat and Report.Validate when a report is out of range: an empty or
+// over-long key, node id or instance, a negative or too large count, a
+// negative Seq or AppliedGen, a LeaseTTL outside [MinLeaseTTL, MaxLeaseTTL]
+// or malformed labels. Nothing is written.
+var ErrInvalidReport = errors.New("invalid report")
+
+// ErrNodeIDInUse is returned by Heartbeat when the node id is held by a live
+// row of another instance (two processes configured with one node id), and by
+// Leave when the row belongs to another instance. Nothing is written.
+var ErrNodeIDInUse = errors.New("node id in use by another instance")
+
+// ErrUnknownKey is returned by the operator operations and Leave when the key
+// has no row: no node has ever heartbeated on it.
+var ErrUnknownKey = errors.New("unknown key")
+
+// ErrUnknownNode is returned by the operator operations and Leave when the
+// key has no row for the node.
+var ErrUnknownNode = errors.New("unknown node")
+
+// ErrInvalidOverride is returned (wrapped, naming the value) by SetLimits and
+// SetAggregate for a limit outside [1, MaxCount], a max below the min, or an
+// unknown aggregate. Nothing is written.
+var ErrInvalidOverride = errors.New("invalid override")

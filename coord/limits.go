@@ -1,0 +1,20 @@
+package coord
+
+import "time"
+
+// The bounds a report must respect. The database enforces the same bounds
+// with CHECK constraints and checks in fleetlimit.heartbeat, so a raw SQL
+// caller cannot store what Heartbeat would refuse.
+const (
+	// MaxNameBytes is the longest key, node id, instance, label name or
+	// label value, in bytes.
+	MaxNameBytes = 200
+	// MaxCount bounds LLocal, Inflight, Demand and the operator limits.
+	MaxCount = 1_000_000
+	// MaxLabels is the most labels a report may carry.
+	MaxLabels = 32
+	// MinLeaseTTL is the shortest lease a report may ask for.
+	MinLeaseTTL = 100 * time.Millisecond
+	// MaxLeaseTTL is the longest lease a report may ask for.
+	MaxLeaseTTL = time.Hour
+)

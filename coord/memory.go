@@ -1,0 +1,134 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+)
+
+// Memory is a Coordinator and Admin that keeps every key in process memory
+// and runs the pure core (State) under one mutex. It is meant for tests,
+// simulations and single-process use; it is safe for concurrent use. Times
+// come from its clock, truncated to microseconds like Postgres timestamps.
+// The zero value is not usable; call NewMemory.
+type Memory struct {
+	clock Clock
+
+	mu   sync.Mutex
+	keys map[string]State
+}
+
+var (
+	_ Coordinator = (*Memory)(nil)
+	_ Admin       = (*Memory)(nil)
+)
+
+// NewMemory returns an empty in-memory coordinator reading time from clock;
+// a nil clock means the system clock.
+func NewMemory(clock Clock) *Memory {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	return &Memory{clock: clock, keys: map[string]State{}}
+}
+
+// Heartbeat runs the core on r's key, creating the key on first use. It
+// returns the errors of State.Heartbeat, wrapped as "coord: heartbeat: ...".
+func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
+	if err := r.Validate(); err != nil {
+		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := instant(m.clock)
+	s, ok := m.keys[r.Key]
+	if !ok {
+		s = NewState(r.Key, now)
+	}
+	next, g, err := s.Heartbeat(r, now)
+	if err != nil {
+		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
+	}
+	m.keys[r.Key] = next
+	return g, nil
+}
+
+// Leave deletes the node's row. It returns ErrUnknownKey, ErrUnknownNode or
+// ErrNodeIDInUse (see State.Leave), wrapped.
+func (m *Memory) Leave(_ context.Context, key, nodeID, instance string) error {
+	return m.update("leave", key, func(s State) (State, error) { return s.Leave(nodeID, instance) })
+}
+
+// Keys lists every key, sorted by name.
+func (m *Memory) Keys(_ context.Context) ([]KeyInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := instant(m.clock)
+	out := make([]KeyInfo, 0, len(m.keys))
+	for _, k := range slices.Sorted(maps.Keys(m.keys)) {
+		out = append(out, keyInfo(m.keys[k], now))
+	}
+	return out, nil
+}
+
+// Nodes lists the rows of key, sorted by node id. It returns ErrUnknownKey,
+// wrapped, for a key without a row.
+func (m *Memory) Nodes(_ context.Context, key string) ([]NodeInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.keys[key]
+	if !ok {
+		return nil, fmt.Errorf("coord: nodes: %w: %.40q", ErrUnknownKey, key)
+	}
+	return nodeInfos(s, instant(m.clock)), nil
+}
+
+// Drain implements Admin.Drain; see State.Drain.
+func (m *Memory) Drain(_ context.Context, key, nodeID string) error {
+	return m.update("drain", key, func(s State) (State, error) { return s.Drain(nodeID) })
+}
+
+// Undrain implements Admin.Undrain; see State.Undrain.
+func (m *Memory) Undrain(_ context.Context, key, nodeID string) error {
+	return m.update("undrain", key, func(s State) (State, error) { return s.Undrain(nodeID) })
+}
+
+// Evict implements Admin.Evict; see State.Evict.
+func (m *Memory) Evict(_ context.Context, key, nodeID string) error {
+	return m.update("evict", key, func(s State) (State, error) { return s.Evict(nodeID) })
+}
+
+// SetLimits implements Admin.SetLimits; see State.SetLimits. The values are
+// validated before the key is looked up.
+func (m *Memory) SetLimits(_ context.Context, key string, minLimit, maxLimit *int) error {
+	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return fmt.Errorf("coord: set limits: %w", err)
+	}
+	return m.update("set limits", key, func(s State) (State, error) { return s.SetLimits(minLimit, maxLimit) })
+}
+
+// SetAggregate implements Admin.SetAggregate; see State.SetAggregate. The
+// value is validated before the key is looked up.
+func (m *Memory) SetAggregate(_ context.Context, key string, a Aggregate) error {
+	if err := validateAggregate(a); err != nil {
+		return fmt.Errorf("coord: set aggregate: %w", err)
+	}
+	return m.update("set aggregate", key, func(s State) (State, error) { return s.SetAggregate(a) })
+}
+
+func (m *Memory) update(op, key string, fn func(State) (State, error)) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.keys[key]
+	if !ok {
+		return fmt.Errorf("coord: %s: %w: %.40q", op, ErrUnknownKey, key)
+	}
+	next, err := fn(s)
+	if err != nil {
+		return fmt.Errorf("coord: %s: %w", op, err)
+	}
+	m.keys[key] = next
+	return nil
+}

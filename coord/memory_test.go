@@ -1,0 +1,89 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMemoryConcurrentUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := NewMemory(nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("n%d", i)
+			for seq := int64(1); seq <= 50; seq++ {
+				r := Report{Key: "k", NodeID: id, Instance: id, Seq: seq, LLocal: 10, Inflight: int(seq % 3),
+					Demand: 3, LeaseTTL: time.Minute}
+				if _, err := m.Heartbeat(ctx, r); err != nil {
+					errs <- err
+					return
+				}
+				if seq%10 == 0 {
+					if _, err := m.Nodes(ctx, "k"); err != nil {
+						errs <- err
+						return
+					}
+					if err := m.Drain(ctx, "k", id); err != nil {
+						errs <- err
+						return
+					}
+					if err := m.Undrain(ctx, "k", id); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	keys, err := m.Keys(ctx)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.Equal(t, 20, keys[0].LiveNodes)
+	require.LessOrEqual(t, keys[0].SumShare, keys[0].LGlobal)
+}
+
+func TestMemoryErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newFakeClock(t0)
+	m := NewMemory(clock)
+	_, err := m.Heartbeat(ctx, Report{Key: "k"})
+	require.ErrorIs(t, err, ErrInvalidReport)
+	require.ErrorContains(t, err, "coord: heartbeat: invalid report: node_id")
+	keys, err := m.Keys(ctx)
+	require.NoError(t, err)
+	require.Empty(t, keys, "a refused report creates no key")
+
+	_, err = m.Nodes(ctx, "k")
+	require.ErrorIs(t, err, ErrUnknownKey)
+	require.ErrorIs(t, m.Drain(ctx, "k", "a"), ErrUnknownKey)
+	require.ErrorIs(t, m.Leave(ctx, "k", "a", "a-1"), ErrUnknownKey)
+
+	_, err = m.Heartbeat(ctx, rep("a", 1, 4, 0, 0, 0))
+	require.NoError(t, err)
+	require.ErrorIs(t, m.Evict(ctx, "k", "b"), ErrUnknownNode)
+	require.ErrorContains(t, m.Evict(ctx, "k", "b"), "coord: evict: unknown node")
+
+	clock.Advance(time.Second)
+	nodes, err := m.Nodes(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Equal(t, ttl-time.Second, nodes[0].LeaseRemaining)
+	require.Equal(t, time.Second, nodes[0].HeartbeatAge)
+	require.Equal(t, StatusActive, nodes[0].Status())
+}

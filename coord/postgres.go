@@ -1,0 +1,269 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a Coordinator and Admin backed by the fleetlimit schema (see
+// package migrations). Each call is one SQL statement: one round trip and
+// one transaction. A heartbeat is a call of fleetlimit.heartbeat, the SQL
+// twin of State.Heartbeat; its lease clock is the database's now(), never
+// the caller's. It is safe for concurrent use; calls on one key serialize on
+// the key's row lock in the database, calls on different keys do not.
+type Postgres struct {
+	pool  *pgxpool.Pool
+	clock Clock // nil: the database's now()
+
+	// skipValidation sends reports to the database unchecked, so tests can
+	// exercise the function's own checks.
+	skipValidation bool
+}
+
+var (
+	_ Coordinator = (*Postgres)(nil)
+	_ Admin       = (*Postgres)(nil)
+)
+
+// maxAttempts bounds the retries of a call that hit a transient conflict.
+const maxAttempts = 5
+
+// PostgresOption configures NewPostgres.
+type PostgresOption func(*Postgres) error
+
+// WithClock makes the coordinator pass c's time to the database as "now"
+// instead of letting it use now(). It is for tests only: it lets a test run
+// the Postgres coordinator on a fake clock, in lockstep with Memory. In
+// production the lease clock must be the database's. A nil clock is an
+// error.
+func WithClock(c Clock) PostgresOption {
+	return func(p *Postgres) error {
+		if c == nil {
+			return errors.New("WithClock: nil clock")
+		}
+		p.clock = c
+		return nil
+	}
+}
+
+// NewPostgres returns a coordinator using pool. The schema must have been
+// migrated (migrations.Up). It returns an error for a nil pool or an
+// invalid option.
+func NewPostgres(pool *pgxpool.Pool, opts ...PostgresOption) (*Postgres, error) {
+	if pool == nil {
+		return nil, errors.New("coord: new postgres: nil pool")
+	}
+	p := &Postgres{pool: pool}
+	for _, opt := range opts {
+		if err := opt(p); err != nil {
+			return nil, fmt.Errorf("coord: new postgres: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// now is the "now" parameter: NULL unless a test clock is set.
+func (p *Postgres) now() *time.Time {
+	if p.clock == nil {
+		return nil
+	}
+	t := instant(p.clock)
+	return &t
+}
+
+// Heartbeat records r and returns the node's grant, in one call of
+// fleetlimit.heartbeat. It returns errors wrapping ErrInvalidReport or
+// ErrNodeIDInUse as State.Heartbeat does, and "coord: heartbeat: ..." around
+// database errors. A transient conflict is retried up to 5 times.
+func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
+	if !p.skipValidation {
+		if err := r.Validate(); err != nil {
+			return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
+		}
+	}
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	var (
+		g       Grant
+		leaseUS int64
+		status  string
+		peer    int64
+		err     error
+	)
+	for attempt := 1; ; attempt++ {
+		err = p.pool.QueryRow(ctx, sqlHeartbeat,
+			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.AppliedGen,
+			int64(leaseTTL(r)/time.Microsecond), labels, p.now(),
+		).Scan(&g.Share, &g.LGlobal, &g.Generation, &leaseUS, &status, &peer, &g.LiveNodes, &g.Stale)
+		if err == nil || !retryable(err) || attempt == maxAttempts {
+			break
+		}
+	}
+	if err != nil {
+		return Grant{}, pgError("heartbeat", err)
+	}
+	g.LeaseRemaining = time.Duration(leaseUS) * time.Microsecond
+	g.Status = Status(status)
+	g.PeerInflight = int(peer)
+	return g, nil
+}
+
+// Leave deletes the node's row. It returns ErrUnknownKey, ErrUnknownNode or
+// ErrNodeIDInUse, wrapped, as State.Leave does.
+func (p *Postgres) Leave(ctx context.Context, key, nodeID, instance string) error {
+	if err := storable(key, nodeID); err != nil {
+		return fmt.Errorf("coord: leave: %w", err)
+	}
+	var inst *string // NULL matches no row: no row can hold an unstorable instance
+	if storableText(instance) {
+		inst = &instance
+	}
+	return p.exec(ctx, "leave", sqlLeave, key, nodeID, inst)
+}
+
+// Keys lists every key, sorted by name (byte order).
+func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
+	rows, err := p.pool.Query(ctx, sqlKeys, p.now())
+	if err != nil {
+		return nil, pgError("keys", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (KeyInfo, error) {
+		var (
+			ki              KeyInfo
+			agg             string
+			live            int64
+			share, inflight int64
+		)
+		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Generation, &ki.CreatedAt,
+			&live, &share, &inflight)
+		ki.Aggregate = Aggregate(agg)
+		ki.LiveNodes, ki.SumShare, ki.SumInflight = int(live), int(share), int(inflight)
+		return ki, err
+	})
+	if err != nil {
+		return nil, pgError("keys", err)
+	}
+	return out, nil
+}
+
+// Nodes lists every row of key, sorted by node id (byte order). It returns
+// ErrUnknownKey, wrapped, for a key without a row.
+func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
+	if err := storable(key, "-"); err != nil {
+		return nil, fmt.Errorf("coord: nodes: %w", err)
+	}
+	rows, err := p.pool.Query(ctx, sqlNodes, key, p.now())
+	if err != nil {
+		return nil, pgError("nodes", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodeInfo, error) {
+		var (
+			n   NodeInfo
+			now time.Time
+		)
+		err := row.Scan(&now, &n.NodeID, &n.Instance, &n.Seq, &n.LLocal, &n.Inflight, &n.Demand, &n.Share,
+			&n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.Draining, &n.Evicted,
+			&n.JoinedAt, &n.HeartbeatAt, &n.Labels)
+		n.Key = key
+		n.LeaseRemaining = n.LeaseExpiresAt.Sub(now)
+		n.HeartbeatAge = now.Sub(n.HeartbeatAt)
+		return n, err
+	})
+	if err != nil {
+		return nil, pgError("nodes", err)
+	}
+	if len(out) == 0 {
+		var exists bool
+		if err := p.pool.QueryRow(ctx, sqlKeyExists, key).Scan(&exists); err != nil {
+			return nil, pgError("nodes", err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("coord: nodes: %w: %.40q", ErrUnknownKey, key)
+		}
+	}
+	return out, nil
+}
+
+// Drain implements Admin.Drain; see State.Drain.
+func (p *Postgres) Drain(ctx context.Context, key, nodeID string) error {
+	return p.nodeOp(ctx, "drain", sqlDrain, key, nodeID)
+}
+
+// Undrain implements Admin.Undrain; see State.Undrain.
+func (p *Postgres) Undrain(ctx context.Context, key, nodeID string) error {
+	return p.nodeOp(ctx, "undrain", sqlUndrain, key, nodeID)
+}
+
+// Evict implements Admin.Evict; see State.Evict.
+func (p *Postgres) Evict(ctx context.Context, key, nodeID string) error {
+	return p.nodeOp(ctx, "evict", sqlEvict, key, nodeID)
+}
+
+// SetLimits implements Admin.SetLimits; see State.SetLimits.
+func (p *Postgres) SetLimits(ctx context.Context, key string, minLimit, maxLimit *int) error {
+	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return fmt.Errorf("coord: set limits: %w", err)
+	}
+	if err := storable(key, "-"); err != nil {
+		return fmt.Errorf("coord: set limits: %w", err)
+	}
+	return p.exec(ctx, "set limits", sqlSetLimits, key, minLimit, maxLimit)
+}
+
+// SetAggregate implements Admin.SetAggregate; see State.SetAggregate.
+func (p *Postgres) SetAggregate(ctx context.Context, key string, a Aggregate) error {
+	if err := validateAggregate(a); err != nil {
+		return fmt.Errorf("coord: set aggregate: %w", err)
+	}
+	if err := storable(key, "-"); err != nil {
+		return fmt.Errorf("coord: set aggregate: %w", err)
+	}
+	return p.exec(ctx, "set aggregate", sqlSetAggr, key, string(a))
+}
+
+func (p *Postgres) nodeOp(ctx context.Context, op, sql, key, nodeID string) error {
+	if err := storable(key, nodeID); err != nil {
+		return fmt.Errorf("coord: %s: %w", op, err)
+	}
+	return p.exec(ctx, op, sql, key, nodeID)
+}
+
+func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		_, err = p.pool.Exec(ctx, sql, args...)
+		if err == nil || !retryable(err) || attempt == maxAttempts {
+			break
+		}
+	}
+	if err != nil {
+		return pgError(op, err)
+	}
+	return nil
+}
+
+// storable reports, as ErrUnknownKey or ErrUnknownNode, a key or node id
+// that no row can hold, so it is never sent to the database (which would
+// refuse a NUL byte or invalid UTF-8 with an encoding error).
+func storable(key, nodeID string) error {
+	if !storableText(key) {
+		return fmt.Errorf("%w: %.40q", ErrUnknownKey, key)
+	}
+	if !storableText(nodeID) {
+		return fmt.Errorf("%w: %.40q on key %.40q", ErrUnknownNode, nodeID, key)
+	}
+	return nil
+}
+
+func storableText(s string) bool {
+	return len(s) >= 1 && len(s) <= MaxNameBytes && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}

@@ -1,0 +1,36 @@
+package coord
+
+// The SQL the Postgres coordinator sends. Every value is a parameter; the
+// protocol itself lives in the fleetlimit.* functions of the migrations.
+// A $n of type timestamptz named "now" is NULL in production (the database
+// uses now()) and the injected clock's time in tests (WithClock).
+const (
+	sqlHeartbeat = `SELECT share, l_global, generation, lease_remaining_us, status, peer_inflight, live_nodes, stale
+FROM fleetlimit.heartbeat($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+
+	sqlLeave     = `SELECT fleetlimit.leave($1, $2, $3)`
+	sqlDrain     = `SELECT fleetlimit.drain($1, $2)`
+	sqlUndrain   = `SELECT fleetlimit.undrain($1, $2)`
+	sqlEvict     = `SELECT fleetlimit.evict($1, $2)`
+	sqlSetLimits = `SELECT fleetlimit.set_limits($1, $2, $3)`
+	sqlSetAggr   = `SELECT fleetlimit.set_aggregate($1, $2)`
+
+	// $1: now.
+	sqlKeys = `SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.generation, k.created_at,
+       count(n.node_id), coalesce(sum(n.share), 0), coalesce(sum(n.inflight), 0)
+  FROM fleetlimit.keys AS k
+  LEFT JOIN fleetlimit.nodes AS n
+    ON n.key = k.key AND n.lease_expires_at > coalesce($1::timestamptz, now())
+ GROUP BY k.key
+ ORDER BY k.key COLLATE "C"`
+
+	// $1: key, $2: now.
+	sqlNodes = `SELECT coalesce($2::timestamptz, now()), n.node_id, n.instance, n.seq, n.l_local, n.inflight,
+       n.demand, n.share, n.granted_gen, n.applied_gen, n.unacked_high, n.lease_expires_at, n.draining,
+       n.evicted, n.joined_at, n.heartbeat_at, n.labels
+  FROM fleetlimit.nodes AS n
+ WHERE n.key = $1
+ ORDER BY n.node_id COLLATE "C"`
+
+	sqlKeyExists = `SELECT EXISTS (SELECT 1 FROM fleetlimit.keys WHERE key = $1)`
+)

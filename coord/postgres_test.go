@@ -1,0 +1,122 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+// fakeClock is a settable clock, safe for concurrent use.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newPostgres(t testing.TB, pool *pgxpool.Pool, opts ...PostgresOption) *Postgres {
+	t.Helper()
+	p, err := NewPostgres(pool, opts...)
+	require.NoError(t, err)
+	return p
+}
+
+func TestPostgresHeartbeatBasics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newFakeClock(t0)
+	p := newPostgres(t, pgtest.Pool(t), WithClock(clock))
+
+	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 0, 0))
+	require.NoError(t, err)
+	require.Equal(t, Grant{Share: 8, LGlobal: 8, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1}, g)
+
+	clock.Advance(500 * time.Millisecond)
+	g, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 0, 0))
+	require.NoError(t, err)
+	require.True(t, g.Stale)
+	require.Equal(t, ttl-500*time.Millisecond, g.LeaseRemaining)
+
+	other := rep("a", 2, 8, 0, 0, 0)
+	other.Instance = "x"
+	_, err = p.Heartbeat(ctx, other)
+	require.ErrorIs(t, err, ErrNodeIDInUse)
+
+	nodes, err := p.Nodes(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Equal(t, t0.Add(ttl), nodes[0].LeaseExpiresAt.UTC())
+
+	keys, err := p.Keys(ctx)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.Equal(t, 8, keys[0].SumShare)
+
+	require.NoError(t, p.Drain(ctx, "k", "a"))
+	require.NoError(t, p.Undrain(ctx, "k", "a"))
+	require.NoError(t, p.Evict(ctx, "k", "a"))
+	require.ErrorIs(t, p.Drain(ctx, "k", "zz"), ErrUnknownNode)
+	require.ErrorIs(t, p.Drain(ctx, "zz", "a"), ErrUnknownKey)
+	one := 1
+	require.NoError(t, p.SetLimits(ctx, "k", &one, nil))
+	require.NoError(t, p.SetAggregate(ctx, "k", AggregateMin))
+	require.ErrorIs(t, p.Leave(ctx, "k", "a", "nope"), ErrNodeIDInUse)
+	require.NoError(t, p.Leave(ctx, "k", "a", "a-1"))
+}
+
+// TestLowerMedianAgrees checks the fold on both implementations: for an even
+// count it is the lower of the two middle values.
+func TestLowerMedianAgrees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for i, tc := range []struct {
+		lLocals []int
+		agg     Aggregate
+		want    int
+	}{
+		{[]int{7}, AggregateLowerMedian, 7},
+		{[]int{40, 10}, AggregateLowerMedian, 10},
+		{[]int{30, 10, 20}, AggregateLowerMedian, 20},
+		{[]int{40, 10, 30, 20}, AggregateLowerMedian, 20},
+		{[]int{5, 5, 9, 9}, AggregateLowerMedian, 5},
+		{[]int{1, 100, 100, 100, 2, 3}, AggregateLowerMedian, 3},
+		{[]int{40, 10, 30, 20}, AggregateMin, 10},
+	} {
+		clock := newFakeClock(t0)
+		key := fmt.Sprintf("median-%d", i)
+		for _, impl := range []coordinator{NewMemory(clock), newPostgres(t, pool, WithClock(clock))} {
+			var g Grant
+			for j, l := range tc.lLocals {
+				r := rep(fmt.Sprint(j), 1, l, 0, 0, 0)
+				r.Key = key
+				var err error
+				g, err = impl.Heartbeat(ctx, r)
+				require.NoError(t, err)
+				if j == 0 {
+					require.NoError(t, impl.SetAggregate(ctx, key, tc.agg))
+				}
+			}
+			require.Equal(t, tc.want, g.LGlobal, "%T: %v %s", impl, tc.lLocals, tc.agg)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package coord
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Validate reports whether r is within the bounds the coordinator accepts.
+// The error wraps ErrInvalidReport and names the first offending field and
+// its value. Fields are checked in a fixed order: key, node_id, instance,
+// seq, l_local, inflight, demand, applied_gen, lease_ttl, labels.
+// LeaseTTL is judged after truncation to whole microseconds, the precision
+// the coordinator keeps.
+func (r Report) Validate() error {
+	if err := checkName("key", r.Key, 1); err != nil {
+		return err
+	}
+	if err := checkName("node_id", r.NodeID, 1); err != nil {
+		return err
+	}
+	if err := checkName("instance", r.Instance, 1); err != nil {
+		return err
+	}
+	if r.Seq < 0 {
+		return fmt.Errorf("%w: seq = %d, want >= 0", ErrInvalidReport, r.Seq)
+	}
+	if err := checkCount("l_local", r.LLocal, 1); err != nil {
+		return err
+	}
+	if err := checkCount("inflight", r.Inflight, 0); err != nil {
+		return err
+	}
+	if err := checkCount("demand", r.Demand, 0); err != nil {
+		return err
+	}
+	if r.AppliedGen < 0 {
+		return fmt.Errorf("%w: applied_gen = %d, want >= 0", ErrInvalidReport, r.AppliedGen)
+	}
+	if ttl := leaseTTL(r); ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
+		return fmt.Errorf("%w: lease_ttl = %s, want %s..%s", ErrInvalidReport, r.LeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	}
+	if len(r.Labels) > MaxLabels {
+		return fmt.Errorf("%w: labels: %d entries, want at most %d", ErrInvalidReport, len(r.Labels), MaxLabels)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Labels)) {
+		if err := checkName("label name", name, 1); err != nil {
+			return err
+		}
+		if err := checkName(fmt.Sprintf("label %.40q", name), r.Labels[name], 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaseTTL is the report's lease length at the coordinator's precision.
+func leaseTTL(r Report) time.Duration {
+	return r.LeaseTTL.Truncate(time.Microsecond)
+}
+
+func checkName(field, s string, minBytes int) error {
+	switch {
+	case len(s) < minBytes || len(s) > MaxNameBytes:
+		return fmt.Errorf("%w: %s: %d bytes, want %d..%d", ErrInvalidReport, field, len(s), minBytes, MaxNameBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s: %.40q is not valid UTF-8", ErrInvalidReport, field, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s: %.40q contains a NUL byte", ErrInvalidReport, field, s)
+	}
+	return nil
+}
+
+func checkCount(field string, v, lowest int) error {
+	if v < lowest || v > MaxCount {
+		return fmt.Errorf("%w: %s = %d, want %d..%d", ErrInvalidReport, field, v, lowest, MaxCount)
+	}
+	return nil
+}
+
+// validateLimits checks an operator's min/max override; nil means no bound.
+func validateLimits(minLimit, maxLimit *int) error {
+	for _, l := range []struct {
+		name string
+		v    *int
+	}{{"min", minLimit}, {"max", maxLimit}} {
+		if l.v != nil && (*l.v < 1 || *l.v > MaxCount) {
+			return fmt.Errorf("%w: %s = %d, want 1..%d", ErrInvalidOverride, l.name, *l.v, MaxCount)
+		}
+	}
+	if minLimit != nil && maxLimit != nil && *maxLimit < *minLimit {
+		return fmt.Errorf("%w: max = %d is below min = %d", ErrInvalidOverride, *maxLimit, *minLimit)
+	}
+	return nil
+}
+
+// validateAggregate checks an operator's aggregate choice.
+func validateAggregate(a Aggregate) error {
+	switch a {
+	case AggregateLowerMedian, AggregateMin:
+		return nil
+	}
+	return fmt.Errorf("%w: aggregate = %.40q, want %q or %q", ErrInvalidOverride, string(a), AggregateLowerMedian, AggregateMin)
+}
