@@ -1,0 +1,24 @@
+package coordtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+// openPool opens a pool of up to maxConns connections on a fresh migrated
+// database, closed at tb's cleanup.
+func openPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(tb))
+	require.NoError(tb, err)
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,11 @@
+// Package coordtest holds the coordinator's heavy tests against real
+// Postgres: migrations, concurrency and the heartbeat benchmark.
+package coordtest
+
+import (
+	"testing"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,54 @@
+package coordtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/migrations"
+)
+
+// TestMigrationsUpDownUp migrates a bare database up, all the way down and
+// up again; down must leave nothing of fleetlimit behind.
+func TestMigrationsUpDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	objects := func() (schemas, functions int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT
+		    (SELECT count(*) FROM pg_namespace WHERE nspname = 'fleetlimit'),
+		    (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fleetlimit')`,
+		).Scan(&schemas, &functions))
+		return schemas, functions
+	}
+	heartbeat := func() {
+		p, err := coord.NewPostgres(pool)
+		require.NoError(t, err)
+		g, err := p.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "n", Instance: "i", Seq: 1, LLocal: 3, LeaseTTL: time.Second})
+		require.NoError(t, err)
+		require.Equal(t, 3, g.Share)
+	}
+
+	for round := range 2 {
+		require.NoError(t, migrations.Up(ctx, pool), "round %d", round)
+		schemas, functions := objects()
+		require.Equal(t, 1, schemas)
+		require.Positive(t, functions)
+		heartbeat()
+
+		require.NoError(t, migrations.DownTo(ctx, pool, 0), "round %d", round)
+		schemas, functions = objects()
+		require.Zero(t, schemas)
+		require.Zero(t, functions)
+	}
+	require.NoError(t, migrations.Up(ctx, pool))
+	heartbeat()
+}
