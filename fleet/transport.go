@@ -54,7 +54,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
-		if isTimeout(err) {
+		// http.Client's Timeout may surface as "request canceled" rather
+		// than a deadline error; the request's context tells the truth.
+		if isTimeout(err) || errors.Is(req.Context().Err(), context.DeadlineExceeded) {
 			le.Drop()
 		} else {
 			le.Ignore()

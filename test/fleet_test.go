@@ -43,7 +43,9 @@ func flatLatency(initial int) adaptive.Config {
 func TestConvergence(t *testing.T) {
 	t.Parallel()
 	const capacity = 40
-	p, err := sim.StartProvider(sim.ProviderConfig{Capacity: sim.Fixed(capacity), BaseLatency: 20 * time.Millisecond})
+	// 50 ms requests: long enough that scheduling noise on a loaded
+	// machine does not read as queueing.
+	p, err := sim.StartProvider(sim.ProviderConfig{Capacity: sim.Fixed(capacity), BaseLatency: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer p.Close()
 	c := postgresCoordinator(t)
