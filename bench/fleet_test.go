@@ -1,0 +1,254 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
+	"github.com/fleetlimit/fleetlimit/internal/sim"
+)
+
+func TestJainIndex(t *testing.T) {
+	t.Parallel()
+	require.InDelta(t, 1.0, JainIndex([]int64{5, 5, 5, 5}), 1e-12)
+	require.InDelta(t, 0.25, JainIndex([]int64{8, 0, 0, 0}), 1e-12)
+	require.InDelta(t, 0.9, JainIndex([]int64{1, 2}), 1e-12) // 9 / (2·5)
+	require.True(t, math.IsNaN(JainIndex(nil)))
+	require.True(t, math.IsNaN(JainIndex([]int64{0, 0})))
+}
+
+func TestDurationPercentile(t *testing.T) {
+	t.Parallel()
+	ds := []time.Duration{40, 10, 30, 20, 50}
+	require.Equal(t, time.Duration(30), DurationPercentile(ds, 0.5))
+	require.Equal(t, time.Duration(10), DurationPercentile(ds, 0))
+	require.Equal(t, time.Duration(50), DurationPercentile(ds, 1))
+	require.Equal(t, time.Duration(46), DurationPercentile(ds, 0.9))
+	require.Equal(t, []time.Duration{40, 10, 30, 20, 50}, ds, "the input is not reordered")
+	require.Zero(t, DurationPercentile(nil, 0.5))
+}
+
+func TestFleetScenarioSchedule(t *testing.T) {
+	t.Parallel()
+	sc := DefaultFleetScenario()
+	require.NoError(t, sc.validate())
+	require.Equal(t, []sim.Step{{At: 0, Capacity: 40}, {At: 6 * time.Second, Capacity: 20}, {At: 12 * time.Second, Capacity: 40}}, sc.Steps())
+	require.Equal(t, 40, sc.CapacityAt(0))
+	require.Equal(t, 40, sc.CapacityAt(6*time.Second-1))
+	require.Equal(t, 20, sc.CapacityAt(6*time.Second))
+	require.Equal(t, 40, sc.CapacityAt(17*time.Second))
+	// (40·6 + 20·6 + 40·6) / 18 = 33.3 in flight, over 20 ms.
+	require.InDelta(t, 100.0/3/0.020, sc.IdealGoodput(), 1e-9)
+	require.Equal(t, 30, sc.WorkersPerNode, "3·C/N")
+
+	bad := sc
+	bad.Settle = sc.Duration / 3
+	require.ErrorContains(t, bad.validate(), "Settle")
+	bad = sc
+	bad.Capacity = 3
+	require.ErrorContains(t, bad.validate(), "Capacity")
+}
+
+// series builds a FleetSample every 10 ms from 10 ms to end, with
+// in-flight f(t) and capacity c(t).
+func series(end time.Duration, f func(time.Duration) float64, c func(time.Duration) int) []FleetSample {
+	var out []FleetSample
+	for at := 10 * time.Millisecond; at <= end; at += 10 * time.Millisecond {
+		out = append(out, FleetSample{At: at, Inflight: f(at), Capacity: c(at - 1)})
+	}
+	return out
+}
+
+func TestConvergence(t *testing.T) {
+	t.Parallel()
+	step, end := 3*time.Second, 6*time.Second
+	capAt := func(at time.Duration) int {
+		if at < step {
+			return 40
+		}
+		return 20
+	}
+	for _, tc := range []struct {
+		name   string
+		f      func(time.Duration) float64
+		want   time.Duration
+		wantOK bool
+	}{
+		{"jumps at once", func(at time.Duration) float64 {
+			if at <= step {
+				return 40
+			}
+			return 20
+		}, 10 * time.Millisecond, true},
+		{"never comes down", func(time.Duration) float64 { return 40 }, 0, false},
+		{"settles 500 ms late", func(at time.Duration) float64 {
+			if at <= step+500*time.Millisecond {
+				return 40
+			}
+			return 20
+		}, 0, true}, // checked below: the trailing mean must come within 10 %
+		{"inside the band", func(at time.Duration) float64 {
+			if at <= step {
+				return 40
+			}
+			return 21.5
+		}, 10 * time.Millisecond, true},
+		{"settles too late to hold for a second", func(at time.Duration) float64 {
+			if at <= end-500*time.Millisecond {
+				return 40
+			}
+			return 20
+		}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := Convergence(series(end, tc.f, capAt), step, end)
+			require.Equal(t, tc.wantOK, ok)
+			if tc.name == "settles 500 ms late" {
+				// 50 samples at 40, then the 1-s trailing mean falls to 22
+				// once 90 of its 100 samples are at 20: 0.5 s + 0.9 s.
+				require.InDelta(t, 1400*time.Millisecond, got, float64(20*time.Millisecond))
+				return
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, ok := Convergence(nil, step, end)
+	require.False(t, ok)
+}
+
+// TestMeter drives the meter on a fake clock.
+func TestMeter(t *testing.T) {
+	t.Parallel()
+	sc := DefaultFleetScenario()
+	sc.Capacity, sc.Nodes = 2, 2
+	sc.Duration, sc.Settle = 21*time.Second, 2*time.Second // C halves at 7 s
+	start := time.Unix(1000, 0)
+	now := start
+	m := newMeter(sc)
+	m.now = func() time.Time { return now }
+	m.begin(start)
+
+	m.inc() // 1 in flight
+	now = now.Add(3 * time.Second)
+	m.inc() // 2 = C
+	now = now.Add(time.Second)
+	m.inc() // 3 > C, 4 s in: not in a settle window (it ends at 2 s)
+	now = now.Add(500 * time.Millisecond)
+	m.dec(0, outcomeRejected, 0)
+	now = now.Add(2500 * time.Millisecond) // 7 s: C halves to 1
+	m.inc()                                // 3 > 1, settling
+	now = now.Add(time.Second)
+	m.dec(1, outcomeOK, 20*time.Millisecond)
+	m.dec(0, outcomeOK, 30*time.Millisecond)
+	m.dec(0, outcomeFailed, 0)
+	now = now.Add(time.Second)
+
+	r := m.result(StaticSplit, sc)
+	require.Equal(t, int64(4), r.Sent)
+	require.Equal(t, int64(2), r.Succeeded)
+	require.Equal(t, int64(1), r.Rejected)
+	require.Equal(t, int64(1), r.Failed)
+	require.Equal(t, []int64{1, 1}, r.NodeSucceeded)
+	require.Equal(t, []time.Duration{20 * time.Millisecond, 30 * time.Millisecond}, r.Latencies)
+	require.Equal(t, 3, r.PeakInflight)
+	require.InDelta(t, 3.0, r.PeakRatio, 1e-12)
+	require.Equal(t, 7*time.Second, r.PeakAt)
+	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "the peak at the halving is in its settle window")
+	// Over C: 0.5 s at 3 > 2, then 1 s at 3 > 1 after the halving.
+	require.Equal(t, 1500*time.Millisecond, r.OverCapacity)
+	require.Equal(t, 9*time.Second, r.Elapsed)
+}
+
+func TestRunFleetWayStatic(t *testing.T) {
+	t.Parallel()
+	sc := DefaultFleetScenario()
+	sc.Capacity, sc.Nodes, sc.WorkersPerNode = 8, 2, 6
+	sc.BaseLatency = 10 * time.Millisecond
+	sc.Duration, sc.Settle = 3*time.Second, 200*time.Millisecond
+	r, err := RunFleetWay(context.Background(), sc, StaticSplit, FleetEnv{})
+	require.NoError(t, err)
+	require.Equal(t, r.Sent, r.Succeeded+r.Rejected+r.Failed)
+	require.Positive(t, r.Succeeded)
+	// The requests in flight when the load stops may end as successes at
+	// the provider and as failures (cancelled) at the clients.
+	require.InDelta(t, float64(r.ServerSuccesses), float64(r.Succeeded), float64(r.PeakInflight), "the clients and the provider agree")
+	require.Equal(t, r.ServerRejected, r.Rejected)
+	require.LessOrEqual(t, r.PeakInflight, 8, "two semaphores of C/N = 4")
+	require.Positive(t, r.Rejected, "C/N per node is twice the halved capacity")
+	require.NotEmpty(t, r.Series)
+	require.Len(t, r.NodeSucceeded, 2)
+
+	_, err = RunFleetWay(context.Background(), sc, Fleetlimit, FleetEnv{})
+	require.ErrorContains(t, err, "FleetEnv.Pool")
+}
+
+// TestRunFleetWayFleetlimit runs a short fleet on a throwaway Postgres.
+func TestRunFleetWayFleetlimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg, err := StartFleetPostgres(ctx, 4)
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("Postgres is not installed:", err)
+	}
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pg.Stop()) }()
+	sc := DefaultFleetScenario()
+	sc.Capacity, sc.Nodes, sc.WorkersPerNode = 8, 2, 6
+	sc.BaseLatency = 10 * time.Millisecond
+	sc.Duration, sc.Settle = 3*time.Second, 200*time.Millisecond
+	r, err := RunFleetWay(ctx, sc, Fleetlimit, FleetEnv{Pool: pg.Pool, Key: "test-fleet"})
+	require.NoError(t, err)
+	require.Positive(t, r.Succeeded)
+	require.Equal(t, r.Sent, r.Succeeded+r.Rejected+r.Failed)
+	lGlobal := 0
+	for _, s := range r.Series {
+		lGlobal = max(lGlobal, s.LGlobal)
+	}
+	require.Positive(t, lGlobal, "the series carries L_global")
+}
+
+func TestDropBurst(t *testing.T) {
+	t.Parallel()
+	after, err := DropBurst(FleetLimiterConfig(30), 30, 7, 50, 500*time.Microsecond)
+	require.NoError(t, err)
+	require.NotEmpty(t, after)
+	prev := 30.0
+	for _, v := range after {
+		require.LessOrEqual(t, v, prev, "a 429 never raises the estimate")
+		prev = v
+	}
+	again, err := DropBurst(FleetLimiterConfig(30), 30, 7, 50, 500*time.Microsecond)
+	require.NoError(t, err)
+	require.Equal(t, after, again, "deterministic")
+
+	cfg := FleetLimiterConfig(30)
+	cfg.Clock = sim.NewManualClock(time.Unix(0, 0))
+	_, err = DropBurst(cfg, 30, 7, 5, time.Millisecond)
+	require.ErrorContains(t, err, "Config.Clock must be nil")
+	_, err = JitterCeiling(cfg, time.Millisecond, 0, 10, 1)
+	require.ErrorContains(t, err, "Config.Clock must be nil")
+}
+
+func TestJitterCeiling(t *testing.T) {
+	t.Parallel()
+	cfg := FleetLimiterConfig(30)
+	flat, err := JitterCeiling(cfg, 20*time.Millisecond, 0, 3000, 1)
+	require.NoError(t, err)
+	require.InDelta(t, 1000, flat, 1e-9, "without jitter the estimate grows to MaxLimit")
+	prev := flat
+	for _, sigma := range []float64{0.03, 0.15} {
+		v, err := JitterCeiling(cfg, 20*time.Millisecond, sigma, 3000, 1)
+		require.NoError(t, err)
+		require.LessOrEqual(t, v, prev, "more jitter never raises it")
+		again, err := JitterCeiling(cfg, 20*time.Millisecond, sigma, 3000, 1)
+		require.NoError(t, err)
+		require.Equal(t, v, again, "deterministic")
+		prev = v
+	}
+}
