@@ -31,6 +31,14 @@ test-short: ## Run the fast tests only (no Postgres, no long searches).
 bench: ## Run the benchmarks (BENCHTIME=1s).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+.PHONY: report
+report: ## Regenerate docs/benchmarks.md: model, overhead and fleet comparisons (about 5 minutes).
+	cd bench && $(GO) run ./cmd/report -out ../docs
+
+.PHONY: test-bench
+test-bench: ## Vet and test the benchmark suite's own module (bench/).
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
 .PHONY: fuzz
 fuzz: ## Fuzz the limiter's estimate for FUZZTIME (default 30s).
 	$(GO) test -run '^$$' -fuzz FuzzEstimate -fuzztime $(FUZZTIME) ./adaptive/
