@@ -37,7 +37,7 @@ func (n *Node) loop(ctx context.Context) {
 				continue
 			}
 		}
-		if err := n.beat(ctx); err != nil && ctx.Err() == nil {
+		if err := n.beat(ctx, n.cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
 			n.log.Debug("heartbeat failed", "err", err)
 		}
 	}
@@ -107,11 +107,11 @@ func (n *Node) report(now time.Time) coord.Report {
 	}
 }
 
-// beat sends one heartbeat and applies its grant.
-func (n *Node) beat(ctx context.Context) error {
+// beat sends one heartbeat, bounded by timeout, and applies its grant.
+func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
 	r := n.report(sent)
-	callCtx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	g, err := n.coord.Heartbeat(callCtx, r)
 	cancel()
 	took := time.Since(sent)

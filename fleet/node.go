@@ -27,6 +27,10 @@ const (
 	phaseStopped
 )
 
+// startTimeout is the least time Start gives its first heartbeat, which may
+// also have to open a database connection.
+const startTimeout = 5 * time.Second
+
 // forever is how long Stop pauses the limiter: past any process's life.
 const forever = 100 * 365 * 24 * time.Hour
 
@@ -130,7 +134,9 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 
 // Start sends the first heartbeat and, if it succeeds, starts the heartbeat
-// loop in a goroutine and returns nil. The node admits as soon as that first
+// loop in a goroutine and returns nil. The first heartbeat may have to open
+// a database connection, so it is bounded by ctx and by 5s or
+// Config.HeartbeatTimeout, whichever is longer. The node admits as soon as that first
 // grant is applied. Start returns the first heartbeat's error otherwise
 // (coord.ErrNodeIDInUse when another live process holds the node id); it can
 // then be called again. The loop runs until Stop, or until ctx is cancelled,
@@ -143,7 +149,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
 	n.mu.Unlock()
-	if err := n.beat(ctx); err != nil {
+	if err := n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err != nil {
 		return fmt.Errorf("fleet: start: %w", err)
 	}
 	n.mu.Lock()

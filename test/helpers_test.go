@@ -35,6 +35,7 @@ func nodeConfig(key, id string, lim adaptive.Config) fleet.Config {
 		HeartbeatInterval: heartbeat,
 		LeaseTTL:          leaseTTL,
 		FenceMargin:       fenceMargin,
+		HeartbeatTimeout:  leaseTTL - fenceMargin,
 		Limiter:           lim,
 		Logger:            quiet,
 	}
