@@ -54,9 +54,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
-		// http.Client's Timeout may surface as "request canceled" rather
-		// than a deadline error; the request's context tells the truth.
-		if isTimeout(err) || errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+		if isTimeout(err) || pastDeadline(req.Context()) {
 			le.Drop()
 		} else {
 			le.Ignore()
@@ -121,6 +119,15 @@ func (b *leaseBody) settle(drop bool) {
 
 func (b *leaseBody) settleIgnore() {
 	b.once.Do(b.lease.Ignore)
+}
+
+// pastDeadline reports whether ctx's deadline has passed. http.Client's
+// Timeout cancels the request's context as its deadline arrives, so the
+// error a wrapped RoundTripper sees may say "canceled" rather than
+// "deadline exceeded"; a passed deadline is what makes it a timeout.
+func pastDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // isTimeout reports whether err is a deadline, the upstream's overload

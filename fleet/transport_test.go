@@ -163,7 +163,7 @@ func TestTransportClassifiesResponses(t *testing.T) {
 	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 20 * time.Millisecond}
 	_, err = get(t, timeoutClient, srv.URL+"/slow")
 	require.Error(t, err)
-	eventually(t, func() bool { s := n.State(); return s.Drops == 2 && s.Inflight == 0 }, "a timeout is a drop")
+	eventually(t, func() bool { s := n.State(); return s.Drops == 2 && s.Inflight == 0 }, "a timeout is a drop: %+v", n.State())
 }
 
 func TestTransportRefusesWhenNotStarted(t *testing.T) {
