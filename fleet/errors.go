@@ -2,10 +2,10 @@ package fleet
 
 import "errors"
 
-// ErrFenced is returned by Node.Acquire, Node.TryAcquire's callers via
-// Node.Err, and Transport when the node may not admit because its lease is
-// about to run out (or never began) and Acquire could not wait for a slot.
-// The wrapped message says why.
+// ErrFenced is returned by Node.Acquire and Transport while the node is
+// fenced under FailClosed: its lease is about to run out because heartbeats
+// are failing. The error's message says why; State().LastError has the
+// heartbeat's error.
 var ErrFenced = errors.New("fleet: node fenced")
 
 // ErrEvicted is returned by Node.Acquire and Transport once an operator has

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetlimit/fleetlimit/coord"
 )
 
 // metrics holds the node's counters and exposes the node's state as a
@@ -83,7 +85,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.fenceEvents, m.fencings.Load())
 	gauge(m.fenced, b2f(s.Fenced))
 	gauge(m.outage, b2f(s.Outage))
-	gauge(m.draining, b2f(s.Status == "draining"))
+	gauge(m.draining, b2f(s.Status == coord.StatusDraining))
 	m.heartbeat.Collect(ch)
 }
 
