@@ -20,12 +20,14 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// The fleet timing every test uses: fast heartbeats so a test takes
-// seconds.
+// The fleet timing every test uses: heartbeats fast enough that a test
+// takes seconds, with a lease long enough that a loaded CI machine (every
+// test package running at once under the race detector) does not expire
+// live nodes.
 const (
-	heartbeat   = 100 * time.Millisecond
-	leaseTTL    = 400 * time.Millisecond
-	fenceMargin = 100 * time.Millisecond
+	heartbeat   = 200 * time.Millisecond
+	leaseTTL    = 1200 * time.Millisecond
+	fenceMargin = 300 * time.Millisecond
 )
 
 func nodeConfig(key, id string, lim adaptive.Config) fleet.Config {
@@ -148,7 +150,8 @@ func ids(nodes []*fleet.Node) string {
 	out := ""
 	for _, n := range nodes {
 		st := n.State()
-		out += fmt.Sprintf(" %s{share=%d in=%d est=%.1f}", n.ID(), st.Share, st.Inflight, st.Estimate)
+		out += fmt.Sprintf(" %s{share=%d in=%d queued=%d est=%.1f status=%s fenced=%v outage=%v err=%v gen=%d}",
+			n.ID(), st.Share, st.Inflight, st.Queued, st.Estimate, st.Status, st.Fenced, st.Outage, st.LastError, st.Generation)
 	}
 	return out
 }
