@@ -84,9 +84,7 @@ func (n *Node) report(now time.Time) coord.Report {
 	n.lastSend = now
 	demand := min(snap.Inflight+snap.Queued+n.unmet, coord.MaxCount)
 	n.unmet = 0
-	if n.ackDue {
-		n.ackDue = false
-	}
+	n.ackDue = false
 	if n.lowered && snap.Inflight <= n.share {
 		n.lowered = false
 	}
