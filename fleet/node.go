@@ -248,8 +248,13 @@ func (n *Node) Acquire(ctx context.Context) (adaptive.Lease, error) {
 	return adaptive.Lease{}, err
 }
 
-// TryAcquire admits a request if a slot is free now. It never waits.
+// TryAcquire admits a request if a slot is free now and the node may admit
+// (see Acquire's errors). It never waits.
 func (n *Node) TryAcquire() (adaptive.Lease, bool) {
+	if n.admissionErr() != nil {
+		n.metrics.rejected.Add(1)
+		return adaptive.Lease{}, false
+	}
 	le, ok := n.lim.TryAcquire()
 	if !ok {
 		n.metrics.rejected.Add(1)

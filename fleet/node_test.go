@@ -36,7 +36,11 @@ func startNode(t *testing.T, c coord.Coordinator, cfg Config) *Node {
 	n, err := NewWithCoordinator(c, cfg)
 	require.NoError(t, err)
 	require.NoError(t, n.Start(t.Context()))
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Stop(ctx)
+	})
 	return n
 }
 
@@ -218,15 +222,18 @@ func TestPartitionFencesBeforeLeaseEndsAndRecovers(t *testing.T) {
 	a := startNode(t, h, testConfig("k", "a"))
 	le, err := a.Acquire(t.Context())
 	require.NoError(t, err)
+	defer le.Release()
 
 	h.setHang(true)
 	start := time.Now()
 	eventually(t, func() bool { return a.State().Fenced }, "fenced during the partition")
 	// Fenced by lastBeat + TTL − margin: well before the 200 ms lease ends.
 	require.Less(t, time.Since(start), 200*time.Millisecond+50*time.Millisecond)
-	st := a.State()
-	require.True(t, st.Outage)
-	require.Equal(t, 0, st.Limit)
+	require.True(t, a.State().Outage)
+	_, ok := a.TryAcquire()
+	require.False(t, ok, "a fenced node admits nothing")
+	// The limiter's ceiling follows the fence a moment later.
+	eventually(t, func() bool { return a.State().Limit == 0 }, "ceiling 0 while fenced")
 	_, err = a.Acquire(t.Context())
 	require.ErrorIs(t, err, ErrFenced, "a fenced node fails fast")
 	require.ErrorContains(t, err, "lease expiring")
