@@ -188,7 +188,10 @@ func TestEvictionFencesForGood(t *testing.T) {
 	eventually(t, func() bool { return a.State().Fenced }, "fenced after eviction")
 	_, err := a.Acquire(t.Context())
 	require.ErrorIs(t, err, ErrEvicted)
-	require.Equal(t, 0, a.State().Limit)
+	_, ok := a.TryAcquire()
+	require.False(t, ok)
+	// The limiter's ceiling follows the fence a moment later.
+	eventually(t, func() bool { return a.State().Limit == 0 }, "ceiling 0 once evicted")
 }
 
 // hangingCoordinator blocks every call while hang is set, like a network
