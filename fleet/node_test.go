@@ -264,9 +264,7 @@ func TestHoldLastShareKeepsAdmittingThroughAnOutage(t *testing.T) {
 func TestStopDrainsThenLeaves(t *testing.T) {
 	t.Parallel()
 	c := coord.NewMemory(nil)
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	require.NoError(t, n.Start(t.Context()))
+	n := startNode(t, c, testConfig("k", "a"))
 	le, err := n.Acquire(t.Context())
 	require.NoError(t, err)
 
@@ -282,8 +280,7 @@ func TestStopDrainsThenLeaves(t *testing.T) {
 	}
 	le.Release()
 	require.NoError(t, <-stopped)
-	_, err = c.Nodes(t.Context(), "k")
-	nodes, _ := c.Nodes(t.Context(), "k")
+	nodes, err := c.Nodes(t.Context(), "k")
 	require.NoError(t, err)
 	require.Empty(t, nodes, "the row is gone")
 	require.NoError(t, n.Stop(context.Background()), "stopping twice is fine")
@@ -292,9 +289,7 @@ func TestStopDrainsThenLeaves(t *testing.T) {
 func TestStopWithStuckRequestDoesNotLeave(t *testing.T) {
 	t.Parallel()
 	c := coord.NewMemory(nil)
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	require.NoError(t, n.Start(t.Context()))
+	n := startNode(t, c, testConfig("k", "a"))
 	le, err := n.Acquire(t.Context())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
@@ -313,9 +308,7 @@ func TestQueuedAcquireFailsWhenStopped(t *testing.T) {
 	c := coord.NewMemory(nil)
 	cfg := testConfig("k", "a")
 	cfg.Limiter.InitialLimit = 1
-	n, err := NewWithCoordinator(c, cfg)
-	require.NoError(t, err)
-	require.NoError(t, n.Start(t.Context()))
+	n := startNode(t, c, cfg)
 	le, err := n.Acquire(t.Context())
 	require.NoError(t, err)
 	got := make(chan error, 1)
