@@ -67,6 +67,13 @@ type Recalibration struct {
 	// drain, refill the min-RTT window before the limiter resumes.
 	// Defaults to 1. Must be in [1, RTTWindow].
 	Samples int
+	// MaxPinned bounds how long one recalibration may pin the limit,
+	// draining and probing together. A recalibration still under way then
+	// is abandoned — the limiter resumes with the samples it has and the
+	// next recalibration is scheduled — so a lease that is never settled,
+	// or one very long request, cannot hold the limit at MinLimit.
+	// Defaults to Interval/10. Must be in (0, Interval].
+	MaxPinned time.Duration
 }
 
 // Config configures a Limiter. The zero value is valid: every zero field
@@ -201,6 +208,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Recalibration.Interval > 0 && cfg.Recalibration.Samples == 0 {
 		cfg.Recalibration.Samples = defaultRecalibrationSamples
 	}
+	if cfg.Recalibration.Interval > 0 && cfg.Recalibration.MaxPinned == 0 {
+		cfg.Recalibration.MaxPinned = cfg.Recalibration.Interval / 10
+	}
 	if cfg.UtilizationThreshold == 0 {
 		cfg.UtilizationThreshold = defaultUtilization
 	}
@@ -266,12 +276,18 @@ func (cfg Config) validate() error {
 		if rc.Samples != 0 {
 			bad("Recalibration.Samples", rc.Samples, "0 when Recalibration.Interval is 0")
 		}
+		if rc.MaxPinned != 0 {
+			bad("Recalibration.MaxPinned", rc.MaxPinned, "0 when Recalibration.Interval is 0")
+		}
 	default:
 		if rc.Jitter < 0 || rc.Jitter >= rc.Interval {
 			bad("Recalibration.Jitter", rc.Jitter, fmt.Sprintf("[0, Recalibration.Interval=%v)", rc.Interval))
 		}
 		if rc.Samples < 1 || rc.Samples > cfg.RTTWindow {
 			bad("Recalibration.Samples", rc.Samples, fmt.Sprintf("[1, RTTWindow=%d]", cfg.RTTWindow))
+		}
+		if rc.MaxPinned <= 0 || rc.MaxPinned > rc.Interval {
+			bad("Recalibration.MaxPinned", rc.MaxPinned, fmt.Sprintf("(0, Recalibration.Interval=%v]", rc.Interval))
 		}
 	}
 	if cfg.MaxQueued < 0 || cfg.MaxQueued > maxMaxQueued {

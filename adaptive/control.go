@@ -6,15 +6,26 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n, floor(estimate)). A fleet node sets it to its share
-// of the global limit, and to 0 when fenced; 0 admits nothing and a
-// negative n counts as 0. Lowering the ceiling never revokes leases
-// already admitted; raising it hands freed slots to queued waiters at once.
-// There is no ceiling until the first call.
-func (l *Limiter) SetCeiling(n int) {
+// limit becomes min(n, floor(estimate)). 0 admits nothing and a negative n
+// counts as 0. Lowering the ceiling never revokes leases already admitted;
+// raising it hands freed slots to queued waiters at once. There is no
+// ceiling until the first call. SetCeiling removes any deadline set by
+// SetCeilingUntil.
+func (l *Limiter) SetCeiling(n int) { l.SetCeilingUntil(n, time.Time{}) }
+
+// SetCeilingUntil sets the ceiling to n until deadline and to 0 from then
+// on, as SetCeiling does; a zero deadline never expires. A fleet node sets
+// it to its share and its fence deadline: every admission — TryAcquire,
+// Acquire, and a slot handed to a queued waiter when a lease settles —
+// compares the deadline with the limiter's clock itself, so a process that
+// resumes after a freeze admits nothing on an expired grant, however late
+// its timers run. The comparison uses now's monotonic reading and, when
+// both times have one, the wall clock as well; either having passed the
+// deadline expires the ceiling.
+func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	l.ceiling, l.hasCeiling = max(n, 0), true
+	l.ceiling, l.hasCeiling, l.ceilingUntil = max(n, 0), true, deadline
 	l.dispatch(now)
 	l.mu.Unlock()
 }
@@ -24,7 +35,7 @@ func (l *Limiter) SetCeiling(n int) {
 func (l *Limiter) ClearCeiling() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	l.ceiling, l.hasCeiling = 0, false
+	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.dispatch(now)
 	l.mu.Unlock()
 }

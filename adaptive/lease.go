@@ -35,6 +35,21 @@ func (le Lease) Drop() { le.settle(dropped, -1) }
 // about the upstream's capacity (a client-side error, a cancellation).
 func (le Lease) Ignore() { le.settle(ignored, -1) }
 
+// Admitted returns when the lease was admitted, by the limiter's clock; the
+// zero time for the zero Lease and once the lease is settled.
+func (le Lease) Admitted() time.Time {
+	if le.rec == nil {
+		return time.Time{}
+	}
+	l := le.rec.limiter
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if le.rec.gen != le.gen {
+		return time.Time{}
+	}
+	return le.rec.start
+}
+
 // settle settles le with outcome o; rtt < 0 means "measure it".
 func (le Lease) settle(o outcome, rtt time.Duration) {
 	if le.rec != nil {

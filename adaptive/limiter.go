@@ -19,7 +19,9 @@ type Limiter struct {
 	estimate     float64
 	ceiling      int
 	hasCeiling   bool
+	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
 	inflight     int
+	peak         int // most in flight + queued since the last TakePeak
 	peerInflight int
 	pausedUntil  time.Time
 	drops        uint64
@@ -69,6 +71,7 @@ func (l *Limiter) TryAcquire() (Lease, bool) {
 		return Lease{}, false
 	}
 	le := l.admit(now)
+	l.peak = max(l.peak, l.inflight)
 	l.mu.Unlock()
 	return le, true
 }
@@ -85,6 +88,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Lease, error) {
 	l.tick(now)
 	if l.queue.len == 0 && l.admissible(now) {
 		le := l.admit(now)
+		l.peak = max(l.peak, l.inflight)
 		l.mu.Unlock()
 		return le, nil
 	}
@@ -102,6 +106,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Lease, error) {
 	}
 	w := getWaiter()
 	l.queue.pushBack(w)
+	l.peak = max(l.peak, l.inflight+l.queue.len)
 	l.mu.Unlock()
 
 	select {
@@ -132,9 +137,10 @@ func (l *Limiter) Acquire(ctx context.Context) (Lease, error) {
 	return Lease{}, ctx.Err()
 }
 
-// limit is the effective limit: floor(estimate), or MinLimit while
-// recalibrating, capped by the ceiling. The caller holds l.mu.
-func (l *Limiter) limit() int {
+// limit is the effective limit at now: floor(estimate), or MinLimit while
+// recalibrating, capped by the ceiling, and 0 once the ceiling's deadline
+// has passed. The caller holds l.mu.
+func (l *Limiter) limit(now time.Time) int {
 	n := int(l.estimate)
 	if l.recal.active() {
 		n = l.cfg.MinLimit
@@ -142,7 +148,21 @@ func (l *Limiter) limit() int {
 	if l.hasCeiling && l.ceiling < n {
 		n = l.ceiling
 	}
+	if l.ceilingExpired(now) {
+		n = 0
+	}
 	return n
+}
+
+// ceilingExpired reports whether the ceiling's deadline has passed at now,
+// by the monotonic reading of now and, when both times carry one, by the
+// wall clock too: a suspended machine's monotonic clock stands still while
+// its wall clock does not. The caller holds l.mu.
+func (l *Limiter) ceilingExpired(now time.Time) bool {
+	if l.ceilingUntil.IsZero() {
+		return false
+	}
+	return !now.Before(l.ceilingUntil) || !now.Round(0).Before(l.ceilingUntil.Round(0))
 }
 
 func (l *Limiter) paused(now time.Time) bool {
@@ -152,7 +172,7 @@ func (l *Limiter) paused(now time.Time) bool {
 // admissible reports whether one more lease fits now, ignoring the queue.
 // The caller holds l.mu.
 func (l *Limiter) admissible(now time.Time) bool {
-	return l.inflight < l.limit() && !l.paused(now)
+	return l.inflight < l.limit(now) && !l.paused(now)
 }
 
 // admit takes a slot and returns its lease. The caller holds l.mu and has
@@ -166,7 +186,7 @@ func (l *Limiter) admit(now time.Time) Lease {
 	rec.recalSeq = l.recal.seq
 	rec.round = l.round
 	if l.onAdmit != nil {
-		l.onAdmit(l.inflight, l.limit())
+		l.onAdmit(l.inflight, l.limit(now))
 	}
 	return Lease{rec: rec, gen: rec.gen}
 }

@@ -5,7 +5,8 @@ import "time"
 // Snapshot is a consistent view of a Limiter's state, taken under one lock.
 type Snapshot struct {
 	// Limit is the effective limit: min(ceiling, floor(Estimate)), or
-	// MinLimit instead of floor(Estimate) while recalibrating.
+	// MinLimit instead of floor(Estimate) while recalibrating; 0 once the
+	// ceiling's deadline has passed.
 	Limit int
 	// Estimate is the inferred capacity of the upstream (l_local).
 	Estimate float64
@@ -19,6 +20,9 @@ type Snapshot struct {
 	// HasCeiling is true.
 	Ceiling    int
 	HasCeiling bool
+	// CeilingUntil is the ceiling's deadline (SetCeilingUntil); zero when
+	// it has none.
+	CeilingUntil time.Time
 	// RTTNoload is the minimum round-trip time over the window, or 0 before
 	// the first sample (and right after a recalibration empties it).
 	RTTNoload time.Duration
@@ -34,17 +38,19 @@ type Snapshot struct {
 
 // Snapshot returns the limiter's state at one instant.
 func (l *Limiter) Snapshot() Snapshot {
+	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	noload, _ := l.window.min()
 	return Snapshot{
-		Limit:         l.limit(),
+		Limit:         l.limit(now),
 		Estimate:      l.estimate,
 		Inflight:      l.inflight,
 		Queued:        l.queue.len,
 		PeerInflight:  l.peerInflight,
 		Ceiling:       l.ceiling,
 		HasCeiling:    l.hasCeiling,
+		CeilingUntil:  l.ceilingUntil,
 		RTTNoload:     noload,
 		Drops:         l.drops,
 		PausedUntil:   l.pausedUntil,
@@ -55,9 +61,10 @@ func (l *Limiter) Snapshot() Snapshot {
 // Limit returns the effective limit: the most leases admission allows at
 // once. In-flight leases may exceed it after it falls.
 func (l *Limiter) Limit() int {
+	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limit()
+	return l.limit(now)
 }
 
 // Estimate returns the inferred capacity of the upstream, in
@@ -96,4 +103,18 @@ func (l *Limiter) Drops() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.drops
+}
+
+// TakePeak returns the most leases in flight plus callers queued at any
+// moment since the previous call (or since New), at least the current
+// count, and starts a new period. A fleet node reports it as its demand,
+// so a node that served a request at any time during a heartbeat interval
+// keeps a share.
+func (l *Limiter) TakePeak() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.inflight + l.queue.len
+	p := max(l.peak, now)
+	l.peak = now
+	return p
 }

@@ -16,6 +16,7 @@ const (
 type recalState struct {
 	phase     recalPhase
 	next      time.Time // recalIdle: when the next recalibration starts
+	pinnedAt  time.Time // otherwise: when this recalibration pinned the limit
 	seq       uint64    // bumped on every phase change; leases remember it
 	oldLeases int       // recalDraining: leases admitted before the pin, still in flight
 	samples   int       // recalProbing: fresh samples taken so far
@@ -39,13 +40,26 @@ func (r *recalState) schedule(cfg *Config, now time.Time) {
 	r.next = now.Add(d)
 }
 
-// tick starts a recalibration when one is due. The caller holds l.mu.
+// tick starts a recalibration when one is due, and abandons one that has
+// pinned the limit for MaxPinned. The caller holds l.mu.
 func (l *Limiter) tick(now time.Time) {
-	if l.cfg.Recalibration.Interval <= 0 || l.recal.phase != recalIdle || now.Before(l.recal.next) {
+	rc := &l.cfg.Recalibration
+	if rc.Interval <= 0 {
+		return
+	}
+	if l.recal.active() {
+		if !now.Before(l.recal.pinnedAt.Add(rc.MaxPinned)) {
+			l.endRecalibration(now)
+			l.dispatch(now)
+		}
+		return
+	}
+	if now.Before(l.recal.next) {
 		return
 	}
 	l.recal.phase = recalDraining
 	l.recal.seq++
+	l.recal.pinnedAt = now
 	l.recal.oldLeases = l.inflight
 	if l.recal.oldLeases == 0 {
 		l.startProbe()
@@ -79,9 +93,15 @@ func (l *Limiter) recalObserve(now time.Time, rec *leaseRecord, o outcome, rtt t
 		l.window.push(rtt)
 		l.recal.samples++
 		if l.recal.samples >= l.cfg.Recalibration.Samples {
-			l.recal.phase = recalIdle
-			l.recal.seq++
-			l.recal.schedule(&l.cfg, now)
+			l.endRecalibration(now)
 		}
 	}
+}
+
+// endRecalibration unpins the limit and schedules the next recalibration.
+// The caller holds l.mu and dispatches to waiters afterwards.
+func (l *Limiter) endRecalibration(now time.Time) {
+	l.recal.phase = recalIdle
+	l.recal.seq++
+	l.recal.schedule(&l.cfg, now)
 }

@@ -16,12 +16,14 @@ type Admin interface {
 	// sorted by node id (byte order). It returns ErrUnknownKey for a key
 	// without a row.
 	Nodes(ctx context.Context, key string) ([]NodeInfo, error)
-	// Drain sets the node's grant to 0 until Undrain (see State.Drain).
+	// Drain sets the node id's grant to 0 until Undrain, across lapses and
+	// restarts (see State.Drain).
 	Drain(ctx context.Context, key, nodeID string) error
-	// Undrain lets a drained node get a share again.
+	// Undrain lets a drained node id get a share again.
 	Undrain(ctx context.Context, key, nodeID string) error
-	// Evict fences the node; its reserve is held until its lease runs out
-	// (see State.Evict).
+	// Evict fences every instance of the node id for good; their reserve
+	// is held until their requests must have ended, and a new instance may
+	// join at once (see State.Evict).
 	Evict(ctx context.Context, key, nodeID string) error
 	// SetLimits sets the key's min/max override of L_global; nil removes a
 	// bound. It takes effect at the key's next heartbeat.
@@ -38,23 +40,41 @@ type KeyInfo struct {
 	// MinLimit and MaxLimit are the operator override; nil is no bound.
 	MinLimit, MaxLimit *int
 	Aggregate          Aggregate
+	Epoch              int64
 	Generation         int64
-	CreatedAt          time.Time
-	// LiveNodes, SumShare and SumInflight cover the rows whose lease has not
-	// run out.
+	// LearningUntil ends the key's learning mode; zero when it never
+	// entered it (see KeyState.LearningUntil).
+	LearningUntil time.Time
+	// Drains are the node ids an operator drained, sorted.
+	Drains    []string
+	CreatedAt time.Time
+	// LiveNodes, SumShare and SumInflight cover the members (see
+	// NodeState.Member).
 	LiveNodes   int
 	SumShare    int
 	SumInflight int
+	// HeldRows and HeldReserve cover the rows that are no members but
+	// whose reserve is still held: expired, left or evicted instances
+	// whose requests may still run.
+	HeldRows    int
+	HeldReserve int
 }
 
-// NodeInfo describes one node row for an operator: every column, plus the
-// lease remaining and heartbeat age at the time of the query.
+// NodeInfo describes one node row for an operator: every column, plus what
+// they mean at the time of the query.
 type NodeInfo struct {
 	NodeState
 	Key string
+	// Status is the row's state at the time of the query.
+	Status Status
 	// LeaseRemaining is lease_expires_at minus now; 0 or negative once the
 	// lease has run out.
 	LeaseRemaining time.Duration
+	// HoldRemaining is hold_until minus now: how long the row's reserve
+	// still counts.
+	HoldRemaining time.Duration
+	// Reserve is what the row holds back from the others now.
+	Reserve int
 	// HeartbeatAge is now minus heartbeat_at.
 	HeartbeatAge time.Duration
 }
@@ -62,11 +82,14 @@ type NodeInfo struct {
 // keyInfo summarizes s at now.
 func keyInfo(s State, now time.Time) KeyInfo {
 	ki := KeyInfo{
-		Key:        s.Key.Key,
-		LGlobal:    s.Key.LGlobal,
-		Aggregate:  s.Key.Aggregate,
-		Generation: s.Key.Generation,
-		CreatedAt:  s.Key.CreatedAt,
+		Key:           s.Key.Key,
+		LGlobal:       s.Key.LGlobal,
+		Aggregate:     s.Key.Aggregate,
+		Epoch:         s.Key.Epoch,
+		Generation:    s.Key.Generation,
+		LearningUntil: s.Key.LearningUntil,
+		Drains:        append([]string{}, s.Drains...),
+		CreatedAt:     s.Key.CreatedAt,
 	}
 	if s.Key.MinLimit > 0 {
 		v := s.Key.MinLimit
@@ -77,10 +100,14 @@ func keyInfo(s State, now time.Time) KeyInfo {
 		ki.MaxLimit = &v
 	}
 	for _, n := range s.Nodes {
-		if n.Live(now) {
+		switch {
+		case n.Member(now):
 			ki.LiveNodes++
 			ki.SumShare += n.Share
 			ki.SumInflight += n.Inflight
+		case n.Holding(now):
+			ki.HeldRows++
+			ki.HeldReserve += n.Reserve(now)
 		}
 	}
 	return ki
@@ -90,12 +117,20 @@ func keyInfo(s State, now time.Time) KeyInfo {
 func nodeInfos(s State, now time.Time) []NodeInfo {
 	out := make([]NodeInfo, len(s.Nodes))
 	for i, n := range s.Clone().Nodes {
-		out[i] = NodeInfo{
-			NodeState:      n,
-			Key:            s.Key.Key,
-			LeaseRemaining: n.LeaseExpiresAt.Sub(now),
-			HeartbeatAge:   now.Sub(n.HeartbeatAt),
-		}
+		out[i] = describe(s.Key.Key, n, now)
 	}
 	return out
+}
+
+// describe is row n of key as an operator sees it at now.
+func describe(key string, n NodeState, now time.Time) NodeInfo {
+	return NodeInfo{
+		NodeState:      n,
+		Key:            key,
+		Status:         n.Status(now),
+		LeaseRemaining: n.LeaseExpiresAt.Sub(now),
+		HoldRemaining:  n.HoldUntil.Sub(now),
+		Reserve:        n.Reserve(now),
+		HeartbeatAge:   now.Sub(n.HeartbeatAt),
+	}
 }

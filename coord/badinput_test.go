@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,13 +16,14 @@ import (
 // snapshot returns every row of the fleetlimit tables as text.
 func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	var keys, nodes string
+	var keys, nodes, drains string
 	err := pool.QueryRow(context.Background(), `SELECT
 	    (SELECT coalesce(json_agg(k ORDER BY k.key COLLATE "C"), '[]')::text FROM fleetlimit.keys AS k),
-	    (SELECT coalesce(json_agg(n ORDER BY n.key COLLATE "C", n.node_id COLLATE "C"), '[]')::text FROM fleetlimit.nodes AS n)`,
-	).Scan(&keys, &nodes)
+	    (SELECT coalesce(json_agg(n ORDER BY n.key COLLATE "C", n.node_id COLLATE "C", n.instance COLLATE "C"), '[]')::text FROM fleetlimit.nodes AS n),
+	    (SELECT coalesce(json_agg(d ORDER BY d.key COLLATE "C", d.node_id COLLATE "C"), '[]')::text FROM fleetlimit.drains AS d)`,
+	).Scan(&keys, &nodes, &drains)
 	require.NoError(t, err)
-	return keys + "\n" + nodes
+	return keys + "\n" + nodes + "\n" + drains
 }
 
 func sqlstate(err error) string {
@@ -82,20 +84,26 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 		name, sql, state string
 		args             []any
 	}{
-		{"function: l_local overflow", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 9223372036854775807, 0, 0, 0, 2000000)`, "FL001", nil},
-		{"function: negative inflight", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, -1, 0, 0, 2000000)`, "FL001", nil},
-		{"function: null key", `SELECT * FROM fleetlimit.heartbeat(NULL, 'a', 'a-1', 99, 4, 0, 0, 0, 2000000)`, "FL001", nil},
-		{"function: null seq", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', NULL, 4, 0, 0, 0, 2000000)`, "FL001", nil},
-		{"function: long node id", `SELECT * FROM fleetlimit.heartbeat('k', $1, 'a-1', 99, 4, 0, 0, 0, 2000000)`, "FL001", []any{long}},
-		{"function: 2-hour lease", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 7200000000)`, "FL001", nil},
-		{"function: labels array", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 2000000, '[1]')`, "FL001", nil},
-		{"function: label number", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 2000000, '{"a": 1}')`, "FL001", nil},
-		{"function: other instance", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'intruder', 99, 4, 0, 0, 0, 2000000)`, "FL002", nil},
+		{"function: l_local overflow", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 9223372036854775807, 0, 0, 0, 0, 2000000, 0)`, "FL001", nil},
+		{"function: negative inflight", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, -1, 0, 0, 0, 2000000, 0)`, "FL001", nil},
+		{"function: null key", `SELECT * FROM fleetlimit.heartbeat(NULL, 'a', 'a-1', 99, 4, 0, 0, 0, 0, 2000000, 0)`, "FL001", nil},
+		{"function: null seq", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', NULL, 4, 0, 0, 0, 0, 2000000, 0)`, "FL001", nil},
+		{"function: long node id", `SELECT * FROM fleetlimit.heartbeat('k', $1, 'a-1', 99, 4, 0, 0, 0, 0, 2000000, 0)`, "FL001", []any{long}},
+		{"function: 2-hour lease", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 0, 7200000000, 0)`, "FL001", nil},
+		{"function: labels array", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 0, 2000000, 0, '[1]')`, "FL001", nil},
+		{"function: label number", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 0, 2000000, 0, '{"a": 1}')`, "FL001", nil},
+		{"function: other instance", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'intruder', 99, 4, 0, 0, 0, 0, 2000000, 0)`, "FL002", nil},
 		{"function: min limit 0", `SELECT fleetlimit.set_limits('k', 0, NULL)`, "FL005", nil},
 		{"function: max below min", `SELECT fleetlimit.set_limits('k', 5, 4)`, "FL005", nil},
 		{"function: unknown aggregate", `SELECT fleetlimit.set_aggregate('k', 'sum')`, "FL005", nil},
 		{"function: unknown key", `SELECT fleetlimit.drain('nope', 'a')`, "FL003", nil},
 		{"function: unknown node", `SELECT fleetlimit.evict('k', 'nope')`, "FL004", nil},
+		{"function: negative epoch", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, -1, 0, 2000000, 0)`, "FL001", nil},
+		{"function: 2-day request bound", `SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 99, 4, 0, 0, 0, 0, 2000000, 172800000000)`, "FL001", nil},
+		{"function: leave with negative in-flight", `SELECT fleetlimit.leave('k', 'a', 'a-1', -1, 0)`, "FL001", nil},
+		{"function: leave of another instance", `SELECT fleetlimit.leave('k', 'a', 'intruder', 0, 0)`, "FL004", nil},
+		{"table: departed with a share", `UPDATE fleetlimit.nodes SET departed = true WHERE share > 0`, "23514", nil},
+		{"table: hold before the lease end", `UPDATE fleetlimit.nodes SET hold_until = lease_expires_at - interval '1 second'`, "23514", nil},
 		// …and the tables' CHECK constraints stop writes that bypass it.
 		{"table: l_local 0", `UPDATE fleetlimit.nodes SET l_local = 0`, "23514", nil},
 		{"table: inflight over max", `UPDATE fleetlimit.nodes SET inflight = 2000000`, "23514", nil},
@@ -121,7 +129,9 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 	require.ErrorIs(t, p.SetAggregate(ctx, "k", "sum"), ErrInvalidOverride)
 	require.ErrorIs(t, p.Drain(ctx, "k\x00", "a"), ErrUnknownKey)
 	require.ErrorIs(t, p.Evict(ctx, "k", long), ErrUnknownNode)
-	require.ErrorIs(t, p.Leave(ctx, "k", "a", "\xff"), ErrNodeIDInUse)
+	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "\xff"}), ErrInvalidReport)
+	require.ErrorIs(t, raw.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: -5}), ErrInvalidReport)
+	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1", Hold: -time.Second}), ErrInvalidReport)
 	_, err := p.Nodes(ctx, "")
 	require.ErrorIs(t, err, ErrUnknownKey)
 	require.Equal(t, before, snapshot(t, pool))
@@ -143,7 +153,7 @@ func TestMetacharactersAreData(t *testing.T) {
 		`a'b"c\d`,
 	}
 	for i, name := range names {
-		r := rep("x", 1, 4, 0, 0, 0)
+		r := rep("x", 1, 4, 0, 1, 0)
 		r.Key, r.NodeID, r.Instance = name, name, name
 		r.Labels = map[string]string{name: name}
 		g, err := p.Heartbeat(ctx, r)
@@ -168,8 +178,8 @@ func TestMetacharactersAreData(t *testing.T) {
 	var tables int
 	require.NoError(t, pool.QueryRow(ctx,
 		`SELECT count(*) FROM pg_tables WHERE schemaname = 'fleetlimit'`).Scan(&tables))
-	require.Equal(t, 2, tables)
+	require.Equal(t, 3, tables)
 	for _, name := range names {
-		require.NoError(t, p.Leave(ctx, name, name, name))
+		require.NoError(t, p.Leave(ctx, Departure{Key: name, NodeID: name, Instance: name}))
 	}
 }

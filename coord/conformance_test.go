@@ -70,6 +70,7 @@ func TestConformance(t *testing.T) {
 type simNode struct {
 	instance   string
 	seq        int64
+	epoch      int64
 	appliedGen int64
 	restarts   int
 }
@@ -106,10 +107,14 @@ func (c *conformance) report() Report {
 	r := Report{
 		Key: key, NodeID: id, Instance: n.instance, Seq: n.seq,
 		LLocal: 1 + c.rng.IntN(12), Inflight: inflight, Demand: inflight + c.rng.IntN(4),
-		AppliedGen: n.appliedGen, LeaseTTL: time.Duration(100+c.rng.IntN(2900)) * time.Millisecond,
+		Epoch: n.epoch, AppliedGen: n.appliedGen, LeaseTTL: time.Duration(100+c.rng.IntN(2900)) * time.Millisecond,
+		MaxRequestDuration: time.Duration(c.rng.IntN(4)) * 700 * time.Millisecond,
 	}
 	if c.rng.IntN(4) == 0 && n.appliedGen > 0 {
 		r.AppliedGen = c.rng.Int64N(n.appliedGen) // an older grant still enforced
+	}
+	if c.rng.IntN(40) == 0 {
+		r.AppliedGen += 1 + c.rng.Int64N(3) // a grant the coordinator forgot
 	}
 	if c.rng.IntN(5) == 0 {
 		r.Labels = map[string]string{"zone": fmt.Sprintf("z%d", c.rng.IntN(3)), "q": `it's "quoted"`}
@@ -162,7 +167,7 @@ func (c *conformance) step() {
 		n := c.node(key, id)
 		n.restarts++
 		n.instance = fmt.Sprintf("%s/run-%d", id, n.restarts)
-		n.seq, n.appliedGen = 0, 0
+		n.seq, n.epoch, n.appliedGen = 0, 0, 0
 		return
 	case p < 67:
 		key, id := c.key(), c.nodeID()
@@ -170,8 +175,12 @@ func (c *conformance) step() {
 		if c.rng.IntN(5) == 0 {
 			instance = "someone-else"
 		}
-		op = fmt.Sprintf("leave %q %q %q", key, id, instance)
-		each(func(impl coordinator) result { return errResult(impl.Leave(ctx, key, id, instance)) })
+		d := Departure{Key: key, NodeID: id, Instance: instance}
+		if c.rng.IntN(2) == 0 {
+			d.Inflight, d.Hold = c.rng.IntN(4), time.Duration(c.rng.IntN(3000))*time.Millisecond
+		}
+		op = fmt.Sprintf("leave %+v", d)
+		each(func(impl coordinator) result { return errResult(impl.Leave(ctx, d)) })
 	case p < 72:
 		key, id := c.key(), c.nodeID()
 		op = fmt.Sprintf("drain %q %q", key, id)
@@ -258,6 +267,7 @@ func (c *conformance) compareTables(op string) {
 		require.NoError(t, err)
 		for j := range ks {
 			ks[j].CreatedAt = ks[j].CreatedAt.UTC()
+			ks[j].LearningUntil = ks[j].LearningUntil.UTC()
 		}
 		keys[i] = ks
 	}
@@ -269,6 +279,7 @@ func (c *conformance) compareTables(op string) {
 			require.NoError(t, err)
 			for j := range ns {
 				ns[j].LeaseExpiresAt = ns[j].LeaseExpiresAt.UTC()
+				ns[j].HoldUntil = ns[j].HoldUntil.UTC()
 				ns[j].JoinedAt = ns[j].JoinedAt.UTC()
 				ns[j].HeartbeatAt = ns[j].HeartbeatAt.UTC()
 			}
@@ -277,8 +288,9 @@ func (c *conformance) compareTables(op string) {
 		require.Equal(t, nodes[0], nodes[1], "after %q: nodes of %q", op, k.Key)
 		// Remember the newest grant each node could have applied.
 		for _, n := range nodes[0] {
-			if sn := c.node(k.Key, n.NodeID); sn.instance == n.Instance && n.GrantedGen > sn.appliedGen && c.rng.IntN(2) == 0 {
-				sn.appliedGen = n.GrantedGen
+			if sn := c.node(k.Key, n.NodeID); sn.instance == n.Instance && c.rng.IntN(2) == 0 &&
+				(n.Epoch > sn.epoch || n.Epoch == sn.epoch && n.GrantedGen > sn.appliedGen) {
+				sn.epoch, sn.appliedGen = n.Epoch, n.GrantedGen
 			}
 		}
 	}
@@ -326,6 +338,9 @@ var badReports = []struct {
 	{"negative inflight", func(r *Report) { r.Inflight = -1 }},
 	{"huge demand", func(r *Report) { r.Demand = MaxCount + 1 }},
 	{"negative applied gen", func(r *Report) { r.AppliedGen = -7 }},
+	{"negative epoch", func(r *Report) { r.Epoch = -1 }},
+	{"negative request bound", func(r *Report) { r.MaxRequestDuration = -time.Second }},
+	{"request bound over a day", func(r *Report) { r.MaxRequestDuration = MaxRequestBound + time.Microsecond }},
 	{"short lease", func(r *Report) { r.LeaseTTL = 99 * time.Millisecond }},
 	{"long lease", func(r *Report) { r.LeaseTTL = MaxLeaseTTL + time.Millisecond }},
 	{"NUL label", func(r *Report) { r.Labels = map[string]string{"a": "x\x00y"} }},

@@ -25,12 +25,21 @@ type Report struct {
 	Inflight int
 	// Demand is in-flight plus queued: what the node would use if allowed.
 	Demand int
-	// AppliedGen is the newest grant generation the node has applied.
+	// Epoch and AppliedGen identify the newest grant the node has applied
+	// (Grant.Epoch and Grant.Generation); both are 0 before its first grant.
+	Epoch      int64
 	AppliedGen int64
 	// LeaseTTL is how long the coordinator keeps the node alive without a
 	// heartbeat. The lease is measured on the database's clock. It must lie
 	// in [MinLeaseTTL, MaxLeaseTTL] and is kept in whole microseconds.
 	LeaseTTL time.Duration
+	// MaxRequestDuration is the longest any request the node admits may
+	// run, from its admission until it has really ended at the upstream.
+	// The coordinator keeps reserving the node's capacity for this long
+	// after its lease ends, so requests that outlive a lapsed lease stay
+	// counted. It must lie in [0, MaxRequestBound] and is kept in whole
+	// microseconds.
+	MaxRequestDuration time.Duration
 	// Labels are free-form key/value pairs shown to operators: at most
 	// MaxLabels, names of 1..MaxNameBytes bytes, values of at most
 	// MaxNameBytes bytes.
@@ -45,6 +54,13 @@ const (
 	StatusActive   Status = "active"
 	StatusDraining Status = "draining"
 	StatusEvicted  Status = "evicted"
+	// StatusExpired is a row whose lease ran out: it is no member, and its
+	// reserve is held until its request bound has passed. Its instance
+	// becomes a member again by heartbeating.
+	StatusExpired Status = "expired"
+	// StatusDeparted is a row whose instance left with requests in flight: it
+	// is no member, and its reserve is held until they must have ended.
+	StatusDeparted Status = "departed"
 )
 
 // Grant is the coordinator's reply to a heartbeat.
@@ -53,17 +69,27 @@ type Grant struct {
 	Share int
 	// LGlobal is the fleet's ceiling for the key.
 	LGlobal int
-	// Generation identifies this grant; the node reports it back as
-	// Report.AppliedGen once its limiter enforces Share.
+	// Epoch and Generation identify this grant; the node reports them back
+	// as Report.Epoch and Report.AppliedGen once its limiter enforces
+	// Share. The epoch changes when the coordinator finds that its database
+	// lost state (see the package documentation); a grant of a newer epoch
+	// replaces any grant of an older one, whatever their generations.
+	Epoch      int64
 	Generation int64
 	// LeaseRemaining is how long the node's lease runs from when the
 	// coordinator handled the report.
 	LeaseRemaining time.Duration
 	// Status is the node's operator state.
 	Status Status
-	// PeerInflight is the sum of the other live nodes' last reported in-flight.
+	// Learning is true while the key is in learning mode: its database lost
+	// state, and until every lease and request of before the loss has run
+	// out no node is granted more than it proves it holds.
+	Learning bool
+	// PeerInflight is the sum of the in-flight last reported by the key's
+	// other rows whose capacity is still reserved (live or held).
 	PeerInflight int
-	// LiveNodes counts the live nodes on the key, this one included.
+	// LiveNodes counts the key's live members, this one included: rows
+	// whose lease runs, neither evicted nor departed.
 	LiveNodes int
 	// Stale is true when the report was ignored because its Seq was not newer
 	// than the stored one; the other fields then describe the stored state.
@@ -78,9 +104,23 @@ type Coordinator interface {
 	// bounds (see Report.Validate) and ErrNodeIDInUse when a live row of
 	// another instance holds the node id; nothing is written then.
 	Heartbeat(ctx context.Context, r Report) (Grant, error)
-	// Leave deletes the node's row at once, freeing its reserve; it is what a
-	// graceful shutdown calls after its in-flight requests have finished.
-	// It returns ErrUnknownKey, ErrUnknownNode, or ErrNodeIDInUse when the
-	// row belongs to another instance.
-	Leave(ctx context.Context, key, nodeID, instance string) error
+	// Leave ends the instance's membership: it is what a graceful
+	// shutdown calls once the node admits nothing more. With nothing in
+	// flight the row is deleted and its capacity is free at once;
+	// otherwise the row keeps reserving d.Inflight until d.Hold has
+	// passed. It returns ErrUnknownKey, or ErrUnknownNode when the key has
+	// no row of that instance.
+	Leave(ctx context.Context, d Departure) error
+}
+
+// Departure is a node's last word, sent by Leave.
+type Departure struct {
+	Key, NodeID, Instance string
+	// Inflight is how many requests the node still has in flight; it
+	// admits no more. Must lie in [0, MaxCount].
+	Inflight int
+	// Hold is how long those requests may still run; the coordinator
+	// reserves Inflight until then. Must lie in [0, MaxRequestBound];
+	// ignored when Inflight is 0.
+	Hold time.Duration
 }

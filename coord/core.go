@@ -7,104 +7,119 @@ import (
 	"time"
 )
 
-// Heartbeat runs steps 2–8 of the protocol (DESIGN §4) for report r at time
-// now and returns the key's new state and the node's grant. Step 1, locking
-// the key, is the caller's: Heartbeat is a pure function of (s, r, now) and
-// never reads a clock. The receiver is not modified.
+// Heartbeat runs steps 2–8 of the protocol (docs/design.md) for report r at
+// time now and returns the key's new state and the node's grant. Step 1,
+// locking the key, is the caller's, and so is checking the database's
+// incarnation (see Incarnate): Heartbeat is a pure function of (s, r, now)
+// and never reads a clock. The receiver is not modified.
 //
 // Heartbeat returns an error wrapping ErrInvalidReport when r fails
-// Report.Validate or names another key, and ErrNodeIDInUse when a live row
-// of another instance holds r.NodeID; s is then returned unchanged.
+// Report.Validate or names another key, and ErrNodeIDInUse when a member
+// row of another instance holds r.NodeID; s is then returned unchanged.
 //
 // The rules, all in integer arithmetic with floor division:
 //
-//   - A row is live while now < lease_expires_at. An expired row behaves
-//     exactly as if it had already been deleted: any instance may take it
-//     over, and it starts afresh (share 0, not draining, not evicted).
-//   - On a live row: another instance is refused; a Seq not newer than the
-//     stored one is answered from the stored row with Grant.Stale (no
-//     write); an evicted row is answered from the stored row with share 0
-//     and is not renewed, so its reserve stays until its lease ends.
-//   - Otherwise the row takes the report, its lease becomes now + LeaseTTL
-//     (truncated to microseconds) and, if AppliedGen ≥ GrantedGen, the
-//     grant is acknowledged: UnackedHigh drops to Share.
-//   - Other rows whose lease has expired are deleted.
+//   - Lost state. A report that proves the database forgot grants — it
+//     applied a grant of an epoch newer than the key's, or of the key's
+//     epoch but a generation the key (or the row) never reached, or it
+//     comes from an instance the key has no row for and claims requests in
+//     flight under the key's epoch — puts the key in learning mode (see
+//     learn) before anything else.
+//   - Rows are per instance. The instance's own row: a Seq not newer than
+//     the stored one is answered from the row with Grant.Stale, as is any
+//     report of a row that departed; an evicted row takes the report's
+//     in-flight, demand, seq and acknowledgement but is never renewed,
+//     granted or counted as a member, and is answered StatusEvicted.
+//     Otherwise another instance's member row refuses the report, and the
+//     row (or a fresh one) takes it: its lease becomes now + LeaseTTL, its hold
+//     the lease end + MaxRequestDuration, and if the report applied its
+//     newest grant (same epoch, AppliedGen ≥ GrantedGen) UnackedHigh drops
+//     to Share.
+//   - Rows whose hold has ended are deleted (an evicted row only after
+//     TombstoneRetention more).
 //   - L_global is the aggregate (lower median or min) of l_local over the
-//     live rows that are not evicted, self included, clamped to the key's
-//     [MinLimit, MaxLimit] override.
-//   - Target: 0 when draining. Otherwise, with n eligible (live, not
-//     draining, not evicted) rows, D their summed demand, d self's demand and
-//     R = max(0, L_global − n): 1 + R·d/D, or 1 + R/n when D = 0. The targets
-//     of all eligible rows add up to at most L_global when n ≤ L_global.
-//   - Share = max(0, min(target, L_global − Σ Reserve of the other live rows)).
-//   - A new generation is issued when the share changes and on a fresh row,
-//     so a node's first grant on a row is newer than anything it holds;
-//     UnackedHigh becomes max(UnackedHigh, Share).
+//     members, self included, clamped to the key's [MinLimit, MaxLimit].
+//   - Target: 0 when draining (a durable mark on the node id) or without
+//     demand. Otherwise, with n eligible members (not draining, demand >
+//     0), D their summed demand, d self's demand and R = max(0, L_global −
+//     n): 1 + R·d/D. The targets add up to at most L_global when n ≤
+//     L_global.
+//   - Share = max(0, min(target, L_global − Σ Reserve of every other
+//     holding row)), members or not; in learning mode also at most r.Inflight.
+//   - A new generation is issued when the share changes, on a fresh row,
+//     and on a row whose grant is of an older epoch, so a node's first
+//     grant on a row is newer than anything it holds; UnackedHigh becomes
+//     max(UnackedHigh, Share).
 func (s State) Heartbeat(r Report, now time.Time) (State, Grant, error) {
 	return s.heartbeat(r, now, NodeState.Reserve)
 }
 
 // heartbeat is Heartbeat with the reserve rule as a parameter, so tests can
 // show that weaker rules break the invariants.
-func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState) int) (State, Grant, error) {
+func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.Time) int) (State, Grant, error) {
 	if err := r.Validate(); err != nil {
 		return s, Grant{}, err
 	}
 	if r.Key != s.Key.Key {
 		return s, Grant{}, fmt.Errorf("%w: key %.40q sent to the state of key %.40q", ErrInvalidReport, r.Key, s.Key.Key)
 	}
-	i, found := s.find(r.NodeID)
-	live := found && s.Nodes[i].Live(now)
-	if live {
+	orig := s
+	i, found := s.find(r.NodeID, r.Instance)
+	if found && s.lostState(r, &s.Nodes[i]) || !found && s.lostState(r, nil) {
+		s = s.learn(now, r)
+	}
+	if found {
 		stored := s.Nodes[i]
-		if stored.Instance != r.Instance {
-			return s, Grant{}, fmt.Errorf("%w: node %.40q is held by instance %.40q until %s",
-				ErrNodeIDInUse, r.NodeID, stored.Instance, stored.LeaseExpiresAt.Format(time.RFC3339Nano))
+		if r.Seq <= stored.Seq || stored.Departed {
+			return s, s.storedGrant(stored, now, true), nil
 		}
-		if stale := r.Seq <= stored.Seq; stale || stored.Evicted {
-			return s, s.storedGrant(stored, now, stale), nil
+		if stored.Evicted {
+			next := s.Clone()
+			self := &next.Nodes[i]
+			takeReport(self, r, now)
+			return next, next.storedGrant(*self, now, false), nil
+		}
+	}
+	for _, n := range s.rowsOf(r.NodeID) {
+		if n.Instance != r.Instance && n.Member(now) {
+			return orig, Grant{}, fmt.Errorf("%w: node %.40q is held by another live instance until %s",
+				ErrNodeIDInUse, r.NodeID, n.LeaseExpiresAt.Format(time.RFC3339Nano))
 		}
 	}
 
-	self := NodeState{NodeID: r.NodeID, JoinedAt: now}
-	if live {
+	self := NodeState{NodeID: r.NodeID, Instance: r.Instance, JoinedAt: now}
+	if found {
 		self = s.Nodes[i]
 	}
-	self.Instance = r.Instance
-	self.Seq = r.Seq
-	self.LLocal = r.LLocal
-	self.Inflight = r.Inflight
-	self.Demand = r.Demand
-	self.AppliedGen = r.AppliedGen
+	takeReport(&self, r, now)
+	self.Draining = s.drained(r.NodeID)
 	self.LeaseExpiresAt = now.Add(leaseTTL(r))
-	self.HeartbeatAt = now
-	self.Labels = maps.Clone(r.Labels)
-	if self.Labels == nil {
-		self.Labels = map[string]string{}
-	}
-	if self.AppliedGen >= self.GrantedGen {
-		self.UnackedHigh = self.Share
-	}
+	self.HoldUntil = self.LeaseExpiresAt.Add(requestBound(r))
 
-	// Keep the live peers; expired ones are deleted.
-	next := State{Key: s.Key, Nodes: make([]NodeState, 0, len(s.Nodes)+1)}
+	// Keep the rows still holding (and evicted tombstones); delete the rest.
+	next := State{Key: s.Key, Drains: slices.Clone(s.Drains), Nodes: make([]NodeState, 0, len(s.Nodes)+1)}
+	next.Key.MaxLeaseTTL = max(next.Key.MaxLeaseTTL, leaseTTL(r))
+	next.Key.MaxRequestDuration = max(next.Key.MaxRequestDuration, requestBound(r))
 	lLocals := make([]int, 0, len(s.Nodes)+1)
 	lLocals = append(lLocals, self.LLocal)
-	var peerInflight, peerReserve, sumDemand int
+	var peerInflight, peerReserve, sumDemand, members int
 	eligible := 0
-	if !self.Draining {
+	if !self.Draining && self.Demand > 0 {
 		eligible, sumDemand = 1, self.Demand
 	}
-	for _, n := range s.Nodes {
-		if n.NodeID == self.NodeID || !n.Live(now) {
+	for j, n := range s.Nodes {
+		if found && j == i || n.gone(now) {
 			continue
 		}
 		next.Nodes = append(next.Nodes, n)
-		peerInflight += n.Inflight
-		peerReserve += reserve(n)
-		if !n.Evicted {
+		if n.Holding(now) {
+			peerInflight += n.Inflight
+			peerReserve += reserve(n, now)
+		}
+		if n.Member(now) {
+			members++
 			lLocals = append(lLocals, n.LLocal)
-			if !n.Draining {
+			if !n.Draining && n.Demand > 0 {
 				eligible++
 				sumDemand += n.Demand
 			}
@@ -113,52 +128,81 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState) int) (
 
 	lGlobal := s.Key.clamp(s.Key.Aggregate.fold(lLocals))
 	target := 0
-	if !self.Draining {
+	if !self.Draining && self.Demand > 0 {
 		target = splitTarget(lGlobal, eligible, sumDemand, self.Demand)
 	}
 	share := max(0, min(target, lGlobal-peerReserve))
-	if !live || share != self.Share {
+	learning := next.Key.learning(now)
+	if learning {
+		share = min(share, self.Inflight)
+	}
+	if !found || share != self.Share || self.Epoch != next.Key.Epoch {
 		next.Key.Generation++
 		self.Share = share
+		self.Epoch = next.Key.Epoch
 		self.GrantedGen = next.Key.Generation
 		self.UnackedHigh = max(self.UnackedHigh, share)
 	}
 	next.Key.LGlobal = lGlobal
 
-	at, _ := slices.BinarySearchFunc(next.Nodes, self.NodeID, func(n NodeState, id string) int {
-		if n.NodeID < id {
-			return -1
-		}
-		return 1
-	})
+	at, _ := slices.BinarySearchFunc(next.Nodes, [2]string{self.NodeID, self.Instance}, compareRow)
 	next.Nodes = slices.Insert(next.Nodes, at, self)
 
 	return next, Grant{
 		Share:          self.Share,
 		LGlobal:        lGlobal,
+		Epoch:          self.Epoch,
 		Generation:     self.GrantedGen,
 		LeaseRemaining: self.LeaseExpiresAt.Sub(now),
-		Status:         self.Status(),
+		Status:         self.Status(now),
+		Learning:       learning,
 		PeerInflight:   peerInflight,
-		LiveNodes:      len(next.Nodes),
+		LiveNodes:      members + 1,
 	}, nil
 }
 
-// storedGrant answers a report from the stored row without writing: a stale
-// report, or any report of an evicted node.
+// takeReport copies r's counts into n and acknowledges n's grant when r
+// applied it.
+func takeReport(n *NodeState, r Report, now time.Time) {
+	n.Seq = r.Seq
+	n.LLocal = r.LLocal
+	n.Inflight = r.Inflight
+	n.Demand = r.Demand
+	n.AppliedGen = r.AppliedGen
+	n.HeartbeatAt = now
+	n.Labels = maps.Clone(r.Labels)
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if r.Epoch == n.Epoch && r.AppliedGen >= n.GrantedGen {
+		n.UnackedHigh = n.Share
+	}
+}
+
+// storedGrant answers a report from the stored row: a stale report, a
+// report of a row that left, or a report of an evicted row.
 func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 	g := Grant{
 		Share:          self.Share,
 		LGlobal:        s.Key.LGlobal,
+		Epoch:          self.Epoch,
 		Generation:     self.GrantedGen,
-		LeaseRemaining: self.LeaseExpiresAt.Sub(now),
-		Status:         self.Status(),
-		LiveNodes:      1,
+		LeaseRemaining: max(0, self.LeaseExpiresAt.Sub(now)),
+		Status:         self.Status(now),
+		Learning:       s.Key.learning(now),
 		Stale:          stale,
 	}
+	if self.Member(now) {
+		g.LiveNodes = 1
+	}
 	for _, n := range s.Nodes {
-		if n.NodeID != self.NodeID && n.Live(now) {
+		if n.NodeID == self.NodeID && n.Instance == self.Instance {
+			continue
+		}
+		if n.Holding(now) {
 			g.PeerInflight += n.Inflight
+		}
+		if n.Member(now) {
 			g.LiveNodes++
 		}
 	}
@@ -166,14 +210,11 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 }
 
 // splitTarget is the demand-proportional target of one of n eligible nodes
-// with demand d out of total demand sumDemand, under ceiling lGlobal. Every
-// eligible node gets a floor of 1; the rest, R = max(0, lGlobal − n), is
-// split by demand with floor division, or evenly when nobody has demand.
+// with demand d > 0 out of total demand sumDemand, under ceiling lGlobal.
+// Every eligible node gets a floor of 1; the rest, R = max(0, lGlobal − n),
+// is split by demand with floor division.
 func splitTarget(lGlobal, n, sumDemand, d int) int {
 	rest := max(0, lGlobal-n)
-	if sumDemand == 0 {
-		return 1 + rest/n
-	}
 	return 1 + rest*d/sumDemand
 }
 

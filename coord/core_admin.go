@@ -3,54 +3,93 @@ package coord
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
-// Drain marks nodeID draining: its grant drops to 0 at once (a new
-// generation when its share was positive) and its heartbeats keep getting 0
-// until Undrain. Its reserve stays until it acknowledges the 0 and reports
-// its in-flight gone. Draining a draining node changes nothing. It returns
-// ErrUnknownNode when the key has no row for nodeID.
+// Drain marks nodeID draining: the mark belongs to the node id, so it
+// survives lease lapses, restarts and takeovers by any instance until
+// Undrain. Every row of nodeID shows it, and a positive grant drops to 0 at
+// once (a new generation). Its reserve stays until it acknowledges the 0 and
+// reports its in-flight gone. Draining a draining node changes nothing. It
+// returns ErrUnknownNode when the key has neither a row nor a mark for
+// nodeID.
 func (s State) Drain(nodeID string) (State, error) {
-	return s.withNode(nodeID, func(n *NodeState, gen *int64) {
-		n.Draining = true
-		revoke(n, gen)
-	})
-}
-
-// Undrain clears nodeID's draining mark; its next heartbeat gets a share
-// again. It returns ErrUnknownNode when the key has no row for nodeID.
-func (s State) Undrain(nodeID string) (State, error) {
-	return s.withNode(nodeID, func(n *NodeState, _ *int64) { n.Draining = false })
-}
-
-// Evict marks nodeID evicted: its grant drops to 0 at once (a new generation
-// when its share was positive), its next heartbeat is answered with
-// StatusEvicted so the node fences itself, and its heartbeats no longer
-// renew its lease or change its row. Its reserve is therefore held until
-// the lease runs out, never freed earlier. After that the row is deleted
-// like any expired row, and a process that heartbeats again joins afresh:
-// eviction fences a run, it does not ban a node id. It returns
-// ErrUnknownNode when the key has no row for nodeID.
-func (s State) Evict(nodeID string) (State, error) {
-	return s.withNode(nodeID, func(n *NodeState, gen *int64) {
-		n.Evicted = true
-		revoke(n, gen)
-	})
-}
-
-// Leave deletes nodeID's row, freeing its reserve at once. It returns
-// ErrUnknownNode when there is no row and ErrNodeIDInUse when the row
-// belongs to another instance (expired or not).
-func (s State) Leave(nodeID, instance string) (State, error) {
-	i, ok := s.find(nodeID)
-	if !ok {
-		return s, fmt.Errorf("%w: %.40q on key %.40q", ErrUnknownNode, nodeID, s.Key.Key)
-	}
-	if held := s.Nodes[i].Instance; held != instance {
-		return s, fmt.Errorf("%w: node %.40q is held by instance %.40q, not %.40q", ErrNodeIDInUse, nodeID, held, instance)
+	if len(s.rowsOf(nodeID)) == 0 && !s.drained(nodeID) {
+		return s, s.unknownNode(nodeID)
 	}
 	next := s.Clone()
-	next.Nodes = slices.Delete(next.Nodes, i, i+1)
+	if !next.drained(nodeID) {
+		at, _ := slices.BinarySearch(next.Drains, nodeID)
+		next.Drains = slices.Insert(next.Drains, at, nodeID)
+	}
+	next.eachRow(nodeID, func(n *NodeState) {
+		n.Draining = true
+		next.revoke(n)
+	})
+	return next, nil
+}
+
+// Undrain removes nodeID's draining mark; its member's next heartbeat gets
+// a share again. It returns ErrUnknownNode when the key has neither a row
+// nor a mark for nodeID.
+func (s State) Undrain(nodeID string) (State, error) {
+	if len(s.rowsOf(nodeID)) == 0 && !s.drained(nodeID) {
+		return s, s.unknownNode(nodeID)
+	}
+	next := s.Clone()
+	next.Drains = slices.DeleteFunc(next.Drains, func(id string) bool { return id == nodeID })
+	next.eachRow(nodeID, func(n *NodeState) { n.Draining = false })
+	return next, nil
+}
+
+// Evict evicts every instance of nodeID that has a row: each grant drops
+// to 0 at once (a new generation when it was positive), and the instance's
+// heartbeats are answered StatusEvicted so it fences itself for good. An
+// evicted row is no member: it is never renewed or granted again and its
+// l_local no longer counts, but it keeps reporting its in-flight, and its
+// reserve is held until its hold ends — or until it acknowledges share 0
+// with nothing in flight. A new instance of nodeID may join at once.
+// Eviction fences instances, it does not ban a node id. It returns
+// ErrUnknownNode when the key has no row for nodeID.
+func (s State) Evict(nodeID string) (State, error) {
+	if len(s.rowsOf(nodeID)) == 0 {
+		return s, s.unknownNode(nodeID)
+	}
+	next := s.Clone()
+	next.eachRow(nodeID, func(n *NodeState) {
+		n.Evicted = true
+		next.revoke(n)
+	})
+	return next, nil
+}
+
+// Leave takes d, an instance's last word, at now: the instance admits
+// nothing more. A row with nothing in flight is deleted, freeing its
+// reserve at once; otherwise the row stops being a member and reserves
+// d.Inflight until now + d.Hold. An evicted row is kept as a tombstone
+// either way. It returns ErrInvalidReport for a departure out of bounds
+// and ErrUnknownNode when the key has no row of that instance.
+func (s State) Leave(d Departure, now time.Time) (State, error) {
+	if err := d.Validate(); err != nil {
+		return s, err
+	}
+	i, ok := s.find(d.NodeID, d.Instance)
+	if !ok {
+		return s, fmt.Errorf("%w: %.40q (this instance) on key %.40q", ErrUnknownNode, d.NodeID, s.Key.Key)
+	}
+	next := s.Clone()
+	n := &next.Nodes[i]
+	if d.Inflight == 0 && !n.Evicted {
+		next.Nodes = slices.Delete(next.Nodes, i, i+1)
+		return next, nil
+	}
+	n.Departed = true
+	n.Share, n.UnackedHigh, n.Inflight, n.Demand = 0, 0, d.Inflight, 0
+	n.LeaseExpiresAt = minTime(n.LeaseExpiresAt, now)
+	n.HoldUntil = now
+	if d.Inflight > 0 {
+		n.HoldUntil = now.Add(d.Hold.Truncate(time.Microsecond))
+	}
 	return next, nil
 }
 
@@ -85,23 +124,34 @@ func (s State) SetAggregate(a Aggregate) (State, error) {
 	return next, nil
 }
 
-func (s State) withNode(nodeID string, fn func(n *NodeState, gen *int64)) (State, error) {
-	i, ok := s.find(nodeID)
-	if !ok {
-		return s, fmt.Errorf("%w: %.40q on key %.40q", ErrUnknownNode, nodeID, s.Key.Key)
-	}
-	next := s.Clone()
-	fn(&next.Nodes[i], &next.Key.Generation)
-	return next, nil
+func (s State) unknownNode(nodeID string) error {
+	return fmt.Errorf("%w: %.40q on key %.40q", ErrUnknownNode, nodeID, s.Key.Key)
 }
 
-// revoke sets n's grant to 0 under a new generation unless it is already 0.
-// UnackedHigh keeps the larger share the node may still enforce.
-func revoke(n *NodeState, gen *int64) {
+// eachRow calls fn on every row of nodeID in s, which the caller owns.
+func (s *State) eachRow(nodeID string, fn func(n *NodeState)) {
+	lo, _ := s.find(nodeID, "")
+	for i := lo; i < len(s.Nodes) && s.Nodes[i].NodeID == nodeID; i++ {
+		fn(&s.Nodes[i])
+	}
+}
+
+// revoke sets n's grant to 0 under a new generation of s's key unless it
+// is already 0. UnackedHigh keeps the larger share the node may still
+// enforce.
+func (s *State) revoke(n *NodeState) {
 	if n.Share == 0 {
 		return
 	}
-	*gen++
+	s.Key.Generation++
 	n.Share = 0
-	n.GrantedGen = *gen
+	n.Epoch = s.Key.Epoch
+	n.GrantedGen = s.Key.Generation
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

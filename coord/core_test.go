@@ -23,7 +23,14 @@ func rep(id string, seq int64, lLocal, inflight, demand int, applied int64) Repo
 func row(id string, lLocal, inflight, demand, share, unacked int) NodeState {
 	return NodeState{NodeID: id, Instance: id + "-1", Seq: 1, LLocal: lLocal, Inflight: inflight,
 		Demand: demand, Share: share, UnackedHigh: unacked, LeaseExpiresAt: t0.Add(time.Second),
-		JoinedAt: t0.Add(-time.Minute), HeartbeatAt: t0.Add(-time.Second), Labels: map[string]string{}}
+		HoldUntil: t0.Add(time.Second), JoinedAt: t0.Add(-time.Minute), HeartbeatAt: t0.Add(-time.Second),
+		Labels: map[string]string{}}
+}
+
+// node returns id's row in s at t0.
+func node(s State, id string) NodeState {
+	n, _ := s.Node(id, t0)
+	return n
 }
 
 func evictedRow(id string, lLocal int) NodeState {
@@ -35,6 +42,9 @@ func evictedRow(id string, lLocal int) NodeState {
 func state(lGlobal int, gen int64, nodes ...NodeState) State {
 	s := NewState("k", t0.Add(-time.Hour))
 	s.Key.LGlobal, s.Key.Generation = lGlobal, gen
+	for i := range nodes {
+		nodes[i].Epoch = s.Key.Epoch
+	}
 	s.Nodes = nodes
 	return s
 }
@@ -54,44 +64,74 @@ func TestHeartbeatRules(t *testing.T) {
 	evicted.Evicted = true
 	expired := row("b", 10, 2, 5, 4, 4)
 	expired.LeaseExpiresAt = t0
+	expired.HoldUntil = t0.Add(time.Second)
+	done := expired
+	done.HoldUntil = t0
+	departed := row("b", 10, 3, 0, 0, 0)
+	departed.Departed = true
 
 	tests := []struct {
 		name  string
 		s     State
 		r     Report
-		grant Grant
+		grant Grant // Epoch is the key's
 		check func(t *testing.T, s State)
 	}{{
-		name:  "first node takes the whole ceiling",
+		name:  "first node with demand takes the whole ceiling",
 		s:     NewState("k", t0),
-		r:     rep("a", 1, 8, 0, 0, 0),
+		r:     rep("a", 1, 8, 0, 1, 0),
 		grant: Grant{Share: 8, LGlobal: 8, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
 		check: func(t *testing.T, s State) {
-			a, _ := s.Node("a")
+			a := node(s, "a")
 			require.Equal(t, 8, a.UnackedHigh)
 			require.Equal(t, int64(1), a.GrantedGen)
 			require.Equal(t, t0.Add(ttl), a.LeaseExpiresAt)
+			require.Equal(t, t0.Add(ttl), a.HoldUntil, "no request bound: the hold ends with the lease")
 			require.Equal(t, t0, a.JoinedAt)
 		},
 	}, {
+		name:  "a node without demand gets nothing",
+		s:     NewState("k", t0),
+		r:     rep("a", 1, 8, 0, 0, 0),
+		grant: Grant{Share: 0, LGlobal: 8, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
+	}, {
+		name: "the hold is the lease end plus the request bound",
+		s:    NewState("k", t0),
+		r: func() Report {
+			r := rep("a", 1, 8, 0, 1, 0)
+			r.MaxRequestDuration = time.Minute
+			return r
+		}(),
+		grant: Grant{Share: 8, LGlobal: 8, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
+		check: func(t *testing.T, s State) {
+			require.Equal(t, t0.Add(ttl+time.Minute), node(s, "a").HoldUntil)
+			require.Equal(t, time.Minute, s.Key.MaxRequestDuration)
+			require.Equal(t, ttl, s.Key.MaxLeaseTTL)
+		},
+	}, {
 		name:  "lower median of an even count",
-		s:     state(0, 0, row("b", 10, 0, 0, 0, 0), row("c", 30, 0, 0, 0, 0), row("d", 40, 0, 0, 0, 0)),
-		r:     rep("a", 1, 20, 0, 0, 0),
+		s:     state(0, 0, row("b", 10, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0), row("d", 40, 0, 1, 0, 0)),
+		r:     rep("a", 1, 20, 0, 1, 0),
 		grant: Grant{Share: 5, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 4},
 	}, {
 		name: "lower median ignores evicted rows",
 		// Counting them, the lower median of 1, 1, 9, 9 would be 1.
-		s:     state(0, 0, row("b", 9, 0, 0, 0, 0), evictedRow("c", 1), evictedRow("d", 1)),
-		r:     rep("a", 1, 9, 0, 0, 0),
-		grant: Grant{Share: 4, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 4},
+		s:     state(0, 0, row("b", 9, 0, 1, 0, 0), evictedRow("c", 1), evictedRow("d", 1)),
+		r:     rep("a", 1, 9, 0, 1, 0),
+		grant: Grant{Share: 4, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
+	}, {
+		name:  "lower median ignores expired rows",
+		s:     state(0, 0, row("c", 30, 0, 1, 0, 0), done, expired),
+		r:     rep("a", 1, 20, 0, 1, 0),
+		grant: Grant{Share: 10, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 2},
 	}, {
 		name: "min aggregate",
 		s: func() State {
-			s := state(0, 0, row("b", 7, 0, 0, 0, 0), row("c", 30, 0, 0, 0, 0))
+			s := state(0, 0, row("b", 7, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0))
 			s.Key.Aggregate = AggregateMin
 			return s
 		}(),
-		r:     rep("a", 1, 20, 0, 0, 0),
+		r:     rep("a", 1, 20, 0, 1, 0),
 		grant: Grant{Share: 2, LGlobal: 7, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "max override clamps",
@@ -100,7 +140,7 @@ func TestHeartbeatRules(t *testing.T) {
 			s.Key.MaxLimit = 5
 			return s
 		}(),
-		r:     rep("a", 1, 20, 0, 0, 0),
+		r:     rep("a", 1, 20, 0, 1, 0),
 		grant: Grant{Share: 5, LGlobal: 5, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
 	}, {
 		name: "min override clamps",
@@ -109,7 +149,7 @@ func TestHeartbeatRules(t *testing.T) {
 			s.Key.MinLimit = 50
 			return s
 		}(),
-		r:     rep("a", 1, 20, 0, 0, 0),
+		r:     rep("a", 1, 20, 0, 1, 0),
 		grant: Grant{Share: 50, LGlobal: 50, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
 	}, {
 		name: "demand split with floor division",
@@ -124,16 +164,11 @@ func TestHeartbeatRules(t *testing.T) {
 		r:     rep("a", 1, 10, 0, 1, 0),
 		grant: Grant{Share: 3, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
-		name:  "no demand anywhere splits evenly",
-		s:     state(10, 0, row("b", 10, 0, 0, 0, 0), row("c", 10, 0, 0, 0, 0)),
-		r:     rep("a", 1, 10, 0, 0, 0),
-		grant: Grant{Share: 3, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
-	}, {
-		name: "floor of 1 even without demand",
-		// L=10, n=2, R=8, D=5: self has no demand: 1.
-		s:     state(10, 0, row("b", 10, 0, 5, 0, 0)),
-		r:     rep("a", 1, 10, 0, 0, 0),
-		grant: Grant{Share: 1, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
+		name: "idle peers get no floor",
+		// L=10, n=2 (c is idle), R=8, D=2: self 1+8*1/2 = 5.
+		s:     state(10, 0, row("b", 10, 0, 1, 0, 0), row("c", 10, 0, 0, 0, 0)),
+		r:     rep("a", 1, 10, 0, 1, 0),
+		grant: Grant{Share: 5, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name:  "draining peers get no target and hold only their reserve",
 		s:     state(10, 0, draining),
@@ -155,17 +190,32 @@ func TestHeartbeatRules(t *testing.T) {
 		r:     rep("a", 1, 2, 0, 5, 0),
 		grant: Grant{Share: 0, LGlobal: 2, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
 	}, {
-		name:  "evicted peer keeps its reserve",
+		name:  "evicted peer keeps its reserve and is no member",
 		s:     state(10, 3, evicted),
 		r:     rep("a", 1, 10, 0, 1, 0),
-		grant: Grant{Share: 7, LGlobal: 10, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 2},
+		grant: Grant{Share: 7, LGlobal: 10, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 1},
 	}, {
-		name:  "expired peer is deleted and frees its reserve",
+		name:  "expired peer keeps its reserve until its hold ends",
 		s:     state(10, 3, expired),
+		r:     rep("a", 1, 10, 0, 1, 0),
+		grant: Grant{Share: 6, LGlobal: 10, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 1},
+		check: func(t *testing.T, s State) {
+			b, ok := s.Row("b", "b-1")
+			require.True(t, ok, "the row stays while it holds")
+			require.Equal(t, StatusExpired, b.Status(t0))
+		},
+	}, {
+		name:  "departed peer keeps its in-flight until its hold ends",
+		s:     state(10, 3, departed),
+		r:     rep("a", 1, 10, 0, 1, 0),
+		grant: Grant{Share: 7, LGlobal: 10, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 3, LiveNodes: 1},
+	}, {
+		name:  "a row whose hold has ended is deleted and frees its reserve",
+		s:     state(10, 3, done),
 		r:     rep("a", 1, 10, 0, 1, 0),
 		grant: Grant{Share: 10, LGlobal: 10, Generation: 4, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1},
 		check: func(t *testing.T, s State) {
-			_, ok := s.Node("b")
+			_, ok := s.Row("b", "b-1")
 			require.False(t, ok)
 		},
 	}}
@@ -174,6 +224,7 @@ func TestHeartbeatRules(t *testing.T) {
 			t.Parallel()
 			before := tt.s.Clone()
 			next, g := mustHeartbeat(t, tt.s, tt.r, t0)
+			tt.grant.Epoch = next.Key.Epoch
 			require.Equal(t, tt.grant, g)
 			require.Equal(t, before, tt.s, "the receiver must not change")
 			require.LessOrEqual(t, sumShare(next), next.Key.LGlobal)
@@ -192,37 +243,50 @@ func sumShare(s State) int {
 	return total
 }
 
+// applied is the report fields of a node that applied g.
+func applied(r Report, g Grant) Report {
+	r.Epoch, r.AppliedGen = g.Epoch, g.Generation
+	return r
+}
+
 func TestHeartbeatAcknowledgement(t *testing.T) {
 	t.Parallel()
-	s, g := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 0, 0, 0), t0)
+	s, g := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 0, 1, 0), t0)
 	require.Equal(t, 4, g.Share)
 	// b joins; a holds 4 granted, not yet acknowledged: b gets nothing.
 	s, g = mustHeartbeat(t, s, rep("b", 1, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share)
-	// a reports without having applied gen 1: its target is now 1 (b has all
-	// the demand), but it may still enforce 4.
-	s, g = mustHeartbeat(t, s, rep("a", 2, 4, 0, 0, 0), t0)
+	// a reports without having applied gen 1: its target is now 1 (b has
+	// most of the demand), but it may still enforce 4.
+	s, g = mustHeartbeat(t, s, rep("a", 2, 4, 0, 1, 0), t0)
 	require.Equal(t, 1, g.Share)
-	a, _ := s.Node("a")
-	require.Equal(t, 4, a.UnackedHigh, "unacknowledged grants stay reserved")
+	require.Equal(t, 4, node(s, "a").UnackedHigh, "unacknowledged grants stay reserved")
 	s, g = mustHeartbeat(t, s, rep("b", 2, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share, "a may still enforce 4")
+	// A generation of another epoch acknowledges nothing.
+	a := node(s, "a")
+	wrongEpoch := rep("a", 3, 4, 0, 1, a.GrantedGen)
+	wrongEpoch.Epoch = a.Epoch - 1
+	s, _ = mustHeartbeat(t, s, wrongEpoch, t0)
+	require.Equal(t, 4, node(s, "a").UnackedHigh)
 	// a applies its newest grant and says so: the reserve drops to 1.
-	s, g = mustHeartbeat(t, s, rep("a", 3, 4, 0, 0, a.GrantedGen), t0)
-	a, _ = s.Node("a")
-	require.Equal(t, 1, a.UnackedHigh)
+	ack := rep("a", 4, 4, 0, 1, a.GrantedGen)
+	ack.Epoch = a.Epoch
+	s, g = mustHeartbeat(t, s, ack, t0)
+	require.Equal(t, 1, node(s, "a").UnackedHigh)
 	require.Equal(t, 1, g.Share)
+	// b's target: L=4, n=2, R=2, D=1+4: 1+2·4/5 = 2.
 	_, g = mustHeartbeat(t, s, rep("b", 3, 4, 0, 4, 0), t0)
-	require.Equal(t, 3, g.Share)
+	require.Equal(t, 2, g.Share)
 }
 
 func TestHeartbeatStaleSeq(t *testing.T) {
 	t.Parallel()
-	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 5, 4, 0, 0, 0), t0)
+	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 5, 4, 0, 1, 0), t0)
 	for _, seq := range []int64{5, 4, 0} {
-		next, g := mustHeartbeat(t, s, rep("a", seq, 9, 3, 3, 7), t0.Add(time.Second))
+		next, g := mustHeartbeat(t, s, rep("a", seq, 9, 3, 3, 0), t0.Add(time.Second))
 		require.True(t, g.Stale)
-		require.Equal(t, Grant{Share: 4, LGlobal: 4, Generation: 1, LeaseRemaining: time.Second,
+		require.Equal(t, Grant{Share: 4, LGlobal: 4, Epoch: s.Key.Epoch, Generation: 1, LeaseRemaining: time.Second,
 			Status: StatusActive, LiveNodes: 1, Stale: true}, g)
 		require.Equal(t, s, next, "a stale report writes nothing")
 	}
@@ -230,52 +294,103 @@ func TestHeartbeatStaleSeq(t *testing.T) {
 
 func TestHeartbeatInstances(t *testing.T) {
 	t.Parallel()
-	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 5, 4, 0, 0, 0), t0)
-	other := rep("a", 9, 4, 0, 0, 0)
+	first := rep("a", 5, 4, 0, 1, 0)
+	first.MaxRequestDuration = time.Second
+	s, g1 := mustHeartbeat(t, NewState("k", t0), first, t0)
+	other := rep("a", 9, 4, 0, 1, 0)
 	other.Instance = "a-2"
 
 	_, _, err := s.Heartbeat(other, t0.Add(ttl-time.Microsecond))
 	require.ErrorIs(t, err, ErrNodeIDInUse)
+	require.NotContains(t, err.Error(), "a-1", "the error does not reveal the holder's instance")
 
-	// Once the lease has run out, a restart takes the row over afresh.
+	// Once the lease has run out a new instance joins beside the old row,
+	// which keeps its reserve until its hold ends.
 	now := t0.Add(ttl)
 	next, g := mustHeartbeat(t, s, other, now)
 	require.Equal(t, int64(2), g.Generation, "a fresh row gets a new generation")
-	a, _ := next.Node("a")
-	require.Equal(t, "a-2", a.Instance)
-	require.Equal(t, now, a.JoinedAt)
+	require.Equal(t, 0, g.Share, "the expired instance may still have 4 in flight")
+	old, ok := next.Row("a", "a-1")
+	require.True(t, ok)
+	require.Equal(t, StatusExpired, old.Status(now))
+	require.Equal(t, 4, old.Reserve(now))
+	fresh, _ := next.Row("a", "a-2")
+	require.Equal(t, now, fresh.JoinedAt)
+	require.Equal(t, fresh, node(next, "a"), "the member is the node's row")
 
-	// So does the same instance coming back late, with any seq.
-	late := rep("a", 1, 4, 0, 0, 0)
+	// Past the old hold, the old row is gone and its capacity free.
+	later := t0.Add(ttl + time.Second)
+	again := applied(other, g)
+	again.Seq++
+	next, g = mustHeartbeat(t, next, again, later)
+	_, ok = next.Row("a", "a-1")
+	require.False(t, ok)
+	require.Equal(t, 4, g.Share)
+
+	// The same instance coming back late revives its own row with any newer
+	// seq: its grant and reserve are the ones it may still enforce.
+	late := applied(rep("a", 6, 4, 0, 1, 0), g1)
 	next, g = mustHeartbeat(t, s, late, now)
 	require.False(t, g.Stale)
-	require.Equal(t, int64(2), g.Generation)
-	a, _ = next.Node("a")
-	require.Equal(t, int64(1), a.Seq)
+	require.Equal(t, int64(1), g.Generation, "an unchanged grant keeps its generation")
+	a, _ := next.Row("a", "a-1")
+	require.Equal(t, int64(6), a.Seq)
+	require.Equal(t, t0, a.JoinedAt)
 }
 
-func TestHeartbeatEvictedIsFrozen(t *testing.T) {
+func TestHeartbeatEvictedInstance(t *testing.T) {
 	t.Parallel()
-	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 0, 0, 0), t0)
-	s, _ = mustHeartbeat(t, s, rep("b", 1, 4, 0, 0, 0), t0)
+	withBound := func(r Report) Report { r.MaxRequestDuration = 3 * time.Second; return r }
+	s, ga := mustHeartbeat(t, NewState("k", t0), withBound(rep("a", 1, 4, 0, 1, 0)), t0)
+	s, _ = mustHeartbeat(t, s, withBound(rep("b", 1, 4, 0, 1, 0)), t0)
 	s, err := s.Evict("a")
 	require.NoError(t, err)
-	a, _ := s.Node("a")
+	a := node(s, "a")
 	require.Equal(t, 0, a.Share)
 	require.Equal(t, 4, a.UnackedHigh)
 
+	// Its heartbeats are answered "evicted" and never renew it, but they
+	// report its in-flight.
 	later := t0.Add(time.Second)
-	next, g := mustHeartbeat(t, s, rep("a", 2, 4, 0, 9, a.GrantedGen), later)
+	next, g := mustHeartbeat(t, s, rep("a", 2, 4, 3, 9, ga.Generation), later)
 	require.Equal(t, StatusEvicted, g.Status)
 	require.Equal(t, 0, g.Share)
 	require.Equal(t, ttl-time.Second, g.LeaseRemaining, "an evicted node's lease is not renewed")
-	require.Equal(t, s, next, "an evicted node's heartbeat writes nothing")
+	a, _ = next.Row("a", "a-1")
+	require.Equal(t, t0.Add(ttl), a.LeaseExpiresAt)
+	require.Equal(t, 3, a.Inflight)
+	require.Equal(t, 4, a.Reserve(later), "share 0 is not acknowledged: it may still enforce 4")
 
-	// b still cannot use a's reserve until a's lease has run out.
-	_, g = mustHeartbeat(t, s, rep("b", 2, 4, 0, 9, 0), later)
+	// b cannot use a's reserve until a acknowledges share 0 with nothing in
+	// flight, or its hold ends.
+	_, g = mustHeartbeat(t, next, rep("b", 2, 4, 0, 9, 0), later)
 	require.Equal(t, 0, g.Share)
-	_, g = mustHeartbeat(t, s, rep("b", 2, 4, 0, 9, 0), t0.Add(ttl))
-	require.Equal(t, 4, g.Share)
+	ack := applied(rep("a", 3, 4, 1, 0, 0), Grant{Epoch: a.Epoch, Generation: a.GrantedGen})
+	next, _ = mustHeartbeat(t, next, ack, later)
+	_, g = mustHeartbeat(t, next, rep("b", 2, 4, 0, 9, 0), later)
+	require.Equal(t, 3, g.Share, "acknowledged share 0 with 1 in flight: 1 stays reserved")
+
+	// A new instance of the node id joins at once.
+	repl := rep("a", 1, 4, 0, 1, 0)
+	repl.Instance = "a-2"
+	next, g = mustHeartbeat(t, next, repl, later)
+	require.Equal(t, StatusActive, g.Status)
+
+	// The evicted instance never becomes a member again: not after its
+	// lease, not after its hold, and not as a tombstone.
+	for _, at := range []time.Duration{ttl, ttl + 3*time.Second, ttl + 3*time.Second + TombstoneRetention/2} {
+		next, g = mustHeartbeat(t, next, rep("a", 10+int64(at), 4, 0, 5, 0), t0.Add(at))
+		require.Equal(t, StatusEvicted, g.Status, "at +%v", at)
+		require.Equal(t, 0, g.Share)
+		require.Zero(t, g.LeaseRemaining)
+	}
+	_, ok := next.Row("a", "a-1")
+	require.True(t, ok, "the tombstone is kept")
+	// b's heartbeat past the retention deletes the tombstone.
+	end := t0.Add(ttl + 3*time.Second + TombstoneRetention)
+	next, _ = mustHeartbeat(t, next, rep("b", 3, 4, 0, 9, 0), end)
+	_, ok = next.Row("a", "a-1")
+	require.False(t, ok)
 }
 
 func TestDrainUndrain(t *testing.T) {
@@ -283,11 +398,12 @@ func TestDrainUndrain(t *testing.T) {
 	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 2, 2, 0), t0)
 	s, err := s.Drain("a")
 	require.NoError(t, err)
-	a, _ := s.Node("a")
-	require.Equal(t, Grant{}.Share, a.Share)
+	a := node(s, "a")
+	require.Equal(t, 0, a.Share)
 	require.Equal(t, int64(2), a.GrantedGen)
 	require.Equal(t, int64(2), s.Key.Generation)
-	require.Equal(t, StatusDraining, a.Status())
+	require.Equal(t, StatusDraining, a.Status(t0))
+	require.Equal(t, []string{"a"}, s.Drains)
 
 	again, err := s.Drain("a")
 	require.NoError(t, err)
@@ -299,24 +415,170 @@ func TestDrainUndrain(t *testing.T) {
 
 	s, err = s.Undrain("a")
 	require.NoError(t, err)
+	require.Empty(t, s.Drains)
 	_, g = mustHeartbeat(t, s, rep("a", 3, 4, 0, 1, 2), t0)
 	require.Equal(t, 4, g.Share)
 	require.Equal(t, StatusActive, g.Status)
 
 	_, err = s.Drain("zz")
 	require.ErrorIs(t, err, ErrUnknownNode)
+	_, err = s.Undrain("zz")
+	require.ErrorIs(t, err, ErrUnknownNode)
+}
+
+func TestDrainSurvivesLapseAndRestart(t *testing.T) {
+	t.Parallel()
+	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 0, 3, 0), t0)
+	s, err := s.Drain("a")
+	require.NoError(t, err)
+
+	// The lease lapses, the hold ends, another node's heartbeat deletes the
+	// row: the mark stays.
+	gone := t0.Add(time.Hour)
+	s, _ = mustHeartbeat(t, s, rep("b", 1, 4, 0, 1, 0), gone)
+	_, ok := s.Row("a", "a-1")
+	require.False(t, ok)
+	require.Equal(t, []string{"a"}, s.Drains)
+
+	// The same instance, and then a new one, come back draining.
+	s, g := mustHeartbeat(t, s, rep("a", 2, 4, 0, 3, 0), gone)
+	require.Equal(t, StatusDraining, g.Status)
+	require.Equal(t, 0, g.Share)
+	restart := rep("a", 1, 4, 0, 3, 0)
+	restart.Instance = "a-2"
+	s, _ = s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1"}, gone)
+	s, g = mustHeartbeat(t, s, restart, gone)
+	require.Equal(t, StatusDraining, g.Status)
+	require.Equal(t, 0, g.Share)
+
+	// Undrain works on the node id, row or not.
+	s, err = s.Undrain("a")
+	require.NoError(t, err)
+	require.Empty(t, s.Drains)
+	restart.Seq++
+	s, g = mustHeartbeat(t, s, restart, gone)
+	require.Equal(t, StatusActive, g.Status)
+	require.False(t, node(s, "a").Draining)
 }
 
 func TestLeave(t *testing.T) {
 	t.Parallel()
-	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 0, 0, 0), t0)
-	_, err := s.Leave("a", "someone-else")
-	require.ErrorIs(t, err, ErrNodeIDInUse)
-	_, err = s.Leave("b", "b-1")
+	s, _ := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 4, 2, 2, 0), t0)
+	_, err := s.Leave(Departure{Key: "k", NodeID: "a", Instance: "someone-else"}, t0)
 	require.ErrorIs(t, err, ErrUnknownNode)
-	s, err = s.Leave("a", "a-1")
+	_, err = s.Leave(Departure{Key: "k", NodeID: "b", Instance: "b-1"}, t0)
+	require.ErrorIs(t, err, ErrUnknownNode)
+	_, err = s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: -1}, t0)
+	require.ErrorIs(t, err, ErrInvalidReport)
+	_, err = s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1", Hold: MaxRequestBound + time.Microsecond}, t0)
+	require.ErrorIs(t, err, ErrInvalidReport)
+
+	gone, err := s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1"}, t0)
 	require.NoError(t, err)
-	require.Empty(t, s.Nodes)
+	require.Empty(t, gone.Nodes, "nothing in flight: the row is deleted")
+
+	// With requests in flight the row reserves them until the hold ends,
+	// and is no member.
+	now := t0.Add(time.Second)
+	held, err := s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: 2, Hold: time.Minute}, now)
+	require.NoError(t, err)
+	a, _ := held.Row("a", "a-1")
+	require.Equal(t, StatusDeparted, a.Status(now))
+	require.Equal(t, 2, a.Reserve(now))
+	require.False(t, a.Member(now))
+	_, g := mustHeartbeat(t, held, rep("b", 1, 4, 0, 9, 0), now)
+	require.Equal(t, 2, g.Share)
+	_, g = mustHeartbeat(t, held, rep("b", 1, 4, 0, 9, 0), now.Add(time.Minute))
+	require.Equal(t, 4, g.Share)
+	// A late report of the departed instance changes nothing.
+	next, g := mustHeartbeat(t, held, rep("a", 9, 4, 0, 9, 0), now)
+	require.True(t, g.Stale)
+	require.Equal(t, held, next)
+}
+
+func TestLearningAfterIncarnationChange(t *testing.T) {
+	t.Parallel()
+	r := func(id string, seq int64, inflight, demand int) Report {
+		r := rep(id, seq, 10, inflight, demand, 0)
+		r.MaxRequestDuration = 5 * time.Second
+		return r
+	}
+	s := NewState("k", t0).Incarnate("db-1", t0)
+	require.Equal(t, "db-1", s.Key.Incarnation)
+	s, ga := mustHeartbeat(t, s, r("a", 1, 0, 5), t0)
+	s, gb := mustHeartbeat(t, s, r("b", 1, 0, 5), t0)
+	require.False(t, ga.Learning)
+	require.Equal(t, s, s.Incarnate("db-1", t0), "the same incarnation changes nothing")
+	require.Equal(t, s, s.Incarnate("", t0), "no incarnation changes nothing")
+
+	// Failover: a new incarnation. The epoch moves to now; for the key's
+	// lease plus request bound, no node is granted more than it proves.
+	now := t0.Add(time.Second)
+	l := s.Incarnate("db-2", now)
+	require.Equal(t, now.UnixMicro(), l.Key.Epoch)
+	require.Equal(t, now.Add(ttl+5*time.Second), l.Key.LearningUntil)
+	l, g := mustHeartbeat(t, l, applied(r("a", 2, 3, 9), ga), now)
+	require.True(t, g.Learning)
+	require.Equal(t, 3, g.Share, "a keeps what it proves it holds")
+	require.Equal(t, l.Key.Epoch, g.Epoch)
+	require.Greater(t, g.Generation, ga.Generation)
+	l, g = mustHeartbeat(t, l, applied(r("b", 2, 0, 9), gb), now)
+	require.Equal(t, 0, g.Share, "b proves nothing")
+	l, g = mustHeartbeat(t, l, r("c", 1, 0, 9), now)
+	require.Equal(t, 0, g.Share, "a newcomer gets nothing while learning")
+
+	// Learning ends: grants are normal again.
+	end := l.Key.LearningUntil
+	_, g = mustHeartbeat(t, l, applied(r("b", 3, 0, 9), gb), end)
+	require.False(t, g.Learning)
+	require.Positive(t, g.Share)
+}
+
+func TestLearningFromReports(t *testing.T) {
+	t.Parallel()
+	s, g := mustHeartbeat(t, NewState("k", t0), rep("a", 1, 10, 0, 5, 0), t0)
+	s, _ = mustHeartbeat(t, s, applied(rep("a", 2, 10, 2, 5, 0), g), t0)
+	now := t0.Add(time.Second)
+	tests := []struct {
+		name   string
+		s      State
+		r      Report
+		learns bool
+	}{
+		{"a node that applied nothing proves nothing", s, rep("z", 1, 10, 0, 5, 0), false},
+		{"a known generation", s, applied(rep("a", 3, 10, 2, 5, 0), g), false},
+		{"a generation the key never reached", s, func() Report {
+			r := applied(rep("a", 3, 10, 2, 5, 0), g)
+			r.AppliedGen = s.Key.Generation + 1
+			return r
+		}(), true},
+		{"an epoch the key never had", s, func() Report {
+			r := applied(rep("a", 3, 10, 2, 5, 0), g)
+			r.Epoch = s.Key.Epoch + 1
+			return r
+		}(), true},
+		{"an older epoch", s, func() Report {
+			r := applied(rep("a", 3, 10, 2, 5, 0), g)
+			r.Epoch = s.Key.Epoch - 1
+			return r
+		}(), false},
+		{"an unknown instance with requests in flight", s, applied(rep("z", 1, 10, 1, 5, 0), g), true},
+		{"an unknown instance with nothing in flight", s, applied(rep("z", 1, 10, 0, 5, 0), g), false},
+		{"any grant, on a key that issued none", NewState("k", now), applied(rep("z", 1, 10, 0, 5, 0), g), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			next, g := mustHeartbeat(t, tt.s, tt.r, now)
+			require.Equal(t, tt.learns, g.Learning)
+			if tt.learns {
+				require.Greater(t, next.Key.Epoch, tt.s.Key.Epoch)
+				require.LessOrEqual(t, g.Share, tt.r.Inflight)
+			} else {
+				require.Equal(t, tt.s.Key.Epoch, next.Key.Epoch)
+			}
+		})
+	}
 }
 
 func TestSetLimits(t *testing.T) {

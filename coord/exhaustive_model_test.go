@@ -26,7 +26,7 @@ type model struct {
 	demandSlack int   // a report's demand exceeds its in-flight by 0..demandSlack
 	drain       bool  // operator may drain and undrain
 	evict       bool  // operator may evict
-	reserve     func(NodeState) int
+	reserve     func(NodeState, time.Time) int
 	lemma       bool // check every node's in-flight against its reserve
 }
 
@@ -71,7 +71,7 @@ func (m model) initial() xState {
 // limit is the operator's L in x.
 func (x *xState) limit() int { return x.coord.Key.MaxLimit }
 
-func (x *xState) row(i int) (NodeState, bool) { return x.coord.Node(modelIDs[i]) }
+func (x *xState) row(i int) (NodeState, bool) { return x.coord.Row(modelIDs[i], modelIDs[i]) }
 
 // encode appends the canonical encoding of x (see the top of the file) to
 // buf. Decoding it yields x in canonical form, its nodes possibly renamed.
@@ -196,13 +196,17 @@ func (m model) decode(b []byte) (xState, []byte) {
 		b = b[xNodeBytes:]
 		next := func() int64 { v := block[0]; block = block[1:]; return int64(v) }
 		flags := next()
-		row := NodeState{NodeID: modelIDs[i], Instance: modelIDs[i], LLocal: m.l,
+		row := NodeState{NodeID: modelIDs[i], Instance: modelIDs[i], LLocal: m.l, Epoch: s.Key.Epoch,
 			Draining: flags&2 != 0, Evicted: flags&4 != 0,
-			LeaseExpiresAt: modelNow.Add(modelTTL), JoinedAt: modelNow, HeartbeatAt: modelNow}
+			LeaseExpiresAt: modelNow.Add(modelTTL), HoldUntil: modelNow.Add(modelTTL),
+			JoinedAt: modelNow, HeartbeatAt: modelNow}
 		row.Seq, row.Inflight, row.Demand = next(), int(next()), int(next())
 		row.Share, row.GrantedGen, row.UnackedHigh = int(next()), next(), int(next())
 		if flags != 0 {
 			x.coord.Nodes = append(x.coord.Nodes, row)
+		}
+		if row.Draining {
+			x.coord.Drains = append(x.coord.Drains, row.NodeID)
 		}
 		n := &x.nodes[i]
 		n.inflight, n.enforced, n.appliedGen, n.nextSeq = int(next()), int(next()), next(), next()
@@ -309,10 +313,18 @@ func (m model) successors(x *xState, emit func(xAction, *xState)) {
 			lost := y
 			emit(act(actReportLost, 0, 0), &lost)
 
+			var epoch int64
+			if r.appliedGen > 0 {
+				epoch = y.coord.Key.Epoch
+			}
 			next, g, err := y.coord.heartbeat(Report{Key: "k", NodeID: id, Instance: id, Seq: r.seq, LLocal: m.l,
-				Inflight: r.inflight, Demand: r.demand, AppliedGen: r.appliedGen, LeaseTTL: modelTTL}, modelNow, m.reserve)
+				Inflight: r.inflight, Demand: r.demand, Epoch: epoch, AppliedGen: r.appliedGen, LeaseTTL: modelTTL},
+				modelNow, m.reserve)
 			if err != nil {
 				panic(err)
+			}
+			if next.Key.Epoch != y.coord.Key.Epoch {
+				panic("model: the coordinator entered learning mode; the encoding does not hold epochs")
 			}
 			y.coord = next
 			if yn.nReplies < m.maxReplies {

@@ -67,8 +67,8 @@ func (m model) violation(x *xState) string {
 	if m.lemma {
 		for i := range m.nodes {
 			row, _ := x.row(i)
-			if x.nodes[i].inflight > row.Reserve() {
-				return fmt.Sprintf("%s has %d in flight, above its reserve %d", modelIDs[i], x.nodes[i].inflight, row.Reserve())
+			if x.nodes[i].inflight > row.Reserve(modelNow) {
+				return fmt.Sprintf("%s has %d in flight, above its reserve %d", modelIDs[i], x.nodes[i].inflight, row.Reserve(modelNow))
 			}
 		}
 	}
@@ -161,19 +161,19 @@ func TestExhaustive(t *testing.T) {
 	}{
 		{"2 nodes, L=2, 1 report and 1 reply in flight", sizeSmall,
 			model{nodes: 2, l: 2, maxReports: 1, maxReplies: 1, demandSlack: 1}},
-		{"2 nodes, L=2, 1 report and 2 replies in flight", sizeSmall,
+		{"2 nodes, L=2, 1 report and 2 replies in flight", sizeFull,
 			model{nodes: 2, l: 2, maxReports: 1, maxReplies: 2, demandSlack: 1}},
-		{"2 nodes, L=2, 2 reports and 2 replies in flight", sizeMedium,
+		{"2 nodes, L=2, 2 reports and 2 replies in flight", sizeFull,
 			model{nodes: 2, l: 2, maxReports: 2, maxReplies: 2, demandSlack: 1}},
-		{"2 nodes, L=2, evictions", sizeMedium,
+		{"2 nodes, L=2, evictions", sizeFull,
 			model{nodes: 2, l: 2, maxReports: 1, maxReplies: 2, demandSlack: 1, evict: true}},
-		{"2 nodes, L rises 2→3", sizeMedium,
+		{"2 nodes, L rises 2→3", sizeFull,
 			model{nodes: 2, l: 2, raises: []int{3}, maxReports: 1, maxReplies: 1, demandSlack: 1}},
-		{"2 nodes, L=2, drains (demand = in-flight)", sizeMedium,
-			model{nodes: 2, l: 2, maxReports: 1, maxReplies: 1, drain: true}},
-		{"2 nodes, L falls 2→1 and rises back (demand = in-flight)", sizeMedium,
-			model{nodes: 2, l: 2, lowers: []int{1}, raises: []int{2}, maxReports: 1, maxReplies: 1}},
-		{"2 nodes, L=3", sizeMedium,
+		{"2 nodes, L=2, drains", sizeFull,
+			model{nodes: 2, l: 2, maxReports: 1, maxReplies: 1, demandSlack: 1, drain: true}},
+		{"2 nodes, L falls 2→1 and rises back", sizeFull,
+			model{nodes: 2, l: 2, lowers: []int{1}, raises: []int{2}, maxReports: 1, maxReplies: 1, demandSlack: 1}},
+		{"2 nodes, L=3", sizeFull,
 			model{nodes: 2, l: 3, maxReports: 1, maxReplies: 1, demandSlack: 1}},
 		{"2 nodes, L=3, 1 report and 2 replies in flight", sizeFull,
 			model{nodes: 2, l: 3, maxReports: 1, maxReplies: 2, demandSlack: 1}},
@@ -209,10 +209,10 @@ func TestExhaustiveFindsWeakReserves(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		reserve func(NodeState) int
+		reserve func(NodeState, time.Time) int
 	}{
-		{"acknowledged share only", func(n NodeState) int { return max(n.Share, n.Inflight) }},
-		{"no in-flight", func(n NodeState) int { return max(n.UnackedHigh, n.Share) }},
+		{"acknowledged share only", func(n NodeState, _ time.Time) int { return max(n.Share, n.Inflight) }},
+		{"no in-flight", func(n NodeState, _ time.Time) int { return max(n.UnackedHigh, n.Share) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

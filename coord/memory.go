@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Memory is a Coordinator and Admin that keeps every key in process memory
@@ -15,6 +16,9 @@ import (
 // The zero value is not usable; call NewMemory.
 type Memory struct {
 	clock Clock
+
+	// incarnation is what Incarnate sees; SetIncarnation changes it.
+	incarnation string
 
 	mu   sync.Mutex
 	keys map[string]State
@@ -31,7 +35,32 @@ func NewMemory(clock Clock) *Memory {
 	if clock == nil {
 		clock = systemClock{}
 	}
-	return &Memory{clock: clock, keys: map[string]State{}}
+	return &Memory{clock: clock, keys: map[string]State{}, incarnation: "memory"}
+}
+
+// SetIncarnation makes every later heartbeat see incarnation, as a
+// database does after a failover or a restore: each key that last saw
+// another one enters learning mode (see State.Incarnate). It is for tests.
+func (m *Memory) SetIncarnation(incarnation string) {
+	m.mu.Lock()
+	m.incarnation = incarnation
+	m.mu.Unlock()
+}
+
+// Snapshot returns a deep copy of key's state, and whether the key exists.
+func (m *Memory) Snapshot(key string) (State, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.keys[key]
+	return s.Clone(), ok
+}
+
+// Restore replaces key's state with s, as a restore from a backup would:
+// whatever happened since s was taken is forgotten. It is for tests.
+func (m *Memory) Restore(key string, s State) {
+	m.mu.Lock()
+	m.keys[key] = s.Clone()
+	m.mu.Unlock()
 }
 
 // Heartbeat runs the core on r's key, creating the key on first use. It
@@ -47,7 +76,7 @@ func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
 	if !ok {
 		s = NewState(r.Key, now)
 	}
-	next, g, err := s.Heartbeat(r, now)
+	next, g, err := s.Incarnate(m.incarnation, now).Heartbeat(r, now)
 	if err != nil {
 		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
 	}
@@ -55,10 +84,13 @@ func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
-// Leave deletes the node's row. It returns ErrUnknownKey, ErrUnknownNode or
-// ErrNodeIDInUse (see State.Leave), wrapped.
-func (m *Memory) Leave(_ context.Context, key, nodeID, instance string) error {
-	return m.update("leave", key, func(s State) (State, error) { return s.Leave(nodeID, instance) })
+// Leave ends the instance's membership (see State.Leave). It returns
+// ErrInvalidReport, ErrUnknownKey or ErrUnknownNode, wrapped.
+func (m *Memory) Leave(_ context.Context, d Departure) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("coord: leave: %w", err)
+	}
+	return m.update("leave", d.Key, func(s State, now time.Time) (State, error) { return s.Leave(d, now) })
 }
 
 // Keys lists every key, sorted by name.
@@ -87,17 +119,17 @@ func (m *Memory) Nodes(_ context.Context, key string) ([]NodeInfo, error) {
 
 // Drain implements Admin.Drain; see State.Drain.
 func (m *Memory) Drain(_ context.Context, key, nodeID string) error {
-	return m.update("drain", key, func(s State) (State, error) { return s.Drain(nodeID) })
+	return m.update("drain", key, func(s State, _ time.Time) (State, error) { return s.Drain(nodeID) })
 }
 
 // Undrain implements Admin.Undrain; see State.Undrain.
 func (m *Memory) Undrain(_ context.Context, key, nodeID string) error {
-	return m.update("undrain", key, func(s State) (State, error) { return s.Undrain(nodeID) })
+	return m.update("undrain", key, func(s State, _ time.Time) (State, error) { return s.Undrain(nodeID) })
 }
 
 // Evict implements Admin.Evict; see State.Evict.
 func (m *Memory) Evict(_ context.Context, key, nodeID string) error {
-	return m.update("evict", key, func(s State) (State, error) { return s.Evict(nodeID) })
+	return m.update("evict", key, func(s State, _ time.Time) (State, error) { return s.Evict(nodeID) })
 }
 
 // SetLimits implements Admin.SetLimits; see State.SetLimits. The values are
@@ -106,7 +138,7 @@ func (m *Memory) SetLimits(_ context.Context, key string, minLimit, maxLimit *in
 	if err := validateLimits(minLimit, maxLimit); err != nil {
 		return fmt.Errorf("coord: set limits: %w", err)
 	}
-	return m.update("set limits", key, func(s State) (State, error) { return s.SetLimits(minLimit, maxLimit) })
+	return m.update("set limits", key, func(s State, _ time.Time) (State, error) { return s.SetLimits(minLimit, maxLimit) })
 }
 
 // SetAggregate implements Admin.SetAggregate; see State.SetAggregate. The
@@ -115,17 +147,17 @@ func (m *Memory) SetAggregate(_ context.Context, key string, a Aggregate) error 
 	if err := validateAggregate(a); err != nil {
 		return fmt.Errorf("coord: set aggregate: %w", err)
 	}
-	return m.update("set aggregate", key, func(s State) (State, error) { return s.SetAggregate(a) })
+	return m.update("set aggregate", key, func(s State, _ time.Time) (State, error) { return s.SetAggregate(a) })
 }
 
-func (m *Memory) update(op, key string, fn func(State) (State, error)) error {
+func (m *Memory) update(op, key string, fn func(s State, now time.Time) (State, error)) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.keys[key]
 	if !ok {
 		return fmt.Errorf("coord: %s: %w: %.40q", op, ErrUnknownKey, key)
 	}
-	next, err := fn(s)
+	next, err := fn(s, instant(m.clock))
 	if err != nil {
 		return fmt.Errorf("coord: %s: %w", op, err)
 	}

@@ -72,7 +72,7 @@ func TestMemoryErrors(t *testing.T) {
 	_, err = m.Nodes(ctx, "k")
 	require.ErrorIs(t, err, ErrUnknownKey)
 	require.ErrorIs(t, m.Drain(ctx, "k", "a"), ErrUnknownKey)
-	require.ErrorIs(t, m.Leave(ctx, "k", "a", "a-1"), ErrUnknownKey)
+	require.ErrorIs(t, m.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1"}), ErrUnknownKey)
 
 	_, err = m.Heartbeat(ctx, rep("a", 1, 4, 0, 0, 0))
 	require.NoError(t, err)
@@ -85,5 +85,37 @@ func TestMemoryErrors(t *testing.T) {
 	require.Len(t, nodes, 1)
 	require.Equal(t, ttl-time.Second, nodes[0].LeaseRemaining)
 	require.Equal(t, time.Second, nodes[0].HeartbeatAge)
-	require.Equal(t, StatusActive, nodes[0].Status())
+	require.Equal(t, StatusActive, nodes[0].Status)
+}
+
+// TestMemoryRestoreLearns: a restore from an older snapshot is found out by
+// the first report that applied a grant the snapshot does not know, and a
+// new incarnation by the next heartbeat of any node.
+func TestMemoryRestoreLearns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newFakeClock(t0)
+	m := NewMemory(clock)
+	g, err := m.Heartbeat(ctx, rep("a", 1, 4, 0, 2, 0))
+	require.NoError(t, err)
+	backup, ok := m.Snapshot("k")
+	require.True(t, ok)
+	_, err = m.Heartbeat(ctx, rep("b", 1, 4, 0, 2, 0))
+	require.NoError(t, err)
+	g, err = m.Heartbeat(ctx, applied(rep("a", 2, 4, 2, 2, 0), g))
+	require.NoError(t, err)
+	require.False(t, g.Learning)
+
+	m.Restore("k", backup)
+	g, err = m.Heartbeat(ctx, applied(rep("a", 3, 4, 2, 2, 0), g))
+	require.NoError(t, err)
+	require.True(t, g.Learning, "a's grant is newer than the restored key")
+	require.Equal(t, 2, g.Share)
+
+	clock.Advance(time.Hour)
+	m.SetIncarnation("failover")
+	g, err = m.Heartbeat(ctx, applied(rep("a", 4, 4, 1, 2, 0), g))
+	require.NoError(t, err)
+	require.True(t, g.Learning)
+	require.Equal(t, 1, g.Share)
 }

@@ -101,9 +101,10 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	)
 	for attempt := 1; ; attempt++ {
 		err = p.pool.QueryRow(ctx, sqlHeartbeat,
-			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.AppliedGen,
-			int64(leaseTTL(r)/time.Microsecond), labels, p.now(),
-		).Scan(&g.Share, &g.LGlobal, &g.Generation, &leaseUS, &status, &peer, &g.LiveNodes, &g.Stale)
+			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
+			micros(leaseTTL(r)), micros(requestBound(r)), labels, p.now(),
+		).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+			&g.LiveNodes, &g.Stale)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
 		}
@@ -117,18 +118,21 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
-// Leave deletes the node's row. It returns ErrUnknownKey, ErrUnknownNode or
-// ErrNodeIDInUse, wrapped, as State.Leave does.
-func (p *Postgres) Leave(ctx context.Context, key, nodeID, instance string) error {
-	if err := storable(key, nodeID); err != nil {
-		return fmt.Errorf("coord: leave: %w", err)
+// Leave ends the instance's membership, in one call of fleetlimit.leave
+// (see State.Leave). It returns ErrInvalidReport, ErrUnknownKey or
+// ErrUnknownNode, wrapped.
+func (p *Postgres) Leave(ctx context.Context, d Departure) error {
+	if !p.skipValidation {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("coord: leave: %w", err)
+		}
 	}
-	var inst *string // NULL matches no row: no row can hold an unstorable instance
-	if storableText(instance) {
-		inst = &instance
-	}
-	return p.exec(ctx, "leave", sqlLeave, key, nodeID, inst)
+	return p.exec(ctx, "leave", sqlLeave, d.Key, d.NodeID, d.Instance, d.Inflight,
+		micros(d.Hold.Truncate(time.Microsecond)), p.now())
 }
+
+// micros is d in whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // Keys lists every key, sorted by name (byte order).
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
@@ -138,15 +142,20 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
-			ki              KeyInfo
-			agg             string
-			live            int64
-			share, inflight int64
+			ki                    KeyInfo
+			agg                   string
+			learning              *time.Time
+			live, share, inflight int64
+			heldRows, heldReserve int64
 		)
-		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Generation, &ki.CreatedAt,
-			&live, &share, &inflight)
+		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Epoch, &ki.Generation,
+			&learning, &ki.CreatedAt, &ki.Drains, &live, &share, &inflight, &heldRows, &heldReserve)
 		ki.Aggregate = Aggregate(agg)
+		if learning != nil {
+			ki.LearningUntil = *learning
+		}
 		ki.LiveNodes, ki.SumShare, ki.SumInflight = int(live), int(share), int(inflight)
+		ki.HeldRows, ki.HeldReserve = int(heldRows), int(heldReserve)
 		return ki, err
 	})
 	if err != nil {
@@ -171,12 +180,9 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 			now time.Time
 		)
 		err := row.Scan(&now, &n.NodeID, &n.Instance, &n.Seq, &n.LLocal, &n.Inflight, &n.Demand, &n.Share,
-			&n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.Draining, &n.Evicted,
-			&n.JoinedAt, &n.HeartbeatAt, &n.Labels)
-		n.Key = key
-		n.LeaseRemaining = n.LeaseExpiresAt.Sub(now)
-		n.HeartbeatAge = now.Sub(n.HeartbeatAt)
-		return n, err
+			&n.Epoch, &n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.HoldUntil,
+			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels)
+		return describe(key, n.NodeState, now), err
 	})
 	if err != nil {
 		return nil, pgError("nodes", err)

@@ -46,9 +46,10 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	clock := newFakeClock(t0)
 	p := newPostgres(t, pgtest.Pool(t), WithClock(clock))
 
-	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 0, 0))
+	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
 	require.NoError(t, err)
-	require.Equal(t, Grant{Share: 8, LGlobal: 8, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 1}, g)
+	require.Equal(t, Grant{Share: 8, LGlobal: 8, Epoch: t0.UnixMicro(), Generation: 1, LeaseRemaining: ttl,
+		Status: StatusActive, LiveNodes: 1}, g)
 
 	clock.Advance(500 * time.Millisecond)
 	g, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 0, 0))
@@ -79,8 +80,8 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	one := 1
 	require.NoError(t, p.SetLimits(ctx, "k", &one, nil))
 	require.NoError(t, p.SetAggregate(ctx, "k", AggregateMin))
-	require.ErrorIs(t, p.Leave(ctx, "k", "a", "nope"), ErrNodeIDInUse)
-	require.NoError(t, p.Leave(ctx, "k", "a", "a-1"))
+	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "nope"}), ErrUnknownNode)
+	require.NoError(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1"}))
 }
 
 // TestLowerMedianAgrees checks the fold on both implementations: for an even
@@ -107,7 +108,7 @@ func TestLowerMedianAgrees(t *testing.T) {
 		for _, impl := range []coordinator{NewMemory(clock), newPostgres(t, pool, WithClock(clock))} {
 			var g Grant
 			for j, l := range tc.lLocals {
-				r := rep(fmt.Sprint(j), 1, l, 0, 0, 0)
+				r := rep(fmt.Sprint(j), 1, l, 0, 1, 0)
 				r.Key = key
 				var err error
 				g, err = impl.Heartbeat(ctx, r)

@@ -3,6 +3,7 @@ package coord
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -19,15 +20,20 @@ const (
 	AggregateMin Aggregate = "min"
 )
 
-// State is one key's coordinator state: its key row and its node rows, as
-// the pure core sees them. A State is a value: its methods return a new State
-// and never modify the receiver, so a State may be shared between goroutines
-// as long as nobody writes to its fields.
+// State is one key's coordinator state: its key row, its node rows and its
+// drain marks, as the pure core sees them. A State is a value: its methods
+// return a new State and never modify the receiver, so a State may be shared
+// between goroutines as long as nobody writes to its fields.
 type State struct {
 	Key KeyState
-	// Nodes are the key's node rows sorted by NodeID (byte order), expired
-	// rows included until a heartbeat deletes them.
+	// Nodes are the key's node rows sorted by (NodeID, Instance) in byte
+	// order: live members, and the rows of ended instances whose reserve
+	// is still held, until a heartbeat deletes them.
 	Nodes []NodeState
+	// Drains are the node ids an operator drained, sorted (byte order).
+	// A mark belongs to the node id, not to a row: it survives lapses,
+	// restarts and takeovers until Undrain.
+	Drains []string
 }
 
 // KeyState is the key row (table fleetlimit.keys).
@@ -37,14 +43,33 @@ type KeyState struct {
 	// 0 means no bound.
 	MinLimit, MaxLimit int
 	Aggregate          Aggregate
+	// Epoch names the key's history of grants. It starts as the creation
+	// time in microseconds since the Unix epoch and moves to the detection
+	// time (or one more) whenever the coordinator finds that the database
+	// lost state, so grants issued after the loss outrank every grant
+	// issued before it.
+	Epoch int64
 	// Generation is the newest grant generation issued on the key.
 	Generation int64
 	// LGlobal is the ceiling computed by the newest heartbeat.
-	LGlobal   int
-	CreatedAt time.Time
+	LGlobal int
+	// Incarnation identifies the database history the key lives in (for
+	// Postgres: system identifier, timeline, database; see
+	// fleetlimit.incarnation). A change means the database may have lost
+	// committed state. Empty until the first heartbeat.
+	Incarnation string
+	// LearningUntil ends the learning mode entered when the database lost
+	// state; zero when the key never entered it.
+	LearningUntil time.Time
+	// MaxLeaseTTL and MaxRequestDuration are the largest lease and request
+	// bound any report on the key has carried: after a loss, how long
+	// leases and requests of before the loss may still run.
+	MaxLeaseTTL, MaxRequestDuration time.Duration
+	CreatedAt                       time.Time
 }
 
-// NodeState is a node row (table fleetlimit.nodes).
+// NodeState is a node row (table fleetlimit.nodes): one instance of a node
+// id on the key.
 type NodeState struct {
 	NodeID   string
 	Instance string
@@ -52,52 +77,87 @@ type NodeState struct {
 	LLocal   int
 	Inflight int
 	Demand   int
-	// Share is the newest grant, issued at generation GrantedGen.
+	// Share is the newest grant, issued at (Epoch, GrantedGen).
 	Share      int
+	Epoch      int64
 	GrantedGen int64
 	// AppliedGen is the newest generation the node reported as applied.
 	AppliedGen int64
 	// UnackedHigh is the largest share granted to the node since the
 	// heartbeat that acknowledged its grant (the acknowledged share
 	// included): the most the node may be enforcing right now.
-	UnackedHigh    int
+	UnackedHigh int
+	// LeaseExpiresAt ends the row's membership unless renewed.
 	LeaseExpiresAt time.Time
-	Draining       bool
-	Evicted        bool
-	JoinedAt       time.Time
-	HeartbeatAt    time.Time
-	Labels         map[string]string
+	// HoldUntil is when every request the instance may have admitted has
+	// ended: its lease end plus its request bound, or the hold it left
+	// with. The row's reserve counts until then.
+	HoldUntil time.Time
+	Draining  bool
+	Evicted   bool
+	// Departed is set when the instance left with requests in flight.
+	Departed    bool
+	JoinedAt    time.Time
+	HeartbeatAt time.Time
+	Labels      map[string]string
 }
 
 // NewState returns the state of a key created at now with the defaults: no
-// override, lower median, generation 0, L_global 0, no nodes.
+// override, lower median, epoch now, generation 0, L_global 0, no nodes.
 func NewState(key string, now time.Time) State {
-	return State{Key: KeyState{Key: key, Aggregate: AggregateLowerMedian, CreatedAt: now}}
+	return State{Key: KeyState{Key: key, Aggregate: AggregateLowerMedian, Epoch: now.UnixMicro(), CreatedAt: now}}
 }
 
-// Live reports whether the node's lease runs past now. A row whose lease
-// ends exactly at now is expired.
-func (n NodeState) Live(now time.Time) bool { return n.LeaseExpiresAt.After(now) }
+// Member reports whether the row is one of the key's live members at now:
+// its lease runs past now, and its instance was neither evicted nor departed. A
+// row whose lease ends exactly at now is expired.
+func (n NodeState) Member(now time.Time) bool {
+	return n.LeaseExpiresAt.After(now) && !n.Evicted && !n.Departed
+}
 
-// Status is the node's operator state; evicted wins over draining.
-func (n NodeState) Status() Status {
+// Holding reports whether the row's reserve still counts at now: until
+// HoldUntil, whether or not the row is a member.
+func (n NodeState) Holding(now time.Time) bool { return n.HoldUntil.After(now) }
+
+// gone reports whether the row may be deleted at now: its reserve has run
+// out and, for an evicted instance, so has its tombstone.
+func (n NodeState) gone(now time.Time) bool {
+	if n.Evicted {
+		return !n.HoldUntil.Add(TombstoneRetention).After(now)
+	}
+	return !n.Holding(now)
+}
+
+// Status is the row's state at now: evicted wins over departed, departed
+// over expired, expired over draining.
+func (n NodeState) Status(now time.Time) Status {
 	switch {
 	case n.Evicted:
 		return StatusEvicted
+	case n.Departed:
+		return StatusDeparted
+	case !n.LeaseExpiresAt.After(now):
+		return StatusExpired
 	case n.Draining:
 		return StatusDraining
 	}
 	return StatusActive
 }
 
-// Reserve is what the occupancy cap holds back for the node when granting
-// to its peers: max(UnackedHigh, Share, Inflight). See the package doc for
-// why this bounds the node's in-flight at every instant.
-func (n NodeState) Reserve() int { return max(n.UnackedHigh, n.Share, n.Inflight) }
+// Reserve is what the occupancy cap holds back for the row when granting to
+// others: max(UnackedHigh, Share, Inflight) while the row is holding, 0
+// after. See the package documentation for why this bounds the instance's
+// in-flight at every instant.
+func (n NodeState) Reserve(now time.Time) int {
+	if !n.Holding(now) {
+		return 0
+	}
+	return max(n.UnackedHigh, n.Share, n.Inflight)
+}
 
 // Clone returns a deep copy of s.
 func (s State) Clone() State {
-	out := State{Key: s.Key}
+	out := State{Key: s.Key, Drains: slices.Clone(s.Drains)}
 	if s.Nodes == nil {
 		return out
 	}
@@ -109,24 +169,58 @@ func (s State) Clone() State {
 	return out
 }
 
-// find returns the index of nodeID in s.Nodes and whether it is there.
-func (s State) find(nodeID string) (int, bool) {
-	return slices.BinarySearchFunc(s.Nodes, nodeID, func(n NodeState, id string) int {
-		switch {
-		case n.NodeID < id:
-			return -1
-		case n.NodeID > id:
-			return 1
-		}
-		return 0
-	})
+// compareRow orders rows by (NodeID, Instance), byte order.
+func compareRow(n NodeState, id [2]string) int {
+	if c := strings.Compare(n.NodeID, id[0]); c != 0 {
+		return c
+	}
+	return strings.Compare(n.Instance, id[1])
 }
 
-// Node returns the row of nodeID, if any.
-func (s State) Node(nodeID string) (NodeState, bool) {
-	i, ok := s.find(nodeID)
+// find returns the index of the row (nodeID, instance) in s.Nodes, or where
+// it would be inserted, and whether it is there.
+func (s State) find(nodeID, instance string) (int, bool) {
+	return slices.BinarySearchFunc(s.Nodes, [2]string{nodeID, instance}, compareRow)
+}
+
+// Row returns the row of (nodeID, instance), if any.
+func (s State) Row(nodeID, instance string) (NodeState, bool) {
+	i, ok := s.find(nodeID, instance)
 	if !ok {
 		return NodeState{}, false
 	}
 	return s.Nodes[i], true
+}
+
+// Node returns nodeID's member row at now if it has one, else its most
+// recently renewed row, if any.
+func (s State) Node(nodeID string, now time.Time) (NodeState, bool) {
+	var (
+		best  NodeState
+		found bool
+	)
+	for _, n := range s.rowsOf(nodeID) {
+		switch {
+		case !found, n.Member(now) && !best.Member(now),
+			n.Member(now) == best.Member(now) && n.HeartbeatAt.After(best.HeartbeatAt):
+			best, found = n, true
+		}
+	}
+	return best, found
+}
+
+// rowsOf returns nodeID's rows, a subslice of s.Nodes.
+func (s State) rowsOf(nodeID string) []NodeState {
+	lo, _ := s.find(nodeID, "")
+	hi := lo
+	for hi < len(s.Nodes) && s.Nodes[hi].NodeID == nodeID {
+		hi++
+	}
+	return s.Nodes[lo:hi]
+}
+
+// drained reports whether an operator drained nodeID.
+func (s State) drained(nodeID string) bool {
+	_, ok := slices.BinarySearch(s.Drains, nodeID)
+	return ok
 }

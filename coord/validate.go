@@ -12,9 +12,10 @@ import (
 // Validate reports whether r is within the bounds the coordinator accepts.
 // The error wraps ErrInvalidReport and names the first offending field and
 // its value. Fields are checked in a fixed order: key, node_id, instance,
-// seq, l_local, inflight, demand, applied_gen, lease_ttl, labels.
-// LeaseTTL is judged after truncation to whole microseconds, the precision
-// the coordinator keeps.
+// seq, l_local, inflight, demand, epoch, applied_gen, lease_ttl,
+// max_request_duration, labels. LeaseTTL and MaxRequestDuration are judged
+// after truncation to whole microseconds, the precision the coordinator
+// keeps.
 func (r Report) Validate() error {
 	if err := checkName("key", r.Key, 1); err != nil {
 		return err
@@ -37,11 +38,17 @@ func (r Report) Validate() error {
 	if err := checkCount("demand", r.Demand, 0); err != nil {
 		return err
 	}
+	if r.Epoch < 0 {
+		return fmt.Errorf("%w: epoch = %d, want >= 0", ErrInvalidReport, r.Epoch)
+	}
 	if r.AppliedGen < 0 {
 		return fmt.Errorf("%w: applied_gen = %d, want >= 0", ErrInvalidReport, r.AppliedGen)
 	}
 	if ttl := leaseTTL(r); ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
 		return fmt.Errorf("%w: lease_ttl = %s, want %s..%s", ErrInvalidReport, r.LeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	}
+	if b := requestBound(r); b < 0 || b > MaxRequestBound {
+		return fmt.Errorf("%w: max_request_duration = %s, want 0s..%s", ErrInvalidReport, r.MaxRequestDuration, MaxRequestBound)
 	}
 	if len(r.Labels) > MaxLabels {
 		return fmt.Errorf("%w: labels: %d entries, want at most %d", ErrInvalidReport, len(r.Labels), MaxLabels)
@@ -60,6 +67,29 @@ func (r Report) Validate() error {
 // leaseTTL is the report's lease length at the coordinator's precision.
 func leaseTTL(r Report) time.Duration {
 	return r.LeaseTTL.Truncate(time.Microsecond)
+}
+
+// requestBound is the report's request bound at the coordinator's precision.
+func requestBound(r Report) time.Duration {
+	return r.MaxRequestDuration.Truncate(time.Microsecond)
+}
+
+// Validate reports whether d is within the bounds the coordinator accepts;
+// the error wraps ErrInvalidReport and names the first bad field. Hold is
+// judged after truncation to whole microseconds.
+func (d Departure) Validate() error {
+	for _, f := range []struct{ name, v string }{{"key", d.Key}, {"node_id", d.NodeID}, {"instance", d.Instance}} {
+		if err := checkName(f.name, f.v, 1); err != nil {
+			return err
+		}
+	}
+	if err := checkCount("inflight", d.Inflight, 0); err != nil {
+		return err
+	}
+	if h := d.Hold.Truncate(time.Microsecond); h < 0 || h > MaxRequestBound {
+		return fmt.Errorf("%w: hold = %s, want 0s..%s", ErrInvalidReport, d.Hold, MaxRequestBound)
+	}
+	return nil
 }
 
 func checkName(field, s string, minBytes int) error {

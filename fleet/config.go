@@ -38,6 +38,9 @@ func (p OutagePolicy) String() string {
 	}
 }
 
+// DefaultMaxRequestDuration is Config.MaxRequestDuration's default.
+const DefaultMaxRequestDuration = 5 * time.Minute
+
 // Config configures a Node. Zero values mean the defaults stated on each
 // field; New rejects out-of-range values with an error naming the field.
 type Config struct {
@@ -59,15 +62,25 @@ type Config struct {
 	// HeartbeatInterval and lie in [coord.MinLeaseTTL, coord.MaxLeaseTTL].
 	LeaseTTL time.Duration
 	// FenceMargin is subtracted from every lease: the node stops admitting
-	// this long before the database could expire it, so that requests still
-	// in flight finish before their capacity is handed to others. It must
-	// cover the longest request that cannot be cancelled plus clock-rate
-	// drift (see package fence). Defaults to LeaseTTL/4. Must be in
-	// [0, LeaseTTL−HeartbeatInterval).
+	// this long before the database could expire it. It must cover the
+	// drift between the node's and the database's clock rates over a lease
+	// plus MaxRequestDuration (see package fence; 100 ppm of 5m2s is 30ms).
+	// Defaults to LeaseTTL/4. Must be in [0, LeaseTTL−HeartbeatInterval).
 	FenceMargin time.Duration
 	// HeartbeatTimeout bounds each coordinator call. Defaults to
 	// HeartbeatInterval. Must be in (0, LeaseTTL].
 	HeartbeatTimeout time.Duration
+	// MaxRequestDuration is the hard bound on a request's life, from its
+	// admission until it has really ended at the upstream (for a streamed
+	// response: its last byte). Every Lease's Context and every Transport
+	// request carry it as their deadline, and the coordinator keeps
+	// reserving the node's capacity for this long after its lease ends —
+	// after a crash, a partition or an eviction — so requests that outlive
+	// a lapsed lease stay counted. A larger bound keeps long streams alive;
+	// a smaller one frees a dead node's capacity sooner and shortens the
+	// learning mode after a database failover. Defaults to 5m. Must be in
+	// (0, 24h].
+	MaxRequestDuration time.Duration
 	// Outage selects what happens when heartbeats fail. Defaults to
 	// FailClosed.
 	Outage OutagePolicy
@@ -105,6 +118,9 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = c.HeartbeatInterval
 	}
+	if c.MaxRequestDuration == 0 {
+		c.MaxRequestDuration = DefaultMaxRequestDuration
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -137,6 +153,9 @@ func (c Config) validate() error {
 	}
 	if c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL {
 		bad("HeartbeatTimeout = %v, want (0, LeaseTTL] = (0, %v]", c.HeartbeatTimeout, c.LeaseTTL)
+	}
+	if c.MaxRequestDuration <= 0 || c.MaxRequestDuration > coord.MaxRequestBound {
+		bad("MaxRequestDuration = %v, want (0, %v]", c.MaxRequestDuration, coord.MaxRequestBound)
 	}
 	if c.Outage != FailClosed && c.Outage != HoldLastShare {
 		bad("Outage = %v, want FailClosed or HoldLastShare", c.Outage)

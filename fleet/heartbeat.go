@@ -11,7 +11,9 @@ import (
 )
 
 // loop sends a heartbeat every HeartbeatInterval, and earlier when the
-// node's state calls for one (see eagerDue), until Stop or ctx ends.
+// node's state calls for one (see eagerDue), until Stop; ctx is cancelled
+// only by Stop. An evicted node leaves on its own once nothing is in
+// flight, and the loop ends there.
 func (n *Node) loop(ctx context.Context) {
 	defer close(n.done)
 	period := time.NewTicker(n.cfg.HeartbeatInterval)
@@ -19,10 +21,19 @@ func (n *Node) loop(ctx context.Context) {
 	poll := time.NewTicker(n.pollInterval())
 	defer poll.Stop()
 	for {
+		if n.evictedAndDrained() {
+			if err := n.leave(ctx, 0); err != nil {
+				n.log.Debug("evicted node could not leave yet", "err", err)
+			} else {
+				n.mu.Lock()
+				n.left = true
+				n.mu.Unlock()
+				n.log.Info("evicted node drained and left: restart the process to rejoin as a new instance")
+				return
+			}
+		}
 		select {
 		case <-n.stop:
-			return
-		case <-ctx.Done():
 			return
 		case <-period.C:
 			n.mu.Lock()
@@ -41,6 +52,12 @@ func (n *Node) loop(ctx context.Context) {
 			n.log.Debug("heartbeat failed", "err", err)
 		}
 	}
+}
+
+// evictedAndDrained reports whether the node was evicted and has nothing in
+// flight any more.
+func (n *Node) evictedAndDrained() bool {
+	return n.fence.State().Evicted && n.lim.Inflight() == 0
 }
 
 // pollInterval is how often the loop checks whether an early heartbeat is
@@ -82,7 +99,17 @@ func (n *Node) report(now time.Time) coord.Report {
 	defer n.mu.Unlock()
 	n.seq++
 	n.lastSend = now
-	demand := min(snap.Inflight+snap.Queued+n.unmet, coord.MaxCount)
+	// Demand is the most the node had in flight and queued at any moment
+	// since its last report, plus the admissions it refused: a node that
+	// served anything during the interval keeps a share. A joining node
+	// asks for at least one slot; a stopping one wants nothing more.
+	demand := min(n.lim.TakePeak()+n.unmet, coord.MaxCount)
+	switch {
+	case n.phase == phaseNew:
+		demand = max(demand, 1)
+	case n.phase != phaseRunning:
+		demand = 0
+	}
 	n.unmet = 0
 	n.ackDue = false
 	if n.lowered && snap.Inflight <= n.share {
@@ -99,9 +126,12 @@ func (n *Node) report(now time.Time) coord.Report {
 		LLocal:     min(max(int(snap.Estimate), 1), coord.MaxCount),
 		Inflight:   min(snap.Inflight, coord.MaxCount),
 		Demand:     demand,
+		Epoch:      n.epoch,
 		AppliedGen: n.appliedGen,
 		LeaseTTL:   n.cfg.LeaseTTL,
-		Labels:     n.cfg.Labels,
+
+		MaxRequestDuration: n.cfg.MaxRequestDuration,
+		Labels:             n.cfg.Labels,
 	}
 }
 
@@ -160,9 +190,9 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.outage = false
 	n.lastErr = nil
 	n.lastBeat = sent
-	n.share, n.lGlobal, n.status = g.Share, g.LGlobal, g.Status
+	n.share, n.lGlobal, n.status, n.learning = g.Share, g.LGlobal, g.Status, g.Learning
 	n.peerInflight, n.liveNodes = g.PeerInflight, g.LiveNodes
-	if g.Generation != n.generation {
+	if g.Generation != n.generation || g.Epoch != n.epoch {
 		n.generation = g.Generation
 		if g.Share < oldShare && !first {
 			n.ackDue = true
@@ -177,7 +207,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
 	}
 	n.applyCeilingLocked()
-	n.appliedGen = g.Generation
+	n.epoch, n.appliedGen = g.Epoch, g.Generation
 	if n.phase != phaseStopped {
 		n.armFenceLocked(deadline.Sub(now))
 	}
@@ -236,22 +266,27 @@ func (n *Node) onFenced(r fence.Reason) {
 	n.mu.Unlock()
 }
 
-// ceilingLocked is the limiter ceiling the node's state allows: the share,
-// or 0 before the first grant, after Stop, once evicted, and while fenced
-// under FailClosed. The caller holds n.mu.
-func (n *Node) ceilingLocked() int {
+// ceilingLocked is the limiter ceiling the node's state allows and until
+// when: the share until the fence deadline under FailClosed (the limiter
+// checks that deadline at every admission, so no admission can happen on
+// an expired lease however late the fence timer runs), the share for good
+// under HoldLastShare, and 0 before the first grant, after Stop, once
+// evicted and while fenced under FailClosed. The caller holds n.mu.
+func (n *Node) ceilingLocked() (int, time.Time) {
 	fs := n.fence.State()
 	switch {
 	case n.phase != phaseRunning, !n.joined, fs.Evicted:
-		return 0
-	case fs.Fenced && n.cfg.Outage == FailClosed:
-		return 0
+		return 0, time.Time{}
+	case n.cfg.Outage == HoldLastShare:
+		return n.share, time.Time{}
+	case fs.Fenced:
+		return 0, time.Time{}
 	}
-	return n.share
+	return n.share, fs.Deadline
 }
 
 // applyCeilingLocked pushes ceilingLocked into the limiter. The caller
 // holds n.mu.
 func (n *Node) applyCeilingLocked() {
-	n.lim.SetCeiling(n.ceilingLocked())
+	n.lim.SetCeilingUntil(n.ceilingLocked())
 }

@@ -48,9 +48,10 @@ type Node struct {
 	log      *slog.Logger
 	metrics  *metrics
 
-	kick chan struct{} // asks the loop for an early heartbeat
-	stop chan struct{} // closed by Stop to end the loop
-	done chan struct{} // closed when the loop has returned
+	kick       chan struct{} // asks the loop for an early heartbeat
+	stop       chan struct{} // closed by Stop to end the loop
+	done       chan struct{} // closed when the loop has returned
+	cancelLoop context.CancelFunc
 
 	mu           sync.Mutex
 	phase        phase
@@ -58,9 +59,11 @@ type Node struct {
 	joined       bool // a first grant arrived
 	share        int
 	lGlobal      int
+	epoch        int64 // the epoch of the newest grant applied
 	generation   int64
 	appliedGen   int64
 	status       coord.Status
+	learning     bool
 	peerInflight int
 	liveNodes    int
 	outage       bool
@@ -71,6 +74,7 @@ type Node struct {
 	lowered      bool      // share fell below in-flight; beat once drained
 	ackDue       bool      // a lowered share was applied; beat to ack it
 	cappedBeat   bool      // an early beat for a capped share was sent this period
+	left         bool      // an evicted node drained and left on its own
 	fenceTimer   *time.Timer
 }
 
@@ -134,14 +138,14 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 
 // Start sends the first heartbeat and, if it succeeds, starts the heartbeat
-// loop in a goroutine and returns nil. The first heartbeat may have to open
-// a database connection, so it is bounded by ctx and by 5s or
-// Config.HeartbeatTimeout, whichever is longer. The node admits as soon as that first
-// grant is applied. Start returns the first heartbeat's error otherwise
-// (coord.ErrNodeIDInUse when another live process holds the node id); it can
-// then be called again. The loop runs until Stop, or until ctx is cancelled,
-// which ends heartbeats without leaving: the node fences when its lease runs
-// out. Start on a started node returns ErrStopped.
+// loop in a goroutine and returns nil. ctx bounds the start only: the first
+// heartbeat, which may have to open a database connection, is bounded by
+// ctx and by 5s or Config.HeartbeatTimeout, whichever is longer; the loop
+// runs until Stop has drained the node, whatever happens to ctx (its values
+// are kept). The node admits as soon as that first grant is applied. Start
+// returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
+// another live process holds the node id); it can then be called again.
+// Start on a started node returns ErrStopped.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	if n.phase != phaseNew {
@@ -160,17 +164,23 @@ func (n *Node) Start(ctx context.Context) error {
 	n.phase = phaseRunning
 	n.applyCeilingLocked()
 	n.log.Info("fleet node joined", "share", n.share, "l_global", n.lGlobal, "live_nodes", n.liveNodes)
-	go n.loop(ctx)
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancelLoop = cancel
+	go n.loop(loopCtx)
 	return nil
 }
 
 // Stop leaves the fleet gracefully: it stops admitting (queued Acquire calls
-// fail with ErrStopped), waits until every request in flight has settled,
-// stops heartbeats and deletes the node's row so its capacity is free at
-// once. If ctx ends while requests are still in flight, Stop does not leave
-// (the capacity they hold is freed when the lease expires) and returns an
-// error wrapping ctx.Err(). Stop on a node that never started only marks it
-// stopped; calling it twice returns nil.
+// fail with ErrStopped), keeps heartbeating while the requests in flight
+// finish — so the lease that covers them stays alive — then stops the
+// heartbeats and leaves, freeing the node's capacity at once. If ctx ends
+// first, Stop leaves anyway and tells the coordinator how many requests are
+// still in flight: their capacity stays reserved for
+// Config.MaxRequestDuration, by which they must have ended; Stop then
+// returns an error wrapping ctx.Err() that says so. Should the leave itself
+// fail, the coordinator still reserves whatever the node may hold until its
+// lease has ended plus MaxRequestDuration. Stop on a node that never
+// started only marks it stopped; calling it twice returns nil.
 func (n *Node) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	switch n.phase {
@@ -190,20 +200,44 @@ func (n *Node) Stop(ctx context.Context) error {
 
 	drainErr := n.waitDrained(ctx)
 	close(n.stop)
+	n.cancelLoop()
 	<-n.done
 	n.mu.Lock()
 	n.phase = phaseStopped
 	n.fenceTimer.Stop()
+	left := n.left
 	n.mu.Unlock()
-	if drainErr != nil {
-		return fmt.Errorf("fleet: stop: %d requests still in flight, not leaving: %w", n.lim.Inflight(), drainErr)
+	if left {
+		return nil
 	}
-	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.HeartbeatTimeout)
-	defer cancel()
-	if err := n.coord.Leave(leaveCtx, n.cfg.Key, n.cfg.NodeID, n.instance); err != nil {
-		return fmt.Errorf("fleet: stop: leave: %w", err)
+	inflight := n.lim.Inflight()
+	err := n.leave(context.WithoutCancel(ctx), inflight)
+	switch {
+	case err != nil && drainErr != nil:
+		return fmt.Errorf("fleet: stop: %d requests still in flight, and the leave failed: the coordinator keeps "+
+			"their capacity reserved until the node's lease ends plus %v: %w", inflight, n.cfg.MaxRequestDuration,
+			errors.Join(drainErr, err))
+	case err != nil:
+		return fmt.Errorf("fleet: stop: %w", err)
+	case drainErr != nil:
+		n.log.Warn("fleet node left with requests in flight", "inflight", inflight, "reserved_for", n.cfg.MaxRequestDuration)
+		return fmt.Errorf("fleet: stop: left with %d requests still in flight; their capacity stays reserved "+
+			"for up to %v: %w", inflight, n.cfg.MaxRequestDuration, drainErr)
 	}
 	n.log.Info("fleet node left")
+	return nil
+}
+
+// leave sends the node's last word: it admits nothing more and has inflight
+// requests in flight, which may run for up to MaxRequestDuration more.
+func (n *Node) leave(ctx context.Context, inflight int) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatTimeout)
+	defer cancel()
+	err := n.coord.Leave(ctx, coord.Departure{Key: n.cfg.Key, NodeID: n.cfg.NodeID, Instance: n.instance,
+		Inflight: min(inflight, coord.MaxCount), Hold: n.cfg.MaxRequestDuration})
+	if err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
 	return nil
 }
 
@@ -222,14 +256,26 @@ func (n *Node) waitDrained(ctx context.Context) error {
 }
 
 // Acquire admits a request, waiting in the local limiter's queue while
-// Config.Limiter.MaxQueued allows (see adaptive.Limiter.Acquire). Settle the
-// lease when the request ends: Release on success, Drop on an overload
-// signal (429, 503, timeout), Ignore otherwise. Besides the limiter's own
-// errors it returns ErrNotStarted, ErrStopped, ErrEvicted, and ErrFenced
-// while the node is fenced under FailClosed: a fenced node fails fast rather
-// than queue behind an outage. Callers already queued when the node is
-// fenced keep waiting, bounded by their contexts.
-func (n *Node) Acquire(ctx context.Context) (adaptive.Lease, error) {
+// Config.Limiter.MaxQueued allows (see adaptive.Limiter.Acquire). Run the
+// request with the returned Lease's Context, which ends at the request's
+// hard bound (Config.MaxRequestDuration) or with ctx, and settle the lease
+// when the request ends: Release on success, Drop on an overload signal
+// (429, 503, timeout), Ignore otherwise. Besides the limiter's own errors
+// it returns ErrNotStarted, ErrStopped, ErrEvicted, and ErrFenced while the
+// node is fenced under FailClosed: a fenced node fails fast rather than
+// queue behind an outage. Callers already queued when the node is fenced
+// keep waiting, bounded by their contexts; no slot is handed to them until
+// a grant renews the lease.
+func (n *Node) Acquire(ctx context.Context) (Lease, error) {
+	le, err := n.acquire(ctx)
+	if err != nil {
+		return Lease{}, err
+	}
+	return bound(ctx, le, le.Admitted(), n.cfg.MaxRequestDuration), nil
+}
+
+// acquire is Acquire without the bound context.
+func (n *Node) acquire(ctx context.Context) (adaptive.Lease, error) {
 	if err := n.admissionErr(); err != nil {
 		n.metrics.rejected.Add(1)
 		return adaptive.Lease{}, err
@@ -249,18 +295,20 @@ func (n *Node) Acquire(ctx context.Context) (adaptive.Lease, error) {
 }
 
 // TryAcquire admits a request if a slot is free now and the node may admit
-// (see Acquire's errors). It never waits.
-func (n *Node) TryAcquire() (adaptive.Lease, bool) {
+// (see Acquire's errors). It never waits. The Lease's Context ends at the
+// request's hard bound.
+func (n *Node) TryAcquire() (Lease, bool) {
 	if n.admissionErr() != nil {
 		n.metrics.rejected.Add(1)
-		return adaptive.Lease{}, false
+		return Lease{}, false
 	}
 	le, ok := n.lim.TryAcquire()
 	if !ok {
 		n.metrics.rejected.Add(1)
 		n.noteUnmet()
+		return Lease{}, false
 	}
-	return le, ok
+	return bound(context.Background(), le, le.Admitted(), n.cfg.MaxRequestDuration), true
 }
 
 // admissionErr is the error every admission fails with in the node's
@@ -275,11 +323,12 @@ func (n *Node) admissionErr() error {
 	case phaseStopping, phaseStopped:
 		return ErrStopped
 	}
+	fenced := n.fence.Check(time.Now())
 	fs := n.fence.State()
 	switch {
 	case fs.Evicted:
 		return ErrEvicted
-	case fs.Fenced && n.cfg.Outage == FailClosed:
+	case fenced && n.cfg.Outage == FailClosed:
 		return fmt.Errorf("%w: %s", ErrFenced, fs.Reason)
 	}
 	return nil

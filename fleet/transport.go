@@ -18,7 +18,10 @@ import (
 //
 // A request waits for a slot with its own context (see Node.Acquire); if it
 // cannot be admitted, RoundTrip returns the admission error and sends
-// nothing. The response is classified:
+// nothing. Once admitted it is sent with its context bounded by
+// Config.MaxRequestDuration from admission: at that bound the request is
+// cancelled, body included, because the fleet reserves its slot no longer.
+// The response is classified:
 //
 //   - 429 and 503 are drops (the node's estimate backs off) and release the
 //     slot at once; a Retry-After or retry-after-ms header pauses the node's
@@ -28,7 +31,10 @@ import (
 //   - Any other response is a success whose round-trip time (to the response
 //     headers) is the latency sample. The slot stays held until the body is
 //     read to EOF or closed, since a streamed response occupies the
-//     upstream's concurrency for its whole length. Close every body.
+//     upstream's concurrency for its whole length — or until the request's
+//     context ends (the caller's cancellation, or the bound), which makes
+//     net/http abandon the connection: a body never closed holds its slot
+//     no longer than MaxRequestDuration. Close every body.
 //
 // The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -44,44 +50,52 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	le, err := t.node.Acquire(req.Context())
+	le, err := t.node.acquire(req.Context())
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
+	ctx, cancel := context.WithDeadline(req.Context(), le.Admitted().Add(t.node.cfg.MaxRequestDuration))
 	start := time.Now()
-	resp, err := t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		if isTimeout(err) || pastDeadline(req.Context()) {
+		if isTimeout(err) || pastDeadline(ctx) {
 			le.Drop()
 		} else {
 			le.Ignore()
 		}
+		cancel()
 		return nil, err
 	}
 	rtt := time.Since(start)
+	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: rtt, cancel: cancel}
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		if d, ok := retryAfter(resp.Header, time.Now()); ok && d > 0 {
 			t.node.lim.RetryAfter(d)
 		}
-		le.Drop()
+		body.settle(true)
 	case code >= 500:
-		resp.Body = &leaseBody{ReadCloser: resp.Body, lease: le, rtt: -1}
-	default:
-		resp.Body = &leaseBody{ReadCloser: resp.Body, lease: le, rtt: rtt}
+		body.rtt = -1
 	}
+	// The request ends when its context does: settle the slot then, if
+	// the body has not already.
+	body.stop = context.AfterFunc(ctx, func() { body.settle(pastDeadline(ctx)) })
+	resp.Body = body
 	return resp, nil
 }
 
-// leaseBody holds a lease until the body is read to EOF or closed.
+// leaseBody holds a lease until the body is read to EOF or closed, or the
+// request's context ends; closing it also releases the context.
 type leaseBody struct {
 	io.ReadCloser
-	lease adaptive.Lease
-	rtt   time.Duration // the sample to release with; < 0 settles without one
-	once  sync.Once
+	lease  adaptive.Lease
+	rtt    time.Duration // the sample to release with; < 0 settles without one
+	cancel context.CancelFunc
+	stop   func() bool // stops the context's AfterFunc
+	once   sync.Once
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
@@ -90,6 +104,7 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		b.settle(false)
+		b.release()
 	case isTimeout(err):
 		b.settle(true)
 	default:
@@ -101,7 +116,16 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 func (b *leaseBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.settle(false)
+	b.release()
 	return err
+}
+
+// release ends the request's context once the body is done with.
+func (b *leaseBody) release() {
+	if b.stop != nil {
+		b.stop()
+	}
+	b.cancel()
 }
 
 func (b *leaseBody) settle(drop bool) {

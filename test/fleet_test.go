@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -127,29 +128,29 @@ func fixedLimit(n int) adaptive.Config {
 }
 
 // TestNodeDeath: a node that stops heartbeating without leaving (a crash)
-// has its budget redistributed within the lease TTL plus a heartbeat; a
-// node that leaves gracefully frees it at once.
+// has its budget redistributed within the lease TTL plus the request bound
+// plus a heartbeat — its requests may still run that long; a node that
+// leaves gracefully frees it at once.
 func TestNodeDeath(t *testing.T) {
 	t.Parallel()
 	const limit = 30
 	c := postgresCoordinator(t)
+	// node-0 reaches the database through dead: once it is set, its calls
+	// fail at once, as a crashed process's would never arrive.
+	dead := &hanging{Coordinator: c, fail: true}
 	var nodes []*fleet.Node
-	var crash context.CancelFunc
 	for i := range 3 {
-		cfg := nodeConfig("death", fmt.Sprintf("node-%d", i), fixedLimit(limit))
-		n, err := fleet.NewWithCoordinator(c, cfg)
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
+		var via coord.Coordinator = c
 		if i == 0 {
-			crash = cancel
-		} else {
-			defer cancel()
+			via = dead
 		}
-		require.NoError(t, n.Start(ctx))
+		n, err := fleet.NewWithCoordinator(via, nodeConfig("death", fmt.Sprintf("node-%d", i), fixedLimit(limit)))
+		require.NoError(t, err)
+		require.NoError(t, n.Start(t.Context()))
 		nodes = append(nodes, n)
 	}
 	defer func() {
-		for _, n := range nodes[1:] {
+		for _, n := range nodes {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = n.Stop(ctx)
 			cancel()
@@ -163,15 +164,18 @@ func TestNodeDeath(t *testing.T) {
 	require.Eventually(t, func() bool { return survivorsShare() >= limit/3*2-2 && survivorsShare() < limit-2 },
 		10*time.Second, 10*time.Millisecond, "three-way split:%s", ids(nodes))
 
-	// Crash node-0: its heartbeats stop and it never leaves.
+	// Crash node-0: its load and its heartbeats stop, and it never leaves.
 	loads[0].stop()
-	crash()
+	dead.hung.Store(true)
 	crashed := time.Now()
 	require.Eventually(t, func() bool { return survivorsShare() >= limit-1 }, 10*time.Second, 5*time.Millisecond,
 		"survivors never absorbed the dead node's share:%s", ids(nodes))
 	took := time.Since(crashed)
-	t.Logf("crash: survivors hold %d of %d after %v (lease TTL %v, heartbeat %v)", survivorsShare(), limit, took, leaseTTL, heartbeat)
-	require.Less(t, took, leaseTTL+2*heartbeat+300*time.Millisecond, "redistribution took longer than TTL + heartbeat")
+	t.Logf("crash: survivors hold %d of %d after %v (lease TTL %v, request bound %v, heartbeat %v)",
+		survivorsShare(), limit, took, leaseTTL, maxRequest, heartbeat)
+	require.Greater(t, took, leaseTTL-fenceMargin, "the dead node's capacity was handed out before its lease could end")
+	require.Less(t, took, leaseTTL+maxRequest+2*heartbeat+300*time.Millisecond,
+		"redistribution took longer than TTL + request bound + heartbeat")
 
 	// node-2 leaves gracefully: node-1 gets everything within a heartbeat
 	// or two (the eager capped-below-fair beat).
@@ -217,19 +221,40 @@ func TestDrain(t *testing.T) {
 		"undrain did not restore a share:%s", ids(nodes))
 }
 
-// hanging wraps a coordinator; while hung, every heartbeat blocks until its
-// context ends, like a partition that drops packets.
+// hanging wraps a coordinator; while hung, every call blocks until its
+// context ends, like a partition that drops packets, or with fail set
+// fails at once, like a process that is gone.
 type hanging struct {
 	coord.Coordinator
 	hung atomic.Bool
+	fail bool
 }
 
+var errUnreachable = errors.New("coordinator unreachable")
+
 func (h *hanging) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
-	if h.hung.Load() {
-		<-ctx.Done()
-		return coord.Grant{}, ctx.Err()
+	if err := h.block(ctx); err != nil {
+		return coord.Grant{}, err
 	}
 	return h.Coordinator.Heartbeat(ctx, r)
+}
+
+func (h *hanging) Leave(ctx context.Context, d coord.Departure) error {
+	if err := h.block(ctx); err != nil {
+		return err
+	}
+	return h.Coordinator.Leave(ctx, d)
+}
+
+func (h *hanging) block(ctx context.Context) error {
+	switch {
+	case !h.hung.Load():
+		return nil
+	case h.fail:
+		return errUnreachable
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // TestPartition: a node whose coordinator calls hang fences itself before

@@ -28,18 +28,22 @@ const (
 	heartbeat   = 200 * time.Millisecond
 	leaseTTL    = 1200 * time.Millisecond
 	fenceMargin = 300 * time.Millisecond
+	// maxRequest bounds every request in these tests (they last at most
+	// a few tens of milliseconds).
+	maxRequest = 500 * time.Millisecond
 )
 
 func nodeConfig(key, id string, lim adaptive.Config) fleet.Config {
 	return fleet.Config{
-		Key:               key,
-		NodeID:            id,
-		HeartbeatInterval: heartbeat,
-		LeaseTTL:          leaseTTL,
-		FenceMargin:       fenceMargin,
-		HeartbeatTimeout:  leaseTTL - fenceMargin,
-		Limiter:           lim,
-		Logger:            quiet,
+		Key:                key,
+		NodeID:             id,
+		HeartbeatInterval:  heartbeat,
+		LeaseTTL:           leaseTTL,
+		FenceMargin:        fenceMargin,
+		HeartbeatTimeout:   leaseTTL - fenceMargin,
+		MaxRequestDuration: maxRequest,
+		Limiter:            lim,
+		Logger:             quiet,
 	}
 }
 

@@ -66,7 +66,7 @@ func TestDrainWaitsForLiveNode(t *testing.T) {
 	// While the lease is held, a short wait times out: exit status 3.
 	res := run(t, dsn, "drain", "live", "worker", "--wait", "--timeout", "500ms")
 	require.Equal(t, 3, res.code, res.stderr)
-	require.Contains(t, res.stderr, `fleetctl: drain: node "worker" on key "live" still has 1 in flight after 500ms`)
+	require.Contains(t, res.stderr, `fleetctl: drain: node "worker" on key "live" still holds 1 (1 in flight) after 500ms`)
 
 	// A long wait returns once the lease is released, and not before.
 	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -93,7 +93,7 @@ func TestDrainWaitsForLiveNode(t *testing.T) {
 	require.NoError(t, waitErr, "stderr: %s", stderr)
 	require.Less(t, returnedAfter, 5*time.Second)
 	require.Equal(t, "node \"worker\" on key \"live\" is draining\n"+
-		"node \"worker\" on key \"live\" is drained: 0 in flight\n", stdout.String())
+		"node \"worker\" on key \"live\" is drained: it holds no capacity (the drain stays until undrain)\n", stdout.String())
 	require.Contains(t, stderr.String(), `waiting for node "worker": 1 in flight`)
 
 	require.Eventually(t, func() bool { return node.State().Status == coord.StatusDraining }, 5*time.Second, 10*time.Millisecond)

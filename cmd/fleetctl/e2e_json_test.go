@@ -23,17 +23,22 @@ func decodeJSON[T any](t *testing.T, s string) T {
 }
 
 type keyJSON struct {
-	Key         string    `json:"key"`
-	LGlobal     int       `json:"l_global"`
-	MinLimit    *int      `json:"min_limit"`
-	MaxLimit    *int      `json:"max_limit"`
-	Aggregate   string    `json:"aggregate"`
-	Generation  int64     `json:"generation"`
-	CreatedAt   time.Time `json:"created_at"`
-	LiveNodes   int       `json:"live_nodes"`
-	SumShare    int       `json:"sum_share"`
-	SumInflight int       `json:"sum_inflight"`
-	Utilization *float64  `json:"utilization"`
+	Key           string     `json:"key"`
+	LGlobal       int        `json:"l_global"`
+	MinLimit      *int       `json:"min_limit"`
+	MaxLimit      *int       `json:"max_limit"`
+	Aggregate     string     `json:"aggregate"`
+	Epoch         int64      `json:"epoch"`
+	Generation    int64      `json:"generation"`
+	CreatedAt     time.Time  `json:"created_at"`
+	LiveNodes     int        `json:"live_nodes"`
+	SumShare      int        `json:"sum_share"`
+	SumInflight   int        `json:"sum_inflight"`
+	Utilization   *float64   `json:"utilization"`
+	HeldRows      int        `json:"held_rows"`
+	HeldReserve   int        `json:"held_reserve"`
+	LearningUntil *time.Time `json:"learning_until"`
+	Drains        []string   `json:"drains"`
 }
 
 type nodeJSON struct {
@@ -45,17 +50,22 @@ type nodeJSON struct {
 	Share            int               `json:"share"`
 	Inflight         int               `json:"inflight"`
 	Demand           int               `json:"demand"`
+	Reserve          int               `json:"reserve"`
+	Epoch            int64             `json:"epoch"`
 	GrantedGen       int64             `json:"granted_gen"`
 	AppliedGen       int64             `json:"applied_gen"`
 	UnackedHigh      int               `json:"unacked_high"`
 	LeaseRemainingMS int64             `json:"lease_remaining_ms"`
+	HoldRemainingMS  int64             `json:"hold_remaining_ms"`
 	HeartbeatAgeMS   int64             `json:"heartbeat_age_ms"`
 	LeaseExpiresAt   time.Time         `json:"lease_expires_at"`
+	HoldUntil        time.Time         `json:"hold_until"`
 	HeartbeatAt      time.Time         `json:"heartbeat_at"`
 	JoinedAt         time.Time         `json:"joined_at"`
 	Status           string            `json:"status"`
 	Draining         bool              `json:"draining"`
 	Evicted          bool              `json:"evicted"`
+	Departed         bool              `json:"departed"`
 	Fenced           bool              `json:"fenced"`
 	Labels           map[string]string `json:"labels"`
 }

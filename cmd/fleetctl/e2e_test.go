@@ -181,7 +181,7 @@ func golden(t *testing.T, name, got string) {
 //	       node-b (l_local 20, inflight 1, demand 5, zone=b), three rounds
 //	       of heartbeats each acknowledging the previous grant, so the
 //	       shares have converged (13 + 7 = L_global 20);
-//	batch: worker-2 (l_local 8), then worker-1 with a 100ms lease, expired.
+//	batch: worker-2 (l_local 8, demand 1), then worker-1 with a 100ms lease, expired.
 func seed(t *testing.T, dsn string) {
 	t.Helper()
 	ctx := t.Context()
@@ -199,11 +199,11 @@ func seed(t *testing.T, dsn string) {
 			api[i].Seq = round
 			g, err := c.Heartbeat(ctx, api[i])
 			require.NoError(t, err)
-			api[i].AppliedGen = g.Generation
+			api[i].Epoch, api[i].AppliedGen = g.Epoch, g.Generation
 		}
 	}
 	for _, r := range []coord.Report{
-		{Key: "batch", NodeID: "worker-2", Instance: "i-2", Seq: 1, LLocal: 8, LeaseTTL: time.Hour},
+		{Key: "batch", NodeID: "worker-2", Instance: "i-2", Seq: 1, LLocal: 8, Demand: 1, LeaseTTL: time.Hour},
 		{Key: "batch", NodeID: "worker-1", Instance: "i-1", Seq: 1, LLocal: 8, Inflight: 2, Demand: 2, LeaseTTL: 100 * time.Millisecond},
 	} {
 		_, err := c.Heartbeat(ctx, r)
@@ -247,15 +247,18 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("limits", "set", "api", "--clear-max")
 	golden(t, "write_commands", out.String())
 
-	// --wait on a node whose lease has run out returns at once.
+	// --wait on a node whose lease and request bound have run out returns
+	// at once.
 	res := run(t, dsn, "drain", "batch", "worker-1", "--wait")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, "node \"worker-1\" on key \"batch\" is draining\n"+
-		"node \"worker-1\" on key \"batch\" is drained (its lease has run out)\n", res.stdout)
-	// worker-2 never heartbeats again, so it never acknowledges the drain.
+		"node \"worker-1\" on key \"batch\" is drained: it holds no capacity (the drain stays until undrain)\n", res.stdout)
+	// worker-2 never heartbeats again, so it never acknowledges the drain:
+	// the share it may still enforce stays reserved.
 	res = run(t, dsn, "drain", "batch", "worker-2", "--wait", "--timeout", "300ms")
 	require.Equal(t, 3, res.code, res.stderr)
-	require.Contains(t, res.stderr, "fleetctl: drain: node \"worker-2\" on key \"batch\" still has 0 in flight after 300ms\n")
+	require.Contains(t, res.stderr, "fleetctl: drain: node \"worker-2\" on key \"batch\" still holds 8 (0 in flight) "+
+		"after 300ms; it stays draining (fleetctl undrain batch worker-2 to undo)\n")
 }
 
 func TestExitCodes(t *testing.T) {

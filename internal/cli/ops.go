@@ -22,9 +22,11 @@ func (r *runner) drainCommand() *ucli.Command {
 		Usage:     "set NODE's share on KEY to 0 until undrain; --wait blocks until it has nothing in flight",
 		ArgsUsage: argsUsage("KEY", "NODE"),
 		Description: `The node's grant drops to 0 at once; the requests it has in flight finish.
-With --wait, drain polls the node's row until the node has acknowledged
-the 0 grant and reports 0 in flight (or its row is gone, or its lease has
-run out), and fails with exit status 3 if that has not happened within
+The drain belongs to the node id: it survives lease lapses, restarts and
+new instances of NODE until undrain. With --wait, drain polls the node's
+rows until none of them holds capacity any more — every instance has
+acknowledged the 0 grant with nothing in flight, or its requests' bound has
+passed — and fails with exit status 3 if that has not happened within
 --timeout.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "wait", Usage: "wait until the node reports 0 in flight"},
@@ -54,57 +56,59 @@ run out), and fails with exit status 3 if that has not happened within
 	}
 }
 
-// waitDrained polls key's rows until nodeID has acknowledged its drain
-// (applied_gen ≥ granted_gen) and reports 0 in flight, or its row is gone
-// or its lease has run out, or timeout passes (a failed check). An evicted
-// node no longer updates its row, so it counts as drained only once its
-// lease has run out.
+// waitDrained polls key's rows until no row of nodeID holds capacity any
+// more (see coord.NodeInfo.Reserve: acknowledged 0 with nothing in flight,
+// or its hold has ended), or timeout passes (a failed check).
 func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(drainPollInterval)
 	defer ticker.Stop()
-	lastInflight := -1
+	lastReserve := -1
 	for {
 		nodes, err := admin.Nodes(ctx, key)
 		if err != nil {
 			return adminError(err, key, nodeID)
 		}
-		n, ok := findNode(nodes, nodeID)
+		rows := rowsOf(nodes, nodeID)
+		reserve, inflight, draining := 0, 0, false
+		for _, n := range rows {
+			reserve += n.Reserve
+			inflight += n.Inflight
+			draining = draining || n.Draining || n.Evicted
+		}
 		switch {
-		case !ok:
-			r.printf("node %q on key %q has left\n", nodeID, key)
-			return nil
-		case n.LeaseRemaining <= 0:
-			r.printf("node %q on key %q is drained (its lease has run out)\n", nodeID, key)
-			return nil
-		case !n.Draining && !n.Evicted:
+		case len(rows) > 0 && !draining:
 			return fmt.Errorf("node %q on key %q was undrained while waiting", nodeID, key)
-		case n.Inflight == 0 && n.AppliedGen >= n.GrantedGen:
-			r.printf("node %q on key %q is drained: 0 in flight\n", nodeID, key)
+		case reserve == 0:
+			r.printf("node %q on key %q is drained: it holds no capacity (the drain stays until undrain)\n", nodeID, key)
 			return nil
 		}
-		if n.Inflight != lastInflight {
-			fmt.Fprintf(r.env.Stderr, "waiting for node %q: %d in flight\n", nodeID, n.Inflight)
-			lastInflight = n.Inflight
+		if reserve != lastReserve {
+			fmt.Fprintf(r.env.Stderr, "waiting for node %q: %d in flight, %d reserved\n", nodeID, inflight, reserve)
+			lastReserve = reserve
 		}
 		if !time.Now().Before(deadline) {
-			return checkFailedf("node %q on key %q still has %d in flight after %s", nodeID, key, n.Inflight, timeout)
+			return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
+				"(fleetctl undrain %s %s to undo)", nodeID, key, reserve, inflight, timeout, quoteArg(key), quoteArg(nodeID))
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("node %q on key %q stays draining (fleetctl undrain %s %s to undo): %w",
+				nodeID, key, quoteArg(key), quoteArg(nodeID), ctx.Err())
 		case <-ticker.C:
 		}
 	}
 }
 
-func findNode(nodes []coord.NodeInfo, nodeID string) (coord.NodeInfo, bool) {
+// rowsOf returns nodeID's rows among nodes.
+func rowsOf(nodes []coord.NodeInfo, nodeID string) []coord.NodeInfo {
+	var out []coord.NodeInfo
 	for _, n := range nodes {
 		if n.NodeID == nodeID {
-			return n, true
+			out = append(out, n)
 		}
 	}
-	return coord.NodeInfo{}, false
+	return out
 }
 
 func (r *runner) undrainCommand() *ucli.Command {
@@ -115,10 +119,12 @@ func (r *runner) undrainCommand() *ucli.Command {
 func (r *runner) evictCommand() *ucli.Command {
 	cmd := r.nodeOpCommand("evict", "fence NODE on KEY: its next heartbeat stops it admitting", "is evicted",
 		func(ctx context.Context, a coord.Admin, key, nodeID string) error { return a.Evict(ctx, key, nodeID) })
-	cmd.Description = `The node's grant drops to 0 and its next heartbeat fences it. Its reserve is
-held until its lease runs out, never earlier. A process that heartbeats
-again after that joins afresh: eviction fences a run, it does not ban a
-node id.`
+	cmd.Description = `Every instance of the node id is evicted: its grant drops to 0 and its next
+heartbeat fences it for good; it drains its requests and leaves. Its
+capacity stays reserved until it has acknowledged and drained, or its
+requests' bound has passed, never earlier. An evicted instance never gets a
+share again, while a new process with the same node id can join at once:
+eviction fences processes, it does not ban a node id.`
 	return cmd
 }
 

@@ -62,8 +62,9 @@ func TestPlainLineAndLiveView(t *testing.T) {
 	f := frame{
 		Time: time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC),
 		Key:  keyView{Key: "api", LGlobal: 40, LiveNodes: 2, SumShare: 38, SumInflight: 20, Utilization: &u, Aggregate: "lower_median"},
-		Nodes: []nodeView{{NodeID: "n1", LLocal: 40, Share: 20, Inflight: 10, Status: "active", Labels: map[string]string{"b": "2", "a": "1"},
-			leaseRemaining: 1500 * time.Millisecond, heartbeatAge: 200 * time.Millisecond}},
+		Nodes: []nodeView{{NodeID: "n1", Instance: "0123456789abcdef", LLocal: 40, Share: 20, Inflight: 10, Reserve: 20,
+			Status: "active", Labels: map[string]string{"b": "2", "a": "1"},
+			leaseRemaining: 1500 * time.Millisecond, holdRemaining: 61 * time.Second, heartbeatAge: 200 * time.Millisecond}},
 		Provider: &providerView{Capacity: 40, Current: 21, Successes: 100, Rejected: 3},
 	}
 	require.Equal(t, `2026-01-02T03:04:05.600Z key="api" l_global=40 nodes=2 share=38 inflight=20 util=50.0% capacity=40 provider_inflight=21 ok=100 429=3`, plainLine(f))
@@ -75,7 +76,7 @@ func TestPlainLineAndLiveView(t *testing.T) {
 	s := b.String()
 	require.True(t, strings.HasPrefix(s, ansiClear+"title  "))
 	require.Contains(t, s, "provider: capacity 40 (hidden from the nodes)  in flight 21  ok 100  429 3")
-	require.Contains(t, s, "n1    40       20     10        0       0/0  1.5s   0.2s ago   active  no      a=1,b=2")
+	require.Contains(t, s, "n1    01234567  40       20     10        0       20       0/0  1.5s   1m01s  0.2s ago   active  no      a=1,b=2")
 	require.Contains(t, s, "L_global      █ 40\n")
 	require.Contains(t, s, "in-flight     ▄ 20\n")
 	require.Contains(t, s, "capacity      █ 40\n")

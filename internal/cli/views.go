@@ -16,6 +16,7 @@ type keyView struct {
 	MinLimit    *int      `json:"min_limit"`
 	MaxLimit    *int      `json:"max_limit"`
 	Aggregate   string    `json:"aggregate"`
+	Epoch       int64     `json:"epoch"`
 	Generation  int64     `json:"generation"`
 	CreatedAt   time.Time `json:"created_at"`
 	LiveNodes   int       `json:"live_nodes"`
@@ -23,6 +24,13 @@ type keyView struct {
 	SumInflight int       `json:"sum_inflight"`
 	// Utilization is SumInflight / LGlobal, nil when LGlobal is 0.
 	Utilization *float64 `json:"utilization"`
+	// HeldRows and HeldReserve cover rows that are no members but still
+	// hold capacity (expired, departed or evicted instances).
+	HeldRows    int `json:"held_rows"`
+	HeldReserve int `json:"held_reserve"`
+	// LearningUntil is set while the key is in learning mode.
+	LearningUntil *time.Time `json:"learning_until"`
+	Drains        []string   `json:"drains"`
 }
 
 func newKeyView(k coord.KeyInfo) keyView {
@@ -37,6 +45,16 @@ func newKeyView(k coord.KeyInfo) keyView {
 		LiveNodes:   k.LiveNodes,
 		SumShare:    k.SumShare,
 		SumInflight: k.SumInflight,
+		HeldRows:    k.HeldRows,
+		HeldReserve: k.HeldReserve,
+		Drains:      k.Drains,
+	}
+	if v.Drains == nil {
+		v.Drains = []string{}
+	}
+	if k.LearningUntil.After(time.Now()) {
+		until := k.LearningUntil.UTC()
+		v.LearningUntil = &until
 	}
 	if k.LGlobal > 0 {
 		u := float64(k.SumInflight) / float64(k.LGlobal)
@@ -45,11 +63,16 @@ func newKeyView(k coord.KeyInfo) keyView {
 	return v
 }
 
-var keyColumns = []string{"KEY", "L_GLOBAL", "MIN", "MAX", "NODES", "SHARE", "INFLIGHT", "UTIL"}
+var keyColumns = []string{"KEY", "L_GLOBAL", "MIN", "MAX", "NODES", "SHARE", "INFLIGHT", "UTIL", "HELD", "MODE"}
 
 func (v keyView) cells() []string {
+	mode := "normal"
+	if v.LearningUntil != nil {
+		mode = "learning"
+	}
 	return []string{cell(v.Key), strconv.Itoa(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
-		strconv.Itoa(v.LiveNodes), strconv.Itoa(v.SumShare), strconv.Itoa(v.SumInflight), percent(v.Utilization)}
+		strconv.Itoa(v.LiveNodes), strconv.Itoa(v.SumShare), strconv.Itoa(v.SumInflight), percent(v.Utilization),
+		strconv.Itoa(v.HeldReserve), mode}
 }
 
 // writeKeysTable writes keys as a table.
@@ -72,21 +95,26 @@ type nodeView struct {
 	Share            int               `json:"share"`
 	Inflight         int               `json:"inflight"`
 	Demand           int               `json:"demand"`
+	Reserve          int               `json:"reserve"`
+	Epoch            int64             `json:"epoch"`
 	GrantedGen       int64             `json:"granted_gen"`
 	AppliedGen       int64             `json:"applied_gen"`
 	UnackedHigh      int               `json:"unacked_high"`
 	LeaseRemainingMS int64             `json:"lease_remaining_ms"`
+	HoldRemainingMS  int64             `json:"hold_remaining_ms"`
 	HeartbeatAgeMS   int64             `json:"heartbeat_age_ms"`
 	LeaseExpiresAt   time.Time         `json:"lease_expires_at"`
+	HoldUntil        time.Time         `json:"hold_until"`
 	HeartbeatAt      time.Time         `json:"heartbeat_at"`
 	JoinedAt         time.Time         `json:"joined_at"`
 	Status           string            `json:"status"`
 	Draining         bool              `json:"draining"`
 	Evicted          bool              `json:"evicted"`
+	Departed         bool              `json:"departed"`
 	Fenced           bool              `json:"fenced"`
 	Labels           map[string]string `json:"labels"`
 
-	leaseRemaining, heartbeatAge time.Duration
+	leaseRemaining, holdRemaining, heartbeatAge time.Duration
 }
 
 func newNodeView(n coord.NodeInfo) nodeView {
@@ -103,20 +131,26 @@ func newNodeView(n coord.NodeInfo) nodeView {
 		Share:            n.Share,
 		Inflight:         n.Inflight,
 		Demand:           n.Demand,
+		Reserve:          n.Reserve,
+		Epoch:            n.Epoch,
 		GrantedGen:       n.GrantedGen,
 		AppliedGen:       n.AppliedGen,
 		UnackedHigh:      n.UnackedHigh,
 		LeaseRemainingMS: n.LeaseRemaining.Milliseconds(),
+		HoldRemainingMS:  n.HoldRemaining.Milliseconds(),
 		HeartbeatAgeMS:   n.HeartbeatAge.Milliseconds(),
 		LeaseExpiresAt:   n.LeaseExpiresAt.UTC(),
+		HoldUntil:        n.HoldUntil.UTC(),
 		HeartbeatAt:      n.HeartbeatAt.UTC(),
 		JoinedAt:         n.JoinedAt.UTC(),
-		Status:           string(n.Status()),
+		Status:           string(n.Status),
 		Draining:         n.Draining,
 		Evicted:          n.Evicted,
+		Departed:         n.Departed,
 		Fenced:           n.LeaseRemaining <= 0,
 		Labels:           labels,
 		leaseRemaining:   n.LeaseRemaining,
+		holdRemaining:    n.HoldRemaining,
 		heartbeatAge:     n.HeartbeatAge,
 	}
 }
@@ -129,21 +163,31 @@ func newNodeViews(nodes []coord.NodeInfo) []nodeView {
 	return out
 }
 
-var nodeColumns = []string{"NODE", "L_LOCAL", "SHARE", "INFLIGHT", "DEMAND", "GEN", "LEASE", "HEARTBEAT", "STATUS", "FENCED", "LABELS"}
+var nodeColumns = []string{"NODE", "INSTANCE", "L_LOCAL", "SHARE", "INFLIGHT", "DEMAND", "RESERVE", "GEN", "LEASE",
+	"HOLD", "HEARTBEAT", "STATUS", "FENCED", "LABELS"}
 
 func (v nodeView) cells() []string {
 	lease := "expired"
 	if !v.Fenced {
 		lease = shortDuration(v.leaseRemaining)
 	}
+	hold := "-"
+	if v.holdRemaining > 0 {
+		hold = shortDuration(v.holdRemaining)
+	}
+	instance := v.Instance
+	if r := []rune(instance); len(r) > 8 {
+		instance = string(r[:8])
+	}
 	fenced := "no"
 	if v.Fenced {
 		fenced = "yes"
 	}
 	return []string{
-		cell(v.NodeID), strconv.Itoa(v.LLocal), strconv.Itoa(v.Share), strconv.Itoa(v.Inflight),
-		strconv.Itoa(v.Demand), strconv.FormatInt(v.GrantedGen, 10) + "/" + strconv.FormatInt(v.AppliedGen, 10),
-		lease, shortDuration(v.heartbeatAge) + " ago", v.Status, fenced, cell(labelsString(v.Labels)),
+		cell(v.NodeID), cell(instance), strconv.Itoa(v.LLocal), strconv.Itoa(v.Share), strconv.Itoa(v.Inflight),
+		strconv.Itoa(v.Demand), strconv.Itoa(v.Reserve),
+		strconv.FormatInt(v.GrantedGen, 10) + "/" + strconv.FormatInt(v.AppliedGen, 10),
+		lease, hold, shortDuration(v.heartbeatAge) + " ago", v.Status, fenced, cell(labelsString(v.Labels)),
 	}
 }
 

@@ -160,8 +160,8 @@ func runNode(ctx context.Context, p *coord.Postgres, i int, c *counters, fail fu
 	n.fence = time.AfterFunc(time.Hour, n.cancel)
 	defer n.fence.Stop()
 	var (
-		seq, applied int64
-		run          int
+		seq, epoch, applied int64
+		run                 int
 	)
 	for ctx.Err() == nil {
 		n.mu.Lock()
@@ -172,7 +172,7 @@ func runNode(ctx context.Context, p *coord.Postgres, i int, c *counters, fail fu
 		sent := time.Now()
 		g, err := p.Heartbeat(context.WithoutCancel(ctx), coord.Report{Key: key, NodeID: id,
 			Instance: fmt.Sprintf("%s/run-%d", id, run), Seq: seq, LLocal: lLocal, Inflight: mine,
-			Demand: demand, AppliedGen: applied, LeaseTTL: leaseTTL})
+			Demand: demand, Epoch: epoch, AppliedGen: applied, LeaseTTL: leaseTTL})
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", id, err))
 			return
@@ -187,14 +187,14 @@ func runNode(ctx context.Context, p *coord.Postgres, i int, c *counters, fail fu
 			n.cancel()
 			time.Sleep(g.LeaseRemaining + 10*time.Millisecond)
 			run++
-			seq, applied = 0, 0
+			seq, epoch, applied = 0, 0, 0
 			continue
 		}
 		n.mu.Lock()
 		n.deadline = sent.Add(g.LeaseRemaining - fenceSlack)
 		n.fence.Reset(time.Until(n.deadline))
-		if g.Generation > applied {
-			n.enforced, applied = g.Share, g.Generation
+		if g.Epoch > epoch || g.Epoch == epoch && g.Generation > applied {
+			n.enforced, epoch, applied = g.Share, g.Epoch, g.Generation
 		}
 		// Finish some requests, admit up to the share while the lease holds.
 		done := rng.IntN(n.mine + 1)

@@ -32,7 +32,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	heartbeat := func() {
 		p, err := coord.NewPostgres(pool)
 		require.NoError(t, err)
-		g, err := p.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "n", Instance: "i", Seq: 1, LLocal: 3, LeaseTTL: time.Second})
+		g, err := p.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "n", Instance: "i", Seq: 1, LLocal: 3, Demand: 1, LeaseTTL: time.Second})
 		require.NoError(t, err)
 		require.Equal(t, 3, g.Share)
 	}

@@ -1,0 +1,73 @@
+package coord
+
+import "time"
+
+// lostState reports whether r proves that the database forgot grants it had
+// issued. A report that applied no grant yet (epoch 0) proves nothing.
+// Otherwise it is proof when r applied a grant of an epoch newer than the
+// key's, or of the key's epoch with a generation beyond the key's or beyond
+// the newest its row was granted; and, when the key has no row for r's
+// instance, when the key never issued a grant (the whole key was lost) or r
+// claims requests in flight. row is r's own row, or nil.
+//
+// The last case can also be a report so late that its row's hold has ended
+// and the row was deleted; treating it as a loss costs availability
+// (learning mode), never safety.
+func (s State) lostState(r Report, row *NodeState) bool {
+	switch {
+	case r.Epoch == 0:
+		return false
+	case r.Epoch > s.Key.Epoch:
+		return true
+	case r.Epoch == s.Key.Epoch && r.AppliedGen > s.Key.Generation:
+		return true
+	case row == nil:
+		return r.Inflight > 0 || s.Key.Generation == 0
+	}
+	return row.Epoch == r.Epoch && r.AppliedGen > row.GrantedGen
+}
+
+// Incarnate checks the database's incarnation before a heartbeat at now: a
+// key that last saw another incarnation may have lost committed state (a
+// failover to an asynchronous replica, a restore), so it enters learning
+// mode. The first heartbeat of a key records the incarnation. An empty
+// incarnation (a coordinator that cannot tell) changes nothing.
+func (s State) Incarnate(incarnation string, now time.Time) State {
+	switch {
+	case incarnation == "" || incarnation == s.Key.Incarnation:
+		return s
+	case s.Key.Incarnation == "":
+		next := s.Clone()
+		next.Key.Incarnation = incarnation
+		return next
+	}
+	next := s.learn(now, Report{})
+	next.Key.Incarnation = incarnation
+	return next
+}
+
+// learn puts the key in learning mode at now, after evidence that the
+// database lost state; r is the report that brought the evidence (its
+// lease and request bound count among the key's), or the zero Report.
+//
+// The epoch moves past every epoch the lost state can have issued (they
+// were all detection times before now, unless the clock stepped back), so
+// every grant from now on outranks every grant of before the loss. Until
+// every lease and request of before the loss has run out — the key's
+// largest lease plus its largest request bound from now — each node is
+// granted at most the in-flight it reports: it may keep what it proves it
+// holds, and nobody gets capacity that a forgotten grant may still cover.
+func (s State) learn(now time.Time, r Report) State {
+	next := s.Clone()
+	k := &next.Key
+	k.Epoch = max(now.UnixMicro(), k.Epoch+1)
+	ttl := max(k.MaxLeaseTTL, leaseTTL(r))
+	bound := max(k.MaxRequestDuration, requestBound(r))
+	if until := now.Add(ttl + bound); until.After(k.LearningUntil) {
+		k.LearningUntil = until
+	}
+	return next
+}
+
+// learning reports whether the key is in learning mode at now.
+func (k KeyState) learning(now time.Time) bool { return k.LearningUntil.After(now) }
