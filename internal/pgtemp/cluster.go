@@ -35,13 +35,35 @@ type Cluster struct {
 	dir     string
 	dataDir string
 	logPath string
-	port    int
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error // set before exited is closed
+	port    int // set once, before the Cluster is returned
+	opts    Options
+	cred    *syscall.Credential
+
+	// lifecycle serializes StopServer, StartServer, Restart, Promote and
+	// Stop.
+	lifecycle sync.Mutex
+
+	mu   sync.Mutex
+	srv  *server // the server process of the current (or last) run
+	down bool    // the server was stopped on purpose by StopServer
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// server is one run of the postgres server process.
+type server struct {
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error // set before exited is closed
+}
+
+// current returns the server process of the current run and whether it was
+// stopped on purpose.
+func (c *Cluster) current() (*server, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.srv, c.down
 }
 
 // Start creates a cluster in a new temporary directory under
@@ -67,39 +89,62 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtemp: create temporary directory: %w", err)
 	}
-	c := &Cluster{
-		dir:     dir,
-		dataDir: filepath.Join(dir, "data"),
-		logPath: filepath.Join(dir, "postgres.log"),
-	}
-	if err := c.start(ctx, opts, cred); err != nil {
+	c := newCluster(dir, opts, cred)
+	if err := c.start(ctx); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	return c, nil
 }
 
-func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credential) error {
-	if cred != nil {
-		if err := os.Chown(c.dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return fmt.Errorf("pgtemp: hand %s to user %s: %w", c.dir, opts.RunAsUser, err)
-		}
+// newCluster returns a Cluster in dir, not started.
+func newCluster(dir string, opts Options, cred *syscall.Credential) *Cluster {
+	return &Cluster{
+		dir:     dir,
+		dataDir: filepath.Join(dir, "data"),
+		logPath: filepath.Join(dir, "postgres.log"),
+		opts:    opts,
+		cred:    cred,
 	}
-	if err := c.initdb(ctx, opts, cred); err != nil {
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	if err := c.chownDir(); err != nil {
 		return err
 	}
+	if err := c.initdb(ctx, c.opts, c.cred); err != nil {
+		return err
+	}
+	return c.listen(ctx)
+}
+
+// chownDir hands the cluster's directory to the user that runs the server.
+func (c *Cluster) chownDir() error {
+	if c.cred == nil {
+		return nil
+	}
+	if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+		return fmt.Errorf("pgtemp: hand %s to user %s: %w", c.dir, c.opts.RunAsUser, err)
+	}
+	return nil
+}
+
+// listen starts the server for the first time, on Options.Port or, when it
+// is 0, on a free port (retrying with another one if it is taken first).
+func (c *Cluster) listen(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		port := opts.Port
+		port := c.opts.Port
 		if port == 0 {
 			var err error
 			if port, err = freePort(); err != nil {
 				return err
 			}
 		}
-		err := c.startServer(ctx, opts, cred, port)
+		c.port = port
+		err := c.startServer(ctx)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, errPortInUse) || opts.Port != 0 || attempt == portAttempts {
+		if !errors.Is(err, errPortInUse) || c.opts.Port != 0 || attempt == portAttempts {
 			return err
 		}
 	}
@@ -130,7 +175,10 @@ func (c *Cluster) initdb(ctx context.Context, opts Options, cred *syscall.Creden
 // errPortInUse marks a server that exited because its port was taken.
 var errPortInUse = errors.New("pgtemp: port in use")
 
-func (c *Cluster) startServer(ctx context.Context, opts Options, cred *syscall.Credential, port int) error {
+// startServer starts the server process on c.port and waits until it accepts
+// connections.
+func (c *Cluster) startServer(ctx context.Context) error {
+	opts, cred, port := c.opts, c.cred, c.port
 	logFile, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("pgtemp: open server log: %w", err)
@@ -163,21 +211,25 @@ func (c *Cluster) startServer(ctx context.Context, opts Options, cred *syscall.C
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtemp: start postgres: %w", err)
 	}
-	c.cmd = cmd
-	c.port = port
-	c.exited = make(chan struct{})
+	srv := &server{cmd: cmd, exited: make(chan struct{})}
 	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
+		srv.waitErr = cmd.Wait()
+		close(srv.exited)
 	}()
+	c.mu.Lock()
+	c.srv, c.down = srv, false
+	c.mu.Unlock()
 
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.waitReady(ctx, srv); err != nil {
 		select {
-		case <-c.exited:
+		case <-srv.exited:
 		default:
 			_ = cmd.Process.Signal(syscall.SIGQUIT)
-			<-c.exited
+			<-srv.exited
 		}
+		c.mu.Lock()
+		c.down = true // nothing of this run is left to stop
+		c.mu.Unlock()
 		tail := c.logTail(logStart)
 		if bytes.Contains(tail, []byte("could not bind")) || bytes.Contains(tail, []byte("already in use")) {
 			err = errors.Join(err, errPortInUse)
@@ -189,7 +241,7 @@ func (c *Cluster) startServer(ctx context.Context, opts Options, cred *syscall.C
 
 // waitReady polls until the server accepts a connection, the server exits or
 // ctx ends.
-func (c *Cluster) waitReady(ctx context.Context) error {
+func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 	dsn := c.DSN("postgres")
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -199,8 +251,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return conn.Close(ctx)
 		}
 		select {
-		case <-c.exited:
-			return fmt.Errorf("pgtemp: postgres exited before accepting connections: %v", c.waitErr)
+		case <-srv.exited:
+			return fmt.Errorf("pgtemp: postgres exited before accepting connections: %v", srv.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("pgtemp: waiting for postgres to accept connections: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
@@ -248,28 +300,36 @@ func (c *Cluster) LogPath() string { return c.logPath }
 
 // Stop shuts the server down (a fast shutdown: open sessions are
 // disconnected), waits for it to exit and removes the temporary directory. If
-// the server has not exited after 30s it is sent SIGQUIT. Stop is idempotent:
+// the server has not exited after 30s it is sent SIGQUIT. A server stopped on
+// purpose with [Cluster.StopServer] is not an error. Stop is idempotent:
 // later calls return the first call's result.
 func (c *Cluster) Stop() error {
-	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	c.stopOnce.Do(func() {
+		c.lifecycle.Lock()
+		defer c.lifecycle.Unlock()
+		c.stopErr = c.stop()
+	})
 	return c.stopErr
 }
 
 func (c *Cluster) stop() error {
 	var errs []error
+	srv, down := c.current()
 	select {
-	case <-c.exited:
-		errs = append(errs, fmt.Errorf("pgtemp: postgres had already exited: %v", c.waitErr))
+	case <-srv.exited:
+		if !down {
+			errs = append(errs, fmt.Errorf("pgtemp: postgres had already exited: %v", srv.waitErr))
+		}
 	default:
-		if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			errs = append(errs, fmt.Errorf("pgtemp: signal postgres (pid %d): %w", c.cmd.Process.Pid, err))
+		if err := srv.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("pgtemp: signal postgres (pid %d): %w", srv.cmd.Process.Pid, err))
 		}
 		select {
-		case <-c.exited:
+		case <-srv.exited:
 		case <-time.After(stopTimeout):
-			errs = append(errs, fmt.Errorf("pgtemp: postgres (pid %d) did not stop within %s; sending SIGQUIT", c.cmd.Process.Pid, stopTimeout))
-			_ = c.cmd.Process.Signal(syscall.SIGQUIT)
-			<-c.exited
+			errs = append(errs, fmt.Errorf("pgtemp: postgres (pid %d) did not stop within %s; sending SIGQUIT", srv.cmd.Process.Pid, stopTimeout))
+			_ = srv.cmd.Process.Signal(syscall.SIGQUIT)
+			<-srv.exited
 		}
 	}
 	if err := os.RemoveAll(c.dir); err != nil {

@@ -15,6 +15,15 @@
 // If the calling process dies without calling Stop, the kernel sends the
 // server SIGINT (a fast shutdown), but the temporary directory stays behind.
 //
+// For fault-injection tests a cluster can be restarted ([Cluster.Restart]),
+// stopped in a given [ShutdownMode] — fast, immediate or kill -9 — and started
+// again on the same port ([Cluster.StopServer], [Cluster.StartServer]), and
+// replicated: [StartReplica] makes a streaming hot standby with pg_basebackup
+// -R from any address (a proxy in front of the primary, so replication can be
+// cut), and [Cluster.Promote] promotes it with pg_ctl promote. Replication
+// needs Options.Settings that keep the defaults' wal_level and
+// max_wal_senders; a cluster that must survive crashes wants fsync on.
+//
 // fleetlimit's tests reach this package through internal/pgtest; fleetctl demo
 // uses it directly as its embedded database.
 package pgtemp

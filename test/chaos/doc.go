@@ -1,0 +1,24 @@
+// Package chaos is the fleet's acceptance test under real faults: separate
+// node processes (chaosnode) share one key through a real Postgres, each
+// through its own TCP proxy (toxiproxy, in process), and send requests to a
+// provider in the test process that counts the requests in flight at every
+// moment. Faults — kill -9, SIGSTOP, partitions that drop or hold bytes,
+// database restarts and outages, a failover to a replica that missed the
+// last writes, rolling SIGTERM restarts, eviction, drain across a lease
+// lapse — are injected throughout one run, and the test asserts the
+// product's promise as seen from outside: the provider never had more
+// requests in flight than the operator's max on the key.
+//
+// Run it with
+//
+//	go test -count=1 -v -run TestChaos ./test/chaos/
+//
+// FLEET_CHAOS_FAULTS sets how many faults to inject (default 100, about three
+// minutes), FLEET_CHAOS_SEED replays a schedule, FLEET_CHAOS_LOGDIR keeps
+// every node's log, the report and every violation (violations.tsv).
+// Faults overlap by default, so a violation counts for every fault whose
+// window was open; FLEET_CHAOS_MODE=solo injects them one at a time instead
+// (about 6s per fault), so that each violation has a single cause. It needs the Postgres server binaries
+// (initdb, postgres, pg_ctl, pg_basebackup) and skips without them, unless
+// CI or FLEET_REQUIRE_PG=1 is set; -short skips it.
+package chaos
