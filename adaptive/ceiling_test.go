@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -106,4 +107,67 @@ func TestSetEstimate(t *testing.T) {
 	for _, le := range leases {
 		le.Release()
 	}
+}
+
+// TestCeilingDeadlineOnEveryPath: past the ceiling's deadline nothing is
+// admitted — not by TryAcquire, not by Acquire, and not to a waiter queued
+// before the deadline when a slot frees after it — even though no timer
+// has lowered the ceiling.
+func TestCeilingDeadlineOnEveryPath(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 10, MaxQueued: 4})
+	deadline := clk.Now().Add(time.Second)
+	l.SetCeilingUntil(2, deadline)
+	held := acquireN(t, l, 2)
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(context.Background())
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.Snapshot().Queued == 1 }, 5*time.Second, time.Millisecond)
+
+	clk.Advance(time.Second) // the deadline passes; nothing fires
+	require.Equal(t, 0, l.Limit())
+	held[0].Release() // frees a slot after the deadline
+	select {
+	case err := <-got:
+		t.Fatalf("a queued waiter was handed a slot past the deadline (err %v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	_, ok := l.TryAcquire()
+	require.False(t, ok)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A renewal lets the waiter in.
+	l.SetCeilingUntil(2, clk.Now().Add(time.Second))
+	require.NoError(t, <-got)
+	require.Equal(t, 2, l.Inflight())
+	held[1].Release()
+}
+
+// TestCeilingDeadlineWallClock: a deadline is also compared by the wall
+// clock. Go offers no way to make a time whose monotonic and wall readings
+// disagree (they do after a suspend or a clock step), so this shows the
+// wall comparison on deadlines without a monotonic reading, and that the
+// usual deadline, with one, behaves.
+func TestCeilingDeadlineWallClock(t *testing.T) {
+	t.Parallel()
+	l, err := New(Config{InitialLimit: 10})
+	require.NoError(t, err)
+	now := time.Now()
+	l.SetCeilingUntil(5, now.Add(-time.Minute).Round(0))
+	require.Equal(t, 0, l.Limit(), "a wall-clock deadline in the past")
+	l.SetCeilingUntil(5, now.Add(time.Minute).Round(0))
+	require.Equal(t, 5, l.Limit(), "a wall-clock deadline ahead")
+	l.SetCeilingUntil(5, now.Add(time.Minute))
+	require.Equal(t, 5, l.Limit())
+	l.SetCeilingUntil(5, now)
+	require.Equal(t, 0, l.Limit())
+	l.SetCeiling(5)
+	require.True(t, l.Snapshot().CeilingUntil.IsZero(), "SetCeiling removes the deadline")
+	require.Equal(t, 5, l.Limit())
 }

@@ -139,3 +139,79 @@ func TestRecalibrationWakesQueuedWaiters(t *testing.T) {
 	}
 	require.Zero(t, l.Inflight())
 }
+
+// TestRecalibrationWithLeakedLease: a lease that is never settled (an
+// unclosed body, a recovered panic) must not pin the limit at MinLimit:
+// the recalibration is abandoned after MaxPinned and the limiter resumes,
+// and the next one is abandoned the same way.
+func TestRecalibrationWithLeakedLease(t *testing.T) {
+	t.Parallel()
+	const interval = 10 * time.Second
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		MinLimit:      1,
+		Recalibration: Recalibration{Interval: interval},
+	})
+	leaked, ok := l.TryAcquire()
+	require.True(t, ok)
+	_ = leaked // never settled
+
+	for round := range 3 {
+		clk.Advance(interval)
+		_, ok = l.TryAcquire()
+		require.False(t, ok, "round %d: pinned at MinLimit behind the leaked lease", round)
+		require.True(t, l.Snapshot().Recalibrating)
+
+		clk.Advance(interval/10 - time.Nanosecond)
+		_, ok = l.TryAcquire()
+		require.False(t, ok, "round %d: still within MaxPinned", round)
+
+		clk.Advance(time.Nanosecond)
+		le, ok := l.TryAcquire()
+		require.True(t, ok, "round %d: MaxPinned has passed: the recalibration is abandoned", round)
+		require.False(t, l.Snapshot().Recalibrating)
+		require.Equal(t, 20, l.Limit())
+		le.Release()
+	}
+}
+
+// TestRecalibrationWithLongRequest: one long request delays the probe no
+// longer than MaxPinned either.
+func TestRecalibrationWithLongRequest(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		MinLimit:      2,
+		Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
+	})
+	long, ok := l.TryAcquire()
+	require.True(t, ok)
+	clk.Advance(10 * time.Second)
+	probe, ok := l.TryAcquire() // starts the recalibration, pinned at 2
+	require.True(t, ok)
+	require.Equal(t, 2, l.Limit(), "pinned while the long request runs")
+	_, ok = l.TryAcquire()
+	require.False(t, ok)
+	clk.Advance(3 * time.Second)
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	require.Equal(t, 20, l.Limit())
+	for _, x := range []Lease{le, probe, long} {
+		x.Release()
+	}
+}
+
+func TestRecalibrationMaxPinnedValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rc   Recalibration
+		want string
+	}{
+		{Recalibration{Interval: time.Second, MaxPinned: 2 * time.Second}, "Recalibration.MaxPinned"},
+		{Recalibration{Interval: time.Second, MaxPinned: -time.Second}, "Recalibration.MaxPinned"},
+		{Recalibration{MaxPinned: time.Second}, "Recalibration.MaxPinned"},
+	} {
+		_, err := New(Config{Recalibration: tc.rc})
+		require.ErrorContains(t, err, tc.want, "%+v", tc.rc)
+	}
+}

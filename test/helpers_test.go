@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,9 +62,10 @@ func startNode(t *testing.T, c coord.Coordinator, cfg fleet.Config) *fleet.Node 
 	return n
 }
 
-// load runs workers that call fn in a loop until stop is called.
+// load runs workers that call fn in a loop until stop or finish is called.
 type load struct {
 	cancel context.CancelFunc
+	quit   atomic.Bool
 	wg     sync.WaitGroup
 }
 
@@ -72,7 +74,7 @@ func startLoad(workers int, fn func(ctx context.Context)) *load {
 	l := &load{cancel: cancel}
 	for range workers {
 		l.wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && !l.quit.Load() {
 				fn(ctx)
 			}
 		})
@@ -80,7 +82,12 @@ func startLoad(workers int, fn func(ctx context.Context)) *load {
 	return l
 }
 
+// stop cancels the calls in progress and waits for the workers.
 func (l *load) stop() { l.cancel(); l.wg.Wait() }
+
+// finish lets the calls in progress end by themselves, starts no more and
+// waits for the workers, as a server that shuts down gracefully does.
+func (l *load) finish() { l.quit.Store(true); l.wg.Wait(); l.cancel() }
 
 // holdLoop acquires through n, holds the slot for hold and releases it; a
 // refused admission backs off for a millisecond.
