@@ -4,9 +4,9 @@
 //
 // # Pieces
 //
-// The protocol (DESIGN.md §4) is a pure function, [State.Heartbeat]: the
-// key's rows, one report and the time in, the new rows and the node's
-// [Grant] out. It reads no clock and does no I/O. Two coordinators run it:
+// The protocol (docs/design.md in the repository) is a pure function,
+// [State.Heartbeat]: the key's rows, one report and the time in, the new
+// rows and the node's [Grant] out. It reads no clock and does no I/O. Two coordinators run it:
 //
 //   - [Postgres] calls fleetlimit.heartbeat, a plpgsql function (package
 //     migrations) that is the same rules in SQL: one round trip, one
@@ -22,19 +22,27 @@
 //
 // # The rules
 //
-// A row is live while now < lease_expires_at; an expired row is treated as
-// absent. A report whose Seq is not newer than its live row's is answered
-// from the stored row (Grant.Stale) and changes nothing. A live row of
-// another instance refuses the report (ErrNodeIDInUse). Otherwise the row
-// takes the report, its lease becomes now + LeaseTTL, and its grant is
-// acknowledged when AppliedGen ≥ GrantedGen. Expired peers are deleted.
-// L_global is the lower median (or the minimum) of live, non-evicted
-// l_local values, clamped by the operator's override. The node's target is
-// its demand-proportional part of L_global with a floor of 1 (0 when
-// draining), and its share is that target capped by what the peers'
-// reserves leave: share = max(0, min(target, L_global − Σ reserve)). A
-// changed share is issued under a new generation. All arithmetic is integer
-// with floor division, so SQL and Go agree bit for bit.
+// Rows are per instance of a node id. A member row is one whose lease runs
+// (now < lease_expires_at) and whose instance was neither evicted nor
+// departed; every row, member or not, reserves capacity until its
+// hold_until: its lease end plus the request bound its reports carry, the
+// time by which every request its instance may have admitted has ended. A
+// report whose Seq is not newer than its row's, or of a departed row, is
+// answered from the stored row (Grant.Stale) and changes nothing; an
+// evicted row takes the report's counts but is never renewed or granted
+// again; another instance's member row refuses the report
+// (ErrNodeIDInUse). Otherwise the row takes the report, its lease becomes
+// now + LeaseTTL and its hold the lease end + MaxRequestDuration, and its
+// grant is acknowledged when the report applied it (same Epoch, AppliedGen
+// ≥ GrantedGen). Rows whose hold has ended are deleted. L_global is the
+// lower median (or the minimum) of the members' l_local values, clamped by
+// the operator's override. The node's target is its demand-proportional
+// part of L_global with a floor of 1 for members with demand (0 when
+// draining or without demand), and its share is that target capped by what
+// every other holding row's reserve leaves: share = max(0, min(target,
+// L_global − Σ reserve)). A changed share is issued under a new generation.
+// All arithmetic is integer with floor division, so SQL and Go agree bit
+// for bit.
 //
 // # Why Σ in-flight ≤ L_global
 //
@@ -60,13 +68,14 @@
 // in-flight stays ≤ max(Inflight, UnackedHigh), and requests above the
 // share only drain.
 //
-// Invariant: Σ reserve over the live rows ≤ L_global (for a fixed
+// Invariant: Σ reserve over the holding rows ≤ L_global (for a fixed
 // L_global). A heartbeat changes only its own row: the new Inflight is at
 // most the old reserve (by the lemma, applied to the sample), an
 // acknowledgement only lowers UnackedHigh, and the new share is at most
 // L_global − Σ other reserves. So the new reserve is at most
 // max(old reserve, L_global − Σ other reserves), which is L_global − Σ
-// other reserves by the invariant. Deleting rows only lowers the sum.
+// other reserves by the invariant. Deleting rows only lowers the sum, and
+// a row is deleted only once its instance can have nothing in flight.
 // Together: Σ in-flight ≤ Σ reserve ≤ L_global, at every instant, however
 // replies lag. Reserving only the acknowledged share, or forgetting
 // Inflight, breaks this; the exhaustive test finds the counterexamples.
@@ -75,23 +84,34 @@
 // shares shrink, acknowledgements release the larger grants, and in-flight
 // above the new shares drains.
 //
-// # Leases, eviction and time
+// # Leases, holds, eviction and time
 //
-// An expired row's reserve is freed. That is safe only because the node
-// fences itself first: its deadline is its send time plus the returned
-// LeaseRemaining minus a safety margin, on its own monotonic clock, and
-// every expiry decision uses a time no later than the real time of the
-// decision. In Postgres that time is now(), the start of the heartbeat's
-// transaction; tests may pass their own (WithClock). Memory uses its
-// injected clock. Both keep microseconds.
+// A lease ending does not end the requests admitted under it, so an
+// expired row's reserve is not freed at its lease end but at its
+// hold_until. That is safe because a node fences itself first — its
+// deadline is its send time plus the returned LeaseRemaining minus a
+// margin, on its own monotonic clock, checked at every admission — and
+// ends every request within its MaxRequestDuration. Every expiry decision
+// uses a time no later than the real time of the decision: in Postgres
+// now(), the start of the heartbeat's transaction (tests may pass their
+// own, WithClock); in Memory its injected clock. Both keep microseconds.
 //
-// An evicted row is frozen: its heartbeats are answered with StatusEvicted
-// and share 0 but neither renew its lease nor change it, so its reserve is
-// held until the lease runs out, never freed earlier; then it is deleted
-// like any expired row, and the same process may join again afresh. A
-// draining row keeps heartbeating normally with a share of 0. A fresh row
-// (a join, or a takeover of an expired row) always gets a new generation,
-// so its first grant is newer than any grant the node still holds.
+// An evicted instance is fenced for good: its row reports its in-flight,
+// keeps reserving until it acknowledges share 0 with nothing in flight or
+// its hold ends, and is kept an hour more as a tombstone so that a late
+// report is still answered StatusEvicted. A new instance of the node id
+// joins at once. A drain is a mark on the node id (State.Drains) and
+// survives lapses and restarts until Undrain. A departure (Leave) with
+// requests in flight keeps reserving them for the hold it names.
+//
+// # Lost state
+//
+// Grants carry the key's Epoch. A change of the database's incarnation
+// (State.Incarnate), or a report that proves the database forgot grants
+// it issued, moves the epoch past every earlier one and starts learning
+// mode: until the key's longest lease plus request bound have passed, no
+// node is granted more than the in-flight it reports. docs/design.md §10
+// has the argument.
 //
 // # Cost
 //

@@ -16,17 +16,19 @@
 //
 // # Choosing the safety margin
 //
-// Fencing stops admission; it does not cancel what is already in flight. The
-// database frees a node's reserve when the lease expires, so requests admitted
-// before the fence must finish before then. The margin must therefore cover
+// Fencing stops admission; it does not cancel what is already in flight.
+// The coordinator keeps a node's reserve until its lease end plus the
+// node's request bound, by which every request admitted before the fence
+// has ended. The margin must cover the drift between the node's and the
+// database's clock *rates* over one lease plus that bound (at 100 parts
+// per million, 30 ms for a 2 s lease and a 5 min bound), and must stay
+// below the lease TTL, or the node fences as soon as it renews. A lease
+// whose remaining time does not exceed the margin leaves the node fenced.
 //
-//   - the longest request that cannot be cancelled (an LLM stream, say), and
-//   - the drift between the node's and the database's clock *rates* over one
-//     lease (a few hundred parts per million: 1 ms per 2 s lease is ample),
-//
-// and must stay below the lease TTL, or the node fences as soon as it renews.
-// [Fence] checks the second condition on every renewal: a lease whose
-// remaining time does not exceed the margin leaves the node fenced.
+// The deadline only helps if admission checks it: a node passes it to its
+// limiter with the share (adaptive.Limiter.SetCeilingUntil), which compares
+// it with the clock at every admission, so a process whose timers run late
+// — frozen, stalled — admits nothing on an expired lease.
 //
 // # Evictions
 //

@@ -1,0 +1,35 @@
+// Package fleet is a fleetlimit node: one process's member of a fleet that
+// shares an upstream's capacity (an LLM provider's quota, a partner API)
+// through Postgres.
+//
+// A Node is a local adaptive limiter (package adaptive) whose ceiling is the
+// share of the key's global limit that the coordinator (package coord)
+// grants it, renewed by heartbeats and fenced (package fence) before its
+// lease could run out. Wrap outgoing calls with Node.Acquire, or use
+// Node.Transport as an http.RoundTripper.
+//
+// The promise: the nodes on a key never have more requests in flight at the
+// upstream than the key's global limit, counted from admission until each
+// request has really ended — through shutdowns, streams, frozen processes,
+// partitions, evictions and database failovers. It rests on every request
+// ending within Config.MaxRequestDuration of its admission: run requests
+// with Lease.Context (Transport does), which carries that deadline.
+//
+// Life of a node:
+//
+//	node, err := fleet.New(pool, fleet.Config{Key: "openai:gpt-4o"})
+//	...
+//	if err := node.Start(appCtx); err != nil { ... } // appCtx bounds the start only
+//	defer node.Stop(shutdownCtx)                      // drains, then leaves
+//
+// Stop keeps heartbeating while the requests in flight finish, then leaves
+// so the node's capacity is free at once; when shutdownCtx ends first, the
+// node leaves with those requests reserved for MaxRequestDuration and Stop
+// says so. An operator may drain a node id (its share drops to 0 until
+// undrained, across restarts) or evict an instance (it fences for good,
+// drains, leaves; a new process with the same node id joins at once).
+//
+// The protocol, and the argument for each of its rules, is in the
+// repository's design document, docs/design.md. All Node methods are safe
+// for concurrent use.
+package fleet
