@@ -120,7 +120,7 @@
 // function's work (one scan of the key's rows, one HOT update of the
 // node's row) plus the commit latency. Running the heartbeat with
 // synchronous_commit off would shorten that, but a crash could then forget
-// grants that nodes already enforce, which breaks the bound; it is not
-// done. Different keys proceed in parallel. BenchmarkHeartbeat (in
+// grants that nodes already enforce, which breaks the bound: the function
+// raises a session's off to local for its own transaction. Different keys proceed in parallel. BenchmarkHeartbeat (in
 // test/coordtest) measures it.
 package coord

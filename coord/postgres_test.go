@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +121,44 @@ func TestLowerMedianAgrees(t *testing.T) {
 			require.Equal(t, tc.want, g.LGlobal, "%T: %v %s", impl, tc.lLocals, tc.agg)
 		}
 	}
+}
+
+// TestPostgresIncarnationAndDurability: a key that last saw another
+// incarnation of the database enters learning mode at the next heartbeat,
+// and a heartbeat commits durably even in a session with
+// synchronous_commit off.
+func TestPostgresIncarnationAndDurability(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	p := newPostgres(t, pool)
+	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 2, 4, 0))
+	require.NoError(t, err)
+	require.False(t, g.Learning)
+	var inc string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT incarnation FROM fleetlimit.keys WHERE key = 'k'`).Scan(&inc))
+	parts := strings.Split(inc, "/")
+	require.Contains(t, []int{3, 4}, len(parts), "system id, timeline, database (and start time when fsync is off): %q", inc)
+
+	// As after a failover: the key remembers another incarnation.
+	_, err = pool.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'elsewhere' WHERE key = 'k'`)
+	require.NoError(t, err)
+	g, err = p.Heartbeat(ctx, applied(rep("a", 2, 8, 2, 4, 0), g))
+	require.NoError(t, err)
+	require.True(t, g.Learning)
+	require.Equal(t, 2, g.Share, "no more than the node proves it holds")
+	keys, err := p.Keys(ctx)
+	require.NoError(t, err)
+	require.True(t, keys[0].LearningUntil.After(time.Now()))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT * FROM fleetlimit.heartbeat('k', 'b', 'b-1', 1, 8, 0, 1, 0, 0, 2000000, 0)`)
+	require.NoError(t, err)
+	var sc string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&sc))
+	require.Equal(t, "local", sc, "the heartbeat's transaction commits durably")
 }

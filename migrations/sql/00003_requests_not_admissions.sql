@@ -58,15 +58,16 @@ DROP FUNCTION fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, big
 -- cluster's system identifier, the timeline of the current WAL (a promoted
 -- replica or a point-in-time restore starts a new one) and the database's
 -- oid (a restored dump gets a new one). When the server may lose committed
--- transactions in a crash (fsync or synchronous_commit off), its start time
--- is part of it too, so a restart counts as a possible loss.
+-- transactions in a crash (fsync off), its start time is part of it too,
+-- so a restart counts as a possible loss. (heartbeat commits with at least
+-- synchronous_commit = local, so that setting cannot lose its grants.)
 CREATE FUNCTION fleetlimit.incarnation()
 RETURNS text LANGUAGE sql STABLE AS $$
     SELECT concat_ws('/',
         (SELECT system_identifier FROM pg_control_system()),
         substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
         (SELECT oid FROM pg_database WHERE datname = current_database()),
-        CASE WHEN current_setting('fsync') = 'off' OR current_setting('synchronous_commit') = 'off'
+        CASE WHEN current_setting('fsync') = 'off'
              THEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint END);
 $$;
 -- +goose StatementEnd
@@ -185,6 +186,12 @@ BEGIN
     PERFORM fleetlimit.check_count('max_request_us', p_max_request_us, 0, 86400000000);
     p_labels := coalesce(p_labels, '{}'::jsonb);
     PERFORM fleetlimit.check_labels(p_labels);
+    -- A grant that a crash could forget after the node enforces it would
+    -- break the bound: this transaction's commit is flushed locally even
+    -- when the session's synchronous_commit is off.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
 
     -- 1. Lock the key row, creating it on first use.
     SELECT * INTO k FROM fleetlimit.keys AS kk WHERE kk.key = p_key FOR UPDATE;
