@@ -75,12 +75,17 @@
 //	min_limit     int|null operator override lower bound
 //	max_limit     int|null operator override upper bound
 //	aggregate     string   "lower_median" or "min"
+//	epoch         int      the key's grant epoch (moves when the database lost state)
 //	generation    int      newest grant generation of the key
 //	created_at    time     when the key row was created
-//	live_nodes    int      nodes whose lease has not run out
-//	sum_share     int      Σ share over live nodes
-//	sum_inflight  int      Σ in-flight over live nodes
+//	live_nodes    int      members: rows whose lease runs, not evicted or departed
+//	sum_share     int      Σ share over members
+//	sum_inflight  int      Σ in-flight over members
 //	utilization   float|null  sum_inflight / l_global; null when l_global is 0
+//	held_rows     int      rows that are no members but still hold capacity
+//	held_reserve  int      Σ reserve of those rows
+//	learning_until time|null  end of the key's learning mode; null when not learning
+//	drains        array    node ids an operator drained, sorted
 //
 // nodes prints an array of node objects:
 //
@@ -89,13 +94,16 @@
 //	l_local                    int     the node's own capacity estimate
 //	share                      int     its grant
 //	inflight, demand           int     as last reported
+//	reserve                    int     what the row holds back from the others now
+//	epoch                      int     the epoch of its grant
 //	granted_gen, applied_gen   int     grant generation issued / acknowledged
 //	unacked_high               int     the reserve held for an unacknowledged grant
 //	lease_remaining_ms         int     ≤ 0 once the lease has run out
+//	hold_remaining_ms          int     how long its reserve still counts; ≤ 0 once it does not
 //	heartbeat_age_ms           int     time since the last heartbeat
-//	lease_expires_at, heartbeat_at, joined_at  time
-//	status                     string  "active", "draining" or "evicted"
-//	draining, evicted          bool
+//	lease_expires_at, hold_until, heartbeat_at, joined_at  time
+//	status                     string  "active", "draining", "expired", "departed" or "evicted"
+//	draining, evicted, departed bool
 //	fenced                     bool    the lease has run out (lease_remaining_ms ≤ 0)
 //	labels                     object  string → string
 //

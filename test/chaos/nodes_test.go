@@ -103,8 +103,6 @@ func startProc(a nodeArgs, id, dsn string) (*nodeProc, error) {
 	return p, nil
 }
 
-func (p *nodeProc) pid() int { return p.cmd.Process.Pid }
-
 // latest returns the last status line.
 func (p *nodeProc) latest() status {
 	p.mu.Lock()
