@@ -19,6 +19,7 @@ type metrics struct {
 
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
+	learning                                                                    *prometheus.Desc
 }
 
 func newMetrics(n *Node) *metrics {
@@ -49,6 +50,8 @@ func newMetrics(n *Node) *metrics {
 		fenced:            desc("fenced", "1 while the node is fenced (its lease is about to run out, or it was evicted)."),
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
+		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
+			"is granted more than it holds until the leases and requests of before the loss have run out."),
 	}
 }
 
@@ -56,7 +59,7 @@ func newMetrics(n *Node) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
 		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
-		m.outage, m.draining} {
+		m.outage, m.draining, m.learning} {
 		ch <- d
 	}
 	m.heartbeat.Describe(ch)
@@ -86,6 +89,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.fenced, b2f(s.Fenced))
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))
+	gauge(m.learning, b2f(s.Learning))
 	m.heartbeat.Collect(ch)
 }
 

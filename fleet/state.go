@@ -25,6 +25,9 @@ type State struct {
 	Status       coord.Status
 	PeerInflight int
 	LiveNodes    int
+	// Learning is true while the key is in learning mode (see
+	// coord.Grant.Learning), as of the last grant.
+	Learning bool
 	// Joined is true once a first grant arrived.
 	Joined bool
 	// Fenced is true while the node may not admit because of its lease;
@@ -56,6 +59,7 @@ func (n *Node) State() State {
 		Status:        n.status,
 		PeerInflight:  n.peerInflight,
 		LiveNodes:     n.liveNodes,
+		Learning:      n.learning,
 		Joined:        n.joined,
 		Fenced:        fs.Fenced,
 		FenceReason:   fs.Reason,
