@@ -159,6 +159,9 @@ type run struct {
 
 	lostDrains atomic.Int64 // drains not in force after a lease lapse
 	revived    atomic.Int64 // evicted processes seen active again
+
+	drainMu  sync.Mutex
+	draining map[string]bool // node ids a drain-across-lapse fault drains now
 }
 
 func (r *run) uniform(lo, hi float64) float64 {
@@ -484,14 +487,17 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 
 	case faultEvict:
 		note := ""
-		if err := r.db.exec(ctx, `SELECT fleetlimit.evict($1, $2)`, r.key, id); err != nil {
-			note = fmt.Sprintf("evict: %v; ", err)
+		evictErr := r.db.exec(ctx, `SELECT fleetlimit.evict($1, $2)`, r.key, id)
+		if evictErr != nil {
+			// A node whose row is gone (it is rejoining after an outage
+			// longer than its lease and request bound) cannot be evicted.
+			note = fmt.Sprintf("evict: %v; ", evictErr)
 		}
 		// The evicted process stops admitting for good, drains and
 		// leaves; an operator then restarts it. Watch it for a while:
 		// it must never be active again.
 		watchUntil := time.Now().Add(r.p.lease + 2*time.Second)
-		for time.Now().Before(watchUntil) {
+		for evictErr == nil && time.Now().Before(watchUntil) {
 			if st := proc.latest(); st.Status == "active" && !st.Fenced && st.Share > 0 && st.Time.After(inj.start.Add(r.p.lease)) {
 				r.revived.Add(1)
 				r.find(kind, "%s admitting again after its eviction: %+v", id, st)
@@ -508,8 +514,11 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 
 	case faultDrainLapse:
 		note := ""
-		if err := r.db.exec(ctx, `SELECT fleetlimit.drain($1, $2)`, r.key, id); err != nil {
-			note = fmt.Sprintf("drain: %v; ", err)
+		r.setDraining(id, true)
+		defer r.setDraining(id, false)
+		drainErr := r.db.exec(ctx, `SELECT fleetlimit.drain($1, $2)`, r.key, id)
+		if drainErr != nil {
+			note = fmt.Sprintf("drain: %v; ", drainErr) // e.g. a node still joining has no row yet
 		}
 		time.Sleep(2 * r.p.heartbeat) // the node learns it is draining
 		before := proc.latest()
@@ -530,13 +539,37 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 		st := proc.latest()
 		r.find(kind, "before: node status %q, share %d; after a %.2fs lapse: row %s, node status %q, share %d",
 			before.Status, before.Share, d.Seconds(), seen, st.Status, st.Share)
-		if seen != "draining" || st.Share != 0 {
+		if drainErr == nil && (seen != "draining" || st.Share != 0) {
 			r.lostDrains.Add(1)
 		}
 		if err := r.db.exec(ctx, `SELECT fleetlimit.undrain($1, $2)`, r.key, id); err != nil {
 			note += fmt.Sprintf("undrain: %v; ", err)
 		}
 		r.led.heal(inj, "%slapse %.2fs: %s", note, d.Seconds(), seen)
+	}
+}
+
+// setDraining records whether a fault is draining id on purpose.
+func (r *run) setDraining(id string, on bool) {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	if r.draining == nil {
+		r.draining = map[string]bool{}
+	}
+	r.draining[id] = on
+}
+
+// reundrain undrains every running node id that no fault drains on
+// purpose; an id without a row or a mark is fine.
+func (r *run) reundrain(ctx context.Context) {
+	for _, s := range r.slots {
+		id, _ := s.current()
+		r.drainMu.Lock()
+		skip := r.draining[id]
+		r.drainMu.Unlock()
+		if !skip {
+			_ = r.db.exec(ctx, `SELECT fleetlimit.undrain($1, $2)`, r.key, id)
+		}
 	}
 }
 
@@ -582,6 +615,10 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 			proxies[i] = s.proxy
 		}
 		r.check(r.db.failover(ctx, time.Second, proxies))
+		// Writes of the last second before the failover are lost, the
+		// operator's too: an undrain may be undone. Like an operator after
+		// a failover, check the operator state again.
+		r.reundrain(ctx)
 		r.led.heal(inj, "now on %s", r.db.current().Addr())
 		begin := time.Now()
 		r.check(r.db.startReplica(ctx))
