@@ -113,6 +113,7 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 		{"table: labels not an object", `UPDATE fleetlimit.nodes SET labels = '"x"'`, "23514", nil},
 		{"table: min above max", `UPDATE fleetlimit.keys SET min_limit = 5, max_limit = 4`, "23514", nil},
 		{"table: negative generation", `UPDATE fleetlimit.keys SET generation = -1`, "23514", nil},
+		{"table: epoch 0", `UPDATE fleetlimit.keys SET epoch = 0`, "23514", nil},
 		{"table: 201-byte key", `INSERT INTO fleetlimit.keys (key) VALUES (repeat('é', 101))`, "23514", nil},
 		{"table: l_local overflow", `UPDATE fleetlimit.nodes SET l_local = 9223372036854775807`, "22003", nil},
 	} {

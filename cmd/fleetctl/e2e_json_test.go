@@ -83,6 +83,7 @@ func TestJSONOutput(t *testing.T) {
 	require.Nil(t, api.MinLimit)
 	require.Nil(t, api.MaxLimit)
 	require.Equal(t, "lower_median", api.Aggregate)
+	require.Positive(t, api.Epoch, "the key's epoch is its creation time in µs")
 	require.Equal(t, 2, api.LiveNodes)
 	require.Equal(t, 4, api.SumInflight)
 	require.NotNil(t, api.Utilization)

@@ -40,6 +40,7 @@ func newKeyView(k coord.KeyInfo) keyView {
 		MinLimit:    k.MinLimit,
 		MaxLimit:    k.MaxLimit,
 		Aggregate:   string(k.Aggregate),
+		Epoch:       k.Epoch,
 		Generation:  k.Generation,
 		CreatedAt:   k.CreatedAt.UTC(),
 		LiveNodes:   k.LiveNodes,

@@ -10,13 +10,16 @@
 
 -- +goose Up
 
+-- A key's epoch starts as its creation time in microseconds, whoever
+-- creates the row.
 ALTER TABLE fleetlimit.keys
-    ADD COLUMN epoch            bigint      NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    ADD COLUMN epoch            bigint      NOT NULL DEFAULT (extract(epoch FROM now()) * 1000000)::bigint,
     ADD COLUMN incarnation      text,
     ADD COLUMN learning_until   timestamptz,
     ADD COLUMN max_lease_ttl_us bigint      NOT NULL DEFAULT 0 CHECK (max_lease_ttl_us >= 0),
     ADD COLUMN max_request_us   bigint      NOT NULL DEFAULT 0 CHECK (max_request_us >= 0);
 UPDATE fleetlimit.keys SET epoch = (extract(epoch FROM created_at) * 1000000)::bigint;
+ALTER TABLE fleetlimit.keys ADD CHECK (epoch > 0);
 
 -- drains: an operator's drain marks. A mark belongs to the node id, not to
 -- a row, so it survives lease lapses, restarts and takeovers until undrain.
