@@ -58,20 +58,30 @@ DROP FUNCTION fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, big
 
 -- +goose StatementBegin
 -- incarnation names the database history this session writes to: the
--- cluster's system identifier, the timeline of the current WAL (a promoted
--- replica or a point-in-time restore starts a new one) and the database's
--- oid (a restored dump gets a new one). When the server may lose committed
--- transactions in a crash (fsync off), its start time is part of it too,
--- so a restart counts as a possible loss. (heartbeat commits with at least
+-- cluster's system identifier, the database's oid (a restored dump gets a
+-- new one), the timeline of the current WAL (a promoted replica or a
+-- point-in-time restore starts a new one) and, when the server may lose
+-- committed transactions in a crash (fsync off), its start time, so that a
+-- restart counts as a possible loss. (heartbeat commits with at least
 -- synchronous_commit = local, so that setting cannot lose its grants.)
+-- The parts a session cannot see change are read once per session and
+-- kept in the setting fleetlimit.cluster; the timeline, which a promotion
+-- changes under an open session, is read every time.
 CREATE FUNCTION fleetlimit.incarnation()
-RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT concat_ws('/',
-        (SELECT system_identifier FROM pg_control_system()),
-        substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
-        (SELECT oid FROM pg_database WHERE datname = current_database()),
-        CASE WHEN current_setting('fsync') = 'off'
-             THEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint END);
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_cluster text := current_setting('fleetlimit.cluster', true);
+BEGIN
+    IF v_cluster IS NULL OR v_cluster = '' THEN
+        v_cluster := concat_ws('/',
+            (SELECT system_identifier FROM pg_control_system()),
+            (SELECT oid FROM pg_database WHERE datname = current_database()),
+            CASE WHEN current_setting('fsync') = 'off'
+                 THEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint END);
+        PERFORM set_config('fleetlimit.cluster', v_cluster, false);
+    END IF;
+    RETURN v_cluster || '/' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8);
+END
 $$;
 -- +goose StatementEnd
 
@@ -167,7 +177,8 @@ DECLARE
     v_eligible      bigint;
     v_sum_demand    bigint;
     v_l_locals      integer[];
-    v_any_gone      boolean;
+    v_any_gone      boolean := false;
+    v_all_members   boolean;
     v_m             integer;
     v_k             integer;
     v_l             integer;
@@ -207,7 +218,8 @@ BEGIN
     k0 := k;
 
     -- 2. The database's incarnation, then the report's evidence of lost
-    -- state.
+    -- state. (Another instance's member row refusing the report is found
+    -- in the pass over the rows, below, before anything is written.)
     IF k.incarnation IS NULL THEN
         k.incarnation := v_inc;
     ELSIF k.incarnation <> v_inc THEN
@@ -262,19 +274,6 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 2. Otherwise, another instance's member row holding the node id
-    -- refuses the report.
-    SELECT o.lease_expires_at INTO v_until
-      FROM fleetlimit.nodes AS o
-     WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance <> p_instance
-       AND o.lease_expires_at > v_now AND NOT o.evicted AND NOT o.departed
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'FL002',
-            MESSAGE = format('node %s is held by another live instance until %s',
-                             left(quote_literal(p_node_id), 42), v_until);
-    END IF;
-
     v_draining := EXISTS (SELECT 1 FROM fleetlimit.drains AS d WHERE d.key = p_key AND d.node_id = p_node_id);
     IF v_found THEN
         v_old_share := n.share;
@@ -290,23 +289,53 @@ BEGIN
     END IF;
 
     -- 4–5. One pass over the other rows: the members' totals and sorted
-    -- l_local values, and the reserves of every row still holding. Rows
-    -- whose hold has ended (evicted ones an hour later) are deleted when
-    -- there are any; they count for nothing either way.
-    SELECT count(*) FILTER (WHERE o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed)),
-           coalesce(sum(o.inflight) FILTER (WHERE o.hold_until > v_now), 0),
-           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)) FILTER (WHERE o.hold_until > v_now), 0),
-           count(*) FILTER (WHERE o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed OR o.draining)
-                              AND o.demand > 0),
-           coalesce(sum(o.demand) FILTER (WHERE o.lease_expires_at > v_now
-                                            AND NOT (o.evicted OR o.departed OR o.draining)), 0),
-           array_agg(o.l_local ORDER BY o.l_local) FILTER (WHERE o.lease_expires_at > v_now
-                                                              AND NOT (o.evicted OR o.departed)),
-           coalesce(bool_or(CASE WHEN o.evicted THEN o.hold_until + interval '1 hour' <= v_now
-                                 ELSE o.hold_until <= v_now END), false)
-      INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_any_gone
+    -- l_local values, the reserves of every row still holding, whether
+    -- another instance of the node id is a member (which refuses the
+    -- report), and whether any row's hold has ended (an evicted row's an
+    -- hour later): those rows count for nothing and are deleted. In the
+    -- common case every other row is a member (its lease runs, it is
+    -- neither evicted nor departed) and so still holding: the first,
+    -- cheaper pass has no per-row state to decide and is the answer. When
+    -- it finds a row that is not, a second pass decides each row's state
+    -- once (OFFSET 0 keeps the inner query from being folded into the
+    -- aggregates).
+    SELECT count(*),
+           coalesce(sum(o.inflight), 0),
+           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)), 0),
+           count(*) FILTER (WHERE NOT o.draining AND o.demand > 0),
+           coalesce(sum(o.demand) FILTER (WHERE NOT o.draining), 0),
+           array_agg(o.l_local ORDER BY o.l_local),
+           min(o.lease_expires_at) FILTER (WHERE o.node_id = p_node_id),
+           min(o.lease_expires_at) > v_now AND NOT bool_or(o.evicted OR o.departed)
+      INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_until, v_all_members
       FROM fleetlimit.nodes AS o
      WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance);
+    IF NOT coalesce(v_all_members, true) THEN
+        SELECT count(*) FILTER (WHERE x.member),
+               coalesce(sum(x.inflight) FILTER (WHERE x.holding), 0),
+               coalesce(sum(x.reserve) FILTER (WHERE x.holding), 0),
+               count(*) FILTER (WHERE x.member AND NOT x.draining AND x.demand > 0),
+               coalesce(sum(x.demand) FILTER (WHERE x.member AND NOT x.draining), 0),
+               array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member),
+               coalesce(bool_or(x.gone), false),
+               min(x.lease_expires_at) FILTER (WHERE x.member AND x.node_id = p_node_id)
+          INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_any_gone,
+               v_until
+          FROM (SELECT o.node_id, o.inflight, o.demand, o.l_local, o.draining, o.lease_expires_at,
+                       greatest(o.unacked_high, o.share, o.inflight) AS reserve,
+                       o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed) AS member,
+                       o.hold_until > v_now AS holding,
+                       CASE WHEN o.evicted THEN o.hold_until + interval '1 hour' <= v_now
+                            ELSE o.hold_until <= v_now END AS gone
+                  FROM fleetlimit.nodes AS o
+                 WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
+                OFFSET 0) AS x;
+    END IF;
+    IF v_until IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'FL002',
+            MESSAGE = format('node %s is held by another live instance until %s',
+                             left(quote_literal(p_node_id), 42), v_until);
+    END IF;
     IF v_any_gone THEN
         DELETE FROM fleetlimit.nodes AS o
          WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
