@@ -233,6 +233,7 @@ func runChaos(t *testing.T, p params) {
 	if logDir == "" {
 		logDir = t.TempDir()
 	} else {
+		logDir = filepath.Join(logDir, t.Name())
 		require.NoError(t, os.MkdirAll(logDir, 0o755))
 	}
 	bin := filepath.Join(logDir, "chaosnode")
@@ -306,9 +307,9 @@ func runChaos(t *testing.T, p params) {
 	r.shutdown()
 	report := r.report(time.Since(begin))
 	t.Log("\n" + report)
-	if d := os.Getenv(envLogDir); d != "" {
-		r.check(os.WriteFile(filepath.Join(d, "report.txt"), []byte(report), 0o644))
-		f, err := os.Create(filepath.Join(d, "violations.tsv"))
+	if os.Getenv(envLogDir) != "" {
+		r.check(os.WriteFile(filepath.Join(logDir, "report.txt"), []byte(report), 0o644))
+		f, err := os.Create(filepath.Join(logDir, "violations.tsv"))
 		r.check(err)
 		if err == nil {
 			r.check(errors.Join(r.led.writeRecords(f), f.Close()))

@@ -9,13 +9,16 @@
 // product's promise as seen from outside: the provider never had more
 // requests in flight than the operator's max on the key.
 //
-// Run it with
+// TestChaos injects about a hundred faults of every kind, overlapping;
+// TestChaosFreeze freezes one node process at a time (SIGSTOP for longer
+// than its lease, then SIGCONT), twelve times. Run them with
 //
 //	go test -count=1 -v -run TestChaos ./test/chaos/
 //
 // FLEET_CHAOS_FAULTS sets how many faults to inject (default 100, about three
 // minutes), FLEET_CHAOS_SEED replays a schedule, FLEET_CHAOS_LOGDIR keeps
-// every node's log, the report and every violation (violations.tsv).
+// every node's log, the report and every violation (violations.tsv), in a
+// directory per test.
 // Faults overlap by default, so a violation counts for every fault whose
 // window was open; FLEET_CHAOS_MODE=solo injects them one at a time instead
 // (about 6s per fault), so that each violation has a single cause. It needs the Postgres server binaries
