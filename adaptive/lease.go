@@ -35,6 +35,27 @@ func (le Lease) Drop() { le.settle(dropped, -1) }
 // about the upstream's capacity (a client-side error, a cancellation).
 func (le Lease) Ignore() { le.settle(ignored, -1) }
 
+// ObserveDrop counts an overload signal for the lease now, as Drop would,
+// but keeps its slot held: for a request that timed out on the client's
+// side while the upstream may still be serving it. Settle the lease later,
+// once the request has surely ended; a Drop then counts nothing more.
+// Calling it twice, or on a settled lease, does nothing.
+func (le Lease) ObserveDrop() {
+	if le.rec == nil {
+		return
+	}
+	l := le.rec.limiter
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if le.rec.gen != le.gen || le.rec.dropSeen {
+		return
+	}
+	le.rec.dropSeen = true
+	l.drops++
+	l.backoff(now, le.rec, l.cfg.BackoffRatio)
+}
+
 // Admitted returns when the lease was admitted, by the limiter's clock; the
 // zero time for the zero Lease and once the lease is settled.
 func (le Lease) Admitted() time.Time {
@@ -79,6 +100,7 @@ type leaseRecord struct {
 	backoffEpoch uint64 // the limiter's backoffEpoch at admission
 	recalSeq     uint64 // the recalibration phase at admission
 	round        uint64 // the limiter's round at admission
+	dropSeen     bool   // ObserveDrop counted this lease's drop already
 }
 
 const recordChunk = 32

@@ -122,3 +122,21 @@ func TestAdmitAndRejectDoNotAllocate(t *testing.T) {
 		le.Ignore()
 	}
 }
+
+func TestObserveDropKeepsTheSlot(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{InitialLimit: 10, MinLimit: 1})
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	le.ObserveDrop()
+	require.Equal(t, uint64(1), l.Drops())
+	require.Equal(t, 9.0, l.Estimate(), "backed off at once")
+	require.Equal(t, 1, l.Inflight(), "the slot stays held")
+	le.ObserveDrop()
+	le.Drop()
+	require.Equal(t, uint64(1), l.Drops(), "one drop in all")
+	require.Equal(t, 0, l.Inflight())
+	again, _ := l.TryAcquire() // a recycled record starts afresh
+	again.Drop()
+	require.Equal(t, uint64(2), l.Drops())
+}

@@ -185,6 +185,7 @@ func (l *Limiter) admit(now time.Time) Lease {
 	rec.backoffEpoch = l.backoffEpoch
 	rec.recalSeq = l.recal.seq
 	rec.round = l.round
+	rec.dropSeen = false
 	if l.onAdmit != nil {
 		l.onAdmit(l.inflight, l.limit(now))
 	}
@@ -214,6 +215,9 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 	l.inflight--
 	if rtt < 0 {
 		rtt = now.Sub(rec.start)
+	}
+	if rec.dropSeen {
+		o = ignored // its drop was counted when observed
 	}
 	l.observe(now, rec, o, load, rtt)
 	l.freeRecord(rec)

@@ -59,8 +59,12 @@ func newFleetNodes(ctx context.Context, sc FleetScenario, way FleetWay, env Flee
 				HeartbeatInterval: sc.Heartbeat,
 				LeaseTTL:          4 * sc.Heartbeat,
 				FenceMargin:       sc.Heartbeat,
-				Limiter:           env.Limiter(sc.WorkersPerNode),
-				Logger:            env.Logger,
+				// The simulated provider answers within its latency cap
+				// and stops serving as soon as its client goes away.
+				MaxRequestDuration: 10 * time.Second,
+				AbandonedHold:      100 * time.Millisecond,
+				Limiter:            env.Limiter(sc.WorkersPerNode),
+				Logger:             env.Logger,
 			})
 			if err == nil {
 				err = n.Start(beatCtx)

@@ -31,6 +31,10 @@ type Admin interface {
 	// SetAggregate sets how the key folds l_local values into L_global. It
 	// takes effect at the key's next heartbeat.
 	SetAggregate(ctx context.Context, key string, a Aggregate) error
+	// Relearn puts the key in learning mode now and returns when it ends
+	// (see State.Relearn). It returns ErrUnknownKey for a key without a
+	// row.
+	Relearn(ctx context.Context, key string) (time.Time, error)
 }
 
 // KeyInfo describes one key for an operator.
@@ -43,8 +47,10 @@ type KeyInfo struct {
 	Epoch              int64
 	Generation         int64
 	// LearningUntil ends the key's learning mode; zero when it never
-	// entered it (see KeyState.LearningUntil).
+	// entered it (see KeyState.LearningUntil). Learning is whether it is in
+	// learning mode at the time of the query, by the coordinator's clock.
 	LearningUntil time.Time
+	Learning      bool
 	// Drains are the node ids an operator drained, sorted.
 	Drains    []string
 	CreatedAt time.Time
@@ -58,6 +64,9 @@ type KeyInfo struct {
 	// whose requests may still run.
 	HeldRows    int
 	HeldReserve int
+	// Evictions counts the evicted instances whose rows have gone; their
+	// reports are answered "evicted" for as long as the key exists.
+	Evictions int
 }
 
 // NodeInfo describes one node row for an operator: every column, plus what
@@ -88,7 +97,9 @@ func keyInfo(s State, now time.Time) KeyInfo {
 		Epoch:         s.Key.Epoch,
 		Generation:    s.Key.Generation,
 		LearningUntil: s.Key.LearningUntil,
+		Learning:      s.Key.learning(now),
 		Drains:        append([]string{}, s.Drains...),
+		Evictions:     len(s.Evictions),
 		CreatedAt:     s.Key.CreatedAt,
 	}
 	if s.Key.MinLimit > 0 {

@@ -16,14 +16,15 @@ import (
 // snapshot returns every row of the fleetlimit tables as text.
 func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	var keys, nodes, drains string
+	var keys, nodes, drains, evictions string
 	err := pool.QueryRow(context.Background(), `SELECT
 	    (SELECT coalesce(json_agg(k ORDER BY k.key COLLATE "C"), '[]')::text FROM fleetlimit.keys AS k),
 	    (SELECT coalesce(json_agg(n ORDER BY n.key COLLATE "C", n.node_id COLLATE "C", n.instance COLLATE "C"), '[]')::text FROM fleetlimit.nodes AS n),
-	    (SELECT coalesce(json_agg(d ORDER BY d.key COLLATE "C", d.node_id COLLATE "C"), '[]')::text FROM fleetlimit.drains AS d)`,
-	).Scan(&keys, &nodes, &drains)
+	    (SELECT coalesce(json_agg(d ORDER BY d.key COLLATE "C", d.node_id COLLATE "C"), '[]')::text FROM fleetlimit.drains AS d),
+	    (SELECT coalesce(json_agg(e ORDER BY e.key COLLATE "C", e.node_id COLLATE "C", e.instance COLLATE "C"), '[]')::text FROM fleetlimit.evictions AS e)`,
+	).Scan(&keys, &nodes, &drains, &evictions)
 	require.NoError(t, err)
-	return keys + "\n" + nodes + "\n" + drains
+	return keys + "\n" + nodes + "\n" + drains + "\n" + evictions
 }
 
 func sqlstate(err error) string {
@@ -179,7 +180,7 @@ func TestMetacharactersAreData(t *testing.T) {
 	var tables int
 	require.NoError(t, pool.QueryRow(ctx,
 		`SELECT count(*) FROM pg_tables WHERE schemaname = 'fleetlimit'`).Scan(&tables))
-	require.Equal(t, 3, tables)
+	require.Equal(t, 4, tables)
 	for _, name := range names {
 		require.NoError(t, p.Leave(ctx, Departure{Key: name, NodeID: name, Instance: name}))
 	}

@@ -203,6 +203,16 @@ func (c *conformance) step() {
 		a := []Aggregate{AggregateLowerMedian, AggregateMin, "sum"}[c.rng.IntN(3)]
 		op = fmt.Sprintf("set aggregate %q %q", key, a)
 		each(func(impl coordinator) result { return errResult(impl.SetAggregate(ctx, key, a)) })
+	case p < 86: // an operator forcing learning mode, on a key or not
+		key := c.key()
+		if c.rng.IntN(3) == 0 {
+			key = "no such key"
+		}
+		op = fmt.Sprintf("relearn %q", key)
+		each(func(impl coordinator) result {
+			_, err := impl.Relearn(ctx, key)
+			return errResult(err)
+		})
 	case p < 87:
 		key := []string{"no such key", "", "nul\x00key"}[c.rng.IntN(3)]
 		op = fmt.Sprintf("nodes of %q", key)

@@ -105,11 +105,12 @@ type Coordinator interface {
 	// another instance holds the node id; nothing is written then.
 	Heartbeat(ctx context.Context, r Report) (Grant, error)
 	// Leave ends the instance's membership: it is what a graceful
-	// shutdown calls once the node admits nothing more. With nothing in
-	// flight the row is deleted and its capacity is free at once;
-	// otherwise the row keeps reserving d.Inflight until d.Hold has
-	// passed. It returns ErrUnknownKey, or ErrUnknownNode when the key has
-	// no row of that instance.
+	// shutdown calls once the node admits nothing more. The row reserves
+	// d.Inflight until d.Hold has passed — nothing, with nothing in flight,
+	// so its capacity is free at once — and answers later reports of the
+	// instance as stale (see State.Leave). It returns ErrInvalidReport,
+	// ErrUnknownKey, or ErrUnknownNode when the key has no row of that
+	// instance.
 	Leave(ctx context.Context, d Departure) error
 }
 

@@ -35,8 +35,9 @@ import (
 //     the lease end + MaxRequestDuration, and if the report applied its
 //     newest grant (same epoch, AppliedGen ≥ GrantedGen) UnackedHigh drops
 //     to Share.
-//   - Rows whose hold has ended are deleted (an evicted row only after
-//     TombstoneRetention more).
+//   - Rows whose hold has ended are deleted; an evicted row's instance is
+//     remembered in Evictions, and its later reports are answered
+//     StatusEvicted.
 //   - L_global is the aggregate (lower median or min) of l_local over the
 //     members, self included, clamped to the key's [MinLimit, MaxLimit].
 //   - Target: 0 when draining (a durable mark on the node id) or without
@@ -45,7 +46,9 @@ import (
 //     n): 1 + R·d/D. The targets add up to at most L_global when n ≤
 //     L_global.
 //   - Share = max(0, min(target, L_global − Σ Reserve of every other
-//     holding row)), members or not; in learning mode also at most r.Inflight.
+//     holding row)), members or not; in learning mode also at most what
+//     the node proves it holds: r.Inflight, or the share this epoch already
+//     granted it.
 //   - A new generation is issued when the share changes, on a fresh row,
 //     and on a row whose grant is of an older epoch, so a node's first
 //     grant on a row is newer than anything it holds; UnackedHigh becomes
@@ -65,6 +68,9 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	}
 	orig := s
 	i, found := s.find(r.NodeID, r.Instance)
+	if !found && s.evicted(r.NodeID, r.Instance) {
+		return s, s.evictedGrant(now), nil
+	}
 	if found && s.lostState(r, &s.Nodes[i]) || !found && s.lostState(r, nil) {
 		s = s.learn(now, r)
 	}
@@ -96,8 +102,10 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	self.LeaseExpiresAt = now.Add(leaseTTL(r))
 	self.HoldUntil = self.LeaseExpiresAt.Add(requestBound(r))
 
-	// Keep the rows still holding (and evicted tombstones); delete the rest.
-	next := State{Key: s.Key, Drains: slices.Clone(s.Drains), Nodes: make([]NodeState, 0, len(s.Nodes)+1)}
+	// Keep the rows still holding; delete the rest, remembering evicted
+	// instances.
+	next := State{Key: s.Key, Drains: slices.Clone(s.Drains), Evictions: slices.Clone(s.Evictions),
+		Nodes: make([]NodeState, 0, len(s.Nodes)+1)}
 	next.Key.MaxLeaseTTL = max(next.Key.MaxLeaseTTL, leaseTTL(r))
 	next.Key.MaxRequestDuration = max(next.Key.MaxRequestDuration, requestBound(r))
 	lLocals := make([]int, 0, len(s.Nodes)+1)
@@ -108,7 +116,13 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		eligible, sumDemand = 1, self.Demand
 	}
 	for j, n := range s.Nodes {
-		if found && j == i || n.gone(now) {
+		if found && j == i {
+			continue
+		}
+		if n.gone(now) {
+			if n.Evicted {
+				next.addEviction(Instance{n.NodeID, n.Instance})
+			}
 			continue
 		}
 		next.Nodes = append(next.Nodes, n)
@@ -134,7 +148,15 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	share := max(0, min(target, lGlobal-peerReserve))
 	learning := next.Key.learning(now)
 	if learning {
-		share = min(share, self.Inflight)
+		// No more than the node proves it holds: its in-flight now, or
+		// the share this epoch already granted it (itself no more than
+		// what it proved then), so a report taken in a lull does not
+		// ratchet it down for the rest of learning mode.
+		proven := self.Inflight
+		if found && self.Epoch == next.Key.Epoch {
+			proven = max(proven, self.Share)
+		}
+		share = min(share, proven)
 	}
 	if !found || share != self.Share || self.Epoch != next.Key.Epoch {
 		next.Key.Generation++
@@ -199,6 +221,20 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 		if n.NodeID == self.NodeID && n.Instance == self.Instance {
 			continue
 		}
+		if n.Holding(now) {
+			g.PeerInflight += n.Inflight
+		}
+		if n.Member(now) {
+			g.LiveNodes++
+		}
+	}
+	return g
+}
+
+// evictedGrant answers a report of an evicted instance whose row has gone.
+func (s State) evictedGrant(now time.Time) Grant {
+	g := Grant{LGlobal: s.Key.LGlobal, Status: StatusEvicted, Learning: s.Key.learning(now)}
+	for _, n := range s.Nodes {
 		if n.Holding(now) {
 			g.PeerInflight += n.Inflight
 		}

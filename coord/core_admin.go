@@ -64,31 +64,35 @@ func (s State) Evict(nodeID string) (State, error) {
 }
 
 // Leave takes d, an instance's last word, at now: the instance admits
-// nothing more. A row with nothing in flight is deleted, freeing its
-// reserve at once; otherwise the row stops being a member and reserves
-// d.Inflight until now + d.Hold. An evicted row is kept as a tombstone
-// either way. It returns ErrInvalidReport for a departure out of bounds
-// and ErrUnknownNode when the key has no row of that instance.
+// nothing more. Its row stops being a member and reserves d.Inflight until
+// now + d.Hold (nothing with nothing in flight, so its capacity is free at
+// once); it stays, departed, until its old hold would have ended, so that a
+// late report of the instance is answered as stale instead of joining
+// afresh. It returns ErrInvalidReport for a departure out of bounds and
+// ErrUnknownNode when the key has no row of that instance; an evicted
+// instance whose row has gone may leave again, which changes nothing.
 func (s State) Leave(d Departure, now time.Time) (State, error) {
 	if err := d.Validate(); err != nil {
 		return s, err
 	}
 	i, ok := s.find(d.NodeID, d.Instance)
 	if !ok {
+		if s.evicted(d.NodeID, d.Instance) {
+			return s, nil
+		}
 		return s, fmt.Errorf("%w: %.40q (this instance) on key %.40q", ErrUnknownNode, d.NodeID, s.Key.Key)
 	}
 	next := s.Clone()
 	n := &next.Nodes[i]
-	if d.Inflight == 0 && !n.Evicted {
-		next.Nodes = slices.Delete(next.Nodes, i, i+1)
-		return next, nil
+	hold := now
+	if d.Inflight > 0 {
+		hold = now.Add(d.Hold.Truncate(time.Microsecond))
 	}
 	n.Departed = true
 	n.Share, n.UnackedHigh, n.Inflight, n.Demand = 0, 0, d.Inflight, 0
 	n.LeaseExpiresAt = minTime(n.LeaseExpiresAt, now)
-	n.HoldUntil = now
-	if d.Inflight > 0 {
-		n.HoldUntil = now.Add(d.Hold.Truncate(time.Microsecond))
+	if hold.After(n.HoldUntil) {
+		n.HoldUntil = hold
 	}
 	return next, nil
 }

@@ -377,20 +377,28 @@ func TestHeartbeatEvictedInstance(t *testing.T) {
 	require.Equal(t, StatusActive, g.Status)
 
 	// The evicted instance never becomes a member again: not after its
-	// lease, not after its hold, and not as a tombstone.
-	for _, at := range []time.Duration{ttl, ttl + 3*time.Second, ttl + 3*time.Second + TombstoneRetention/2} {
+	// lease, not after its hold, not after its row has gone.
+	for _, at := range []time.Duration{ttl, ttl + 3*time.Second, 48 * time.Hour} {
 		next, g = mustHeartbeat(t, next, rep("a", 10+int64(at), 4, 0, 5, 0), t0.Add(at))
 		require.Equal(t, StatusEvicted, g.Status, "at +%v", at)
 		require.Equal(t, 0, g.Share)
 		require.Zero(t, g.LeaseRemaining)
+		require.False(t, g.Learning, "its in-flight proves no loss")
 	}
-	_, ok := next.Row("a", "a-1")
-	require.True(t, ok, "the tombstone is kept")
-	// b's heartbeat past the retention deletes the tombstone.
-	end := t0.Add(ttl + 3*time.Second + TombstoneRetention)
+	// b's heartbeat past the hold deletes the row and remembers the
+	// instance.
+	end := t0.Add(ttl + 3*time.Second)
 	next, _ = mustHeartbeat(t, next, rep("b", 3, 4, 0, 9, 0), end)
-	_, ok = next.Row("a", "a-1")
+	_, ok := next.Row("a", "a-1")
 	require.False(t, ok)
+	require.Equal(t, []Instance{{"a", "a-1"}}, next.Evictions)
+	later2 := end.Add(100 * 24 * time.Hour)
+	next2, g := mustHeartbeat(t, next, rep("a", 99, 4, 2, 5, ga.Generation), later2)
+	require.Equal(t, StatusEvicted, g.Status, "days later, still evicted")
+	require.Equal(t, next, next2, "and nothing is written")
+	left, err := next.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1"}, later2)
+	require.NoError(t, err, "an evicted instance may leave again")
+	require.Equal(t, next, left)
 }
 
 func TestDrainUndrain(t *testing.T) {
@@ -475,18 +483,30 @@ func TestLeave(t *testing.T) {
 
 	gone, err := s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1"}, t0)
 	require.NoError(t, err)
-	require.Empty(t, gone.Nodes, "nothing in flight: the row is deleted")
+	a, _ := gone.Row("a", "a-1")
+	require.Equal(t, StatusDeparted, a.Status(t0))
+	require.Zero(t, a.Reserve(t0), "nothing in flight: its capacity is free at once")
+	require.Equal(t, t0.Add(ttl), a.HoldUntil, "kept until its old hold would have ended")
+	late, g := mustHeartbeat(t, gone, rep("a", 2, 4, 3, 3, 0), t0)
+	require.True(t, g.Stale, "a late heartbeat does not bring it back")
+	require.Equal(t, gone, late)
+	_, g = mustHeartbeat(t, gone, rep("b", 1, 4, 0, 9, 0), t0)
+	require.Equal(t, 4, g.Share)
+	swept, _ := mustHeartbeat(t, gone, rep("b", 1, 4, 0, 9, 0), t0.Add(ttl))
+	_, ok := swept.Row("a", "a-1")
+	require.False(t, ok, "gone with its old hold")
 
 	// With requests in flight the row reserves them until the hold ends,
 	// and is no member.
 	now := t0.Add(time.Second)
 	held, err := s.Leave(Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: 2, Hold: time.Minute}, now)
 	require.NoError(t, err)
-	a, _ := held.Row("a", "a-1")
+	a, _ = held.Row("a", "a-1")
 	require.Equal(t, StatusDeparted, a.Status(now))
 	require.Equal(t, 2, a.Reserve(now))
+	require.Equal(t, now.Add(time.Minute), a.HoldUntil)
 	require.False(t, a.Member(now))
-	_, g := mustHeartbeat(t, held, rep("b", 1, 4, 0, 9, 0), now)
+	_, g = mustHeartbeat(t, held, rep("b", 1, 4, 0, 9, 0), now)
 	require.Equal(t, 2, g.Share)
 	_, g = mustHeartbeat(t, held, rep("b", 1, 4, 0, 9, 0), now.Add(time.Minute))
 	require.Equal(t, 4, g.Share)

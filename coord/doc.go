@@ -98,11 +98,13 @@
 //
 // An evicted instance is fenced for good: its row reports its in-flight,
 // keeps reserving until it acknowledges share 0 with nothing in flight or
-// its hold ends, and is kept an hour more as a tombstone so that a late
-// report is still answered StatusEvicted. A new instance of the node id
-// joins at once. A drain is a mark on the node id (State.Drains) and
-// survives lapses and restarts until Undrain. A departure (Leave) with
-// requests in flight keeps reserving them for the hold it names.
+// its hold ends, and then goes, the instance recorded in State.Evictions so
+// that any later report of it is answered StatusEvicted. A new instance of
+// the node id joins at once. A drain is a mark on the node id
+// (State.Drains) and survives lapses and restarts until Undrain. A
+// departure (Leave) with requests in flight keeps reserving them for the
+// hold it names; a departed row stays until its old hold would have ended,
+// so a late report of its instance is answered as stale.
 //
 // # Lost state
 //

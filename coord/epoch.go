@@ -71,3 +71,8 @@ func (s State) learn(now time.Time, r Report) State {
 
 // learning reports whether the key is in learning mode at now.
 func (k KeyState) learning(now time.Time) bool { return k.LearningUntil.After(now) }
+
+// Relearn puts the key in learning mode at now, as a detected loss does:
+// for an operator who restored the key's tables in a way the database's
+// incarnation cannot show (rows rewritten in place, a data-only restore).
+func (s State) Relearn(now time.Time) State { return s.learn(now, Report{}) }

@@ -20,8 +20,4 @@ const (
 	// MaxRequestBound is the longest Report.MaxRequestDuration and
 	// Departure.Hold.
 	MaxRequestBound = 24 * time.Hour
-	// TombstoneRetention is how long an evicted instance's row is kept
-	// after its reserve has run out, so that a late report of that instance
-	// is still answered "evicted" instead of joining afresh.
-	TombstoneRetention = time.Hour
 )

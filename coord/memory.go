@@ -119,17 +119,17 @@ func (m *Memory) Nodes(_ context.Context, key string) ([]NodeInfo, error) {
 
 // Drain implements Admin.Drain; see State.Drain.
 func (m *Memory) Drain(_ context.Context, key, nodeID string) error {
-	return m.update("drain", key, func(s State, _ time.Time) (State, error) { return s.Drain(nodeID) })
+	return m.update("drain", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Drain(nodeID) })
 }
 
 // Undrain implements Admin.Undrain; see State.Undrain.
 func (m *Memory) Undrain(_ context.Context, key, nodeID string) error {
-	return m.update("undrain", key, func(s State, _ time.Time) (State, error) { return s.Undrain(nodeID) })
+	return m.update("undrain", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Undrain(nodeID) })
 }
 
 // Evict implements Admin.Evict; see State.Evict.
 func (m *Memory) Evict(_ context.Context, key, nodeID string) error {
-	return m.update("evict", key, func(s State, _ time.Time) (State, error) { return s.Evict(nodeID) })
+	return m.update("evict", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Evict(nodeID) })
 }
 
 // SetLimits implements Admin.SetLimits; see State.SetLimits. The values are
@@ -163,4 +163,15 @@ func (m *Memory) update(op, key string, fn func(s State, now time.Time) (State, 
 	}
 	m.keys[key] = next
 	return nil
+}
+
+// Relearn implements Admin.Relearn; see State.Relearn.
+func (m *Memory) Relearn(_ context.Context, key string) (time.Time, error) {
+	var until time.Time
+	err := m.update("relearn", key, func(s State, now time.Time) (State, error) {
+		next := s.Relearn(now)
+		until = next.Key.LearningUntil
+		return next, nil
+	})
+	return until, err
 }

@@ -147,15 +147,16 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 			learning              *time.Time
 			live, share, inflight int64
 			heldRows, heldReserve int64
+			evictions             int64
 		)
 		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Epoch, &ki.Generation,
-			&learning, &ki.CreatedAt, &ki.Drains, &live, &share, &inflight, &heldRows, &heldReserve)
+			&learning, &ki.Learning, &ki.CreatedAt, &ki.Drains, &evictions, &live, &share, &inflight, &heldRows, &heldReserve)
 		ki.Aggregate = Aggregate(agg)
 		if learning != nil {
 			ki.LearningUntil = *learning
 		}
 		ki.LiveNodes, ki.SumShare, ki.SumInflight = int(live), int(share), int(inflight)
-		ki.HeldRows, ki.HeldReserve = int(heldRows), int(heldReserve)
+		ki.HeldRows, ki.HeldReserve, ki.Evictions = int(heldRows), int(heldReserve), int(evictions)
 		return ki, err
 	})
 	if err != nil {
@@ -236,11 +237,23 @@ func (p *Postgres) SetAggregate(ctx context.Context, key string, a Aggregate) er
 	return p.exec(ctx, "set aggregate", sqlSetAggr, key, string(a))
 }
 
+// Relearn implements Admin.Relearn; see State.Relearn.
+func (p *Postgres) Relearn(ctx context.Context, key string) (time.Time, error) {
+	if err := storable(key, "-"); err != nil {
+		return time.Time{}, fmt.Errorf("coord: relearn: %w", err)
+	}
+	var until time.Time
+	if err := p.pool.QueryRow(ctx, sqlRelearn, key, p.now()).Scan(&until); err != nil {
+		return time.Time{}, pgError("relearn", err)
+	}
+	return until, nil
+}
+
 func (p *Postgres) nodeOp(ctx context.Context, op, sql, key, nodeID string) error {
 	if err := storable(key, nodeID); err != nil {
 		return fmt.Errorf("coord: %s: %w", op, err)
 	}
-	return p.exec(ctx, op, sql, key, nodeID)
+	return p.exec(ctx, op, sql, key, nodeID, p.now())
 }
 
 func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {

@@ -10,18 +10,20 @@ const (
 FROM fleetlimit.heartbeat($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 	sqlLeave     = `SELECT fleetlimit.leave($1, $2, $3, $4, $5, $6)`
-	sqlDrain     = `SELECT fleetlimit.drain($1, $2)`
-	sqlUndrain   = `SELECT fleetlimit.undrain($1, $2)`
-	sqlEvict     = `SELECT fleetlimit.evict($1, $2)`
+	sqlDrain     = `SELECT fleetlimit.drain($1, $2, $3)`
+	sqlUndrain   = `SELECT fleetlimit.undrain($1, $2, $3)`
+	sqlEvict     = `SELECT fleetlimit.evict($1, $2, $3)`
 	sqlSetLimits = `SELECT fleetlimit.set_limits($1, $2, $3)`
 	sqlSetAggr   = `SELECT fleetlimit.set_aggregate($1, $2)`
+	sqlRelearn   = `SELECT fleetlimit.relearn($1, $2)`
 
 	// $1: now.
 	sqlKeys = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.generation, k.learning_until,
-       k.created_at,
+       coalesce(k.learning_until > t.now, false), k.created_at,
        (SELECT coalesce(array_agg(d.node_id ORDER BY d.node_id COLLATE "C"), '{}')
           FROM fleetlimit.drains AS d WHERE d.key = k.key),
+       (SELECT count(*) FROM fleetlimit.evictions AS e WHERE e.key = k.key),
        count(n.node_id) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)),
        coalesce(sum(n.share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
        coalesce(sum(n.inflight) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),

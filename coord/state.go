@@ -34,6 +34,16 @@ type State struct {
 	// A mark belongs to the node id, not to a row: it survives lapses,
 	// restarts and takeovers until Undrain.
 	Drains []string
+	// Evictions are the evicted instances whose rows have gone, sorted
+	// by (NodeID, Instance): such an instance's reports are answered
+	// StatusEvicted for as long as the key exists, so it never joins
+	// again.
+	Evictions []Instance
+}
+
+// Instance names one instance of a node id.
+type Instance struct {
+	NodeID, Instance string
 }
 
 // KeyState is the key row (table fleetlimit.keys).
@@ -119,14 +129,9 @@ func (n NodeState) Member(now time.Time) bool {
 // HoldUntil, whether or not the row is a member.
 func (n NodeState) Holding(now time.Time) bool { return n.HoldUntil.After(now) }
 
-// gone reports whether the row may be deleted at now: its reserve has run
-// out and, for an evicted instance, so has its tombstone.
-func (n NodeState) gone(now time.Time) bool {
-	if n.Evicted {
-		return !n.HoldUntil.Add(TombstoneRetention).After(now)
-	}
-	return !n.Holding(now)
-}
+// gone reports whether the row may be deleted at now: its hold has ended.
+// An evicted row's instance moves to State.Evictions then.
+func (n NodeState) gone(now time.Time) bool { return !n.Holding(now) }
 
 // Status is the row's state at now: evicted wins over departed, departed
 // over expired, expired over draining.
@@ -157,7 +162,7 @@ func (n NodeState) Reserve(now time.Time) int {
 
 // Clone returns a deep copy of s.
 func (s State) Clone() State {
-	out := State{Key: s.Key, Drains: slices.Clone(s.Drains)}
+	out := State{Key: s.Key, Drains: slices.Clone(s.Drains), Evictions: slices.Clone(s.Evictions)}
 	if s.Nodes == nil {
 		return out
 	}
@@ -217,6 +222,28 @@ func (s State) rowsOf(nodeID string) []NodeState {
 		hi++
 	}
 	return s.Nodes[lo:hi]
+}
+
+// evicted reports whether (nodeID, instance) is an evicted instance whose
+// row has gone.
+func (s State) evicted(nodeID, instance string) bool {
+	_, ok := slices.BinarySearchFunc(s.Evictions, Instance{nodeID, instance}, compareInstance)
+	return ok
+}
+
+// addEviction records an evicted instance whose row goes; s is the
+// caller's.
+func (s *State) addEviction(in Instance) {
+	if at, ok := slices.BinarySearchFunc(s.Evictions, in, compareInstance); !ok {
+		s.Evictions = slices.Insert(s.Evictions, at, in)
+	}
+}
+
+func compareInstance(a, b Instance) int {
+	if c := strings.Compare(a.NodeID, b.NodeID); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Instance, b.Instance)
 }
 
 // drained reports whether an operator drained nodeID.

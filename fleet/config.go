@@ -41,6 +41,10 @@ func (p OutagePolicy) String() string {
 // DefaultMaxRequestDuration is Config.MaxRequestDuration's default.
 const DefaultMaxRequestDuration = 5 * time.Minute
 
+// MaxRequestDurationLimit is the largest Config.MaxRequestDuration: its
+// 0.1% padding must stay within coord.MaxRequestBound.
+const MaxRequestDurationLimit = 23 * time.Hour
+
 // Config configures a Node. Zero values mean the defaults stated on each
 // field; New rejects out-of-range values with an error naming the field.
 type Config struct {
@@ -64,8 +68,9 @@ type Config struct {
 	// FenceMargin is subtracted from every lease: the node stops admitting
 	// this long before the database could expire it. It must cover the
 	// drift between the node's and the database's clock rates over a lease
-	// plus MaxRequestDuration (see package fence; 100 ppm of 5m2s is 30ms).
-	// Defaults to LeaseTTL/4. Must be in [0, LeaseTTL−HeartbeatInterval).
+	// (see package fence; the drift over MaxRequestDuration is covered by
+	// the 0.1% the node adds to it). Defaults to LeaseTTL/4. Must be in
+	// [0, LeaseTTL−HeartbeatInterval).
 	FenceMargin time.Duration
 	// HeartbeatTimeout bounds each coordinator call. Defaults to
 	// HeartbeatInterval. Must be in (0, LeaseTTL].
@@ -78,9 +83,21 @@ type Config struct {
 	// after a crash, a partition or an eviction — so requests that outlive
 	// a lapsed lease stay counted. A larger bound keeps long streams alive;
 	// a smaller one frees a dead node's capacity sooner and shortens the
-	// learning mode after a database failover. Defaults to 5m. Must be in
-	// (0, 24h].
+	// learning mode after a database failover. The node asks the
+	// coordinator to hold 0.1% more, for clock-rate drift. Defaults to 5m.
+	// Must be in (0, 23h].
 	MaxRequestDuration time.Duration
+	// AbandonedHold is how long the upstream may go on serving a request
+	// after its client abandoned it — the caller's context ended, the body
+	// was closed before its end, the connection failed after the request
+	// was sent. The request's slot stays held that long (never past its
+	// MaxRequestDuration bound), since the upstream may still count it.
+	// Defaults to MaxRequestDuration, which is right for any upstream; an
+	// upstream that stops serving as soon as the connection closes (most
+	// streaming LLM APIs) needs only a second or two; 0 means the default,
+	// so give such an upstream a small positive value. Must be in
+	// [0, MaxRequestDuration].
+	AbandonedHold time.Duration
 	// Outage selects what happens when heartbeats fail. Defaults to
 	// FailClosed.
 	Outage OutagePolicy
@@ -121,6 +138,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxRequestDuration == 0 {
 		c.MaxRequestDuration = DefaultMaxRequestDuration
 	}
+	if c.AbandonedHold == 0 {
+		c.AbandonedHold = c.MaxRequestDuration
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -154,8 +174,11 @@ func (c Config) validate() error {
 	if c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL {
 		bad("HeartbeatTimeout = %v, want (0, LeaseTTL] = (0, %v]", c.HeartbeatTimeout, c.LeaseTTL)
 	}
-	if c.MaxRequestDuration <= 0 || c.MaxRequestDuration > coord.MaxRequestBound {
-		bad("MaxRequestDuration = %v, want (0, %v]", c.MaxRequestDuration, coord.MaxRequestBound)
+	if c.MaxRequestDuration <= 0 || c.MaxRequestDuration > MaxRequestDurationLimit {
+		bad("MaxRequestDuration = %v, want (0, %v]", c.MaxRequestDuration, MaxRequestDurationLimit)
+	}
+	if c.AbandonedHold < 0 || c.AbandonedHold > c.MaxRequestDuration {
+		bad("AbandonedHold = %v, want [0, MaxRequestDuration] = [0, %v]", c.AbandonedHold, c.MaxRequestDuration)
 	}
 	if c.Outage != FailClosed && c.Outage != HoldLastShare {
 		bad("Outage = %v, want FailClosed or HoldLastShare", c.Outage)

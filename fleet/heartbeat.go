@@ -54,10 +54,25 @@ func (n *Node) loop(ctx context.Context) {
 	}
 }
 
+// holdFor is how long the coordinator must keep reserving the node's
+// capacity after its lease ends: MaxRequestDuration, measured on the node's
+// clock, padded by 0.1% for the drift of the database's clock rate over it.
+func (n *Node) holdFor() time.Duration {
+	return n.cfg.MaxRequestDuration + n.cfg.MaxRequestDuration/1000
+}
+
 // evictedAndDrained reports whether the node was evicted and has nothing in
-// flight any more.
+// flight any more — or MaxRequestDuration has passed since it learned of
+// its eviction, by which every request it admitted has ended (a lease still
+// unsettled then was leaked).
 func (n *Node) evictedAndDrained() bool {
-	return n.fence.State().Evicted && n.lim.Inflight() == 0
+	if !n.fence.State().Evicted {
+		return false
+	}
+	n.mu.Lock()
+	since := time.Since(n.evictedAt)
+	n.mu.Unlock()
+	return n.lim.Inflight() == 0 || since >= n.cfg.MaxRequestDuration
 }
 
 // pollInterval is how often the loop checks whether an early heartbeat is
@@ -130,7 +145,7 @@ func (n *Node) report(now time.Time) coord.Report {
 		AppliedGen: n.appliedGen,
 		LeaseTTL:   n.cfg.LeaseTTL,
 
-		MaxRequestDuration: n.cfg.MaxRequestDuration,
+		MaxRequestDuration: n.holdFor(),
 		Labels:             n.cfg.Labels,
 	}
 }
@@ -180,6 +195,11 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	}
 	_, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
 	if g.Status == coord.StatusEvicted {
+		n.mu.Lock()
+		if n.evictedAt.IsZero() {
+			n.evictedAt = now
+		}
+		n.mu.Unlock()
 		n.fence.Evict()
 	}
 

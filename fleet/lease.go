@@ -20,12 +20,15 @@ type Lease struct {
 	lease  adaptive.Lease
 	ctx    context.Context
 	cancel context.CancelFunc
+	bound  time.Time     // admission + Config.MaxRequestDuration
+	hold   time.Duration // Config.AbandonedHold
 }
 
-// bound returns a lease for le admitted at now under parent's context.
-func bound(parent context.Context, le adaptive.Lease, now time.Time, d time.Duration) Lease {
-	ctx, cancel := context.WithDeadline(parent, now.Add(d))
-	return Lease{lease: le, ctx: ctx, cancel: cancel}
+// bound returns a lease for le under parent's context, bounded by cfg.
+func bound(parent context.Context, le adaptive.Lease, cfg *Config) Lease {
+	end := le.Admitted().Add(cfg.MaxRequestDuration)
+	ctx, cancel := context.WithDeadline(parent, end)
+	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold}
 }
 
 // Context returns the context to run the request with: done at the
@@ -62,6 +65,35 @@ func (le Lease) Drop() { le.settle(le.lease.Drop) }
 
 // Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
 func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
+
+// Abandon says the caller gave up on a request that may still run at the
+// upstream (it timed out or was cancelled after it was sent): its Context
+// ends now, but its slot stays held for Config.AbandonedHold, and no longer
+// than the request's bound, since the upstream may still be serving it.
+// With drop set it also counts as an overload signal now (a timeout). A
+// request that surely ended — the upstream answered, or it was never sent —
+// is settled with Release, Drop or Ignore instead.
+func (le Lease) Abandon(drop bool) {
+	if le.ctx == nil {
+		return
+	}
+	le.cancel()
+	abandon(le.lease, drop, le.bound, le.hold)
+}
+
+// abandon frees le's slot after hold, and no later than bound, without a
+// sample; with drop it counts an overload signal now.
+func abandon(le adaptive.Lease, drop bool, bound time.Time, hold time.Duration) {
+	if drop {
+		le.ObserveDrop()
+	}
+	d := min(time.Until(bound), hold)
+	if d <= 0 {
+		le.Ignore()
+		return
+	}
+	time.AfterFunc(d, le.Ignore)
+}
 
 func (le Lease) settle(fn func()) {
 	fn()

@@ -75,6 +75,7 @@ type Node struct {
 	ackDue       bool      // a lowered share was applied; beat to ack it
 	cappedBeat   bool      // an early beat for a capped share was sent this period
 	left         bool      // an evicted node drained and left on its own
+	evictedAt    time.Time // when the node learned it was evicted
 	fenceTimer   *time.Timer
 }
 
@@ -159,6 +160,10 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.phase != phaseNew {
+		// Stop ran during the first heartbeat: the row it made must go.
+		if err := n.leave(context.WithoutCancel(ctx), 0); err != nil {
+			return fmt.Errorf("fleet: start: %w (and %w)", ErrStopped, err)
+		}
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
 	n.phase = phaseRunning
@@ -234,7 +239,7 @@ func (n *Node) leave(ctx context.Context, inflight int) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatTimeout)
 	defer cancel()
 	err := n.coord.Leave(ctx, coord.Departure{Key: n.cfg.Key, NodeID: n.cfg.NodeID, Instance: n.instance,
-		Inflight: min(inflight, coord.MaxCount), Hold: n.cfg.MaxRequestDuration})
+		Inflight: min(inflight, coord.MaxCount), Hold: n.holdFor()})
 	if err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
@@ -271,7 +276,7 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	return bound(ctx, le, le.Admitted(), n.cfg.MaxRequestDuration), nil
+	return bound(ctx, le, &n.cfg), nil
 }
 
 // acquire is Acquire without the bound context.
@@ -308,7 +313,7 @@ func (n *Node) TryAcquire() (Lease, bool) {
 		n.noteUnmet()
 		return Lease{}, false
 	}
-	return bound(context.Background(), le, le.Admitted(), n.cfg.MaxRequestDuration), true
+	return bound(context.Background(), le, &n.cfg), true
 }
 
 // admissionErr is the error every admission fails with in the node's

@@ -282,11 +282,13 @@ func TestStopDrainsThenLeaves(t *testing.T) {
 	require.NoError(t, <-stopped)
 	nodes, err := c.Nodes(t.Context(), "k")
 	require.NoError(t, err)
-	require.Empty(t, nodes, "the row is gone")
+	require.Len(t, nodes, 1)
+	require.Equal(t, coord.StatusDeparted, nodes[0].Status, "no member any more")
+	require.Zero(t, nodes[0].Reserve, "its capacity is free at once")
 	require.NoError(t, n.Stop(context.Background()), "stopping twice is fine")
 }
 
-func TestStopWithStuckRequestDoesNotLeave(t *testing.T) {
+func TestStopWithStuckRequestLeavesItReserved(t *testing.T) {
 	t.Parallel()
 	c := coord.NewMemory(nil)
 	n := startNode(t, c, testConfig("k", "a"))
@@ -296,10 +298,12 @@ func TestStopWithStuckRequestDoesNotLeave(t *testing.T) {
 	defer cancel()
 	err = n.Stop(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "1 requests still in flight")
+	require.ErrorContains(t, err, "left with 1 requests still in flight; their capacity stays reserved")
 	nodes, err := c.Nodes(t.Context(), "k")
 	require.NoError(t, err)
-	require.Len(t, nodes, 1, "the row stays until its lease runs out")
+	require.Len(t, nodes, 1)
+	require.Equal(t, coord.StatusDeparted, nodes[0].Status)
+	require.Equal(t, 1, nodes[0].Reserve, "the request still in flight stays reserved")
 	le.Release()
 }
 
@@ -323,4 +327,40 @@ func TestQueuedAcquireFailsWhenStopped(t *testing.T) {
 	require.True(t, errors.Is(err, ErrStopped), "got %v", err)
 	le.Release()
 	require.NoError(t, <-stopped)
+}
+
+// slowStart delays the first heartbeat, so that Stop runs during Start.
+type slowStart struct {
+	coord.Coordinator
+	once sync.Once
+	in   chan struct{}
+}
+
+func (s *slowStart) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	s.once.Do(func() { close(s.in); time.Sleep(100 * time.Millisecond) })
+	return s.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestStopDuringStartLeavesNothingHeld: Stop while Start's first heartbeat
+// is under way makes Start fail with ErrStopped and leave: the row that
+// heartbeat made holds nothing and is no member, and a restart with the
+// same node id joins at once.
+func TestStopDuringStartLeavesNothingHeld(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := &slowStart{Coordinator: mem, in: make(chan struct{})}
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.in
+	require.NoError(t, n.Stop(context.Background()))
+	require.ErrorIs(t, <-done, ErrStopped)
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	for _, r := range rows {
+		require.Zero(t, r.Reserve, "row %s/%s (%s)", r.NodeID, r.Instance, r.Status)
+		require.Equal(t, coord.StatusDeparted, r.Status)
+	}
+	startNode(t, mem, testConfig("k", "a"))
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
@@ -20,23 +22,25 @@ import (
 // cannot be admitted, RoundTrip returns the admission error and sends
 // nothing. Once admitted it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
-// cancelled, body included, because the fleet reserves its slot no longer.
-// The response is classified:
+// cancelled, body included. Its slot is freed when the request has ended
+// at the upstream:
 //
-//   - 429 and 503 are drops (the node's estimate backs off) and release the
+//   - A 429 or 503 is a drop (the node's estimate backs off) and frees the
 //     slot at once; a Retry-After or retry-after-ms header pauses the node's
 //     admission until it passes.
-//   - A transport timeout is a drop; any other transport error, and a 5xx
-//     other than 503, releases the slot without a sample.
-//   - Any other response is a success whose round-trip time (to the response
-//     headers) is the latency sample. The slot stays held until the body is
-//     read to EOF or closed, since a streamed response occupies the
-//     upstream's concurrency for its whole length — or until the request's
-//     context ends (the caller's cancellation, or the bound), which makes
-//     net/http abandon the connection: a body never closed holds its slot
-//     no longer than MaxRequestDuration. Close every body.
+//   - Any other response frees its slot when its body has been read to the
+//     end (or, with a known length, fully read and closed): a streamed
+//     response occupies the upstream for its whole length. A 2xx–4xx
+//     response's time to headers is a latency sample; a 5xx other than 503
+//     gives none.
+//   - A request the client gives up on after sending it — an error or
+//     timeout from the transport, the caller's context ending, the body
+//     closed or failing before its end — may still run at the upstream: its
+//     slot stays held for Config.AbandonedHold (no longer than the bound).
+//     A timeout counts as a drop at once. A request that failed before it
+//     was sent frees its slot at once.
 //
-// The returned RoundTripper is safe for concurrent use.
+// Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -57,67 +61,98 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
-	ctx, cancel := context.WithDeadline(req.Context(), le.Admitted().Add(t.node.cfg.MaxRequestDuration))
+	cfg := &t.node.cfg
+	bound := le.Admitted().Add(cfg.MaxRequestDuration)
+	ctx, cancel := context.WithDeadline(req.Context(), bound)
+	var sent atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		if isTimeout(err) || pastDeadline(ctx) {
+		drop := isTimeout(err) || pastDeadline(ctx)
+		switch {
+		case sent.Load():
+			abandon(le, drop, bound, cfg.AbandonedHold)
+		case drop:
 			le.Drop()
-		} else {
+		default:
 			le.Ignore()
 		}
 		cancel()
 		return nil, err
 	}
-	rtt := time.Since(start)
-	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: rtt, cancel: cancel}
+	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
+		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold}
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		if d, ok := retryAfter(resp.Header, time.Now()); ok && d > 0 {
 			t.node.lim.RetryAfter(d)
 		}
-		body.settle(true)
+		body.once.Do(le.Drop)
 	case code >= 500:
 		body.rtt = -1
 	}
-	// The request ends when its context does: settle the slot then, if
-	// the body has not already.
-	body.stop = context.AfterFunc(ctx, func() { body.settle(pastDeadline(ctx)) })
+	// The request ends when its context does, if its body has not ended
+	// first: the caller gave up, or the bound has come.
+	body.stop = context.AfterFunc(ctx, func() { body.abandon(pastDeadline(ctx)) })
 	resp.Body = body
 	return resp, nil
 }
 
-// leaseBody holds a lease until the body is read to EOF or closed, or the
-// request's context ends; closing it also releases the context.
+// leaseBody holds a lease until the body has ended, or gives it up as
+// abandoned; closing it also releases the request's context.
 type leaseBody struct {
 	io.ReadCloser
 	lease  adaptive.Lease
 	rtt    time.Duration // the sample to release with; < 0 settles without one
 	cancel context.CancelFunc
 	stop   func() bool // stops the context's AfterFunc
+	length int64       // the response's Content-Length; -1 when unknown
+	read   atomic.Int64
+	bound  time.Time
+	hold   time.Duration
 	once   sync.Once
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.read.Add(int64(n))
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		b.settle(false)
+		b.finish()
 		b.release()
-	case isTimeout(err):
-		b.settle(true)
 	default:
-		b.settleIgnore()
+		b.abandon(isTimeout(err))
 	}
 	return n, err
 }
 
 func (b *leaseBody) Close() error {
+	if b.length >= 0 && b.read.Load() >= b.length {
+		b.finish() // all of a known length was read
+	}
 	err := b.ReadCloser.Close()
-	b.settle(false)
+	b.abandon(false) // closed before its end: the upstream may still send
 	b.release()
 	return err
+}
+
+// finish settles the lease of a response that has ended.
+func (b *leaseBody) finish() {
+	b.once.Do(func() {
+		if b.rtt < 0 {
+			b.lease.Ignore()
+		} else {
+			b.lease.ReleaseRTT(b.rtt)
+		}
+	})
+}
+
+// abandon gives the lease up as abandoned: its slot stays held for the
+// hold, and a timeout counts as a drop.
+func (b *leaseBody) abandon(drop bool) {
+	b.once.Do(func() { abandon(b.lease, drop, b.bound, b.hold) })
 }
 
 // release ends the request's context once the body is done with.
@@ -126,23 +161,6 @@ func (b *leaseBody) release() {
 		b.stop()
 	}
 	b.cancel()
-}
-
-func (b *leaseBody) settle(drop bool) {
-	b.once.Do(func() {
-		switch {
-		case drop:
-			b.lease.Drop()
-		case b.rtt < 0:
-			b.lease.Ignore()
-		default:
-			b.lease.ReleaseRTT(b.rtt)
-		}
-	})
-}
-
-func (b *leaseBody) settleIgnore() {
-	b.once.Do(b.lease.Ignore)
 }
 
 // pastDeadline reports whether ctx's deadline has passed. http.Client's

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/internal/sim"
 )
@@ -57,10 +59,12 @@ func TestTransportRetryAfterPausesAdmission(t *testing.T) {
 	require.True(t, n.Limiter().Snapshot().PausedUntil.After(time.Now().Add(time.Second)))
 }
 
-func TestTransportHoldsLeaseUntilStreamedBodyCloses(t *testing.T) {
+func TestTransportHoldsLeaseUntilStreamedBodyEnds(t *testing.T) {
 	t.Parallel()
 	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: 5 * time.Millisecond})
-	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 50 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
 
 	resp, err := get(t, client, p.URL()+"/?stream=50")
@@ -71,10 +75,13 @@ func TestTransportHoldsLeaseUntilStreamedBodyCloses(t *testing.T) {
 	_, err = resp.Body.Read(buf)
 	require.NoError(t, err)
 	require.Equal(t, 1, n.State().Inflight, "still streaming")
+	closed := time.Now()
 	require.NoError(t, resp.Body.Close())
-	require.Equal(t, 0, n.State().Inflight, "closing the body frees the slot")
+	require.Equal(t, 1, n.State().Inflight, "closed before its end: the upstream may still send")
 	require.NoError(t, resp.Body.Close(), "closing twice settles once")
-	require.Equal(t, 0, n.State().Inflight)
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the abandoned stream's slot comes back")
+	require.GreaterOrEqual(t, time.Since(closed), cfg.AbandonedHold, "held for AbandonedHold")
+	require.Zero(t, n.State().Drops, "closing a body early is no overload signal")
 
 	resp, err = get(t, client, p.URL()+"/?stream=3")
 	require.NoError(t, err)
@@ -145,7 +152,9 @@ func TestTransportClassifiesResponses(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 50 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
 
 	for _, path := range []string{"/ok", "/500"} {
@@ -163,7 +172,51 @@ func TestTransportClassifiesResponses(t *testing.T) {
 	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 20 * time.Millisecond}
 	_, err = get(t, timeoutClient, srv.URL+"/slow")
 	require.Error(t, err)
-	eventually(t, func() bool { s := n.State(); return s.Drops == 2 && s.Inflight == 0 }, "a timeout is a drop: %+v", n.State())
+	require.Equal(t, uint64(2), n.State().Drops, "a timeout is a drop at once")
+	require.Equal(t, 1, n.State().Inflight, "the upstream may still serve it")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
+
+	// A request that never left frees its slot at once.
+	refused := httptest.NewServer(http.NotFoundHandler())
+	url := refused.URL
+	refused.Close()
+	_, err = get(t, client, url)
+	require.Error(t, err)
+	require.Equal(t, 0, n.State().Inflight)
+}
+
+// TestTransportAbandonedRequestKeepsItsSlot: a caller that gives up on a
+// request the upstream goes on serving must not free a slot the upstream
+// still counts. The provider counts its own in-flight and ignores the
+// client's going away for 300 ms; L_global is 1.
+func TestTransportAbandonedRequestKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	var cur, peak atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		n := cur.Add(1)
+		for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+		}
+		time.Sleep(300 * time.Millisecond)
+		cur.Add(-1)
+	}))
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 4}
+	cfg.AbandonedHold = 400 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	_, err := client.Do(req)
+	require.Error(t, err)
+	gaveUp := time.Now()
+	resp, err := get(t, client, srv.URL) // waits in the queue for the held slot
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.GreaterOrEqual(t, time.Since(gaveUp), 300*time.Millisecond)
+	require.Equal(t, int64(1), peak.Load(), "the provider had more in flight than L_global")
 }
 
 func TestTransportRefusesWhenNotStarted(t *testing.T) {

@@ -243,6 +243,8 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("nodes", "api")
 	step("undrain", "api", "node-a")
 	step("evict", "api", "node-b")
+	step("relearn", "api")
+	step("keys")
 	step("nodes", "api")
 	step("limits", "set", "api", "--clear-max")
 	golden(t, "write_commands", out.String())

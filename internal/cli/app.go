@@ -157,6 +157,7 @@ func (r *runner) app() *ucli.App {
 			r.drainCommand(),
 			r.undrainCommand(),
 			r.evictCommand(),
+			r.relearnCommand(),
 			r.limitsCommand(),
 			r.watchCommand(),
 			r.demoCommand(),

@@ -33,6 +33,13 @@ const (
 	// demoHeartbeatTimeout bounds each heartbeat: the whole lease (2 ×
 	// demoHeartbeat), so that a slow first connection does not fail a start.
 	demoHeartbeatTimeout = 2 * demoHeartbeat
+	// demoMaxRequest bounds every request: the simulated provider answers
+	// within its 10s latency cap.
+	demoMaxRequest = 10 * time.Second
+	// demoAbandonedHold is how long a request the demo gives up on keeps
+	// its slot: the simulated provider stops serving at once when its
+	// client goes away.
+	demoAbandonedHold = 100 * time.Millisecond
 	// demoStartAttempts is how often a node's Start (its first heartbeat)
 	// is tried.
 	demoStartAttempts = 3
@@ -96,13 +103,15 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 	for i := range nodes {
 		id := fmt.Sprintf("node-%d", i+1)
 		n, err := fleet.New(pool, fleet.Config{
-			Key:               key,
-			NodeID:            id,
-			Labels:            map[string]string{"demo": "fleetctl"},
-			HeartbeatInterval: demoHeartbeat,
-			HeartbeatTimeout:  demoHeartbeatTimeout,
-			Limiter:           demoLimiter(cfg.workers),
-			Logger:            quiet,
+			Key:                key,
+			NodeID:             id,
+			Labels:             map[string]string{"demo": "fleetctl"},
+			HeartbeatInterval:  demoHeartbeat,
+			HeartbeatTimeout:   demoHeartbeatTimeout,
+			MaxRequestDuration: demoMaxRequest,
+			AbandonedHold:      demoAbandonedHold,
+			Limiter:            demoLimiter(cfg.workers),
+			Logger:             quiet,
 		})
 		if err != nil {
 			return sum, err

@@ -272,3 +272,33 @@ func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
 	}
 	return boundChange{}, nil
 }
+
+func (r *runner) relearnCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "relearn",
+		Usage:     "put KEY in learning mode now, after restoring its tables in a way the database cannot show",
+		ArgsUsage: argsUsage("KEY"),
+		Description: `The coordinator enters learning mode by itself when the database's
+incarnation changes (a failover, a point-in-time restore, a server restart,
+the tables recreated). A restore it cannot see — rows rewritten in place, a
+data-only restore into the running database — must be followed by relearn:
+until every lease and request of before the restore has run out, no node is
+granted more than it proves it holds.`,
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				until, err := admin.Relearn(ctx, key)
+				if err != nil {
+					return adminError(err, key, "")
+				}
+				r.printf("key %q is in learning mode until %s: no node is granted more than it holds\n",
+					key, until.UTC().Format(time.RFC3339))
+				return nil
+			})
+		}),
+	}
+}

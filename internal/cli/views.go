@@ -53,7 +53,7 @@ func newKeyView(k coord.KeyInfo) keyView {
 	if v.Drains == nil {
 		v.Drains = []string{}
 	}
-	if k.LearningUntil.After(time.Now()) {
+	if k.Learning {
 		until := k.LearningUntil.UTC()
 		v.LearningUntil = &until
 	}

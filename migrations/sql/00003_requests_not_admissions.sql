@@ -31,6 +31,17 @@ CREATE TABLE fleetlimit.drains (
 );
 INSERT INTO fleetlimit.drains (key, node_id) SELECT key, node_id FROM fleetlimit.nodes WHERE draining;
 
+-- evictions: evicted instances whose rows have gone (their hold ended).
+-- Such an instance's reports are answered 'evicted' for as long as the key
+-- exists, so it never joins again.
+CREATE TABLE fleetlimit.evictions (
+    key        text        NOT NULL REFERENCES fleetlimit.keys (key) ON DELETE CASCADE,
+    node_id    text        NOT NULL CHECK (octet_length(node_id) BETWEEN 1 AND 200),
+    instance   text        NOT NULL CHECK (octet_length(instance) BETWEEN 1 AND 200),
+    evicted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (key, node_id, instance)
+);
+
 -- nodes: now one row per instance. hold_until is when every request the
 -- instance may have admitted has ended; the row's reserve counts until
 -- then, member or not.
@@ -59,14 +70,15 @@ DROP FUNCTION fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, big
 -- +goose StatementBegin
 -- incarnation names the database history this session writes to: the
 -- cluster's system identifier, the database's oid (a restored dump gets a
--- new one), the timeline of the current WAL (a promoted replica or a
--- point-in-time restore starts a new one) and, when the server may lose
--- committed transactions in a crash (fsync off), its start time, so that a
--- restart counts as a possible loss. (heartbeat commits with at least
+-- new one), the server's start time (a restore from a file-system snapshot
+-- or a base backup, or a crash with fsync off, can only show itself by a
+-- restart, so every server start counts as a possible loss) and the
+-- timeline of the current WAL (a promoted replica or a point-in-time
+-- restore starts a new one). The first three cannot change under an open
+-- session and are read once per session into the setting
+-- fleetlimit.cluster; the timeline, which a promotion changes under an
+-- open session, is read every time. (heartbeat commits with at least
 -- synchronous_commit = local, so that setting cannot lose its grants.)
--- The parts a session cannot see change are read once per session and
--- kept in the setting fleetlimit.cluster; the timeline, which a promotion
--- changes under an open session, is read every time.
 CREATE FUNCTION fleetlimit.incarnation()
 RETURNS text LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -76,11 +88,31 @@ BEGIN
         v_cluster := concat_ws('/',
             (SELECT system_identifier FROM pg_control_system()),
             (SELECT oid FROM pg_database WHERE datname = current_database()),
-            CASE WHEN current_setting('fsync') = 'off'
-                 THEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint END);
+            (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint);
         PERFORM set_config('fleetlimit.cluster', v_cluster, false);
     END IF;
-    RETURN v_cluster || '/' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8);
+    RETURN concat_ws('/', v_cluster, 'fleetlimit.keys'::regclass::oid,
+                     substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8));
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- incarnate checks the database's incarnation against a locked key's
+-- (coord.State.Incarnate): the first check records it; a change puts the
+-- key in learning mode.
+CREATE FUNCTION fleetlimit.incarnate(k fleetlimit.keys, p_now timestamptz)
+RETURNS fleetlimit.keys LANGUAGE plpgsql AS $$
+DECLARE
+    v_inc text := fleetlimit.incarnation();
+BEGIN
+    IF k.incarnation IS NULL THEN
+        k.incarnation := v_inc;
+    ELSIF k.incarnation <> v_inc THEN
+        k := fleetlimit.learn(k, p_now, 0, 0);
+        k.incarnation := v_inc;
+    END IF;
+    RETURN k;
 END
 $$;
 -- +goose StatementEnd
@@ -158,7 +190,6 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_now           timestamptz := coalesce(p_now, now());
-    v_inc           text := fleetlimit.incarnation();
     k               fleetlimit.keys%ROWTYPE;
     k0              fleetlimit.keys%ROWTYPE;
     n               fleetlimit.nodes%ROWTYPE;
@@ -220,15 +251,26 @@ BEGIN
     -- 2. The database's incarnation, then the report's evidence of lost
     -- state. (Another instance's member row refusing the report is found
     -- in the pass over the rows, below, before anything is written.)
-    IF k.incarnation IS NULL THEN
-        k.incarnation := v_inc;
-    ELSIF k.incarnation <> v_inc THEN
-        k := fleetlimit.learn(k, v_now, 0, 0);
-        k.incarnation := v_inc;
-    END IF;
+    k := fleetlimit.incarnate(k, v_now);
     SELECT * INTO n FROM fleetlimit.nodes AS nn
      WHERE nn.key = p_key AND nn.node_id = p_node_id AND nn.instance = p_instance;
     v_found := FOUND;
+    -- An evicted instance whose row has gone.
+    IF NOT v_found AND EXISTS (SELECT 1 FROM fleetlimit.evictions AS e
+                                WHERE e.key = p_key AND e.node_id = p_node_id AND e.instance = p_instance) THEN
+        IF k IS DISTINCT FROM k0 THEN
+            UPDATE fleetlimit.keys AS kk
+               SET epoch = k.epoch, incarnation = k.incarnation, learning_until = k.learning_until
+             WHERE kk.key = p_key;
+        END IF;
+        SELECT coalesce(sum(o.inflight) FILTER (WHERE o.hold_until > v_now), 0),
+               count(*) FILTER (WHERE o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed))
+          INTO v_peer_inflight, v_members
+          FROM fleetlimit.nodes AS o WHERE o.key = p_key;
+        RETURN QUERY SELECT 0, k.l_global, 0::bigint, 0::bigint, 0::bigint, 'evicted'::text,
+            k.learning_until IS NOT NULL AND k.learning_until > v_now, v_peer_inflight, v_members::integer, false;
+        RETURN;
+    END IF;
     IF p_epoch <> 0 AND (p_epoch > k.epoch
                          OR (p_epoch = k.epoch AND p_applied_gen > k.generation)
                          OR (NOT v_found AND (p_inflight > 0 OR k.generation = 0))
@@ -291,8 +333,9 @@ BEGIN
     -- 4–5. One pass over the other rows: the members' totals and sorted
     -- l_local values, the reserves of every row still holding, whether
     -- another instance of the node id is a member (which refuses the
-    -- report), and whether any row's hold has ended (an evicted row's an
-    -- hour later): those rows count for nothing and are deleted. In the
+    -- report), and whether any row's hold has ended: those rows count for
+    -- nothing and are deleted, an evicted one's instance remembered in
+    -- evictions. In the
     -- common case every other row is a member (its lease runs, it is
     -- neither evicted nor departed) and so still holding: the first,
     -- cheaper pass has no per-row state to decide and is the answer. When
@@ -325,8 +368,7 @@ BEGIN
                        greatest(o.unacked_high, o.share, o.inflight) AS reserve,
                        o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed) AS member,
                        o.hold_until > v_now AS holding,
-                       CASE WHEN o.evicted THEN o.hold_until + interval '1 hour' <= v_now
-                            ELSE o.hold_until <= v_now END AS gone
+                       o.hold_until <= v_now AS gone
                   FROM fleetlimit.nodes AS o
                  WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
                 OFFSET 0) AS x;
@@ -337,10 +379,14 @@ BEGIN
                              left(quote_literal(p_node_id), 42), v_until);
     END IF;
     IF v_any_gone THEN
-        DELETE FROM fleetlimit.nodes AS o
-         WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
-           AND CASE WHEN o.evicted THEN o.hold_until + interval '1 hour' <= v_now
-                    ELSE o.hold_until <= v_now END;
+        WITH gone AS (
+            DELETE FROM fleetlimit.nodes AS o
+             WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
+               AND o.hold_until <= v_now
+            RETURNING o.node_id, o.instance, o.evicted)
+        INSERT INTO fleetlimit.evictions AS e (key, node_id, instance, evicted_at)
+        SELECT p_key, g.node_id, g.instance, v_now FROM gone AS g WHERE g.evicted
+            ON CONFLICT DO NOTHING;
     END IF;
 
     IF NOT v_draining AND p_demand > 0 THEN
@@ -372,10 +418,12 @@ BEGIN
         v_target := 1 + (greatest(0, v_l - v_eligible) * p_demand) / v_sum_demand;
     END IF;
 
-    -- 7. Occupancy cap; in learning mode, no more than the node proves.
+    -- 7. Occupancy cap; in learning mode, no more than the node proves: its
+    -- in-flight, or the share this epoch already granted it.
     v_share := greatest(0, least(v_target, v_l - v_peer_reserve));
     IF v_learning THEN
-        v_share := least(v_share, p_inflight);
+        v_share := least(v_share, greatest(p_inflight,
+                                           CASE WHEN v_found AND v_row_epoch = k.epoch THEN v_old_share ELSE 0 END));
     END IF;
 
     -- 8. New generation when the grant changes, on a fresh row, and on a
@@ -454,13 +502,18 @@ $$;
 -- row of p_node_id; setting either drops each positive share to 0 under a
 -- new generation, rows in instance order (coord.State.revoke). FL004 when
 -- the node id has no row, and, for a drain flag, no drain mark.
-CREATE FUNCTION fleetlimit.set_flags(p_key text, p_node_id text, p_draining boolean, p_evicted boolean)
+CREATE FUNCTION fleetlimit.set_flags(p_key text, p_node_id text, p_draining boolean, p_evicted boolean,
+                                     p_now timestamptz DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    k fleetlimit.keys%ROWTYPE;
-    n fleetlimit.nodes%ROWTYPE;
+    k  fleetlimit.keys%ROWTYPE;
+    k0 fleetlimit.keys%ROWTYPE;
+    n  fleetlimit.nodes%ROWTYPE;
 BEGIN
     k := fleetlimit.lock_key(p_key);
+    k0 := k;
+    -- A grant revoked after a loss must be of the new epoch.
+    k := fleetlimit.incarnate(k, coalesce(p_now, now()));
     IF NOT EXISTS (SELECT 1 FROM fleetlimit.nodes AS o WHERE o.key = p_key AND o.node_id = p_node_id)
        AND (coalesce(p_evicted, false)
             OR NOT EXISTS (SELECT 1 FROM fleetlimit.drains AS d WHERE d.key = p_key AND d.node_id = p_node_id)) THEN
@@ -487,46 +540,51 @@ BEGIN
                granted_gen = n.granted_gen
          WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = n.instance;
     END LOOP;
-    UPDATE fleetlimit.keys AS kk SET generation = k.generation WHERE kk.key = p_key AND kk.generation <> k.generation;
+    IF k IS DISTINCT FROM k0 THEN
+        UPDATE fleetlimit.keys AS kk
+           SET generation = k.generation, epoch = k.epoch, incarnation = k.incarnation,
+               learning_until = k.learning_until
+         WHERE kk.key = p_key;
+    END IF;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION fleetlimit.drain(p_key text, p_node_id text)
+CREATE FUNCTION fleetlimit.drain(p_key text, p_node_id text, p_now timestamptz DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
-    SELECT fleetlimit.set_flags(p_key, p_node_id, true, NULL);
+    SELECT fleetlimit.set_flags(p_key, p_node_id, true, NULL, p_now);
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION fleetlimit.undrain(p_key text, p_node_id text)
+CREATE FUNCTION fleetlimit.undrain(p_key text, p_node_id text, p_now timestamptz DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
-    SELECT fleetlimit.set_flags(p_key, p_node_id, false, NULL);
+    SELECT fleetlimit.set_flags(p_key, p_node_id, false, NULL, p_now);
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
 -- evict fences every instance of the node id for good; a new instance may
 -- join at once.
-CREATE FUNCTION fleetlimit.evict(p_key text, p_node_id text)
+CREATE FUNCTION fleetlimit.evict(p_key text, p_node_id text, p_now timestamptz DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
-    SELECT fleetlimit.set_flags(p_key, p_node_id, NULL, true);
+    SELECT fleetlimit.set_flags(p_key, p_node_id, NULL, true, p_now);
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- leave takes an instance's last word (coord.State.Leave): with nothing in
--- flight its row is deleted, otherwise it reserves p_inflight until
--- p_hold_us from now; an evicted row stays as a tombstone. FL001 for a
--- departure out of bounds, FL003, FL004 when the key has no row of the
--- instance.
+-- leave takes an instance's last word (coord.State.Leave): its row stops
+-- being a member and reserves p_inflight until p_hold_us from now; it stays,
+-- departed, until its old hold would have ended, so that late reports are
+-- answered as stale. FL001 for a departure out of bounds, FL003, FL004 when
+-- the key has no row of the instance (an evicted instance whose row has
+-- gone may leave again, which changes nothing).
 CREATE FUNCTION fleetlimit.leave(p_key text, p_node_id text, p_instance text, p_inflight bigint, p_hold_us bigint,
                                  p_now timestamptz DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
-    n     fleetlimit.nodes%ROWTYPE;
 BEGIN
     PERFORM fleetlimit.check_name('key', p_key, 1);
     PERFORM fleetlimit.check_name('node_id', p_node_id, 1);
@@ -534,35 +592,50 @@ BEGIN
     PERFORM fleetlimit.check_count('inflight', p_inflight, 0, 1000000);
     PERFORM fleetlimit.check_count('hold_us', p_hold_us, 0, 86400000000);
     PERFORM fleetlimit.lock_key(p_key);
-    SELECT * INTO n FROM fleetlimit.nodes AS o
-     WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = p_instance;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'FL004',
-            MESSAGE = format('%s (this instance) on key %s', left(quote_literal(p_node_id), 42), left(quote_literal(p_key), 42));
-    END IF;
-    IF p_inflight = 0 AND NOT n.evicted THEN
-        DELETE FROM fleetlimit.nodes AS o WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = p_instance;
-        RETURN;
-    END IF;
     UPDATE fleetlimit.nodes AS o
        SET departed = true, share = 0, unacked_high = 0, inflight = p_inflight, demand = 0,
            lease_expires_at = least(o.lease_expires_at, v_now),
-           hold_until = v_now + CASE WHEN p_inflight > 0 THEN p_hold_us ELSE 0 END * interval '1 microsecond'
+           hold_until = greatest(o.hold_until,
+                                 v_now + CASE WHEN p_inflight > 0 THEN p_hold_us ELSE 0 END * interval '1 microsecond')
      WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = p_instance;
+    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM fleetlimit.evictions AS e
+                                  WHERE e.key = p_key AND e.node_id = p_node_id AND e.instance = p_instance) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FL004',
+            MESSAGE = format('%s (this instance) on key %s', left(quote_literal(p_node_id), 42), left(quote_literal(p_key), 42));
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- relearn puts a key in learning mode now (coord.State.Relearn), for an
+-- operator who restored its tables in a way the incarnation cannot see;
+-- FL003 for an unknown key.
+CREATE FUNCTION fleetlimit.relearn(p_key text, p_now timestamptz DEFAULT NULL)
+RETURNS timestamptz LANGUAGE plpgsql AS $$
+DECLARE
+    k fleetlimit.keys%ROWTYPE;
+BEGIN
+    k := fleetlimit.lock_key(p_key);
+    k := fleetlimit.learn(k, coalesce(p_now, now()), 0, 0);
+    UPDATE fleetlimit.keys AS kk SET epoch = k.epoch, learning_until = k.learning_until WHERE kk.key = p_key;
+    RETURN k.learning_until;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
 
+DROP FUNCTION fleetlimit.relearn(text, timestamptz);
 DROP FUNCTION fleetlimit.leave(text, text, text, bigint, bigint, timestamptz);
-DROP FUNCTION fleetlimit.evict(text, text);
-DROP FUNCTION fleetlimit.undrain(text, text);
-DROP FUNCTION fleetlimit.drain(text, text);
-DROP FUNCTION fleetlimit.set_flags(text, text, boolean, boolean);
+DROP FUNCTION fleetlimit.evict(text, text, timestamptz);
+DROP FUNCTION fleetlimit.undrain(text, text, timestamptz);
+DROP FUNCTION fleetlimit.drain(text, text, timestamptz);
+DROP FUNCTION fleetlimit.set_flags(text, text, boolean, boolean, timestamptz);
 DROP FUNCTION fleetlimit.lock_key(text);
 DROP FUNCTION fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb, timestamptz);
 DROP FUNCTION fleetlimit.node_status(fleetlimit.nodes, timestamptz);
+DROP FUNCTION fleetlimit.incarnate(fleetlimit.keys, timestamptz);
 DROP FUNCTION fleetlimit.learn(fleetlimit.keys, timestamptz, bigint, bigint);
 DROP FUNCTION fleetlimit.incarnation();
 
@@ -579,6 +652,7 @@ ALTER TABLE fleetlimit.nodes
     DROP COLUMN departed,
     DROP COLUMN hold_until,
     DROP COLUMN epoch;
+DROP TABLE fleetlimit.evictions;
 DROP TABLE fleetlimit.drains;
 ALTER TABLE fleetlimit.keys
     DROP COLUMN max_request_us,
