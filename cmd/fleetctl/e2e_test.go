@@ -302,7 +302,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"drain", "api", "ghost"}, 1, `fleetctl: drain: unknown node "ghost" on key "api"`},
 		{[]string{"undrain", "nope", "ghost"}, 1, `fleetctl: undrain: unknown key "nope"`},
 		{[]string{"evict", "api", "ghost"}, 1, `fleetctl: evict: unknown node "ghost" on key "api"`},
-		{[]string{"limits", "set", "api", "--min", "50", "--max", "10"}, 1, `fleetctl: limits set: invalid override: max = 10 is below min = 50`},
+		{[]string{"limits", "set", "api", "--min", "50", "--max", "10"}, 2, `fleetctl: limits set: --max 10 is below --min 50`},
 		{[]string{"migrate", "validate"}, 0, ``},
 		{[]string{"version"}, 0, ``},
 		{[]string{"--help"}, 0, ``},

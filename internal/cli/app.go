@@ -165,7 +165,7 @@ func (r *runner) app() *ucli.App {
 		},
 		Action: r.unknownCommand,
 		CommandNotFound: func(c *ucli.Context, name string) {
-			r.notFound = inCommand(commandPath(c), usageErrorf("unknown command %q", name))
+			r.notFound = inCommand(commandPath(c), unknownCommandError(c, name))
 		},
 		OnUsageError:   r.onUsageError,
 		ExitErrHandler: func(*ucli.Context, error) {}, // Run maps errors to exit statuses
@@ -202,7 +202,49 @@ func (r *runner) unknownCommand(c *ucli.Context) error {
 		}
 		return inCommand(commandPath(c), usageErrorf("missing command"))
 	}
-	return inCommand(commandPath(c), usageErrorf("unknown command %q", c.Args().First()))
+	return inCommand(commandPath(c), unknownCommandError(c, c.Args().First()))
+}
+
+// unknownCommandError names the unknown command and suggests the closest
+// one of c's commands, if any is within two edits.
+func unknownCommandError(c *ucli.Context, name string) error {
+	var cmds []*ucli.Command
+	if c.Command != nil && len(c.Command.Subcommands) > 0 {
+		cmds = c.Command.Subcommands
+	} else {
+		cmds = c.App.Commands
+	}
+	best, bestDist := "", 3
+	for _, cmd := range cmds {
+		if d := editDistance(strings.ToLower(name), cmd.Name); d < bestDist {
+			best, bestDist = cmd.Name, d
+		}
+	}
+	if best == "" {
+		return usageErrorf("unknown command %q", name)
+	}
+	return usageErrorf("unknown command %q; did you mean %q?", name, best)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // commandPath returns the path of c's command below fleetctl ("limits set"),

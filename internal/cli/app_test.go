@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -49,7 +50,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bogus"}, `fleetctl: unknown command "bogus"`},
 		{[]string{}, `fleetctl: missing command`},
 		{[]string{"migrate"}, `fleetctl: migrate: missing command`},
-		{[]string{"help", "nope"}, `fleetctl: unknown command "nope"`},
+		{[]string{"help", "nope"}, `fleetctl: unknown command "nope"; did you mean "nodes"?`},
+		{[]string{"nodse"}, `fleetctl: unknown command "nodse"; did you mean "nodes"?`},
+		{[]string{"migrate", "statsu"}, `fleetctl: migrate: unknown command "statsu"; did you mean "status"?`},
+		{[]string{"limits", "set", "k", "--min", "20", "--max", "10"}, `fleetctl: limits set: --max 10 is below --min 20`},
+		{[]string{"version", "-o", "xml"}, `fleetctl: version: invalid value "xml" for --output: want table or json`},
 		{[]string{"keys", "-o", "yaml"}, `fleetctl: keys: invalid value "yaml" for --output: want table or json`},
 		{[]string{"keys", "extra"}, `fleetctl: keys: unexpected argument "extra"`},
 		{[]string{"nodes", ""}, `fleetctl: nodes: empty argument KEY`},
@@ -147,4 +152,17 @@ func TestWatchContextCancel(t *testing.T) {
 	})
 	require.Equal(t, ExitOK, code, errOut.String())
 	require.GreaterOrEqual(t, strings.Count(out.String(), "\n"), 2)
+}
+
+func TestVersionJSONAnyCase(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "JSON", "Json"} {
+		out, errOut, code := runCLI(t, nil, "version", "-o", format)
+		require.Equal(t, 0, code, errOut)
+		var v versionView
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		require.Equal(t, "fleetctl", v.Name)
+		require.NotEmpty(t, v.Version)
+		require.True(t, strings.HasPrefix(v.Go, "go"))
+	}
 }

@@ -198,8 +198,9 @@ func (r *runner) limitsSetCommand() *ucli.Command {
 		Description: fmt.Sprintf(`L_global is clamped to [min, max] from the key's next heartbeat on.
 Only the bounds named change: --min N and --max N set a bound (N in
 1..%d), --clear-min and --clear-max remove one; the other bound keeps
-its value. A value out of range is a usage error (exit status 2); a max
-below the min is refused by the coordinator (exit status 1). Prints the
+its value. A value out of range, or --max below --min, is a usage error
+(exit status 2); a bound that crosses the key's other, unchanged bound is
+refused by the coordinator (exit status 1). Prints the
 new limits. The change is a read of the current override and a write of
 the merged one: two limits set on one key at the same moment may lose
 one of the changes.`, coord.MaxCount),
@@ -224,6 +225,9 @@ one of the changes.`, coord.MaxCount),
 			}
 			if !minChange.set && !maxChange.set {
 				return usageErrorf("nothing to set: give --min, --max, --clear-min or --clear-max")
+			}
+			if minChange.value != nil && maxChange.value != nil && *maxChange.value < *minChange.value {
+				return usageErrorf("--max %d is below --min %d", *maxChange.value, *minChange.value)
 			}
 			key := args[0]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {

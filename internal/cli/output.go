@@ -32,9 +32,9 @@ func outputFlag() ucli.Flag {
 // outputFormat returns c's --output, or a usage error for anything but
 // table or json.
 func outputFormat(c *ucli.Context) (string, error) {
-	switch f := c.String(flagOutput); f {
+	switch f := c.String(flagOutput); strings.ToLower(f) {
 	case formatTable, formatJSON:
-		return f, nil
+		return strings.ToLower(f), nil
 	default:
 		return "", usageErrorf("invalid value %q for --%s: want %s or %s", f, flagOutput, formatTable, formatJSON)
 	}

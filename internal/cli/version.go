@@ -21,12 +21,29 @@ func (r *runner) versionCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "version",
 		Usage: "print fleetctl's version",
+		Description: `JSON: {name, version, go}.`,
+		Flags:       []ucli.Flag{outputFlag()},
 		Action: r.action(func(c *ucli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
 			if _, err := wantArgs(c); err != nil {
 				return err
+			}
+			if format == formatJSON {
+				return writeJSON(r.env.Stdout, versionView{Name: appName, Version: Version(), Go: runtime.Version()})
 			}
 			r.printf("%s %s (%s)\n", appName, Version(), runtime.Version())
 			return nil
 		}),
 	}
+}
+
+// versionView is what version -o json prints. Its JSON form is a stable
+// interface.
+type versionView struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Go      string `json:"go"`
 }
