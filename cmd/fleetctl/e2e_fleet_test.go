@@ -1,11 +1,16 @@
 package main_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,28 +136,40 @@ func checkSummary(t *testing.T, res result) {
 	require.Less(t, res.elapsed, time.Minute)
 }
 
-// TestDemoThrowawayCluster runs the demo with no database configured: it
-// starts its own Postgres.
+// requireThrowawayPostgres skips t without the Postgres binaries the
+// demo's throwaway cluster needs, or fails it where Postgres is required (CI).
+func requireThrowawayPostgres(t *testing.T) {
+	t.Helper()
+	_, err := pgtemp.FindBinDir()
+	if err == nil {
+		return
+	}
+	if ci := os.Getenv("CI"); os.Getenv("FLEET_REQUIRE_PG") == "1" || (ci != "" && ci != "false" && ci != "0") {
+		t.Fatalf("no Postgres binaries for the demo's throwaway cluster: %v", err)
+	}
+	t.Skipf("no Postgres binaries for the demo's throwaway cluster: %v", err)
+}
+
+// TestDemoThrowawayCluster runs the demo with no database named: it starts
+// its own Postgres, and says so in its first line.
 func TestDemoThrowawayCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo runs for several seconds")
 	}
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no Postgres binaries for the demo's throwaway cluster: %v", err)
-	}
+	requireThrowawayPostgres(t)
 	t.Parallel()
 	res := run(t, "", "demo", "--duration", "5s", "--nodes", "2", "--workers", "16")
 	checkSummary(t, res)
 	require.Contains(t, res.stdout, "throwaway cluster on 127.0.0.1:")
-	require.Contains(t, res.stderr, "starting a throwaway Postgres cluster")
+	require.True(t, strings.HasPrefix(res.stderr, "demo database: a throwaway Postgres cluster on 127.0.0.1"), res.stderr)
 	// Not a terminal: one plain line per refresh, no ANSI sequences.
 	require.NotContains(t, res.stdout, "\x1b[")
 	require.Regexp(t, `(?m)^TIME +key="fleetctl-demo-[^"]+" l_global=\d+ .* capacity=40 `, mask(res.stdout))
 }
 
-// TestDemoConfiguredDatabase runs the demo on a configured database: it
-// uses a key of its own and leaves every other row alone.
-func TestDemoConfiguredDatabase(t *testing.T) {
+// TestDemoNamedDatabase runs the demo on the database named by
+// --database-url: it uses a key of its own and leaves every other row alone.
+func TestDemoNamedDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo runs for several seconds")
 	}
@@ -161,11 +178,88 @@ func TestDemoConfiguredDatabase(t *testing.T) {
 	seed(t, dsn)
 	before := mustRun(t, dsn, "keys")
 
-	res := runEnv(t, []string{"DATABASE_URL=" + dsn}, "demo", "--duration", "4s", "--nodes", "2", "--workers", "8", "--interval", "250ms")
+	res := runEnv(t, nil, "demo", "--database-url", dsn, "--duration", "4s", "--nodes", "2", "--workers", "8",
+		"--interval", "250ms")
 	checkSummary(t, res)
-	require.Contains(t, res.stdout, "(from $DATABASE_URL)")
+	require.Contains(t, res.stdout, "(from --database-url)")
+	require.True(t, strings.HasPrefix(res.stderr, "demo database: database "), res.stderr)
 	require.NotContains(t, res.stderr, "throwaway")
 
 	require.Equal(t, before, mustRun(t, dsn, "keys"), "the demo deleted its key and touched nothing else")
 	require.True(t, strings.Contains(mustRun(t, dsn, "nodes", "api"), "node-a"))
+}
+
+// TestDemoIgnoresDatabaseURL: with $DATABASE_URL (and $FLEET_DATABASE_URL)
+// set but no --database-url, the demo uses a throwaway cluster and never
+// touches that database: it stays without a fleetlimit schema.
+func TestDemoIgnoresDatabaseURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo runs for several seconds")
+	}
+	requireThrowawayPostgres(t)
+	t.Parallel()
+	dsn := pgtest.EmptyDSN(t)
+	res := runEnv(t, []string{"DATABASE_URL=" + dsn, "FLEET_DATABASE_URL=" + dsn}, "demo", "--duration", "3s",
+		"--nodes", "2", "--workers", "4")
+	checkSummary(t, res)
+	require.True(t, strings.HasPrefix(res.stderr, "demo database: a throwaway Postgres cluster"), res.stderr)
+	out := run(t, dsn, "migrate", "status")
+	require.Equal(t, 0, out.code, out.stderr)
+	require.NotContains(t, out.stdout, "applied", "the demo migrated $DATABASE_URL")
+}
+
+// TestDemoInterrupted sends SIGINT to the demo's whole process group, as
+// Ctrl-C at a terminal does, while the fleet runs: the demo stops, prints
+// the summary of the run so far, cleans up, and exits 0; its throwaway
+// Postgres, in a process group of its own, is stopped in order rather than
+// killed under it.
+func TestDemoInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo runs for several seconds")
+	}
+	requireThrowawayPostgres(t)
+	t.Parallel()
+	cmd := exec.Command(fleetctl(t), "demo", "--duration", "60s", "--nodes", "2", "--workers", "8", "--interval", "200ms")
+	cmd.Env = cleanEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	var out strings.Builder
+	running := make(chan struct{})
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stdout)
+		seen := 0
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), " key=") {
+				if seen++; seen == 3 {
+					close(running)
+				}
+			}
+		}
+	}()
+	select {
+	case <-running:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the demo never ran")
+	}
+	begin := time.Now()
+	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
+	<-copied
+	err = cmd.Wait()
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	require.Less(t, time.Since(begin), 20*time.Second)
+	res := result{code: 0, stdout: out.String(), stderr: stderr.String()}
+	require.Regexp(t, `(?m)^fleetctl demo summary$`, res.stdout)
+	require.Regexp(t, `(?m)^  goodput +\d+\.\d req/s`, res.stdout)
+	require.Contains(t, res.stderr, "interrupted after")
+	require.NotContains(t, res.stderr+res.stdout, "FATAL")
 }

@@ -47,12 +47,15 @@ as watch (with the provider's capacity); at the end it prints a summary:
 goodput, 429s, the provider's maximum concurrency against its capacity,
 the time spent over capacity, and each node's share and successes.
 
-Database: with --database-url, $FLEET_DATABASE_URL or $DATABASE_URL set,
-demo migrates that database and uses a key of its own (fleetctl-demo-...),
-which it deletes at the end; nothing else is touched. Otherwise it starts
-a throwaway Postgres cluster (initdb/postgres must be installed) and
-removes it at the end. libpq's PG* variables alone do not count as a
-configured database here.`,
+Database: only a database named on the command line (--database-url) is
+used: demo migrates it and uses a key of its own (fleetctl-demo-...),
+which it deletes at the end; nothing else is touched. $FLEET_DATABASE_URL,
+$DATABASE_URL and libpq's PG* variables are not used by the demo: without
+--database-url it starts a throwaway Postgres cluster on 127.0.0.1
+(initdb/postgres must be installed) and removes it at the end. The first
+line demo prints names the database. Ctrl-C ends the run early: the fleet
+stops, the summary of the run so far is printed, and everything is cleaned
+up.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: "how long the fleet runs"},
 			&ucli.IntFlag{Name: "nodes", Value: DefaultDemoNodes, Usage: "how many fleet nodes"},
@@ -115,15 +118,17 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	if s.url == "" {
-		r.progress("starting a throwaway Postgres cluster (no database configured)...")
+	if !c.IsSet(flagDatabaseURL) {
+		// Only a database named on the command line is the demo's to use.
+		s.url, s.source = "", ""
+		r.progress("demo database: a throwaway Postgres cluster on 127.0.0.1, removed at the end " +
+			"(give --database-url to use another; $DATABASE_URL is not used)")
 		startCtx, cancel := context.WithTimeout(ctx, pgtempStartTimeout)
 		cluster, err := pgtemp.Start(startCtx, pgtemp.Options{})
 		cancel()
 		if err != nil {
 			if errors.Is(err, pgtemp.ErrNotInstalled) {
-				return fmt.Errorf("no database configured (--database-url, $%s, $%s) and no Postgres to start one: %w",
-					EnvFleetDatabaseURL, EnvDatabaseURL, err)
+				return fmt.Errorf("no --database-url given and no Postgres to start a throwaway one: %w", err)
 			}
 			return fmt.Errorf("start a throwaway Postgres: %w", err)
 		}
@@ -138,7 +143,9 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 		return err
 	}
 	if cfg.externalDatabase {
-		cfg.databaseLabel = fmt.Sprintf("%s (from %s)", endpoint(poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), s.source)
+		cfg.databaseLabel = fmt.Sprintf("database %q on %s (from %s)", poolCfg.ConnConfig.Database,
+			endpoint(poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), s.source)
+		r.progress("demo database: %s; it is migrated, and the demo's key is deleted at the end", cfg.databaseLabel)
 	}
 	poolCfg.MaxConns = int32(cfg.nodes + 4)
 	pool, err := connect(ctx, poolCfg)

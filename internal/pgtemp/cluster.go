@@ -161,7 +161,7 @@ func (c *Cluster) initdb(ctx context.Context, opts Options, cred *syscall.Creden
 		"--no-sync",
 	)
 	cmd.Dir = c.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -207,7 +207,7 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	cmd.Dir = c.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtemp: start postgres: %w", err)
 	}

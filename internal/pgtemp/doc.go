@@ -12,8 +12,10 @@
 // postgres run as an unprivileged user (by default "postgres"), which owns the
 // temporary directory.
 //
-// If the calling process dies without calling Stop, the kernel sends the
-// server SIGINT (a fast shutdown), but the temporary directory stays behind.
+// The server runs in a process group of its own, so a Ctrl-C at the
+// terminal reaches the caller only, which can then stop it in order. If the
+// calling process dies without calling Stop, the kernel sends the server
+// SIGINT (a fast shutdown), but the temporary directory stays behind.
 //
 // For fault-injection tests a cluster can be restarted ([Cluster.Restart]),
 // stopped in a given [ShutdownMode] — fast, immediate or kill -9 — and started

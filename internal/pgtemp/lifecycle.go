@@ -234,7 +234,7 @@ func (c *Cluster) Promote(ctx context.Context) error {
 func (c *Cluster) runTool(ctx context.Context, path string, args ...string) error {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = c.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
