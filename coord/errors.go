@@ -26,3 +26,9 @@ var ErrUnknownNode = errors.New("unknown node")
 // SetAggregate for a limit outside [1, MaxCount], a max below the min, or an
 // unknown aggregate. Nothing is written.
 var ErrInvalidOverride = errors.New("invalid override")
+
+// ErrSchema is returned (wrapped) by the Postgres coordinator when the
+// fleetlimit schema is missing or older than this library needs: a table
+// or function it calls does not exist. Run "fleetctl migrate up" (or
+// migrations.Up) as the schema's owner.
+var ErrSchema = errors.New("fleetlimit schema missing or out of date (run 'fleetctl migrate up' as the schema owner)")

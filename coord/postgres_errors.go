@@ -36,6 +36,8 @@ func pgError(op string, err error) error {
 		sentinel = ErrUnknownNode
 	case sqlstateInvalidOverride:
 		sentinel = ErrInvalidOverride
+	case "42883", "3F000", "42P01": // undefined function, schema, table
+		sentinel = ErrSchema
 	default:
 		return fmt.Errorf("coord: %s: %w", op, err)
 	}

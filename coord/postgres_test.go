@@ -169,3 +169,20 @@ func TestPostgresIncarnationAndDurability(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&sc))
 	require.Equal(t, "local", sc, "the heartbeat's transaction commits durably")
 }
+
+// TestPostgresWithoutSchema: on a database never migrated every call
+// fails with ErrSchema, whose message says what to run.
+func TestPostgresWithoutSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	p := newPostgres(t, pool)
+	_, err = p.Heartbeat(ctx, rep("a", 1, 4, 0, 1, 0))
+	require.ErrorIs(t, err, ErrSchema)
+	require.ErrorContains(t, err, "fleetctl migrate up")
+	_, err = p.Keys(ctx)
+	require.ErrorIs(t, err, ErrSchema)
+	require.ErrorIs(t, p.Drain(ctx, "k", "a"), ErrSchema)
+}

@@ -175,15 +175,24 @@ func (n *Node) setOutage(err error) {
 	n.outage = true
 	n.lastErr = err
 	n.mu.Unlock()
-	if !was {
-		level := "fail-closed: admitting until the fence deadline"
-		if n.cfg.Outage == HoldLastShare {
-			level = "holding the last share"
-		}
-		n.log.Warn("coordinator unreachable, "+level, "err", err)
+	if was {
+		return
 	}
-	if errors.Is(err, coord.ErrNodeIDInUse) {
-		n.log.Error("node id is held by another live process", "err", err)
+	level := "fail-closed: admitting until the fence deadline"
+	if n.cfg.Outage == HoldLastShare {
+		level = "holding the last share"
+	}
+	switch {
+	case errors.Is(err, coord.ErrNodeIDInUse):
+		n.log.Error("heartbeat refused: the node id is held by another live process; give every process its "+
+			"own NodeID ("+level+")", "err", err)
+	case errors.Is(err, coord.ErrSchema):
+		n.log.Error("heartbeat failed: the fleetlimit schema is missing or out of date; run 'fleetctl migrate up' "+
+			"as the schema owner ("+level+")", "err", err)
+	case errors.Is(err, coord.ErrInvalidReport):
+		n.log.Error("heartbeat refused: the coordinator rejected this node's report ("+level+")", "err", err)
+	default:
+		n.log.Warn("coordinator unreachable, "+level, "err", err)
 	}
 }
 

@@ -243,6 +243,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("nodes", "api")
 	step("undrain", "api", "node-a")
 	step("evict", "api", "node-b")
+	step("undrain", "api", "node-b")
 	step("relearn", "api")
 	step("keys")
 	step("nodes", "api")
@@ -349,6 +350,10 @@ func TestUnreachableDatabase(t *testing.T) {
 	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:3: connection refused\n", res.stderr)
 	res = runEnv(t, []string{"PGHOST=127.0.0.1", "PGPORT=4"}, "keys")
 	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:4: connection refused\n", res.stderr)
+	// With no database given at all, the error says how to give one.
+	res = runEnv(t, []string{"PGCONNECT_TIMEOUT=1"}, "keys")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "No database was given: name one with --database-url or $FLEET_DATABASE_URL")
 }
 
 func TestMigrateCommands(t *testing.T) {

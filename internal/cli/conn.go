@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,7 +109,14 @@ func (r *runner) openPool(c *ucli.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return connect(c.Context, cfg)
+	pool, err := connect(c.Context, cfg)
+	var ee *exitError
+	noPGEnv := os.Getenv("PGHOST") == "" && os.Getenv("PGSERVICE") == "" && os.Getenv("PGPORT") == ""
+	if s.url == "" && noPGEnv && errors.As(err, &ee) && ee.hint == "" {
+		ee.hint = fmt.Sprintf("No database was given: name one with --database-url or $%s (or $%s, or libpq's PG* variables).",
+			EnvFleetDatabaseURL, EnvDatabaseURL)
+	}
+	return pool, err
 }
 
 // connect opens a pool for cfg and pings it, all within cfg's connect

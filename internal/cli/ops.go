@@ -113,12 +113,33 @@ func rowsOf(nodes []coord.NodeInfo, nodeID string) []coord.NodeInfo {
 
 func (r *runner) undrainCommand() *ucli.Command {
 	return r.nodeOpCommand("undrain", "let NODE on KEY get a share again", "is no longer draining",
-		func(ctx context.Context, a coord.Admin, key, nodeID string) error { return a.Undrain(ctx, key, nodeID) })
+		func(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+			if err := a.Undrain(ctx, key, nodeID); err != nil {
+				return "", err
+			}
+			// Undrain clears a mark; it does not undo an eviction.
+			nodes, err := a.Nodes(ctx, key)
+			if err != nil {
+				return "", err
+			}
+			rows := rowsOf(nodes, nodeID)
+			evicted := len(rows) > 0
+			for _, n := range rows {
+				evicted = evicted && n.Evicted
+			}
+			if evicted {
+				return "is no longer draining, but it is evicted: its evicted instances never get a share " +
+					"again; a new process with this node id joins at once", nil
+			}
+			return "", nil
+		})
 }
 
 func (r *runner) evictCommand() *ucli.Command {
 	cmd := r.nodeOpCommand("evict", "fence NODE on KEY: its next heartbeat stops it admitting", "is evicted",
-		func(ctx context.Context, a coord.Admin, key, nodeID string) error { return a.Evict(ctx, key, nodeID) })
+		func(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+			return "", a.Evict(ctx, key, nodeID)
+		})
 	cmd.Description = `Every instance of the node id is evicted: its grant drops to 0 and its next
 heartbeat fences it for good; it drains its requests and leaves. Its
 capacity stays reserved until it has acknowledged and drained, or its
@@ -128,8 +149,10 @@ eviction fences processes, it does not ban a node id.`
 	return cmd
 }
 
-// nodeOpCommand builds a command that applies op to one node.
-func (r *runner) nodeOpCommand(name, usage, done string, op func(context.Context, coord.Admin, string, string) error) *ucli.Command {
+// nodeOpCommand builds a command that applies op to one node and reports
+// it done, or what op says instead.
+func (r *runner) nodeOpCommand(name, usage, done string,
+	op func(context.Context, coord.Admin, string, string) (string, error)) *ucli.Command {
 	return &ucli.Command{
 		Name:      name,
 		Usage:     usage,
@@ -141,10 +164,14 @@ func (r *runner) nodeOpCommand(name, usage, done string, op func(context.Context
 			}
 			key, nodeID := args[0], args[1]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
-				if err := op(ctx, admin, key, nodeID); err != nil {
+				said, err := op(ctx, admin, key, nodeID)
+				if err != nil {
 					return adminError(err, key, nodeID)
 				}
-				r.printf("node %q on key %q %s\n", nodeID, key, done)
+				if said == "" {
+					said = done
+				}
+				r.printf("node %q on key %q %s\n", nodeID, key, said)
 				return nil
 			})
 		}),

@@ -19,8 +19,8 @@ func Version() string {
 
 func (r *runner) versionCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "version",
-		Usage: "print fleetctl's version",
+		Name:        "version",
+		Usage:       "print fleetctl's version",
 		Description: `JSON: {name, version, go}.`,
 		Flags:       []ucli.Flag{outputFlag()},
 		Action: r.action(func(c *ucli.Context) error {
