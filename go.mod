@@ -1,6 +1,6 @@
 module github.com/fleetlimit/fleetlimit
 
-go 1.25.14
+go 1.26.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
@@ -16,6 +16,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.44.0
 	github.com/urfave/cli/v2 v2.27.7
 	go.uber.org/goleak v1.3.0
+	golang.org/x/term v0.47.0
 )
 
 require (
@@ -83,7 +84,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect

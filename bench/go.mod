@@ -1,6 +1,6 @@
 module github.com/fleetlimit/fleetlimit/bench
 
-go 1.25.14
+go 1.26.0
 
 replace github.com/fleetlimit/fleetlimit => ../
 
@@ -41,7 +41,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 )

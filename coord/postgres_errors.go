@@ -36,7 +36,7 @@ func pgError(op string, err error) error {
 		sentinel = ErrUnknownNode
 	case sqlstateInvalidOverride:
 		sentinel = ErrInvalidOverride
-	case "42883", "3F000", "42P01": // undefined function, schema, table
+	case "42883", "3F000", "42P01", "42703": // undefined function, schema, table, column
 		sentinel = ErrSchema
 	default:
 		return fmt.Errorf("coord: %s: %w", op, err)

@@ -372,12 +372,24 @@ func TestMigrateCommands(t *testing.T) {
 	step("migrate", "up")
 	step("migrate", "up")
 	step("migrate", "validate")
+	step("migrate", "down")
+	step("migrate", "status")
 	step("migrate", "down", "--to", "1")
-	step("migrate", "status")
-	step("migrate", "down")
-	step("migrate", "down")
-	step("migrate", "status")
+	step("migrate", "up")
+	step("migrate", "down", "--to", "1")
 	golden(t, "migrate_commands", out.String())
+
+	// Down never goes to zero: that is reset, which must be confirmed.
+	res = run(t, dsn, "migrate", "down")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "rolling it back removes the whole schema and every key; use 'fleetctl migrate reset'")
+	res = run(t, dsn, "migrate", "down", "--to", "0")
+	require.Equal(t, 2, res.code, res.stderr)
+	res = run(t, dsn, "migrate", "reset")
+	require.Equal(t, 2, res.code, res.stderr)
+	require.Contains(t, res.stderr, "give --yes to confirm")
+	require.Contains(t, mustRun(t, dsn, "migrate", "status"), "applied", "a refused reset changes nothing")
+	require.Equal(t, "rolled back from version 1 to 0: the fleetlimit schema is gone\n", mustRun(t, dsn, "migrate", "reset", "--yes"))
 
 	res = run(t, dsn, "keys")
 	require.Equal(t, 1, res.code)
@@ -391,4 +403,17 @@ func TestMaskKeepsWidth(t *testing.T) {
 	got := mask(in)
 	require.Equal(t, len(in), len(got))
 	require.Equal(t, "node-a  ##m##s  #.#s ago  x TIME                     ##s #h##m 40", got)
+}
+
+// TestMigrateResetRefusesLiveNodes: reset refuses while nodes are live on
+// any key, even with --yes, unless --force.
+func TestMigrateResetRefusesLiveNodes(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	seed(t, dsn)
+	res := run(t, dsn, "migrate", "reset", "--yes")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
+	require.Contains(t, mustRun(t, dsn, "keys"), "api", "nothing was removed")
+	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema is gone")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+	"golang.org/x/term"
 )
 
 const appName = "fleetctl"
@@ -20,6 +21,8 @@ type Env struct {
 	// Stdout receives results and help; Stderr receives errors and
 	// progress. Default to os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
+	// Stdin answers confirmations (migrate reset). Defaults to os.Stdin.
+	Stdin io.Reader
 	// Getenv reads the environment (FLEET_DATABASE_URL, DATABASE_URL,
 	// COLUMNS). Defaults to os.Getenv. libpq's PG* variables are read by pgx
 	// from the process environment whatever Getenv is.
@@ -36,23 +39,28 @@ func (e Env) withDefaults() Env {
 	if e.Stderr == nil {
 		e.Stderr = os.Stderr
 	}
+	if e.Stdin == nil {
+		e.Stdin = os.Stdin
+	}
 	if e.Getenv == nil {
 		e.Getenv = os.Getenv
 	}
 	if e.IsTerminal == nil {
-		e.IsTerminal = isTerminal
+		e.IsTerminal = func(w io.Writer) bool { return isTerminal(w) }
 	}
 	return e
 }
 
-// isTerminal reports whether w is an *os.File on a character device.
-func isTerminal(w io.Writer) bool {
+// stdinIsTerminal reports whether the run's stdin is a terminal, where a
+// person can answer a confirmation.
+func (r *runner) stdinIsTerminal() bool {
+	return isTerminal(r.env.Stdin)
+}
+
+// isTerminal reports whether w is an *os.File open on a terminal.
+func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // Run runs fleetctl with args (args[0] is the program name) and returns its

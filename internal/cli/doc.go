@@ -9,7 +9,8 @@
 // # Commands
 //
 //	migrate up                      apply every pending migration
-//	migrate down [--to VERSION]     roll back to VERSION (default 0: remove everything)
+//	migrate down [--to VERSION]     roll back one step, or to VERSION >= 1
+//	migrate reset [--yes] [--force] remove the whole schema (asks; refuses while nodes are live)
 //	migrate status [-o json]        list migrations and whether they are applied
 //	migrate validate                exit 3 when migrations are pending
 //	keys [-o json]                  every key with its ceiling, override and load
@@ -17,11 +18,12 @@
 //	drain KEY NODE [--wait] [--timeout 30s]
 //	undrain KEY NODE
 //	evict KEY NODE
+//	relearn KEY
 //	limits get KEY [-o json]
 //	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max]
 //	watch KEY [--interval 1s] [--count N] [-o json]
 //	demo [--duration 40s] [--nodes 4] [--workers 32] [--interval D]
-//	version
+//	version [-o json]
 //
 // Flags may follow positional arguments (drain KEY NODE --wait) and the
 // global flags may follow the command (keys --database-url URL); "--" ends

@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"path"
+	"slices"
+	"strings"
 	"strconv"
 	"time"
 
@@ -10,6 +15,7 @@ import (
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
@@ -46,19 +52,31 @@ func (r *runner) migrateCommand() *ucli.Command {
 			},
 			{
 				Name:  "down",
-				Usage: "roll migrations back to --to VERSION (default 0: remove the whole fleetlimit schema and its data)",
+				Usage: "roll back the newest applied migration, or down to --to VERSION (at least 1; 'migrate reset' removes everything)",
 				Flags: []ucli.Flag{
-					&ucli.Int64Flag{Name: "to", Usage: "the version to roll back to; 0 removes everything fleetlimit created"},
+					&ucli.Int64Flag{Name: "to", Usage: "the version to roll back to, >= 1", DefaultText: "one step back"},
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					to := c.Int64("to")
-					if to < 0 {
-						return usageErrorf("invalid value %d for --to: want >= 0", to)
+					if c.IsSet("to") && to < 1 {
+						return usageErrorf("invalid value %d for --to: want >= 1 (use 'fleetctl migrate reset' to remove the whole schema)", to)
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						before, _, err := schemaVersion(ctx, pool)
+						applied, err := appliedVersions(ctx, pool)
 						if err != nil {
 							return err
+						}
+						if len(applied) == 0 {
+							r.printf("no migration is applied; nothing to roll back\n")
+							return nil
+						}
+						before := applied[len(applied)-1]
+						if !c.IsSet("to") {
+							if len(applied) == 1 {
+								return fmt.Errorf("version %d is the first migration: rolling it back removes the whole "+
+									"schema and every key; use 'fleetctl migrate reset'", before)
+							}
+							to = applied[len(applied)-2]
 						}
 						if err := migrations.DownTo(ctx, pool, to); err != nil {
 							return err
@@ -72,6 +90,52 @@ func (r *runner) migrateCommand() *ucli.Command {
 						} else {
 							r.printf("rolled back from version %d to %d\n", before, after)
 						}
+						return nil
+					})
+				}),
+			},
+			{
+				Name:  "reset",
+				Usage: "remove the whole fleetlimit schema and its data: every key, override and node",
+				Description: `reset rolls every migration back. It asks for confirmation on a terminal
+and needs --yes otherwise. It refuses while nodes are live on any key (their
+fleets would fail closed) unless --force.`,
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
+					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live"},
+				},
+				Action: r.action(func(c *ucli.Context) error {
+					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+						current, _, err := schemaVersion(ctx, pool)
+						if err != nil {
+							return err
+						}
+						if current == 0 {
+							r.printf("no migration is applied; nothing to reset\n")
+							return nil
+						}
+						keys, live, err := liveNodes(ctx, pool)
+						if err != nil {
+							return err
+						}
+						if live > 0 && !c.Bool("force") {
+							return fmt.Errorf("%d nodes are live on %d keys: resetting now would fail their fleets "+
+								"closed; stop them first, or give --force", live, keys)
+						}
+						if !c.Bool("yes") {
+							if !r.stdinIsTerminal() {
+								return usageErrorf("reset removes every key, override and node: give --yes to confirm")
+							}
+							fmt.Fprintf(r.env.Stderr, "This removes the fleetlimit schema and all its data (%d keys, %d live nodes). Type 'reset' to confirm: ", keys, live)
+							answer, _ := bufio.NewReader(r.env.Stdin).ReadString('\n')
+							if strings.TrimSpace(answer) != "reset" {
+								return errors.New("not confirmed; nothing was changed")
+							}
+						}
+						if err := migrations.DownTo(ctx, pool, 0); err != nil {
+							return err
+						}
+						r.printf("rolled back from version %d to 0: the fleetlimit schema is gone\n", current)
 						return nil
 					})
 				}),
@@ -140,6 +204,42 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 	}
 	defer pool.Close()
 	return fn(c.Context, pool)
+}
+
+// appliedVersions returns the applied migration versions, ascending.
+func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
+	st, err := migrations.Status(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			out = append(out, s.Source.Version)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// liveNodes counts the keys and their live member nodes, through the
+// coordinator; a schema too old to list them counts none.
+func liveNodes(ctx context.Context, pool *pgxpool.Pool) (keys, live int, err error) {
+	admin, err := coord.NewPostgres(pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	ks, err := admin.Keys(ctx)
+	if errors.Is(err, coord.ErrSchema) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, k := range ks {
+		live += k.LiveNodes
+	}
+	return len(ks), live, nil
 }
 
 // schemaVersion returns the newest applied migration version (0 for none)
