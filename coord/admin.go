@@ -35,6 +35,19 @@ type Admin interface {
 	// (see State.Relearn). It returns ErrUnknownKey for a key without a
 	// row.
 	Relearn(ctx context.Context, key string) (time.Time, error)
+	// UpdateLimits changes the key's override in one step (see
+	// State.UpdateLimits) and returns the new bounds; two concurrent
+	// changes of different bounds both stay. It returns ErrUnknownKey or
+	// ErrInvalidOverride.
+	UpdateLimits(ctx context.Context, key string, c LimitsChange) (minLimit, maxLimit *int, err error)
+	// CreateKey creates the key with an override (nil: no bound), so it
+	// can be capped before any node joins. It returns ErrKeyExists, or
+	// ErrInvalidOverride for a bad name or bound.
+	CreateKey(ctx context.Context, key string, minLimit, maxLimit *int) error
+	// DeleteKey deletes the key and all its rows: nodes, drain marks,
+	// evictions. Without force it returns ErrLiveNodes while the key has
+	// live members. It returns ErrUnknownKey for a key without a row.
+	DeleteKey(ctx context.Context, key string, force bool) error
 }
 
 // KeyInfo describes one key for an operator.

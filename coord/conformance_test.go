@@ -198,11 +198,30 @@ func (c *conformance) step() {
 		minLimit, maxLimit := c.limit(), c.limit()
 		op = fmt.Sprintf("set limits %q %v %v", key, deref(minLimit), deref(maxLimit))
 		each(func(impl coordinator) result { return errResult(impl.SetLimits(ctx, key, minLimit, maxLimit)) })
+	case p < 84:
+		key := c.key()
+		ch := LimitsChange{SetMin: c.rng.IntN(2) == 0, SetMax: c.rng.IntN(2) == 0, Min: c.limit(), Max: c.limit()}
+		op = fmt.Sprintf("update limits %q %v %v %v %v", key, ch.SetMin, deref(ch.Min), ch.SetMax, deref(ch.Max))
+		each(func(impl coordinator) result {
+			_, _, err := impl.UpdateLimits(ctx, key, ch)
+			return errResult(err)
+		})
 	case p < 85:
 		key := c.key()
 		a := []Aggregate{AggregateLowerMedian, AggregateMin, "sum"}[c.rng.IntN(3)]
 		op = fmt.Sprintf("set aggregate %q %q", key, a)
 		each(func(impl coordinator) result { return errResult(impl.SetAggregate(ctx, key, a)) })
+	case p < 86 && c.rng.IntN(4) == 0: // an operator deleting or creating a key
+		key := c.key()
+		if c.rng.IntN(2) == 0 {
+			force := c.rng.IntN(2) == 0
+			op = fmt.Sprintf("delete key %q force %v", key, force)
+			each(func(impl coordinator) result { return errResult(impl.DeleteKey(ctx, key, force)) })
+		} else {
+			minLimit, maxLimit := c.limit(), c.limit()
+			op = fmt.Sprintf("create key %q %v %v", key, deref(minLimit), deref(maxLimit))
+			each(func(impl coordinator) result { return errResult(impl.CreateKey(ctx, key, minLimit, maxLimit)) })
+		}
 	case p < 86: // an operator forcing learning mode, on a key or not
 		key := c.key()
 		if c.rng.IntN(3) == 0 {
@@ -323,7 +342,8 @@ func errResult(err error) result {
 	if err == nil {
 		return result{}
 	}
-	for _, s := range []error{ErrInvalidReport, ErrNodeIDInUse, ErrUnknownKey, ErrUnknownNode, ErrInvalidOverride} {
+	for _, s := range []error{ErrInvalidReport, ErrNodeIDInUse, ErrUnknownKey, ErrUnknownNode, ErrInvalidOverride,
+		ErrKeyExists, ErrLiveNodes} {
 		if errors.Is(err, s) {
 			return result{err: s.Error()}
 		}

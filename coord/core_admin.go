@@ -116,6 +116,45 @@ func (s State) SetLimits(minLimit, maxLimit *int) (State, error) {
 	return next, nil
 }
 
+// LimitsChange is a partial change of a key's override: a bound whose Set
+// flag is false keeps its value; one set to nil is removed.
+type LimitsChange struct {
+	SetMin, SetMax bool
+	Min, Max       *int
+}
+
+// UpdateLimits applies c to the key's override in one step and validates
+// the result: ErrInvalidOverride, naming the value, for a bound outside
+// [1, MaxCount] or a max below the min.
+func (s State) UpdateLimits(c LimitsChange) (State, error) {
+	minLimit, maxLimit := optional(s.Key.MinLimit), optional(s.Key.MaxLimit)
+	if c.SetMin {
+		minLimit = c.Min
+	}
+	if c.SetMax {
+		maxLimit = c.Max
+	}
+	if err := validateLimits(pick(c.SetMin, c.Min), pick(c.SetMax, c.Max)); err != nil {
+		return s, err
+	}
+	return s.SetLimits(minLimit, maxLimit)
+}
+
+// optional is v as an optional bound: nil for 0.
+func optional(v int) *int {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func pick(set bool, v *int) *int {
+	if !set {
+		return nil
+	}
+	return v
+}
+
 // SetAggregate sets how the key folds l_local values into L_global, from the
 // next heartbeat on. It returns an error wrapping ErrInvalidOverride for an
 // unknown aggregate.

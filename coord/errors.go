@@ -32,3 +32,10 @@ var ErrInvalidOverride = errors.New("invalid override")
 // or function it calls does not exist. Run "fleetctl migrate up" (or
 // migrations.Up) as the schema's owner.
 var ErrSchema = errors.New("fleetlimit schema missing or out of date (run 'fleetctl migrate up' as the schema owner)")
+
+// ErrKeyExists is returned by CreateKey when the key has a row already.
+var ErrKeyExists = errors.New("key exists")
+
+// ErrLiveNodes is returned by DeleteKey, without force, while the key has
+// live members: deleting it would fail their fleets closed.
+var ErrLiveNodes = errors.New("key has live nodes")

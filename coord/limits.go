@@ -2,6 +2,10 @@ package coord
 
 import "time"
 
+// SchemaVersion is the migration version of the fleetlimit schema this
+// library needs (package migrations embeds it).
+const SchemaVersion = 4
+
 // The bounds a report must respect. The database enforces the same bounds
 // with CHECK constraints and checks in fleetlimit.heartbeat, so a raw SQL
 // caller cannot store what Heartbeat would refuse.

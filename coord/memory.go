@@ -175,3 +175,52 @@ func (m *Memory) Relearn(_ context.Context, key string) (time.Time, error) {
 	})
 	return until, err
 }
+
+// UpdateLimits implements Admin.UpdateLimits; see State.UpdateLimits.
+func (m *Memory) UpdateLimits(_ context.Context, key string, c LimitsChange) (minLimit, maxLimit *int, err error) {
+	if err := validateLimits(pick(c.SetMin, c.Min), pick(c.SetMax, c.Max)); err != nil {
+		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
+	}
+	err = m.update("update limits", key, func(s State, _ time.Time) (State, error) {
+		next, err := s.UpdateLimits(c)
+		minLimit, maxLimit = optional(next.Key.MinLimit), optional(next.Key.MaxLimit)
+		return next, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return minLimit, maxLimit, nil
+}
+
+// CreateKey implements Admin.CreateKey.
+func (m *Memory) CreateKey(_ context.Context, key string, minLimit, maxLimit *int) error {
+	if err := checkKeyName(key); err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
+	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.keys[key]; ok {
+		return fmt.Errorf("coord: create key: %w: %.40q", ErrKeyExists, key)
+	}
+	s, _ := NewState(key, instant(m.clock)).SetLimits(minLimit, maxLimit)
+	m.keys[key] = s
+	return nil
+}
+
+// DeleteKey implements Admin.DeleteKey.
+func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.keys[key]
+	if !ok {
+		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
+	}
+	if live := keyInfo(s, instant(m.clock)).LiveNodes; live > 0 && !force {
+		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, live, key)
+	}
+	delete(m.keys, key)
+	return nil
+}

@@ -69,6 +69,15 @@ func NewPostgres(pool *pgxpool.Pool, opts ...PostgresOption) (*Postgres, error) 
 	return p, nil
 }
 
+// stmt returns t's form for this coordinator and its arguments: args, and
+// the test clock's time last when one is set.
+func (p *Postgres) stmt(t timed, args ...any) (string, []any) {
+	if p.clock == nil {
+		return t.prod, args
+	}
+	return t.test, append(args, p.now())
+}
+
 // now is the "now" parameter: NULL unless a test clock is set.
 func (p *Postgres) now() *time.Time {
 	if p.clock == nil {
@@ -100,10 +109,10 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 		err     error
 	)
 	for attempt := 1; ; attempt++ {
-		err = p.pool.QueryRow(ctx, sqlHeartbeat,
+		sql, args := p.stmt(sqlHeartbeat,
 			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
-			micros(leaseTTL(r)), micros(requestBound(r)), labels, p.now(),
-		).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+			micros(leaseTTL(r)), micros(requestBound(r)), labels)
+		err = p.pool.QueryRow(ctx, sql, args...).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
@@ -127,8 +136,8 @@ func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 			return fmt.Errorf("coord: leave: %w", err)
 		}
 	}
-	return p.exec(ctx, "leave", sqlLeave, d.Key, d.NodeID, d.Instance, d.Inflight,
-		micros(d.Hold.Truncate(time.Microsecond)), p.now())
+	sql, args := p.stmt(sqlLeave, d.Key, d.NodeID, d.Instance, d.Inflight, micros(d.Hold.Truncate(time.Microsecond)))
+	return p.exec(ctx, "leave", sql, args...)
 }
 
 // micros is d in whole microseconds.
@@ -243,17 +252,71 @@ func (p *Postgres) Relearn(ctx context.Context, key string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("coord: relearn: %w", err)
 	}
 	var until time.Time
-	if err := p.pool.QueryRow(ctx, sqlRelearn, key, p.now()).Scan(&until); err != nil {
+	sql, args := p.stmt(sqlRelearn, key)
+	if err := p.pool.QueryRow(ctx, sql, args...).Scan(&until); err != nil {
 		return time.Time{}, pgError("relearn", err)
 	}
 	return until, nil
 }
 
-func (p *Postgres) nodeOp(ctx context.Context, op, sql, key, nodeID string) error {
+// UpdateLimits implements Admin.UpdateLimits in one call of
+// fleetlimit.update_limits.
+func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange) (minLimit, maxLimit *int, err error) {
+	if err := validateLimits(pick(c.SetMin, c.Min), pick(c.SetMax, c.Max)); err != nil {
+		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
+	}
+	if err := storable(key, "-"); err != nil {
+		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
+	}
+	err = p.pool.QueryRow(ctx, sqlUpdateLimits, key, c.SetMin, c.Min, c.SetMax, c.Max).Scan(&minLimit, &maxLimit)
+	if err != nil {
+		return nil, nil, pgError("update limits", err)
+	}
+	return minLimit, maxLimit, nil
+}
+
+// CreateKey implements Admin.CreateKey.
+func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit *int) error {
+	if err := checkKeyName(key); err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
+	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
+	sql, args := p.stmt(sqlCreateKey, key, minLimit, maxLimit)
+	return p.exec(ctx, "create key", sql, args...)
+}
+
+// DeleteKey implements Admin.DeleteKey.
+func (p *Postgres) DeleteKey(ctx context.Context, key string, force bool) error {
+	if err := storable(key, "-"); err != nil {
+		return fmt.Errorf("coord: delete key: %w", err)
+	}
+	sql, args := p.stmt(sqlDeleteKey, key, force)
+	return p.exec(ctx, "delete key", sql, args...)
+}
+
+// CheckSchema reports whether the database's fleetlimit schema is at the
+// version this library needs (SchemaVersion): ErrSchema, saying which it
+// is at and what to run, when it is missing or older.
+func (p *Postgres) CheckSchema(ctx context.Context) error {
+	var v int
+	if err := p.pool.QueryRow(ctx, sqlSchemaVer).Scan(&v); err != nil {
+		return pgError("check schema", err)
+	}
+	if v < SchemaVersion {
+		return fmt.Errorf("coord: check schema: %w: the database is at version %d, this library needs %d",
+			ErrSchema, v, SchemaVersion)
+	}
+	return nil
+}
+
+func (p *Postgres) nodeOp(ctx context.Context, op string, t timed, key, nodeID string) error {
 	if err := storable(key, nodeID); err != nil {
 		return fmt.Errorf("coord: %s: %w", op, err)
 	}
-	return p.exec(ctx, op, sql, key, nodeID, p.now())
+	sql, args := p.stmt(t, key, nodeID)
+	return p.exec(ctx, op, sql, args...)
 }
 
 func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {

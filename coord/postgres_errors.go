@@ -14,6 +14,8 @@ const (
 	sqlstateUnknownKey      = "FL003"
 	sqlstateUnknownNode     = "FL004"
 	sqlstateInvalidOverride = "FL005"
+	sqlstateKeyExists       = "FL006"
+	sqlstateLiveNodes       = "FL007"
 )
 
 // pgError wraps err from operation op as "coord: op: ...", translating the
@@ -36,6 +38,10 @@ func pgError(op string, err error) error {
 		sentinel = ErrUnknownNode
 	case sqlstateInvalidOverride:
 		sentinel = ErrInvalidOverride
+	case sqlstateKeyExists:
+		sentinel = ErrKeyExists
+	case sqlstateLiveNodes:
+		sentinel = ErrLiveNodes
 	case "42883", "3F000", "42P01", "42703": // undefined function, schema, table, column
 		sentinel = ErrSchema
 	default:

@@ -2,20 +2,37 @@ package coord
 
 // The SQL the Postgres coordinator sends. Every value is a parameter; the
 // protocol itself lives in the fleetlimit.* functions of the migrations.
-// A $n of type timestamptz named "now" is NULL in production (the database
-// uses now()) and the injected clock's time in tests (WithClock).
-const (
-	sqlHeartbeat = `SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
+//
+// A timed statement has two forms: the production one, whose function
+// reads the database's now(), and the test one, calling the function's
+// *_at twin with the injected clock's time (WithClock) as its last
+// parameter; only the schema owner may call the *_at twins. In the read
+// queries, a $n of type timestamptz named "now" is NULL in production.
+var (
+	sqlHeartbeat = timed{
+		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
        live_nodes, stale
-FROM fleetlimit.heartbeat($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+FROM fleetlimit.heartbeat($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
+       live_nodes, stale
+FROM fleetlimit.heartbeat_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`}
+	sqlLeave     = timed{`SELECT fleetlimit.leave($1, $2, $3, $4, $5)`, `SELECT fleetlimit.leave_at($1, $2, $3, $4, $5, $6)`}
+	sqlDrain     = timed{`SELECT fleetlimit.drain($1, $2)`, `SELECT fleetlimit.drain_at($1, $2, $3)`}
+	sqlUndrain   = timed{`SELECT fleetlimit.undrain($1, $2)`, `SELECT fleetlimit.undrain_at($1, $2, $3)`}
+	sqlEvict     = timed{`SELECT fleetlimit.evict($1, $2)`, `SELECT fleetlimit.evict_at($1, $2, $3)`}
+	sqlRelearn   = timed{`SELECT fleetlimit.relearn($1)`, `SELECT fleetlimit.relearn_at($1, $2)`}
+	sqlCreateKey = timed{`SELECT fleetlimit.create_key($1, $2, $3)`, `SELECT fleetlimit.create_key_at($1, $2, $3, $4)`}
+	sqlDeleteKey = timed{`SELECT fleetlimit.delete_key($1, $2)`, `SELECT fleetlimit.delete_key_at($1, $2, $3)`}
+)
 
-	sqlLeave     = `SELECT fleetlimit.leave($1, $2, $3, $4, $5, $6)`
-	sqlDrain     = `SELECT fleetlimit.drain($1, $2, $3)`
-	sqlUndrain   = `SELECT fleetlimit.undrain($1, $2, $3)`
-	sqlEvict     = `SELECT fleetlimit.evict($1, $2, $3)`
-	sqlSetLimits = `SELECT fleetlimit.set_limits($1, $2, $3)`
-	sqlSetAggr   = `SELECT fleetlimit.set_aggregate($1, $2)`
-	sqlRelearn   = `SELECT fleetlimit.relearn($1, $2)`
+// timed is a statement in its production and test forms.
+type timed struct{ prod, test string }
+
+const (
+	sqlSetLimits    = `SELECT fleetlimit.set_limits($1, $2, $3)`
+	sqlUpdateLimits = `SELECT min_limit, max_limit FROM fleetlimit.update_limits($1, $2, $3, $4, $5)`
+	sqlSetAggr      = `SELECT fleetlimit.set_aggregate($1, $2)`
+	sqlSchemaVer    = `SELECT fleetlimit.schema_version()`
 
 	// $1: now.
 	sqlKeys = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)

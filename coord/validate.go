@@ -135,3 +135,11 @@ func validateAggregate(a Aggregate) error {
 	}
 	return fmt.Errorf("%w: aggregate = %.40q, want %q or %q", ErrInvalidOverride, string(a), AggregateLowerMedian, AggregateMin)
 }
+
+// checkKeyName reports, as ErrInvalidOverride, a key name no row can hold.
+func checkKeyName(key string) error {
+	if !storableText(key) {
+		return fmt.Errorf("%w: key %.40q: want 1..%d bytes of UTF-8 without NUL", ErrInvalidOverride, key, MaxNameBytes)
+	}
+	return nil
+}

@@ -27,6 +27,12 @@ const (
 	phaseStopped
 )
 
+// schemaChecker is a coordinator that can tell whether its schema is at the
+// version this library needs (coord.Postgres).
+type schemaChecker interface {
+	CheckSchema(ctx context.Context) error
+}
+
 // startTimeout is the least time Start gives its first heartbeat, which may
 // also have to open a database connection.
 const startTimeout = 5 * time.Second
@@ -138,8 +144,10 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 // its ceiling would fight the node, which sets it on every heartbeat.
 func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 
-// Start sends the first heartbeat and, if it succeeds, starts the heartbeat
-// loop in a goroutine and returns nil. ctx bounds the start only: the first
+// Start checks that the coordinator's schema is at the version this library
+// needs (coord.ErrSchema otherwise, naming both versions), sends the first
+// heartbeat and, if it succeeds, starts the heartbeat loop in a goroutine
+// and returns nil. ctx bounds the start only: the first
 // heartbeat, which may have to open a database connection, is bounded by
 // ctx and by 5s or Config.HeartbeatTimeout, whichever is longer; the loop
 // runs until Stop has drained the node, whatever happens to ctx (its values
@@ -154,6 +162,14 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
 	n.mu.Unlock()
+	if c, ok := n.coord.(schemaChecker); ok {
+		checkCtx, cancel := context.WithTimeout(ctx, max(n.cfg.HeartbeatTimeout, startTimeout))
+		err := c.CheckSchema(checkCtx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("fleet: start: %w", err)
+		}
+	}
 	if err := n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err != nil {
 		return fmt.Errorf("fleet: start: %w", err)
 	}

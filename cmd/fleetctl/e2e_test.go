@@ -417,3 +417,98 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "keys"), "api", "nothing was removed")
 	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema is gone")
 }
+
+// TestKeysCreateDelete: a key capped before any node joins keeps the cap
+// in its first grant; delete refuses while nodes are live unless --force.
+func TestKeysCreateDelete(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	res := run(t, dsn, "limits", "set", "quota", "--max", "24")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "fleetctl keys create quota --max N")
+	require.Equal(t, "key \"quota\" created (min -, max 24)\n", mustRun(t, dsn, "keys", "create", "quota", "--max", "24"))
+	res = run(t, dsn, "keys", "create", "quota")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `key "quota" exists`)
+	res = run(t, dsn, "keys", "create", "bad", "--min", "9", "--max", "3")
+	require.Equal(t, 2, res.code, res.stderr)
+
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	g, err := c.Heartbeat(t.Context(), coord.Report{Key: "quota", NodeID: "n", Instance: "i", Seq: 1, LLocal: 100,
+		Demand: 5, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 24, g.LGlobal, "the first grant honours the cap set before the node joined")
+	require.Equal(t, 24, g.Share)
+
+	res = run(t, dsn, "keys", "delete", "quota")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "nodes are live on key \"quota\"")
+	require.Equal(t, "key \"quota\" deleted\n", mustRun(t, dsn, "keys", "delete", "quota", "--force"))
+	require.NotContains(t, mustRun(t, dsn, "keys"), "quota")
+	res = run(t, dsn, "keys", "delete", "quota")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `unknown key "quota"`)
+}
+
+// TestConcurrentLimitsSet: many limits set --min and --max on one key at
+// once all stay: each is one statement, not a read and a write.
+func TestConcurrentLimitsSet(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	mustRun(t, dsn, "keys", "create", "k")
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	for round := range 20 {
+		lo, hi := 1+round, 1000+round
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _, err := c.UpdateLimits(t.Context(), "k", coord.LimitsChange{SetMin: true, Min: &lo})
+			require.NoError(t, err)
+		})
+		wg.Go(func() {
+			_, _, err := c.UpdateLimits(t.Context(), "k", coord.LimitsChange{SetMax: true, Max: &hi})
+			require.NoError(t, err)
+		})
+		wg.Wait()
+		keys, err := c.Keys(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, lo, *keys[0].MinLimit, "round %d: the --min change was lost", round)
+		require.Equal(t, hi, *keys[0].MaxLimit, "round %d: the --max change was lost", round)
+	}
+	// And through the CLI, both flags at once.
+	require.Contains(t, mustRun(t, dsn, "limits", "set", "k", "--min", "5", "--max", "7"), "5    7")
+}
+
+// TestGrant: fleetctl grant hands an existing role a node's rights.
+func TestGrant(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	role := fmt.Sprintf("fl_grant_%d", time.Now().UnixNano())
+	_, err = pool.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN")
+	require.NoError(t, err)
+	defer func() {
+		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = pool.Exec(context.Background(), "DROP ROLE "+role)
+	}()
+	require.Equal(t, fmt.Sprintf("role %q has a fleet node's rights\n", role), mustRun(t, dsn, "grant", "node", role))
+	var ok bool
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT has_function_privilege($1,
+		'fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb)',
+		'EXECUTE')`, role).Scan(&ok))
+	require.True(t, ok)
+	res := run(t, dsn, "grant", "admin", role)
+	require.Equal(t, 2, res.code, res.stderr)
+	res = run(t, dsn, "grant", "node", "no_such_role_xyz")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `role "no_such_role_xyz" does not exist`)
+}

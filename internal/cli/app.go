@@ -166,6 +166,7 @@ func (r *runner) app() *ucli.App {
 			r.undrainCommand(),
 			r.evictCommand(),
 			r.relearnCommand(),
+			r.grantCommand(),
 			r.limitsCommand(),
 			r.watchCommand(),
 			r.demoCommand(),

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"

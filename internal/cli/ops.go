@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -228,9 +230,8 @@ Only the bounds named change: --min N and --max N set a bound (N in
 its value. A value out of range, or --max below --min, is a usage error
 (exit status 2); a bound that crosses the key's other, unchanged bound is
 refused by the coordinator (exit status 1). Prints the
-new limits. The change is a read of the current override and a write of
-the merged one: two limits set on one key at the same moment may lose
-one of the changes.`, coord.MaxCount),
+new limits. The change is one statement: two limits set on one key at the
+same moment, one on --min and one on --max, both stay.`, coord.MaxCount),
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "unchanged"},
 			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "unchanged"},
@@ -258,13 +259,18 @@ one of the changes.`, coord.MaxCount),
 			}
 			key := args[0]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				minLimit, maxLimit, err := admin.UpdateLimits(ctx, key, coord.LimitsChange{
+					SetMin: minChange.set, Min: minChange.value, SetMax: maxChange.set, Max: maxChange.value})
+				if errors.Is(err, coord.ErrUnknownKey) {
+					return fmt.Errorf("unknown key %q (to cap a key before any node joins: fleetctl keys create %s --max N)",
+						key, quoteArg(key))
+				}
+				if err != nil {
+					return adminError(err, key, "")
+				}
 				k, err := findKey(ctx, admin, key)
 				if err != nil {
 					return err
-				}
-				minLimit, maxLimit := minChange.apply(k.MinLimit), maxChange.apply(k.MaxLimit)
-				if err := admin.SetLimits(ctx, key, minLimit, maxLimit); err != nil {
-					return adminError(err, key, "")
 				}
 				k.MinLimit, k.MaxLimit = minLimit, maxLimit
 				return writeLimitsTable(r.env.Stdout, newLimitsView(k))
@@ -277,13 +283,6 @@ one of the changes.`, coord.MaxCount),
 type boundChange struct {
 	set   bool // the bound changes
 	value *int // the new bound; nil removes it
-}
-
-func (b boundChange) apply(old *int) *int {
-	if !b.set {
-		return old
-	}
-	return b.value
 }
 
 // readBoundChange reads --NAME and --clear-NAME.
@@ -333,3 +332,40 @@ granted more than it proves it holds.`,
 		}),
 	}
 }
+
+func (r *runner) grantCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "grant",
+		Usage:     "give ROLE what a fleet node (KIND node) or an operator (KIND operator) needs, and nothing more",
+		ArgsUsage: argsUsage("KIND", "ROLE"),
+		Description: `Run it as the schema's owner, after 'fleetctl migrate up'. A node role may
+heartbeat and leave; an operator role may read the tables and drain,
+undrain, evict, relearn, set limits and the aggregate, create and delete
+keys. Neither may write the tables or pass the coordinator a clock. The
+role must exist (CREATE ROLE ... LOGIN).`,
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KIND", "ROLE")
+			if err != nil {
+				return err
+			}
+			kind, role := strings.ToLower(args[0]), args[1]
+			if kind != "node" && kind != "operator" {
+				return usageErrorf("invalid KIND %q: want node or operator", args[0])
+			}
+			pool, err := r.openPool(c)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if _, err := pool.Exec(c.Context, sqlGrantRole, role, kind); err != nil {
+				return schemaHint(fmt.Errorf("grant %s rights to %q: %w", kind, role, err))
+			}
+			r.printf("role %q has a fleet %s's rights\n", role, kind)
+			return nil
+		}),
+	}
+}
+
+// sqlGrantRole hands a role a node's or an operator's rights; see
+// fleetlimit.grant_role in the migrations.
+const sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`

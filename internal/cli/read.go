@@ -79,10 +79,16 @@ func (r *runner) keysCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "keys",
 		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization",
-		Description: `Utilization is Σ in-flight / L_global over the nodes whose lease has not run out.
-JSON fields: key, l_global, min_limit, max_limit, aggregate, generation,
-created_at, live_nodes, sum_share, sum_inflight, utilization.`,
-		Flags: []ucli.Flag{outputFlag()},
+		Description: `Utilization is Σ in-flight / L_global over the live members. HELD is the
+capacity still reserved for instances that are no members (expired,
+departed, evicted); MODE is learning after the database lost state. JSON
+fields: see 'fleetctl --help' and the package documentation.
+
+'keys create KEY [--min N] [--max N]' creates a key, so that a quota can be
+capped before any node joins; 'keys delete KEY' deletes one with all its
+rows, and refuses while nodes are live on it unless --force.`,
+		Flags:       []ucli.Flag{outputFlag()},
+		Subcommands: []*ucli.Command{r.keysCreateCommand(), r.keysDeleteCommand()},
 		Action: r.action(func(c *ucli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
@@ -104,6 +110,76 @@ created_at, live_nodes, sum_share, sum_inflight, utilization.`,
 					return writeJSON(r.env.Stdout, views)
 				}
 				return writeKeysTable(r.env.Stdout, views)
+			})
+		}),
+	}
+}
+
+func (r *runner) keysCreateCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "create",
+		Usage:     "create KEY with an optional min/max override, before any node joins",
+		ArgsUsage: argsUsage("KEY"),
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "none"},
+			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "none"},
+		},
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			var bounds [2]*int
+			for i, name := range []string{"min", "max"} {
+				if !c.IsSet(name) {
+					continue
+				}
+				v := c.Int(name)
+				if v < 1 || v > coord.MaxCount {
+					return usageErrorf("invalid value %d for --%s: want 1..%d", v, name, coord.MaxCount)
+				}
+				bounds[i] = &v
+			}
+			if bounds[0] != nil && bounds[1] != nil && *bounds[1] < *bounds[0] {
+				return usageErrorf("--max %d is below --min %d", *bounds[1], *bounds[0])
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				if err := admin.CreateKey(ctx, key, bounds[0], bounds[1]); err != nil {
+					if errors.Is(err, coord.ErrKeyExists) {
+						return fmt.Errorf("key %q exists (change its limits with 'fleetctl limits set')", key)
+					}
+					return adminError(err, key, "")
+				}
+				r.printf("key %q created (min %s, max %s)\n", key, optInt(bounds[0]), optInt(bounds[1]))
+				return nil
+			})
+		}),
+	}
+}
+
+func (r *runner) keysDeleteCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "delete",
+		Usage:     "delete KEY and all its rows: nodes, drain marks, evictions",
+		ArgsUsage: argsUsage("KEY"),
+		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key"}},
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "KEY")
+			if err != nil {
+				return err
+			}
+			key := args[0]
+			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				if err := admin.DeleteKey(ctx, key, c.Bool("force")); err != nil {
+					if errors.Is(err, coord.ErrLiveNodes) {
+						return fmt.Errorf("nodes are live on key %q: deleting it would fail their fleets closed; "+
+							"stop them first, or give --force", key)
+					}
+					return adminError(err, key, "")
+				}
+				r.printf("key %q deleted\n", key)
+				return nil
 			})
 		}),
 	}

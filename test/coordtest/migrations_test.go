@@ -2,6 +2,10 @@ package coordtest
 
 import (
 	"context"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,4 +55,30 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	}
 	require.NoError(t, migrations.Up(ctx, pool))
 	heartbeat()
+}
+
+// TestSchemaVersionMatches: the newest embedded migration is the version
+// coord needs, and a migrated database says so.
+func TestSchemaVersionMatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	newest := names[len(names)-1]
+	v, err := strconv.Atoi(strings.SplitN(path.Base(newest), "_", 2)[0])
+	require.NoError(t, err)
+	require.Equal(t, coord.SchemaVersion, v, "coord.SchemaVersion is not the newest migration %s", newest)
+
+	p, err := coord.NewPostgres(pgtest.Pool(t))
+	require.NoError(t, err)
+	require.NoError(t, p.CheckSchema(ctx))
+
+	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.DownTo(ctx, pool, 3))
+	old, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	require.ErrorIs(t, old.CheckSchema(ctx), coord.ErrSchema, "a schema at version 3")
 }

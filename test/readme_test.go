@@ -1,0 +1,35 @@
+package test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadme builds every Go block of the README as the program it is, so
+// that the README's code stays true to the API.
+func TestReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(readme, -1)
+	require.NotEmpty(t, blocks, "the README has no Go block")
+	for i, b := range blocks {
+		// A directory inside the module, so the program builds against this
+		// checkout; "_" keeps it out of ./... patterns.
+		dir, err := os.MkdirTemp(".", "_readme")
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), b[1], 0o644))
+		abs, err := filepath.Abs(filepath.Join(dir, "main.go"))
+		require.NoError(t, err)
+		out, err := exec.Command("go", "build", "-o", os.DevNull, abs).CombinedOutput()
+		require.NoError(t, err, "README Go block %d does not build:\n%s\n%s", i+1, out, b[1])
+		out, err = exec.Command("go", "vet", abs).CombinedOutput()
+		require.NoError(t, err, "README Go block %d: go vet:\n%s", i+1, out)
+	}
+}
