@@ -20,8 +20,9 @@ demo: ## Run the demo: a fleet sharing a simulated provider through a throwaway 
 	$(GO) run ./cmd/fleetctl demo
 
 .PHONY: test
-test: ## Run every test with the race detector against real Postgres.
+test: ## Run every test with the race detector against real Postgres, then the examples module's.
 	$(GO) test -race -count=1 -timeout 30m ./...
+	cd examples && $(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: test-short
 test-short: ## Run the fast tests only (no Postgres, no long searches).
@@ -49,6 +50,7 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd examples && $(GO) vet ./... && $(STATICCHECK) ./...
 
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // snapshot returns every row of the fleetlimit tables as text.
@@ -37,10 +38,10 @@ func sqlstate(err error) string {
 func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := fleettest.Pool(t)
 	p := newPostgres(t, pool)
 	raw := newPostgres(t, pool)
-	raw.skipValidation = true
+	coord.SetSkipValidation(raw, true)
 
 	// Some state to protect.
 	for _, id := range []string{"a", "b"} {
@@ -52,29 +53,29 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 	long := strings.Repeat("x", 10<<10)
 	for _, tc := range []struct {
 		name   string
-		mutate func(r *Report)
+		mutate func(r *coord.Report)
 	}{
-		{"empty key", func(r *Report) { r.Key = "" }},
-		{"empty node id", func(r *Report) { r.NodeID = "" }},
-		{"10 KB node id", func(r *Report) { r.NodeID = long }},
-		{"10 KB instance", func(r *Report) { r.Instance = long }},
-		{"NUL byte in key", func(r *Report) { r.Key = "k\x00" }},
-		{"invalid UTF-8 node id", func(r *Report) { r.NodeID = "\xc3\x28" }},
-		{"negative seq", func(r *Report) { r.Seq = -1 }},
-		{"l_local 0", func(r *Report) { r.LLocal = 0 }},
-		{"l_local MaxInt64", func(r *Report) { r.LLocal = 1<<63 - 1 }},
-		{"inflight MinInt64", func(r *Report) { r.Inflight = -1 << 63 }},
-		{"demand over max", func(r *Report) { r.Demand = MaxCount + 1 }},
-		{"negative applied gen", func(r *Report) { r.AppliedGen = -1 }},
-		{"zero lease", func(r *Report) { r.LeaseTTL = 0 }},
-		{"NUL in label", func(r *Report) { r.Labels = map[string]string{"a": "\x00"} }},
-		{"10 KB label", func(r *Report) { r.Labels = map[string]string{"a": long} }},
+		{"empty key", func(r *coord.Report) { r.Key = "" }},
+		{"empty node id", func(r *coord.Report) { r.NodeID = "" }},
+		{"10 KB node id", func(r *coord.Report) { r.NodeID = long }},
+		{"10 KB instance", func(r *coord.Report) { r.Instance = long }},
+		{"NUL byte in key", func(r *coord.Report) { r.Key = "k\x00" }},
+		{"invalid UTF-8 node id", func(r *coord.Report) { r.NodeID = "\xc3\x28" }},
+		{"negative seq", func(r *coord.Report) { r.Seq = -1 }},
+		{"l_local 0", func(r *coord.Report) { r.LLocal = 0 }},
+		{"l_local MaxInt64", func(r *coord.Report) { r.LLocal = 1<<63 - 1 }},
+		{"inflight MinInt64", func(r *coord.Report) { r.Inflight = -1 << 63 }},
+		{"demand over max", func(r *coord.Report) { r.Demand = coord.MaxCount + 1 }},
+		{"negative applied gen", func(r *coord.Report) { r.AppliedGen = -1 }},
+		{"zero lease", func(r *coord.Report) { r.LeaseTTL = 0 }},
+		{"NUL in label", func(r *coord.Report) { r.Labels = map[string]string{"a": "\x00"} }},
+		{"10 KB label", func(r *coord.Report) { r.Labels = map[string]string{"a": long} }},
 	} {
 		r := rep("a", 99, 8, 1, 2, 0)
 		tc.mutate(&r)
-		for _, impl := range []*Postgres{p, raw} {
+		for _, impl := range []*coord.Postgres{p, raw} {
 			_, err := impl.Heartbeat(ctx, r)
-			require.ErrorIs(t, err, ErrInvalidReport, "%s (validated in Go: %v)", tc.name, !impl.skipValidation)
+			require.ErrorIs(t, err, coord.ErrInvalidReport, "%s (validated in Go: %v)", tc.name, !coord.SkipsValidation(impl))
 			require.LessOrEqual(t, len(err.Error()), 300, "%s: the error must not echo the whole value", tc.name)
 		}
 		require.Equal(t, before, snapshot(t, pool), tc.name)
@@ -126,16 +127,16 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 
 	// Operator calls with bad values fail cleanly too.
 	zero, five, four := 0, 5, 4
-	require.ErrorIs(t, p.SetLimits(ctx, "k", &zero, nil), ErrInvalidOverride)
-	require.ErrorIs(t, p.SetLimits(ctx, "k", &five, &four), ErrInvalidOverride)
-	require.ErrorIs(t, p.SetAggregate(ctx, "k", "sum"), ErrInvalidOverride)
-	require.ErrorIs(t, p.Drain(ctx, "k\x00", "a"), ErrUnknownKey)
-	require.ErrorIs(t, p.Evict(ctx, "k", long), ErrUnknownNode)
-	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "\xff"}), ErrInvalidReport)
-	require.ErrorIs(t, raw.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: -5}), ErrInvalidReport)
-	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1", Hold: -time.Second}), ErrInvalidReport)
+	require.ErrorIs(t, p.SetLimits(ctx, "k", &zero, nil), coord.ErrInvalidOverride)
+	require.ErrorIs(t, p.SetLimits(ctx, "k", &five, &four), coord.ErrInvalidOverride)
+	require.ErrorIs(t, p.SetAggregate(ctx, "k", "sum"), coord.ErrInvalidOverride)
+	require.ErrorIs(t, p.Drain(ctx, "k\x00", "a"), coord.ErrUnknownKey)
+	require.ErrorIs(t, p.Evict(ctx, "k", long), coord.ErrUnknownNode)
+	require.ErrorIs(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "\xff"}), coord.ErrInvalidReport)
+	require.ErrorIs(t, raw.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1", Inflight: -5}), coord.ErrInvalidReport)
+	require.ErrorIs(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1", Hold: -time.Second}), coord.ErrInvalidReport)
 	_, err := p.Nodes(ctx, "")
-	require.ErrorIs(t, err, ErrUnknownKey)
+	require.ErrorIs(t, err, coord.ErrUnknownKey)
 	require.Equal(t, before, snapshot(t, pool))
 }
 
@@ -144,7 +145,7 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 func TestMetacharactersAreData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := fleettest.Pool(t)
 	p := newPostgres(t, pool)
 	names := []string{
 		`'; DROP TABLE fleetlimit.nodes; --`,
@@ -182,6 +183,6 @@ func TestMetacharactersAreData(t *testing.T) {
 		`SELECT count(*) FROM pg_tables WHERE schemaname = 'fleetlimit'`).Scan(&tables))
 	require.Equal(t, 4, tables)
 	for _, name := range names {
-		require.NoError(t, p.Leave(ctx, Departure{Key: name, NodeID: name, Instance: name}))
+		require.NoError(t, p.Leave(ctx, coord.Departure{Key: name, NodeID: name, Instance: name}))
 	}
 }

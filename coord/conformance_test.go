@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // coordinator is what the conformance test drives.
 type coordinator interface {
-	Coordinator
-	Admin
+	coord.Coordinator
+	coord.Admin
 }
 
 // conformanceKeys include SQL metacharacters and non-ASCII text: they must
@@ -47,13 +48,13 @@ func TestConformance(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock(t0)
-			pg := newPostgres(t, pgtest.Pool(t), WithClock(clock))
-			pg.skipValidation = seed%2 == 1
+			pg := newPostgres(t, fleettest.Pool(t), coord.WithClock(clock))
+			coord.SetSkipValidation(pg, seed%2 == 1)
 			c := &conformance{
 				t:     t,
 				rng:   rand.New(rand.NewPCG(seed, 42)),
 				clock: clock,
-				impls: []coordinator{NewMemory(clock), pg},
+				impls: []coordinator{coord.NewMemory(clock), pg},
 				nodes: map[[2]string]*simNode{},
 			}
 			for range steps {
@@ -81,7 +82,7 @@ type conformance struct {
 	clock   *fakeClock
 	impls   []coordinator
 	nodes   map[[2]string]*simNode
-	pending []Report
+	pending []coord.Report
 
 	grants, stale, errs int
 }
@@ -99,12 +100,12 @@ func (c *conformance) node(key, id string) *simNode {
 }
 
 // report makes a fresh, valid report of a random node.
-func (c *conformance) report() Report {
+func (c *conformance) report() coord.Report {
 	key, id := c.key(), c.nodeID()
 	n := c.node(key, id)
 	n.seq++
 	inflight := c.rng.IntN(6)
-	r := Report{
+	r := coord.Report{
 		Key: key, NodeID: id, Instance: n.instance, Seq: n.seq,
 		LLocal: 1 + c.rng.IntN(12), Inflight: inflight, Demand: inflight + c.rng.IntN(4),
 		Epoch: n.epoch, AppliedGen: n.appliedGen, LeaseTTL: time.Duration(100+c.rng.IntN(2900)) * time.Millisecond,
@@ -175,7 +176,7 @@ func (c *conformance) step() {
 		if c.rng.IntN(5) == 0 {
 			instance = "someone-else"
 		}
-		d := Departure{Key: key, NodeID: id, Instance: instance}
+		d := coord.Departure{Key: key, NodeID: id, Instance: instance}
 		if c.rng.IntN(2) == 0 {
 			d.Inflight, d.Hold = c.rng.IntN(4), time.Duration(c.rng.IntN(3000))*time.Millisecond
 		}
@@ -200,7 +201,7 @@ func (c *conformance) step() {
 		each(func(impl coordinator) result { return errResult(impl.SetLimits(ctx, key, minLimit, maxLimit)) })
 	case p < 84:
 		key := c.key()
-		ch := LimitsChange{SetMin: c.rng.IntN(2) == 0, SetMax: c.rng.IntN(2) == 0, Min: c.limit(), Max: c.limit()}
+		ch := coord.LimitsChange{SetMin: c.rng.IntN(2) == 0, SetMax: c.rng.IntN(2) == 0, Min: c.limit(), Max: c.limit()}
 		op = fmt.Sprintf("update limits %q %v %v %v %v", key, ch.SetMin, deref(ch.Min), ch.SetMax, deref(ch.Max))
 		each(func(impl coordinator) result {
 			_, _, err := impl.UpdateLimits(ctx, key, ch)
@@ -208,7 +209,7 @@ func (c *conformance) step() {
 		})
 	case p < 85:
 		key := c.key()
-		a := []Aggregate{AggregateLowerMedian, AggregateMin, "sum"}[c.rng.IntN(3)]
+		a := []coord.Aggregate{coord.AggregateLowerMedian, coord.AggregateMin, "sum"}[c.rng.IntN(3)]
 		op = fmt.Sprintf("set aggregate %q %q", key, a)
 		each(func(impl coordinator) result { return errResult(impl.SetAggregate(ctx, key, a)) })
 	case p < 86 && c.rng.IntN(4) == 0: // an operator deleting or creating a key
@@ -272,7 +273,7 @@ func (c *conformance) limit() *int {
 	case 0:
 		return nil
 	case 1:
-		v := []int{0, -3, MaxCount + 1}[c.rng.IntN(3)]
+		v := []int{0, -3, coord.MaxCount + 1}[c.rng.IntN(3)]
 		return &v
 	}
 	v := 1 + c.rng.IntN(12)
@@ -290,7 +291,7 @@ func deref(p *int) any {
 func (c *conformance) compareTables(op string) {
 	t := c.t
 	ctx := context.Background()
-	var keys [2][]KeyInfo
+	var keys [2][]coord.KeyInfo
 	for i, impl := range c.impls {
 		ks, err := impl.Keys(ctx)
 		require.NoError(t, err)
@@ -302,7 +303,7 @@ func (c *conformance) compareTables(op string) {
 	}
 	require.Equal(t, keys[0], keys[1], "after %q: keys", op)
 	for _, k := range keys[0] {
-		var nodes [2][]NodeInfo
+		var nodes [2][]coord.NodeInfo
 		for i, impl := range c.impls {
 			ns, err := impl.Nodes(ctx, k.Key)
 			require.NoError(t, err)
@@ -327,11 +328,11 @@ func (c *conformance) compareTables(op string) {
 
 // result is a call's outcome in comparable form.
 type result struct {
-	grant *Grant
+	grant *coord.Grant
 	err   string // the sentinel's name, "" for success
 }
 
-func heartbeatResult(g Grant, err error) result {
+func heartbeatResult(g coord.Grant, err error) result {
 	if err != nil {
 		return errResult(err)
 	}
@@ -342,8 +343,7 @@ func errResult(err error) result {
 	if err == nil {
 		return result{}
 	}
-	for _, s := range []error{ErrInvalidReport, ErrNodeIDInUse, ErrUnknownKey, ErrUnknownNode, ErrInvalidOverride,
-		ErrKeyExists, ErrLiveNodes} {
+	for _, s := range []error{coord.ErrInvalidReport, coord.ErrNodeIDInUse, coord.ErrUnknownKey, coord.ErrUnknownNode, coord.ErrInvalidOverride, coord.ErrKeyExists, coord.ErrLiveNodes} {
 		if errors.Is(err, s) {
 			return result{err: s.Error()}
 		}
@@ -354,30 +354,30 @@ func errResult(err error) result {
 // badReports break exactly one bound each.
 var badReports = []struct {
 	name string
-	fn   func(r *Report)
+	fn   func(r *coord.Report)
 }{
-	{"empty key", func(r *Report) { r.Key = "" }},
-	{"long key", func(r *Report) { r.Key = strings.Repeat("k", MaxNameBytes+1) }},
-	{"NUL key", func(r *Report) { r.Key = "a\x00b" }},
-	{"invalid UTF-8 node id", func(r *Report) { r.NodeID = "n\xff" }},
-	{"10 KB node id", func(r *Report) { r.NodeID = strings.Repeat("n", 10<<10) }},
-	{"empty instance", func(r *Report) { r.Instance = "" }},
-	{"negative seq", func(r *Report) { r.Seq = -1 }},
-	{"zero l_local", func(r *Report) { r.LLocal = 0 }},
-	{"max int l_local", func(r *Report) { r.LLocal = 1<<63 - 1 }},
-	{"negative inflight", func(r *Report) { r.Inflight = -1 }},
-	{"huge demand", func(r *Report) { r.Demand = MaxCount + 1 }},
-	{"negative applied gen", func(r *Report) { r.AppliedGen = -7 }},
-	{"negative epoch", func(r *Report) { r.Epoch = -1 }},
-	{"negative request bound", func(r *Report) { r.MaxRequestDuration = -time.Second }},
-	{"request bound over a day", func(r *Report) { r.MaxRequestDuration = MaxRequestBound + time.Microsecond }},
-	{"short lease", func(r *Report) { r.LeaseTTL = 99 * time.Millisecond }},
-	{"long lease", func(r *Report) { r.LeaseTTL = MaxLeaseTTL + time.Millisecond }},
-	{"NUL label", func(r *Report) { r.Labels = map[string]string{"a": "x\x00y"} }},
-	{"long label", func(r *Report) { r.Labels = map[string]string{"a": strings.Repeat("v", MaxNameBytes+1)} }},
-	{"many labels", func(r *Report) {
+	{"empty key", func(r *coord.Report) { r.Key = "" }},
+	{"long key", func(r *coord.Report) { r.Key = strings.Repeat("k", coord.MaxNameBytes+1) }},
+	{"NUL key", func(r *coord.Report) { r.Key = "a\x00b" }},
+	{"invalid UTF-8 node id", func(r *coord.Report) { r.NodeID = "n\xff" }},
+	{"10 KB node id", func(r *coord.Report) { r.NodeID = strings.Repeat("n", 10<<10) }},
+	{"empty instance", func(r *coord.Report) { r.Instance = "" }},
+	{"negative seq", func(r *coord.Report) { r.Seq = -1 }},
+	{"zero l_local", func(r *coord.Report) { r.LLocal = 0 }},
+	{"max int l_local", func(r *coord.Report) { r.LLocal = 1<<63 - 1 }},
+	{"negative inflight", func(r *coord.Report) { r.Inflight = -1 }},
+	{"huge demand", func(r *coord.Report) { r.Demand = coord.MaxCount + 1 }},
+	{"negative applied gen", func(r *coord.Report) { r.AppliedGen = -7 }},
+	{"negative epoch", func(r *coord.Report) { r.Epoch = -1 }},
+	{"negative request bound", func(r *coord.Report) { r.MaxRequestDuration = -time.Second }},
+	{"request bound over a day", func(r *coord.Report) { r.MaxRequestDuration = coord.MaxRequestBound + time.Microsecond }},
+	{"short lease", func(r *coord.Report) { r.LeaseTTL = 99 * time.Millisecond }},
+	{"long lease", func(r *coord.Report) { r.LeaseTTL = coord.MaxLeaseTTL + time.Millisecond }},
+	{"NUL label", func(r *coord.Report) { r.Labels = map[string]string{"a": "x\x00y"} }},
+	{"long label", func(r *coord.Report) { r.Labels = map[string]string{"a": strings.Repeat("v", coord.MaxNameBytes+1)} }},
+	{"many labels", func(r *coord.Report) {
 		r.Labels = map[string]string{}
-		for i := range MaxLabels + 1 {
+		for i := range coord.MaxLabels + 1 {
 			r.Labels[fmt.Sprint(i)] = "v"
 		}
 	}},

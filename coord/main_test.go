@@ -1,9 +1,9 @@
-package coord
+package coord_test
 
 import (
 	"testing"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { fleettest.Main(m) }

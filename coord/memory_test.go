@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/coord"
 )
 
 func TestMemoryConcurrentUse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := NewMemory(nil)
+	m := coord.NewMemory(nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for i := range 20 {
@@ -22,7 +24,7 @@ func TestMemoryConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			id := fmt.Sprintf("n%d", i)
 			for seq := int64(1); seq <= 50; seq++ {
-				r := Report{Key: "k", NodeID: id, Instance: id, Seq: seq, LLocal: 10, Inflight: int(seq % 3),
+				r := coord.Report{Key: "k", NodeID: id, Instance: id, Seq: seq, LLocal: 10, Inflight: int(seq % 3),
 					Demand: 3, LeaseTTL: time.Minute}
 				if _, err := m.Heartbeat(ctx, r); err != nil {
 					errs <- err
@@ -61,22 +63,22 @@ func TestMemoryErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := newFakeClock(t0)
-	m := NewMemory(clock)
-	_, err := m.Heartbeat(ctx, Report{Key: "k"})
-	require.ErrorIs(t, err, ErrInvalidReport)
+	m := coord.NewMemory(clock)
+	_, err := m.Heartbeat(ctx, coord.Report{Key: "k"})
+	require.ErrorIs(t, err, coord.ErrInvalidReport)
 	require.ErrorContains(t, err, "coord: heartbeat: invalid report: node_id")
 	keys, err := m.Keys(ctx)
 	require.NoError(t, err)
 	require.Empty(t, keys, "a refused report creates no key")
 
 	_, err = m.Nodes(ctx, "k")
-	require.ErrorIs(t, err, ErrUnknownKey)
-	require.ErrorIs(t, m.Drain(ctx, "k", "a"), ErrUnknownKey)
-	require.ErrorIs(t, m.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1"}), ErrUnknownKey)
+	require.ErrorIs(t, err, coord.ErrUnknownKey)
+	require.ErrorIs(t, m.Drain(ctx, "k", "a"), coord.ErrUnknownKey)
+	require.ErrorIs(t, m.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"}), coord.ErrUnknownKey)
 
 	_, err = m.Heartbeat(ctx, rep("a", 1, 4, 0, 0, 0))
 	require.NoError(t, err)
-	require.ErrorIs(t, m.Evict(ctx, "k", "b"), ErrUnknownNode)
+	require.ErrorIs(t, m.Evict(ctx, "k", "b"), coord.ErrUnknownNode)
 	require.ErrorContains(t, m.Evict(ctx, "k", "b"), "coord: evict: unknown node")
 
 	clock.Advance(time.Second)
@@ -85,7 +87,7 @@ func TestMemoryErrors(t *testing.T) {
 	require.Len(t, nodes, 1)
 	require.Equal(t, ttl-time.Second, nodes[0].LeaseRemaining)
 	require.Equal(t, time.Second, nodes[0].HeartbeatAge)
-	require.Equal(t, StatusActive, nodes[0].Status)
+	require.Equal(t, coord.StatusActive, nodes[0].Status)
 }
 
 // TestMemoryRestoreLearns: a restore from an older snapshot is found out by
@@ -95,7 +97,7 @@ func TestMemoryRestoreLearns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := newFakeClock(t0)
-	m := NewMemory(clock)
+	m := coord.NewMemory(clock)
 	g, err := m.Heartbeat(ctx, rep("a", 1, 4, 0, 2, 0))
 	require.NoError(t, err)
 	backup, ok := m.Snapshot("k")

@@ -1,42 +1,22 @@
-package coord
+package coord_test
 
 import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newPostgres(t testing.TB, pool *pgxpool.Pool, opts ...PostgresOption) *Postgres {
+func newPostgres(t testing.TB, pool *pgxpool.Pool, opts ...coord.PostgresOption) *coord.Postgres {
 	t.Helper()
-	p, err := NewPostgres(pool, opts...)
+	p, err := coord.NewPostgres(pool, opts...)
 	require.NoError(t, err)
 	return p
 }
@@ -45,12 +25,12 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := newFakeClock(t0)
-	p := newPostgres(t, pgtest.Pool(t), WithClock(clock))
+	p := newPostgres(t, fleettest.Pool(t), coord.WithClock(clock))
 
 	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
 	require.NoError(t, err)
-	require.Equal(t, Grant{Share: 8, LGlobal: 8, Epoch: t0.UnixMicro(), Generation: 1, LeaseRemaining: ttl,
-		Status: StatusActive, LiveNodes: 1}, g)
+	require.Equal(t, coord.Grant{Share: 8, LGlobal: 8, Epoch: t0.UnixMicro(), Generation: 1, LeaseRemaining: ttl,
+		Status: coord.StatusActive, LiveNodes: 1}, g)
 
 	clock.Advance(500 * time.Millisecond)
 	g, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 0, 0))
@@ -61,7 +41,7 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	other := rep("a", 2, 8, 0, 0, 0)
 	other.Instance = "x"
 	_, err = p.Heartbeat(ctx, other)
-	require.ErrorIs(t, err, ErrNodeIDInUse)
+	require.ErrorIs(t, err, coord.ErrNodeIDInUse)
 
 	nodes, err := p.Nodes(ctx, "k")
 	require.NoError(t, err)
@@ -76,13 +56,13 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	require.NoError(t, p.Drain(ctx, "k", "a"))
 	require.NoError(t, p.Undrain(ctx, "k", "a"))
 	require.NoError(t, p.Evict(ctx, "k", "a"))
-	require.ErrorIs(t, p.Drain(ctx, "k", "zz"), ErrUnknownNode)
-	require.ErrorIs(t, p.Drain(ctx, "zz", "a"), ErrUnknownKey)
+	require.ErrorIs(t, p.Drain(ctx, "k", "zz"), coord.ErrUnknownNode)
+	require.ErrorIs(t, p.Drain(ctx, "zz", "a"), coord.ErrUnknownKey)
 	one := 1
 	require.NoError(t, p.SetLimits(ctx, "k", &one, nil))
-	require.NoError(t, p.SetAggregate(ctx, "k", AggregateMin))
-	require.ErrorIs(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "nope"}), ErrUnknownNode)
-	require.NoError(t, p.Leave(ctx, Departure{Key: "k", NodeID: "a", Instance: "a-1"}))
+	require.NoError(t, p.SetAggregate(ctx, "k", coord.AggregateMin))
+	require.ErrorIs(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "nope"}), coord.ErrUnknownNode)
+	require.NoError(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"}))
 }
 
 // TestLowerMedianAgrees checks the fold on both implementations: for an even
@@ -90,24 +70,24 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 func TestLowerMedianAgrees(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := fleettest.Pool(t)
 	for i, tc := range []struct {
 		lLocals []int
-		agg     Aggregate
+		agg     coord.Aggregate
 		want    int
 	}{
-		{[]int{7}, AggregateLowerMedian, 7},
-		{[]int{40, 10}, AggregateLowerMedian, 10},
-		{[]int{30, 10, 20}, AggregateLowerMedian, 20},
-		{[]int{40, 10, 30, 20}, AggregateLowerMedian, 20},
-		{[]int{5, 5, 9, 9}, AggregateLowerMedian, 5},
-		{[]int{1, 100, 100, 100, 2, 3}, AggregateLowerMedian, 3},
-		{[]int{40, 10, 30, 20}, AggregateMin, 10},
+		{[]int{7}, coord.AggregateLowerMedian, 7},
+		{[]int{40, 10}, coord.AggregateLowerMedian, 10},
+		{[]int{30, 10, 20}, coord.AggregateLowerMedian, 20},
+		{[]int{40, 10, 30, 20}, coord.AggregateLowerMedian, 20},
+		{[]int{5, 5, 9, 9}, coord.AggregateLowerMedian, 5},
+		{[]int{1, 100, 100, 100, 2, 3}, coord.AggregateLowerMedian, 3},
+		{[]int{40, 10, 30, 20}, coord.AggregateMin, 10},
 	} {
 		clock := newFakeClock(t0)
 		key := fmt.Sprintf("median-%d", i)
-		for _, impl := range []coordinator{NewMemory(clock), newPostgres(t, pool, WithClock(clock))} {
-			var g Grant
+		for _, impl := range []coordinator{coord.NewMemory(clock), newPostgres(t, pool, coord.WithClock(clock))} {
+			var g coord.Grant
 			for j, l := range tc.lLocals {
 				r := rep(fmt.Sprint(j), 1, l, 0, 1, 0)
 				r.Key = key
@@ -130,7 +110,7 @@ func TestLowerMedianAgrees(t *testing.T) {
 func TestPostgresIncarnationAndDurability(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := fleettest.Pool(t)
 	p := newPostgres(t, pool)
 	g, err := p.Heartbeat(ctx, rep("a", 1, 8, 2, 4, 0))
 	require.NoError(t, err)
@@ -156,7 +136,7 @@ func TestPostgresIncarnationAndDurability(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, until.After(time.Now()))
 	_, err = p.Relearn(ctx, "no such key")
-	require.ErrorIs(t, err, ErrUnknownKey)
+	require.ErrorIs(t, err, coord.ErrUnknownKey)
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -175,14 +155,14 @@ func TestPostgresIncarnationAndDurability(t *testing.T) {
 func TestPostgresWithoutSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	p := newPostgres(t, pool)
 	_, err = p.Heartbeat(ctx, rep("a", 1, 4, 0, 1, 0))
-	require.ErrorIs(t, err, ErrSchema)
+	require.ErrorIs(t, err, coord.ErrSchema)
 	require.ErrorContains(t, err, "fleetctl migrate up")
 	_, err = p.Keys(ctx)
-	require.ErrorIs(t, err, ErrSchema)
-	require.ErrorIs(t, p.Drain(ctx, "k", "a"), ErrSchema)
+	require.ErrorIs(t, err, coord.ErrSchema)
+	require.ErrorIs(t, p.Drain(ctx, "k", "a"), coord.ErrSchema)
 }

@@ -14,13 +14,13 @@ import (
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/internal/sim"
 )
 
 func postgresCoordinator(t *testing.T) *coord.Postgres {
 	t.Helper()
-	c, err := coord.NewPostgres(pgtest.Pool(t))
+	c, err := coord.NewPostgres(fleettest.Pool(t))
 	require.NoError(t, err)
 	return c
 }

@@ -6,11 +6,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
+	code := fleettest.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/internal/sim"
 )
 
@@ -224,7 +224,7 @@ func TestRestoredDatabaseGrantsNothingTwice(t *testing.T) {
 	t.Parallel()
 	const limit = 8
 	p := streamProvider(t)
-	pool := pgtest.Pool(t)
+	pool := fleettest.Pool(t)
 	c, err := coord.NewPostgres(pool)
 	require.NoError(t, err)
 	a := startNode(t, c, streamConfig("restore", "a", limit))

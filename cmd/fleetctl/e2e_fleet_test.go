@@ -20,8 +20,8 @@ import (
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
 )
 
 // TestDrainWaitsForLiveNode runs a real fleet node in this process with one
@@ -29,7 +29,7 @@ import (
 // released and the node has reported 0 in flight.
 func TestDrainWaitsForLiveNode(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	ctx := t.Context()
 	pool, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
@@ -174,7 +174,7 @@ func TestDemoNamedDatabase(t *testing.T) {
 		t.Skip("the demo runs for several seconds")
 	}
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 	before := mustRun(t, dsn, "keys")
 
@@ -198,7 +198,7 @@ func TestDemoIgnoresDatabaseURL(t *testing.T) {
 	}
 	requireThrowawayPostgres(t)
 	t.Parallel()
-	dsn := pgtest.EmptyDSN(t)
+	dsn := fleettest.EmptyDSN(t)
 	res := runEnv(t, []string{"DATABASE_URL=" + dsn, "FLEET_DATABASE_URL=" + dsn}, "demo", "--duration", "3s",
 		"--nodes", "2", "--workers", "4")
 	checkSummary(t, res)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // decodeJSON decodes s into a fresh value of type T, rejecting unknown
@@ -72,7 +72,7 @@ type nodeJSON struct {
 
 func TestJSONOutput(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 
 	keys := decodeJSON[[]keyJSON](t, mustRun(t, dsn, "keys", "--output", "json"))

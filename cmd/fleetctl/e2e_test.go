@@ -21,7 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := pgtest.Run(m)
+	code := fleettest.Run(m)
 	_ = os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -214,7 +214,7 @@ func seed(t *testing.T, dsn string) {
 
 func TestReadCommandsGolden(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 
 	golden(t, "keys", mustRun(t, dsn, "keys"))
@@ -229,7 +229,7 @@ func TestReadCommandsGolden(t *testing.T) {
 
 func TestWriteCommandsGolden(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 
 	var out strings.Builder
@@ -266,7 +266,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 
 	tests := []struct {
@@ -358,7 +358,7 @@ func TestUnreachableDatabase(t *testing.T) {
 
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.EmptyDSN(t)
+	dsn := fleettest.EmptyDSN(t)
 
 	res := run(t, dsn, "migrate", "validate")
 	require.Equal(t, 3, res.code, res.stderr)
@@ -409,7 +409,7 @@ func TestMaskKeepsWidth(t *testing.T) {
 // any key, even with --yes, unless --force.
 func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seed(t, dsn)
 	res := run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code)
@@ -422,7 +422,7 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 // in its first grant; delete refuses while nodes are live unless --force.
 func TestKeysCreateDelete(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	res := run(t, dsn, "limits", "set", "quota", "--max", "24")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "fleetctl keys create quota --max N")
@@ -458,7 +458,7 @@ func TestKeysCreateDelete(t *testing.T) {
 // once all stay: each is one statement, not a read and a write.
 func TestConcurrentLimitsSet(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "k")
 	pool, err := pgxpool.New(t.Context(), dsn)
 	require.NoError(t, err)
@@ -489,7 +489,7 @@ func TestConcurrentLimitsSet(t *testing.T) {
 // TestGrant: fleetctl grant hands an existing role a node's rights.
 func TestGrant(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	pool, err := pgxpool.New(t.Context(), dsn)
 	require.NoError(t, err)
 	defer pool.Close()

@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
+	code := fleettest.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -115,7 +115,7 @@ func TestConnectTimeout(t *testing.T) {
 // screen and redraws the table and the chart.
 func TestWatchLiveView(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seedKey(t, dsn)
 	var out, errOut bytes.Buffer
 	code := Run(t.Context(), []string{"fleetctl", "watch", "k", "--count", "3", "--interval", "20ms"}, Env{
@@ -142,7 +142,7 @@ func TestWatchLiveView(t *testing.T) {
 // as SIGINT does: exit status 0.
 func TestWatchContextCancel(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	seedKey(t, dsn)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()

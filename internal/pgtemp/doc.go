@@ -26,6 +26,6 @@
 // needs Options.Settings that keep the defaults' wal_level and
 // max_wal_senders; a cluster that must survive crashes wants fsync on.
 //
-// fleetlimit's tests reach this package through internal/pgtest; fleetctl demo
+// fleetlimit's tests reach this package through fleettest; fleetctl demo
 // uses it directly as its embedded database.
 package pgtemp

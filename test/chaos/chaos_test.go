@@ -118,7 +118,7 @@ func (p params) nodeFlags() []string {
 
 // requirePostgres skips t without the Postgres server binaries, or fails it
 // when Postgres is required (FLEET_REQUIRE_PG=1 or CI set, as in
-// internal/pgtest).
+// fleettest).
 func requirePostgres(t *testing.T) {
 	t.Helper()
 	dir, err := pgtemp.FindBinDir()

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // benchConns is how many connections (and goroutines) heartbeat at once.
@@ -78,7 +78,7 @@ func benchPgbench(b *testing.B) {
 			b.Fatalf("FLEET_PGBENCH_SECONDS=%q: want a positive number of seconds", s)
 		}
 	}
-	dsn := pgtest.EmptyDSN(b)
+	dsn := fleettest.EmptyDSN(b)
 	run := func(args ...string) string {
 		var out bytes.Buffer
 		cmd := exec.Command(pgbench, append(args, dsn)...)

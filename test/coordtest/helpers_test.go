@@ -7,14 +7,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // openPool opens a pool of up to maxConns connections on a fresh migrated
 // database, closed at tb's cleanup.
 func openPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.DSN(tb))
+	cfg, err := pgxpool.ParseConfig(fleettest.DSN(tb))
 	require.NoError(tb, err)
 	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)

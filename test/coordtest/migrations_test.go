@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
@@ -69,11 +69,11 @@ func TestSchemaVersionMatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, coord.SchemaVersion, v, "coord.SchemaVersion is not the newest migration %s", newest)
 
-	p, err := coord.NewPostgres(pgtest.Pool(t))
+	p, err := coord.NewPostgres(fleettest.Pool(t))
 	require.NoError(t, err)
 	require.NoError(t, p.CheckSchema(ctx))
 
-	pool, err := pgxpool.New(ctx, pgtest.EmptyDSN(t))
+	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, migrations.Up(ctx, pool))

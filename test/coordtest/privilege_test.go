@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/internal/pgtest"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // roleDSN creates a login role with kind's rights ("node", "operator", or
@@ -68,7 +68,7 @@ func denied(t *testing.T, err error, what string) {
 func TestRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgtest.DSN(t)
+	dsn := fleettest.DSN(t)
 	admin := connectAs(t, dsn)
 	nodeDB := connectAs(t, roleDSN(t, admin, dsn, "node"))
 	opDB := connectAs(t, roleDSN(t, admin, dsn, "operator"))

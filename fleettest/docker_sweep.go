@@ -1,4 +1,4 @@
-package pgtest
+package fleettest
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func removeOrphanContainers(ctx context.Context, cli client.APIClient) (int, err
 		Filters: client.Filters{}.Add("label", ownerLabel),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: list containers: %w", err)
+		return 0, fmt.Errorf("fleettest: list containers: %w", err)
 	}
 	removed := 0
 	for _, c := range list.Items {
@@ -87,7 +87,7 @@ func removeOrphanContainers(ctx context.Context, cli client.APIClient) (int, err
 			continue
 		}
 		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-			return removed, fmt.Errorf("pgtest: remove orphaned container %s: %w", c.ID, err)
+			return removed, fmt.Errorf("fleettest: remove orphaned container %s: %w", c.ID, err)
 		}
 		removed++
 	}

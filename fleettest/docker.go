@@ -1,4 +1,4 @@
-package pgtest
+package fleettest
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const (
 )
 
 // containerLabel marks the containers this package starts.
-const containerLabel = "org.fleetlimit.pgtest"
+const containerLabel = "org.fleetlimit.fleettest"
 
 // dockerPingTimeout bounds the check for a reachable Docker engine.
 const dockerPingTimeout = 5 * time.Second
@@ -35,7 +35,7 @@ const dockerPingTimeout = 5 * time.Second
 // errUnsafeEnv marks an environment in which testcontainers-go could send
 // traffic off the machine or try to pull an image; the docker backend refuses
 // to start in it.
-var errUnsafeEnv = errors.New("pgtest: unsafe testcontainers environment")
+var errUnsafeEnv = errors.New("fleettest: unsafe testcontainers environment")
 
 // guardTestcontainersEnv makes testcontainers-go talk to loopback addresses
 // only and never start the ryuk reaper: it sets TESTCONTAINERS_RYUK_DISABLED
@@ -59,7 +59,7 @@ func guardTestcontainersEnv() error {
 			continue
 		}
 		if err := os.Setenv(name, value); err != nil {
-			return fmt.Errorf("pgtest: set %s: %w", name, err)
+			return fmt.Errorf("fleettest: set %s: %w", name, err)
 		}
 	}
 	return nil
@@ -100,7 +100,7 @@ func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
 	}
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: no Docker engine reachable: %w", err)
+		return nil, fmt.Errorf("fleettest: no Docker engine reachable: %w", err)
 	}
 	if err := checkDaemonHost(cli.DaemonHost()); err != nil {
 		cli.Close()
@@ -110,7 +110,7 @@ func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
 	defer cancel()
 	if _, err := cli.Ping(pingCtx, client.PingOptions{}); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("pgtest: Docker engine at %s does not answer: %w", cli.DaemonHost(), err)
+		return nil, fmt.Errorf("fleettest: Docker engine at %s does not answer: %w", cli.DaemonHost(), err)
 	}
 	return cli, nil
 }
@@ -148,11 +148,11 @@ func startDocker(ctx context.Context) (*backend, error) {
 	defer cli.Close()
 	_, err = cli.ImageInspect(ctx, image)
 	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("pgtest: %s backend: image %s is not present locally and no registry is reachable; build it with `make pg-image` (scripts/build-pg-image.sh %s), or set %s=%s",
+		return nil, fmt.Errorf("fleettest: %s backend: image %s is not present locally and no registry is reachable; build it with `make pg-image` (scripts/build-pg-image.sh %s), or set %s=%s",
 			BackendDocker, image, image, envBackend, BackendInitdb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %s backend: inspect image %s: %w", BackendDocker, image, err)
+		return nil, fmt.Errorf("fleettest: %s backend: inspect image %s: %w", BackendDocker, image, err)
 	}
 
 	removed, err := removeOrphanContainers(ctx, cli.Client)
@@ -181,7 +181,7 @@ func startDocker(ctx context.Context) (*backend, error) {
 	)
 	if err != nil {
 		stopErr := testcontainers.TerminateContainer(ctr)
-		return nil, errors.Join(fmt.Errorf("pgtest: %s backend: %w", BackendDocker, err), stopErr)
+		return nil, errors.Join(fmt.Errorf("fleettest: %s backend: %w", BackendDocker, err), stopErr)
 	}
 	terminate := func(ctx context.Context) error {
 		return ctr.Terminate(ctx, testcontainers.StopTimeout(5*time.Second))
@@ -191,7 +191,7 @@ func startDocker(ctx context.Context) (*backend, error) {
 		err = checkLoopbackDSN(dsn)
 	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("pgtest: %s backend: %w", BackendDocker, err), terminate(context.WithoutCancel(ctx)))
+		return nil, errors.Join(fmt.Errorf("fleettest: %s backend: %w", BackendDocker, err), terminate(context.WithoutCancel(ctx)))
 	}
 	b := &backend{name: BackendDocker, adminDSN: dsn, stop: terminate}
 	if removed > 0 {

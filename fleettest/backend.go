@@ -1,4 +1,4 @@
-package pgtest
+package fleettest
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type backend struct {
 
 // errUnavailable marks "no backend can be found here", which skips tests
 // unless Postgres is required.
-var errUnavailable = errors.New("pgtest: no Postgres available: set " + envDatabaseURL +
+var errUnavailable = errors.New("fleettest: no Postgres available: set " + envDatabaseURL +
 	", or start Docker (scripts/start-dockerd.sh) and build the image (make pg-image), " +
 	"or install postgresql so that initdb is on PATH or under /usr/lib/postgresql/*/bin")
 
@@ -67,7 +67,7 @@ var (
 // Main runs the tests of m, stops the backend if one was started, and exits
 // with the tests' exit code. Call it from TestMain:
 //
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//	func TestMain(m *testing.M) { fleettest.Main(m) }
 func Main(m *testing.M) {
 	os.Exit(Run(m))
 }
@@ -101,7 +101,7 @@ func Backend() string {
 func getBackend(t testing.TB) *backend {
 	t.Helper()
 	if !mainCalled.Load() {
-		t.Fatal("pgtest: TestMain must call pgtest.Main(m) (or pgtest.Run) so that the Postgres backend is stopped after the tests")
+		t.Fatal("fleettest: TestMain must call fleettest.Main(m) (or fleettest.Run) so that the Postgres backend is stopped after the tests")
 	}
 	startOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -111,9 +111,9 @@ func getBackend(t testing.TB) *backend {
 		elapsed := time.Since(begin)
 		if startErr == nil {
 			backendName.Store(started.name)
-			t.Logf("pgtest: started the %s backend in %s", started.name, elapsed.Round(time.Millisecond))
+			t.Logf("fleettest: started the %s backend in %s", started.name, elapsed.Round(time.Millisecond))
 			if started.note != "" {
-				t.Logf("pgtest: %s", started.note)
+				t.Logf("fleettest: %s", started.note)
 			}
 		}
 	})
@@ -144,7 +144,7 @@ func startBackend(ctx context.Context) (*backend, error) {
 	case BackendDSN:
 		url := os.Getenv(envDatabaseURL)
 		if url == "" {
-			return nil, fmt.Errorf("pgtest: %s=%s but %s is empty", envBackend, choice, envDatabaseURL)
+			return nil, fmt.Errorf("fleettest: %s=%s but %s is empty", envBackend, choice, envDatabaseURL)
 		}
 		return &backend{name: BackendDSN, adminDSN: url}, nil
 	case BackendDocker:
@@ -153,7 +153,7 @@ func startBackend(ctx context.Context) (*backend, error) {
 		return startInitdb(ctx)
 	case "":
 	default:
-		return nil, fmt.Errorf("pgtest: %s=%q; want %s, %s or %s", envBackend, choice, BackendDSN, BackendDocker, BackendInitdb)
+		return nil, fmt.Errorf("fleettest: %s=%q; want %s, %s or %s", envBackend, choice, BackendDSN, BackendDocker, BackendInitdb)
 	}
 
 	if url := os.Getenv(envDatabaseURL); url != "" {
@@ -176,7 +176,7 @@ func startBackend(ctx context.Context) (*backend, error) {
 func startInitdb(ctx context.Context) (*backend, error) {
 	cluster, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %s backend: %w", BackendInitdb, err)
+		return nil, fmt.Errorf("fleettest: %s backend: %w", BackendInitdb, err)
 	}
 	return &backend{
 		name:     BackendInitdb,
@@ -194,7 +194,7 @@ func shutdown() error {
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
 		if err := started.stop(ctx); err != nil {
-			stopErr = fmt.Errorf("pgtest: stop %s backend: %w", started.name, err)
+			stopErr = fmt.Errorf("fleettest: stop %s backend: %w", started.name, err)
 		}
 	}
 	return stopErr

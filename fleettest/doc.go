@@ -1,4 +1,8 @@
-// Package pgtest gives every test its own freshly migrated Postgres database.
+// Package fleettest helps test code that uses fleetlimit: it gives each test
+// a freshly migrated Postgres database of its own, a coordinator on it, or an
+// in-memory coordinator, and starts fleet nodes that stop at the test's end.
+//
+// Import it from tests only. fleetlimit's own tests use it too.
 //
 // # Backends
 //
@@ -26,9 +30,9 @@
 // through a unix socket or a loopback address. The container's port is
 // published on 127.0.0.1 only. Ryuk being disabled, a test binary killed
 // before [Main] returns leaves its container running; containers carry the
-// label org.fleetlimit.pgtest.owner naming the process that started them, and
+// label org.fleetlimit.fleettest.owner naming the process that started them, and
 // the next docker backend to start removes those whose process is gone. By
-// hand: `docker rm -f $(docker ps -aq --filter label=org.fleetlimit.pgtest)`.
+// hand: `docker rm -f $(docker ps -aq --filter label=org.fleetlimit.fleettest)`.
 //
 // # Databases
 //
@@ -45,15 +49,28 @@
 //
 // # Use
 //
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//	func TestMain(m *testing.M) { fleettest.Main(m) }
 //
-//	func TestSomething(t *testing.T) {
+//	func TestTwoNodesShareAKey(t *testing.T) {
 //		t.Parallel()
-//		pool := pgtest.Pool(t)
+//		c := fleettest.Coordinator(t) // a coord.Postgres on its own database
+//		maxLimit := 10
+//		if err := c.CreateKey(t.Context(), "partner-api", nil, &maxLimit); err != nil {
+//			t.Fatal(err)
+//		}
+//		a := fleettest.StartNode(t, c, fleet.Config{Key: "partner-api", NodeID: "a"})
+//		b := fleettest.StartNode(t, c, fleet.Config{Key: "partner-api", NodeID: "b"})
 //		...
+//		fleettest.WaitFor(t, a, 5*time.Second, func(s fleet.State) bool { return s.LiveNodes == 2 })
 //	}
+//
+// [Pool] and [DSN] give the bare database, for code that opens its own
+// connections or runs its own queries. Unit tests that need no Postgres use
+// [Memory] with fleet.NewWithCoordinator, as the example shows. The examples
+// module of the repository (examples/) holds a complete test written this
+// way.
 //
 // Every function is safe for concurrent use by parallel tests. Using a
 // database before TestMain has called [Main] or [Run] fails the test, because
 // nothing would stop the backend afterwards.
-package pgtest
+package fleettest

@@ -1,4 +1,4 @@
-package pgtest
+package fleettest
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	dsn := DSN(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		t.Fatalf("pgtest: open pool: %v", err)
+		t.Fatalf("fleettest: open pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
@@ -75,7 +75,7 @@ func DSN(t testing.TB) string {
 		begin := time.Now()
 		templateErr = ensureTemplate(ctx, admin, b.adminDSN)
 		if templateErr == nil {
-			t.Logf("pgtest: template %s ready in %s", TemplateName(), time.Since(begin).Round(time.Millisecond))
+			t.Logf("fleettest: template %s ready in %s", TemplateName(), time.Since(begin).Round(time.Millisecond))
 		}
 	})
 	if templateErr != nil {
@@ -111,12 +111,12 @@ func getAdmin(t testing.TB, b *backend) *pgxpool.Pool {
 	}
 	cfg, err := pgxpool.ParseConfig(b.adminDSN)
 	if err != nil {
-		t.Fatalf("pgtest: %s backend address: %v", b.name, err)
+		t.Fatalf("fleettest: %s backend address: %v", b.name, err)
 	}
 	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("pgtest: open admin pool: %v", err)
+		t.Fatalf("fleettest: open admin pool: %v", err)
 	}
 	adminPool = pool
 	return adminPool
@@ -140,7 +140,7 @@ func createDatabase(t testing.TB, b *backend, admin *pgxpool.Pool, template stri
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template)); err != nil {
-		t.Fatalf("pgtest: create database %s from %s: %v", name, template, err)
+		t.Fatalf("fleettest: create database %s from %s: %v", name, template, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
@@ -164,11 +164,11 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminDSN string) e
 	name := TemplateName()
 	conn, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
-		return fmt.Errorf("pgtest: connect: %w", err)
+		return fmt.Errorf("fleettest: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockID); err != nil {
-		return fmt.Errorf("pgtest: lock template: %w", err)
+		return fmt.Errorf("fleettest: lock template: %w", err)
 	}
 
 	if err := dropStaleDatabases(ctx, admin, time.Now()); err != nil {
@@ -185,11 +185,11 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminDSN string) e
 			return err
 		}
 	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("pgtest: look up template %s: %w", name, err)
+		return fmt.Errorf("fleettest: look up template %s: %w", name, err)
 	}
 
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE template0"); err != nil {
-		return fmt.Errorf("pgtest: create template %s: %w", name, err)
+		return fmt.Errorf("fleettest: create template %s: %w", name, err)
 	}
 	dsn, err := withDatabase(adminDSN, name)
 	if err != nil {
@@ -197,15 +197,15 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminDSN string) e
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
-		return fmt.Errorf("pgtest: connect to template %s: %w", name, err)
+		return fmt.Errorf("fleettest: connect to template %s: %w", name, err)
 	}
 	err = migrations.Up(ctx, pool)
 	pool.Close()
 	if err != nil {
-		return fmt.Errorf("pgtest: migrate template %s: %w", name, err)
+		return fmt.Errorf("fleettest: migrate template %s: %w", name, err)
 	}
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"); err != nil {
-		return fmt.Errorf("pgtest: mark %s as a template: %w", name, err)
+		return fmt.Errorf("fleettest: mark %s as a template: %w", name, err)
 	}
 	return nil
 }
@@ -215,11 +215,11 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminDSN string) e
 func dropStaleDatabases(ctx context.Context, admin *pgxpool.Pool, now time.Time) error {
 	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", testDBPrefix)
 	if err != nil {
-		return fmt.Errorf("pgtest: list test databases: %w", err)
+		return fmt.Errorf("fleettest: list test databases: %w", err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("pgtest: list test databases: %w", err)
+		return fmt.Errorf("fleettest: list test databases: %w", err)
 	}
 	for _, name := range names {
 		created, ok := createdAt(name)
@@ -253,7 +253,7 @@ func createdAt(name string) (time.Time, bool) {
 // dropDatabase drops name, disconnecting its sessions.
 func dropDatabase(ctx context.Context, admin *pgxpool.Pool, name string) error {
 	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
+		return fmt.Errorf("fleettest: drop database %s: %w", name, err)
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func withDatabase(dsn, name string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "", fmt.Errorf("pgtest: parse database URL: %w", err)
+			return "", fmt.Errorf("fleettest: parse database URL: %w", err)
 		}
 		u.Path = "/" + name
 		u.RawPath = ""

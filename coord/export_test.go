@@ -1,0 +1,18 @@
+package coord
+
+// SetSkipValidation makes p send reports to the database unchecked, so the
+// external tests can exercise the SQL's own validation.
+func SetSkipValidation(p *Postgres, skip bool) { p.skipValidation = skip }
+
+// SkipsValidation reports whether p sends reports unchecked.
+func SkipsValidation(p *Postgres) bool { return p.skipValidation }
+
+// Fixtures of core_test.go, shared with the external test package.
+var (
+	T0      = t0
+	Rep     = rep
+	Applied = applied
+)
+
+// TTL is core_test.go's lease TTL.
+const TTL = ttl

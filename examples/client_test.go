@@ -1,0 +1,102 @@
+package examples_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/examples"
+	"github.com/fleetlimit/fleetlimit/fleet"
+	"github.com/fleetlimit/fleetlimit/fleettest"
+)
+
+// TestMain starts the test Postgres on first use and stops it at the end.
+func TestMain(m *testing.M) { fleettest.Main(m) }
+
+// upstream is a partner API that counts the requests it is serving.
+type upstream struct {
+	inflight, peak, served atomic.Int64
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	n := u.inflight.Add(1)
+	defer u.inflight.Add(-1)
+	for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
+	}
+	time.Sleep(20 * time.Millisecond)
+	u.served.Add(1)
+	_, _ = w.Write([]byte("ok"))
+}
+
+// TestTwoNodesShareTheQuota runs two fleet nodes, as two processes of a
+// service would, on a key capped at 8 before either joins. Each node's
+// client keeps 16 requests going for two seconds. Both nodes are granted a
+// share, their shares never add up to more than the cap, and the upstream
+// never serves more than 8 requests at once.
+func TestTwoNodesShareTheQuota(t *testing.T) {
+	t.Parallel()
+	const key, maxLimit = "partner-api", 8
+	u := &upstream{}
+	srv := httptest.NewServer(u) // listens on 127.0.0.1
+	defer srv.Close()
+
+	c := fleettest.Coordinator(t)
+	capped := maxLimit
+	if err := c.CreateKey(t.Context(), key, nil, &capped); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Postgres backend: %s", fleettest.Backend())
+
+	var nodes []*fleet.Node
+	for _, id := range []string{"node-a", "node-b"} {
+		nodes = append(nodes, fleettest.StartNode(t, c, fleet.Config{
+			Key:               key,
+			NodeID:            id,
+			HeartbeatInterval: 100 * time.Millisecond,
+			Limiter:           adaptive.Config{InitialLimit: 20, MaxQueued: 64},
+		}))
+	}
+
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	var failed atomic.Int64
+	for _, n := range nodes {
+		client := examples.NewClient(n, srv.URL)
+		for range 16 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					if _, err := client.Get(t.Context(), "/"); err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+	}
+
+	for _, n := range nodes {
+		s := fleettest.WaitFor(t, n, 5*time.Second, func(s fleet.State) bool {
+			return s.LiveNodes == 2 && s.Share > 0
+		})
+		t.Logf("%s: share %d of %d", n.ID(), s.Share, s.LGlobal)
+		if s.LGlobal > maxLimit {
+			t.Errorf("%s: L_global %d above the key's max %d", n.ID(), s.LGlobal, maxLimit)
+		}
+	}
+	a, b := nodes[0].State(), nodes[1].State()
+	if a.Share+b.Share > maxLimit {
+		t.Errorf("shares %d + %d exceed the key's max %d", a.Share, b.Share, maxLimit)
+	}
+	wg.Wait()
+
+	t.Logf("upstream served %d requests, peak %d in flight; %d client errors", u.served.Load(), u.peak.Load(), failed.Load())
+	if p := u.peak.Load(); p > maxLimit {
+		t.Errorf("upstream saw %d requests in flight, above the key's max %d", p, maxLimit)
+	}
+	if u.served.Load() == 0 {
+		t.Error("upstream served nothing")
+	}
+}
