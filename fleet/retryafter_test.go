@@ -28,6 +28,14 @@ func TestRetryAfter(t *testing.T) {
 		{"ms wins", map[string]string{"Retry-After": "3", "retry-after-ms": "250"}, 250 * time.Millisecond, true},
 		{"fractional ms", map[string]string{"retry-after-ms": "1.5"}, 1500 * time.Microsecond, true},
 		{"bad ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "x"}, 2 * time.Second, true},
+		{"seconds overflowing a Duration are capped", map[string]string{"Retry-After": "10000000000"}, maxRetryAfter, true},
+		{"seconds wrapping a Duration are capped", map[string]string{"Retry-After": "18446744074"}, maxRetryAfter, true},
+		{"beyond int64 is capped", map[string]string{"Retry-After": "99999999999999999999999"}, maxRetryAfter, true},
+		{"fractional seconds", map[string]string{"Retry-After": "1.5"}, 1500 * time.Millisecond, true},
+		{"huge ms is capped", map[string]string{"retry-after-ms": "1e300"}, maxRetryAfter, true},
+		{"NaN ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "NaN"}, 2 * time.Second, true},
+		{"beyond float64 is capped", map[string]string{"Retry-After": "1e400"}, maxRetryAfter, true},
+		{"Inf seconds is invalid", map[string]string{"Retry-After": "Inf"}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
