@@ -30,15 +30,18 @@ import (
 //     admission until it passes.
 //   - Any other response frees its slot when its body has been read to the
 //     end (or, with a known length, fully read and closed): a streamed
-//     response occupies the upstream for its whole length. A 2xx–4xx
-//     response's time to headers is a latency sample; a 5xx other than 503
-//     gives none.
+//     response occupies the upstream for its whole length. A 2xx or 3xx
+//     response's time to headers is a latency sample; any other status
+//     gives none (a 404 answered at once is not the upstream's no-load
+//     latency).
 //   - A request the client gives up on after sending it — an error or
 //     timeout from the transport, the caller's context ending, the body
 //     closed or failing before its end — may still run at the upstream: its
 //     slot stays held for Config.AbandonedHold (no longer than the bound).
-//     A timeout counts as a drop at once. A request that failed before it
-//     was sent frees its slot at once.
+//     A timeout before the response's headers counts as a drop at once;
+//     after them nothing does (a caller's own deadline mid-stream, or a
+//     user pressing stop, is no overload signal). A request that failed
+//     before it was sent frees its slot at once.
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -89,12 +92,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.node.lim.RetryAfter(d)
 		}
 		body.once.Do(le.Drop)
-	case code >= 500:
+	case code >= 400:
+		// An error answered at once (404, 400, 401…) says nothing of the
+		// upstream's no-load latency; an internal error says nothing of
+		// its load. Neither is a sample.
 		body.rtt = -1
 	}
 	// The request ends when its context does, if its body has not ended
-	// first: the caller gave up, or the bound has come.
-	body.stop = context.AfterFunc(ctx, func() { body.abandon(pastDeadline(ctx)) })
+	// first: the caller gave up, or the bound has come. Once the headers
+	// are back, neither is an overload signal: the upstream answered.
+	body.stop = context.AfterFunc(ctx, func() { body.abandon() })
 	resp.Body = body
 	return resp, nil
 }
@@ -123,7 +130,7 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 		b.finish()
 		b.release()
 	default:
-		b.abandon(isTimeout(err))
+		b.abandon()
 	}
 	return n, err
 }
@@ -133,7 +140,7 @@ func (b *leaseBody) Close() error {
 		b.finish() // all of a known length was read
 	}
 	err := b.ReadCloser.Close()
-	b.abandon(false) // closed before its end: the upstream may still send
+	b.abandon() // closed before its end: the upstream may still send
 	b.release()
 	return err
 }
@@ -150,9 +157,9 @@ func (b *leaseBody) finish() {
 }
 
 // abandon gives the lease up as abandoned: its slot stays held for the
-// hold, and a timeout counts as a drop.
-func (b *leaseBody) abandon(drop bool) {
-	b.once.Do(func() { abandon(b.lease, drop, b.bound, b.hold) })
+// hold. It is never a drop: the headers came back.
+func (b *leaseBody) abandon() {
+	b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
 }
 
 // release ends the request's context once the body is done with.

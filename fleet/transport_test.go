@@ -227,3 +227,78 @@ func TestTransportRefusesWhenNotStarted(t *testing.T) {
 	_, err = get(t, client, "http://127.0.0.1:1/")
 	require.ErrorIs(t, err, ErrNotStarted)
 }
+
+// TestTransportClientErrorsTakeNoSample: an instant 404 among slower 200s
+// is not the upstream's no-load latency, so it must not lower the min-RTT
+// window (which would collapse the estimate).
+func TestTransportClientErrorsTakeNoSample(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}))
+	defer srv.Close()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil)}
+	do := func(path string) {
+		resp, err := get(t, client, srv.URL+path)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i := range 60 {
+		if i%3 == 2 {
+			do("/missing")
+		} else {
+			do("/ok")
+		}
+	}
+	snap := n.Limiter().Snapshot()
+	require.GreaterOrEqual(t, snap.RTTNoload, 15*time.Millisecond, "a 404's round trip became the no-load latency: %+v", snap)
+	require.Zero(t, snap.Drops)
+}
+
+// TestTransportCallerCancelAfterHeadersIsNoDrop: a caller that stops
+// reading a stream (its own deadline, a user pressing stop) once the
+// headers came back is not an overload signal; before the headers, a
+// timeout still is.
+func TestTransportCallerCancelAfterHeadersIsNoDrop(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for range 20 {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_, _ = w.Write([]byte("data: token\n\n"))
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 20 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(nil)}
+	before := n.Limiter().Snapshot().Estimate
+
+	for range 8 {
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err, "the headers come at once")
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		resp.Body.Close()
+		cancel()
+	}
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "slots held for AbandonedHold only: %+v", n.State())
+	require.Zero(t, n.State().Drops, "the caller's own deadline after the headers is no drop")
+	require.GreaterOrEqual(t, n.Limiter().Snapshot().Estimate, before)
+}
