@@ -115,10 +115,15 @@ func (n *Node) report(now time.Time) coord.Report {
 	n.seq++
 	n.lastSend = now
 	// Demand is the most the node had in flight and queued at any moment
-	// since its last report, plus the admissions it refused: a node that
-	// served anything during the interval keeps a share. A joining node
-	// asks for at least one slot; a stopping one wants nothing more.
-	demand := min(n.lim.TakePeak()+n.unmet, coord.MaxCount)
+	// since its last report, plus what it refused: a node that served
+	// anything during the interval keeps a share. Refusals add at most the
+	// peak again (at least one), since a caller that retries a refused
+	// admission in a loop is refused many times for one slot it wants: a
+	// starved node's demand doubles per heartbeat instead of counting
+	// retries. A joining node asks for at least one slot; a stopping one
+	// wants nothing more.
+	peak := n.lim.TakePeak()
+	demand := min(peak+min(n.unmet, max(peak, 1)), coord.MaxCount)
 	switch {
 	case n.phase == phaseNew:
 		demand = max(demand, 1)

@@ -364,3 +364,40 @@ func TestStopDuringStartLeavesNothingHeld(t *testing.T) {
 	}
 	startNode(t, mem, testConfig("k", "a"))
 }
+
+// TestRefusalsDoNotInflateDemand: a caller that retries a refused
+// TryAcquire in a loop is one caller wanting one more slot, not a thousand.
+// The node's reported demand grows at most twofold per heartbeat over what
+// it held.
+func TestRefusalsDoNotInflateDemand(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.LeaseTTL = 400 * time.Millisecond
+	cfg.Limiter = adaptive.Config{InitialLimit: 4, MinLimit: 4, MaxLimit: 4, MaxQueued: 10}
+	n := startNode(t, c, cfg)
+	var leases []Lease
+	eventually(t, func() bool {
+		if le, ok := n.TryAcquire(); ok {
+			leases = append(leases, le)
+		}
+		return len(leases) == 4
+	}, "four slots: %+v", n.State())
+	defer func() {
+		for _, le := range leases {
+			le.Release()
+		}
+	}()
+	for range 300 {
+		for range 1000 {
+			_, ok := n.TryAcquire()
+			require.False(t, ok)
+		}
+		nodes, err := c.Nodes(t.Context(), "k")
+		require.NoError(t, err)
+		require.Len(t, nodes, 1)
+		require.LessOrEqual(t, nodes[0].Demand, 8, "4 held, refusals in a loop: %+v", nodes[0].NodeState)
+		time.Sleep(time.Millisecond)
+	}
+}
