@@ -39,12 +39,16 @@ import (
 //     remembered in Evictions, and its later reports are answered
 //     StatusEvicted.
 //   - L_global is the aggregate (lower median or min) of l_local over the
-//     members, self included, clamped to the key's [MinLimit, MaxLimit].
+//     voting members, self included, clamped to the key's [MinLimit,
+//     MaxLimit]. A member votes when it holds a share or has requests in
+//     flight (self: its share before this report, its in-flight in it).
+//     When no member does, L_global stays as it was; on a key that has
+//     none yet (0), every member votes.
 //   - Target: 0 when draining (a durable mark on the node id) or without
 //     demand. Otherwise, with n eligible members (not draining, demand >
 //     0), D their summed demand, d self's demand and R = max(0, L_global −
-//     n): 1 + R·d/D. The targets add up to at most L_global when n ≤
-//     L_global.
+//     n): 1 + ⌈R·d/D⌉. The targets may add up to more than L_global (by
+//     less than n); the occupancy cap below keeps the shares within it.
 //   - Share = max(0, min(target, L_global − Σ Reserve of every other
 //     holding row)), members or not; in learning mode also at most what
 //     the node proves it holds: r.Inflight, or the share this epoch already
@@ -108,8 +112,15 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		Nodes: make([]NodeState, 0, len(s.Nodes)+1)}
 	next.Key.MaxLeaseTTL = max(next.Key.MaxLeaseTTL, leaseTTL(r))
 	next.Key.MaxRequestDuration = max(next.Key.MaxRequestDuration, requestBound(r))
+	// Voters: the members whose l_local rests on recent samples (see
+	// votes). When none does, L_global stays; a key without one yet takes
+	// every member's.
 	lLocals := make([]int, 0, len(s.Nodes)+1)
+	voters := make([]int, 0, len(s.Nodes)+1)
 	lLocals = append(lLocals, self.LLocal)
+	if self.votes() {
+		voters = append(voters, self.LLocal)
+	}
 	var peerInflight, peerReserve, sumDemand, members int
 	eligible := 0
 	if !self.Draining && self.Demand > 0 {
@@ -133,6 +144,9 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		if n.Member(now) {
 			members++
 			lLocals = append(lLocals, n.LLocal)
+			if n.votes() {
+				voters = append(voters, n.LLocal)
+			}
 			if !n.Draining && n.Demand > 0 {
 				eligible++
 				sumDemand += n.Demand
@@ -140,7 +154,16 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		}
 	}
 
-	lGlobal := s.Key.clamp(s.Key.Aggregate.fold(lLocals))
+	var lGlobal int
+	switch {
+	case len(voters) > 0:
+		lGlobal = s.Key.Aggregate.fold(voters)
+	case s.Key.LGlobal > 0:
+		lGlobal = s.Key.LGlobal // nobody measured: nothing new to go by
+	default:
+		lGlobal = s.Key.Aggregate.fold(lLocals)
+	}
+	lGlobal = s.Key.clamp(lGlobal)
 	target := 0
 	if !self.Draining && self.Demand > 0 {
 		target = splitTarget(lGlobal, eligible, sumDemand, self.Demand)
@@ -248,11 +271,20 @@ func (s State) evictedGrant(now time.Time) Grant {
 // splitTarget is the demand-proportional target of one of n eligible nodes
 // with demand d > 0 out of total demand sumDemand, under ceiling lGlobal.
 // Every eligible node gets a floor of 1; the rest, R = max(0, lGlobal − n),
-// is split by demand with floor division.
+// is split by demand, rounded up so that no remainder is left ungranted:
+// the targets may add up to more than lGlobal, and the occupancy cap gives
+// the last to ask what the others leave.
 func splitTarget(lGlobal, n, sumDemand, d int) int {
 	rest := max(0, lGlobal-n)
-	return 1 + rest*d/sumDemand
+	return 1 + (rest*d+sumDemand-1)/sumDemand
 }
+
+// votes reports whether n's l_local counts toward L_global: only a node
+// that holds a share or has requests in flight has been measuring the
+// upstream lately. A starved node's l_local is as old as its last sample,
+// and a joiner's first report carries its initial limit; counting them
+// would hold L_global down (a lower median of two is the minimum).
+func (n NodeState) votes() bool { return n.Share > 0 || n.Inflight > 0 }
 
 // fold aggregates l_local values; vs is not empty and is reordered.
 func (a Aggregate) fold(vs []int) int {

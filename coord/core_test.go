@@ -118,7 +118,7 @@ func TestHeartbeatRules(t *testing.T) {
 		// Counting them, the lower median of 1, 1, 9, 9 would be 1.
 		s:     state(0, 0, row("b", 9, 0, 1, 0, 0), evictedRow("c", 1), evictedRow("d", 1)),
 		r:     rep("a", 1, 9, 0, 1, 0),
-		grant: Grant{Share: 4, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
+		grant: Grant{Share: 5, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
 	}, {
 		name:  "lower median ignores expired rows",
 		s:     state(0, 0, row("c", 30, 0, 1, 0, 0), done, expired),
@@ -132,7 +132,7 @@ func TestHeartbeatRules(t *testing.T) {
 			return s
 		}(),
 		r:     rep("a", 1, 20, 0, 1, 0),
-		grant: Grant{Share: 2, LGlobal: 7, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+		grant: Grant{Share: 3, LGlobal: 7, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "max override clamps",
 		s: func() State {
@@ -158,11 +158,46 @@ func TestHeartbeatRules(t *testing.T) {
 		r:     rep("a", 1, 10, 0, 3, 0),
 		grant: Grant{Share: 7, LGlobal: 10, Generation: 5, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
 	}, {
-		name: "demand split rounds down",
-		// L=10, n=3, R=7, D=1+1+1: self 1+7/3 = 3.
+		name: "demand split rounds up, so the shares can add up to L_global",
+		// L=10, n=3, R=7, D=1+1+1: self 1+⌈7/3⌉ = 4; the occupancy cap
+		// keeps the sum within L_global.
 		s:     state(10, 0, row("b", 10, 0, 1, 0, 0), row("c", 10, 0, 1, 0, 0)),
 		r:     rep("a", 1, 10, 0, 1, 0),
-		grant: Grant{Share: 3, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+		grant: Grant{Share: 4, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+	}, {
+		name: "the last of three rounded-up shares is capped by the others' reserve",
+		// b and c hold 4 each: self gets 10−8 = 2, and Σ share = L_global.
+		s:     state(10, 2, row("b", 10, 0, 1, 4, 4), row("c", 10, 0, 1, 4, 4)),
+		r:     rep("a", 1, 10, 0, 1, 0),
+		grant: Grant{Share: 2, LGlobal: 10, Generation: 3, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+	}, {
+		name: "only members holding a share or requests vote",
+		// b and c are starved (no share, nothing in flight): their l_local
+		// rests on no recent sample. a holds the only slot; its l_local 5
+		// alone sets L_global, where counting b and c would keep it at 1.
+		// Self: 1+⌈(5−3)·5/15⌉ = 2.
+		s: state(1, 1, func() NodeState { a := row("a", 1, 1, 5, 1, 1); a.GrantedGen = 1; return a }(),
+			row("b", 1, 0, 5, 0, 0), row("c", 1, 0, 5, 0, 0)),
+		r:     rep("a", 2, 5, 1, 5, 1),
+		grant: Grant{Share: 2, LGlobal: 5, Generation: 2, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+	}, {
+		name: "a joiner's first report does not vote",
+		// b holds 60 of a measured 60; c joins with its initial 20. The
+		// lower median of two would be 20.
+		s:     state(60, 1, row("b", 60, 30, 40, 60, 60)),
+		r:     rep("c", 1, 20, 0, 1, 0),
+		grant: Grant{Share: 0, LGlobal: 60, Generation: 2, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 30, LiveNodes: 2},
+	}, {
+		name: "with no voter, L_global stays",
+		// Nobody holds a share or requests: nothing new to go by.
+		s:     state(30, 0, row("b", 10, 0, 1, 0, 0), row("c", 40, 0, 1, 0, 0)),
+		r:     rep("a", 1, 5, 0, 1, 0),
+		grant: Grant{Share: 10, LGlobal: 30, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
+	}, {
+		name: "with no voter and no L_global yet, every member votes",
+		s:     state(0, 0, row("b", 10, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0)),
+		r:     rep("a", 1, 20, 0, 1, 0),
+		grant: Grant{Share: 7, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "idle peers get no floor",
 		// L=10, n=2 (c is idle), R=8, D=2: self 1+8*1/2 = 5.
@@ -256,10 +291,10 @@ func TestHeartbeatAcknowledgement(t *testing.T) {
 	// b joins; a holds 4 granted, not yet acknowledged: b gets nothing.
 	s, g = mustHeartbeat(t, s, rep("b", 1, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share)
-	// a reports without having applied gen 1: its target is now 1 (b has
-	// most of the demand), but it may still enforce 4.
+	// a reports without having applied gen 1: its target is now
+	// 1+⌈2·1/5⌉ = 2 (b has most of the demand), but it may still enforce 4.
 	s, g = mustHeartbeat(t, s, rep("a", 2, 4, 0, 1, 0), t0)
-	require.Equal(t, 1, g.Share)
+	require.Equal(t, 2, g.Share)
 	require.Equal(t, 4, node(s, "a").UnackedHigh, "unacknowledged grants stay reserved")
 	s, g = mustHeartbeat(t, s, rep("b", 2, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share, "a may still enforce 4")
@@ -269,13 +304,14 @@ func TestHeartbeatAcknowledgement(t *testing.T) {
 	wrongEpoch.Epoch = a.Epoch - 1
 	s, _ = mustHeartbeat(t, s, wrongEpoch, t0)
 	require.Equal(t, 4, node(s, "a").UnackedHigh)
-	// a applies its newest grant and says so: the reserve drops to 1.
+	// a applies its newest grant and says so: the reserve drops to 2.
 	ack := rep("a", 4, 4, 0, 1, a.GrantedGen)
 	ack.Epoch = a.Epoch
 	s, g = mustHeartbeat(t, s, ack, t0)
-	require.Equal(t, 1, node(s, "a").UnackedHigh)
-	require.Equal(t, 1, g.Share)
-	// b's target: L=4, n=2, R=2, D=1+4: 1+2·4/5 = 2.
+	require.Equal(t, 2, node(s, "a").UnackedHigh)
+	require.Equal(t, 2, g.Share)
+	// b's target: L=4, n=2, R=2, D=1+4: 1+⌈2·4/5⌉ = 3, capped at 4−2 by
+	// a's reserve.
 	_, g = mustHeartbeat(t, s, rep("b", 3, 4, 0, 4, 0), t0)
 	require.Equal(t, 2, g.Share)
 }

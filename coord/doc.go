@@ -35,14 +35,15 @@
 // now + LeaseTTL and its hold the lease end + MaxRequestDuration, and its
 // grant is acknowledged when the report applied it (same Epoch, AppliedGen
 // ≥ GrantedGen). Rows whose hold has ended are deleted. L_global is the
-// lower median (or the minimum) of the members' l_local values, clamped by
-// the operator's override. The node's target is its demand-proportional
-// part of L_global with a floor of 1 for members with demand (0 when
-// draining or without demand), and its share is that target capped by what
-// every other holding row's reserve leaves: share = max(0, min(target,
-// L_global − Σ reserve)). A changed share is issued under a new generation.
-// All arithmetic is integer with floor division, so SQL and Go agree bit
-// for bit.
+// lower median (or the minimum) of the voting members' l_local values —
+// members holding a share or requests in flight, the only ones measuring
+// the upstream; L_global stays when none does — clamped by the operator's
+// override. The node's target is its demand-proportional part of L_global,
+// rounded up, with a floor of 1 for members with demand (0 when draining
+// or without demand), and its share is that target capped by what every
+// other holding row's reserve leaves: share = max(0, min(target, L_global −
+// Σ reserve)). A changed share is issued under a new generation. All
+// arithmetic is integer, so SQL and Go agree bit for bit.
 //
 // # Why Σ in-flight ≤ L_global
 //

@@ -89,7 +89,7 @@ func TestLowerMedianAgrees(t *testing.T) {
 		for _, impl := range []coordinator{coord.NewMemory(clock), newPostgres(t, pool, coord.WithClock(clock))} {
 			var g coord.Grant
 			for j, l := range tc.lLocals {
-				r := rep(fmt.Sprint(j), 1, l, 0, 1, 0)
+				r := rep(fmt.Sprint(j), 1, l, 1, 1, 0) // in flight: every node votes
 				r.Key = key
 				var err error
 				g, err = impl.Heartbeat(ctx, r)

@@ -124,6 +124,8 @@ func (n *Node) report(now time.Time) coord.Report {
 	// wants nothing more.
 	peak := n.lim.TakePeak()
 	demand := min(peak+min(n.unmet, max(peak, 1)), coord.MaxCount)
+	// Reports that never arrived (an outage) still count.
+	demand = max(demand, n.unsentDemand)
 	switch {
 	case n.phase == phaseNew:
 		demand = max(demand, 1)
@@ -166,9 +168,15 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	n.metrics.heartbeat.Observe(took.Seconds())
 	if err != nil {
 		n.metrics.heartbeatErrors.Add(1)
+		n.mu.Lock()
+		n.unsentDemand = max(n.unsentDemand, r.Demand)
+		n.mu.Unlock()
 		n.setOutage(err)
 		return fmt.Errorf("heartbeat: %w", err)
 	}
+	n.mu.Lock()
+	n.unsentDemand = 0
+	n.mu.Unlock()
 	n.apply(sent, g)
 	return nil
 }

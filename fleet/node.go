@@ -77,6 +77,7 @@ type Node struct {
 	lastBeat     time.Time // send time of the last successful heartbeat
 	lastSend     time.Time // send time of the last heartbeat attempt
 	unmet        int       // admissions refused since the last report
+	unsentDemand int       // the largest demand of reports that failed since the last success
 	lowered      bool      // share fell below in-flight; beat once drained
 	ackDue       bool      // a lowered share was applied; beat to ack it
 	cappedBeat   bool      // an early beat for a capped share was sent this period

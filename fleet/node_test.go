@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -120,11 +121,11 @@ func TestWarmStartFromGlobalLimit(t *testing.T) {
 	cfg = testConfig("k", "b")
 	cfg.Limiter.InitialLimit = 5
 	b := startNode(t, c, cfg)
-	// The joiner's first report counts toward L_global (the lower median
-	// of 40 and 5 is 5); it then starts its estimate there, not at its
-	// own initial limit.
+	// The joiner's first report does not vote (it rests on no sample), so
+	// L_global stays 40; the joiner then starts its estimate there, not at
+	// its own initial limit.
 	st := b.State()
-	require.Equal(t, 5, st.LGlobal)
+	require.Equal(t, 40, st.LGlobal)
 	require.Equal(t, float64(st.LGlobal), st.Estimate)
 }
 
@@ -400,4 +401,101 @@ func TestRefusalsDoNotInflateDemand(t *testing.T) {
 		require.LessOrEqual(t, nodes[0].Demand, 8, "4 held, refusals in a loop: %+v", nodes[0].NodeState)
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestStarvedNodesDoNotHoldTheLimitDown: three busy nodes start at limit
+// 1 on an upstream with room to spare. Whoever holds the only slot measures;
+// the starved nodes measure nothing, so their l_local must not vote, or
+// the lower median keeps L_global at 1 for good.
+func TestStarvedNodesDoNotHoldTheLimitDown(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	var nodes []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		cfg := testConfig("k", id)
+		cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 100, MaxQueued: 100}
+		n := startNode(t, c, cfg)
+		nodes = append(nodes, n)
+		defer busy(n, 8, 2*time.Millisecond)()
+	}
+	eventually10s(t, func() bool { return nodes[0].State().LGlobal >= 10 },
+		func() string { return fmt.Sprintf("L_global stayed low: %+v", nodes[0].State()) })
+}
+
+// TestRestartKeepsTheLimit: a node that restarts joins with its initial
+// limit; its first report must not drag a two-node fleet's L_global (the
+// lower median of two is the minimum) down to that initial limit. AIMD
+// with no drops holds its estimate at the max, so any fall comes from
+// the restart, not from latency noise on a loaded machine.
+func TestRestartKeepsTheLimit(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	cfg := func(id string) Config {
+		cfg := testConfig("k", id)
+		cfg.Limiter = adaptive.Config{Law: adaptive.AIMD, InitialLimit: 20, MinLimit: 1, MaxLimit: 60, MaxQueued: 100}
+		return cfg
+	}
+	a := startNode(t, c, cfg("a"))
+	defer busy(a, 80, 2*time.Millisecond)()
+	b, err := NewWithCoordinator(c, cfg("b"))
+	require.NoError(t, err)
+	require.NoError(t, b.Start(t.Context()))
+	stopB := busy(b, 80, 2*time.Millisecond)
+	eventually10s(t, func() bool { return a.State().LGlobal == 60 },
+		func() string { return fmt.Sprintf("the fleet did not reach its max: %+v", a.State()) })
+
+	stopB()
+	require.NoError(t, b.Stop(t.Context()))
+	b2 := startNode(t, c, cfg("b"))
+	defer busy(b2, 80, 2*time.Millisecond)()
+	low := 60
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		low = min(low, a.State().LGlobal, b2.State().LGlobal)
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, low, 54, "L_global fell by more than 10%% when b restarted")
+}
+
+// eventually10s polls cond every 5 ms for up to 10 s, and fails t with
+// describe's account of the state then.
+func eventually10s(t *testing.T, cond func() bool, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDemandSurvivesAnOutage: the demand of reports that never arrived
+// is carried into the first one that does, so a node whose requests ended
+// during a partition does not come back asking for nothing.
+func TestDemandSurvivesAnOutage(t *testing.T) {
+	t.Parallel()
+	m := coord.NewMemory(nil)
+	h := &hangingCoordinator{Coordinator: m}
+	a := startNode(t, h, testConfig("k", "a"))
+	h.setHang(true)
+	var leases []Lease
+	for range 3 {
+		le, ok := a.TryAcquire()
+		require.True(t, ok)
+		leases = append(leases, le)
+	}
+	eventually(t, func() bool { return a.State().Outage }, "a heartbeat failed")
+	time.Sleep(100 * time.Millisecond) // more failed heartbeats
+	for _, le := range leases {
+		le.Release()
+	}
+	time.Sleep(60 * time.Millisecond) // a failed heartbeat after the releases
+	before := a.State().LastHeartbeat
+	h.setHang(false)
+	eventually(t, func() bool { return a.State().LastHeartbeat.After(before) }, "reachable again")
+	nodes, err := m.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.GreaterOrEqual(t, nodes[0].Demand, 3, "the outage's demand was lost: %+v", nodes[0].NodeState)
 }

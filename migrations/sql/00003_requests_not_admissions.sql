@@ -208,6 +208,8 @@ DECLARE
     v_eligible      bigint;
     v_sum_demand    bigint;
     v_l_locals      integer[];
+    v_voters        integer[];
+    v_self_votes    boolean;
     v_any_gone      boolean := false;
     v_all_members   boolean;
     v_m             integer;
@@ -348,9 +350,11 @@ BEGIN
            count(*) FILTER (WHERE NOT o.draining AND o.demand > 0),
            coalesce(sum(o.demand) FILTER (WHERE NOT o.draining), 0),
            array_agg(o.l_local ORDER BY o.l_local),
+           array_agg(o.l_local ORDER BY o.l_local) FILTER (WHERE o.share > 0 OR o.inflight > 0),
            min(o.lease_expires_at) FILTER (WHERE o.node_id = p_node_id),
            min(o.lease_expires_at) > v_now AND NOT bool_or(o.evicted OR o.departed)
-      INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_until, v_all_members
+      INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_voters, v_until,
+           v_all_members
       FROM fleetlimit.nodes AS o
      WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance);
     IF NOT coalesce(v_all_members, true) THEN
@@ -360,11 +364,12 @@ BEGIN
                count(*) FILTER (WHERE x.member AND NOT x.draining AND x.demand > 0),
                coalesce(sum(x.demand) FILTER (WHERE x.member AND NOT x.draining), 0),
                array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member),
+               array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member AND (x.share > 0 OR x.inflight > 0)),
                coalesce(bool_or(x.gone), false),
                min(x.lease_expires_at) FILTER (WHERE x.member AND x.node_id = p_node_id)
-          INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_any_gone,
-               v_until
-          FROM (SELECT o.node_id, o.inflight, o.demand, o.l_local, o.draining, o.lease_expires_at,
+          INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_voters,
+               v_any_gone, v_until
+          FROM (SELECT o.node_id, o.inflight, o.demand, o.l_local, o.share, o.draining, o.lease_expires_at,
                        greatest(o.unacked_high, o.share, o.inflight) AS reserve,
                        o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed) AS member,
                        o.hold_until > v_now AS holding,
@@ -393,13 +398,32 @@ BEGIN
         v_eligible := v_eligible + 1;
         v_sum_demand := v_sum_demand + p_demand;
     END IF;
-    -- Fold l_local over the m members' sorted values a[1..m] and self's x.
-    -- The lower median of m + 1 values is the k-th smallest, k = (m + 2) / 2;
-    -- with x inserted into a, that is a[k] if x ≥ a[k], a[k-1] if x < a[k-1],
-    -- else x: greatest(a[k-1], least(x, a[k])), where greatest and least
-    -- ignore the NULL of an index out of bounds (k - 1 = 0, or k = m + 1).
+    -- The voters: members holding a share or requests in flight (self: its
+    -- share before this report, its in-flight in it), whose l_local rests
+    -- on recent samples. When none does, L_global stays; a key without one
+    -- yet (0) takes every member's.
+    v_self_votes := v_old_share > 0 OR p_inflight > 0;
+    IF v_self_votes OR v_voters IS NOT NULL THEN
+        v_l_locals := v_voters;
+    ELSIF k.l_global > 0 THEN
+        v_l_locals := ARRAY[k.l_global];
+    ELSE
+        v_self_votes := true;
+    END IF;
+    -- Fold l_local over the m voters' sorted values a[1..m], and self's x
+    -- when it votes. The lower median of m + 1 values is the k-th smallest,
+    -- k = (m + 2) / 2; with x inserted into a, that is a[k] if x ≥ a[k],
+    -- a[k-1] if x < a[k-1], else x: greatest(a[k-1], least(x, a[k])),
+    -- where greatest and least ignore the NULL of an index out of bounds
+    -- (k - 1 = 0, or k = m + 1). Without x, it is a[(m + 1) / 2].
     v_m := coalesce(cardinality(v_l_locals), 0);
-    IF k.aggregate = 'min' THEN
+    IF NOT v_self_votes THEN
+        IF k.aggregate = 'min' THEN
+            v_l := v_l_locals[1];
+        ELSE
+            v_l := v_l_locals[(v_m + 1) / 2];
+        END IF;
+    ELSIF k.aggregate = 'min' THEN
         v_l := least(p_l_local, v_l_locals[1]);
     ELSE
         v_k := (v_m + 2) / 2;
@@ -412,10 +436,12 @@ BEGIN
         v_l := k.min_limit;
     END IF;
 
-    -- 6. Demand-proportional target with a floor of 1, for a node with demand.
+    -- 6. Demand-proportional target with a floor of 1, for a node with
+    -- demand, rounded up so no remainder is left ungranted (the occupancy
+    -- cap keeps the shares within L_global).
     v_target := 0;
     IF NOT v_draining AND p_demand > 0 THEN
-        v_target := 1 + (greatest(0, v_l - v_eligible) * p_demand) / v_sum_demand;
+        v_target := 1 + (greatest(0, v_l - v_eligible) * p_demand + v_sum_demand - 1) / v_sum_demand;
     END IF;
 
     -- 7. Occupancy cap; in learning mode, no more than the node proves: its
