@@ -194,7 +194,7 @@ func TestHeartbeatRules(t *testing.T) {
 		r:     rep("a", 1, 5, 0, 1, 0),
 		grant: Grant{Share: 10, LGlobal: 30, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
-		name: "with no voter and no L_global yet, every member votes",
+		name:  "with no voter and no L_global yet, every member votes",
 		s:     state(0, 0, row("b", 10, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0)),
 		r:     rep("a", 1, 20, 0, 1, 0),
 		grant: Grant{Share: 7, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
