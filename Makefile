@@ -33,7 +33,7 @@ bench: ## Run the benchmarks (BENCHTIME=1s).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 .PHONY: report
-report: ## Regenerate docs/benchmarks.md: model, overhead and fleet comparisons (about 5 minutes).
+report: ## Regenerate docs/benchmarks.md: model, overhead, fleet and liveness (about 20 minutes).
 	cd bench && $(GO) run ./cmd/report -out ../docs
 
 .PHONY: test-bench

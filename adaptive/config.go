@@ -123,6 +123,17 @@ type Config struct {
 	// slower than LatencyTarget, at most once per round trip.
 	// Defaults to 0.9. Must be in (0, 1).
 	AIMDBackoff float64
+	// AIMDProbe, when positive, makes AIMD probe faster the longer it goes
+	// without a decrease: after AIMDProbe round trips with no drop and no
+	// backoff the increase doubles, and doubles again every AIMDProbe round
+	// trips after that, up to a quarter of the estimate per round trip. A
+	// drop or a backoff starts it again at AIMDIncrease. Near the capacity
+	// it last hit, AIMD then adds AIMDIncrease per round trip, so its
+	// probes above that capacity are small; after the capacity grows it
+	// finds the new one in a number of round trips that grows with the
+	// logarithm of the difference, not with the difference itself.
+	// Defaults to 0 (off): a constant AIMDIncrease. Must be in [0, 1<<20].
+	AIMDProbe int
 	// LatencyTarget is the round-trip time above which AIMD backs off.
 	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
 	LatencyTarget time.Duration
@@ -259,6 +270,9 @@ func (cfg Config) validate() error {
 	if !(cfg.AIMDBackoff > 0 && cfg.AIMDBackoff < 1) {
 		bad("AIMDBackoff", cfg.AIMDBackoff, "(0, 1)")
 	}
+	if cfg.AIMDProbe < 0 || cfg.AIMDProbe > maxRTTWindow {
+		bad("AIMDProbe", cfg.AIMDProbe, fmt.Sprintf("[0, %d] (0 = off)", maxRTTWindow))
+	}
 	if cfg.LatencyTarget < 0 {
 		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off)")
 	}
@@ -306,3 +320,28 @@ func (systemClock) Now() time.Time { return time.Now() }
 type globalRand struct{}
 
 func (globalRand) Float64() float64 { return rand.Float64() }
+
+// FlatLatency returns the configuration for an upstream whose latency
+// does not grow with its load: one that answers at once with 429 (or 503)
+// above a capacity it does not announce, as most API quotas do. There the
+// round-trip time carries no sign of the capacity — any rise is noise,
+// which Gradient2 would read as queueing and settle below the capacity —
+// and the refusals are the only signal. The law is AIMD on drops alone
+// (LatencyTarget 0): AIMDIncrease 0.25 per round trip, doubling every
+// AIMDProbe = 5 round trips without a drop (every round trip before the
+// first drop); a drop backs off by BackoffRatio 0.95, at most once per
+// round trip, and, under a ceiling, takes a slot off it at once (see
+// SetCeiling). UtilizationThreshold 0.8 lets the estimate rise only while
+// the load is within 80 % of it, so the estimate cannot run far ahead of
+// what was tried. Every other field is the zero value, so its default
+// applies; set MaxQueued, the limits and the clock on the result as for
+// any Config. docs/benchmarks.md measures it against a static split.
+func FlatLatency() Config {
+	return Config{
+		Law:                  AIMD,
+		AIMDIncrease:         0.25,
+		AIMDProbe:            5,
+		BackoffRatio:         0.95,
+		UtilizationThreshold: 0.8,
+	}
+}

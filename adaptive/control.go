@@ -6,8 +6,13 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n, floor(estimate)). 0 admits nothing and a negative n
-// counts as 0. Lowering the ceiling never revokes leases already admitted;
+// limit becomes min(n − cut, floor(estimate)). Every drop adds one to cut
+// at once, so a node whose share is too large for the upstream stops
+// sending its excess before its next share arrives; every 5 round trips
+// without a drop give one slot back. The cut never takes the last slot of
+// a non-zero ceiling. A new ceiling lower than the last
+// absorbs as much of the cut as it lowers. 0 admits nothing and a
+// negative n counts as 0. Lowering the ceiling never revokes leases already admitted;
 // raising it hands freed slots to queued waiters at once. There is no
 // ceiling until the first call. SetCeiling removes any deadline set by
 // SetCeilingUntil.
@@ -25,7 +30,11 @@ func (l *Limiter) SetCeiling(n int) { l.SetCeilingUntil(n, time.Time{}) }
 func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	l.ceiling, l.hasCeiling, l.ceilingUntil = max(n, 0), true, deadline
+	n = max(n, 0)
+	if l.hasCeiling && n < l.ceiling {
+		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
+	}
+	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.dispatch(now)
 	l.mu.Unlock()
 }
@@ -36,6 +45,7 @@ func (l *Limiter) ClearCeiling() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
+	l.cut = 0
 	l.dispatch(now)
 	l.mu.Unlock()
 }

@@ -56,13 +56,28 @@
 //
 // A drop multiplies the estimate by Config.BackoffRatio under every law,
 // at most once per round trip: a drop of a request admitted before the
-// last decrease does not decrease again. With Config.MaxHealthyRTT set, a
-// released sample slower than it counts as a drop. RetryAfter and
-// PauseUntil refuse all admission until the given time.
+// last decrease does not decrease again. Under a ceiling, every drop also
+// takes one slot off the ceiling at once (never its last), and every 5
+// round trips without a drop give one back: a fleet node whose share has
+// become too large for the upstream stops refilling its excess slots with
+// requests that will be refused too, without waiting for its next share.
+// With Config.MaxHealthyRTT set, a released sample slower than it counts
+// as a drop. RetryAfter and PauseUntil refuse all admission until the
+// given time.
+//
+// # Flat-latency upstreams
+//
+// An upstream that answers 429 above a capacity it does not announce, and
+// is as fast at its capacity as when idle, gives the round-trip time no
+// signal: Gradient2 then reads timing jitter as queueing and settles below
+// the capacity. FlatLatency returns the configuration for such an
+// upstream: AIMD on drops alone, whose step doubles after every
+// Config.AIMDProbe round trips without a drop.
 //
 // # Admission
 //
-// The effective limit is min(ceiling, floor(estimate)); the ceiling is set
+// The effective limit is min(ceiling − cut, floor(estimate)), where cut
+// counts the slots drops took (above); the ceiling is set
 // from outside (SetCeiling), by a fleet node to its share of the global
 // limit and to 0 when fenced. Lowering the limit never revokes admitted
 // leases. TryAcquire never waits. Acquire waits in FIFO order while fewer

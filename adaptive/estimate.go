@@ -39,6 +39,12 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			l.round++
 			l.window.push(l.roundMin)
 			l.roundMin = 0
+			if l.cut > 0 {
+				if l.cutCalm++; l.cutCalm >= cutRecovery {
+					l.cut--
+					l.cutCalm = 0
+				}
+			}
 			switch l.cfg.Law {
 			case AIMD:
 				l.aimdSample(now, rec, rtt, load)
@@ -48,9 +54,24 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		}
 	}
 	if o == dropped {
-		l.drops++
-		l.backoff(now, rec, l.cfg.BackoffRatio)
+		l.drop(now, rec)
 	}
+}
+
+// drop applies one overload signal for rec. The ceiling, if any, loses
+// one slot at once (see SetCeiling), so a node whose share is too large
+// for the upstream stops sending its excess before its next share
+// arrives; the slot comes back after cutRecovery round trips without a
+// drop. The estimate is multiplied by BackoffRatio, at most once per round
+// trip (see backoff). The caller holds l.mu.
+func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
+	l.drops++
+	l.calmRounds = 0
+	if l.hasCeiling {
+		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
+		l.cutCalm = 0
+	}
+	l.backoff(now, rec, l.cfg.BackoffRatio)
 }
 
 // propose moves the estimate to next, subject to the utilization guard:
@@ -82,6 +103,7 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio float64) {
 	}
 	l.backoffEpoch++
 	l.lastBackoff = now
+	l.calmRounds = 0
 	l.estimate = l.clampEstimate(l.estimate * ratio)
 }
 

@@ -52,8 +52,7 @@ func (le Lease) ObserveDrop() {
 		return
 	}
 	le.rec.dropSeen = true
-	l.drops++
-	l.backoff(now, le.rec, l.cfg.BackoffRatio)
+	l.drop(now, le.rec)
 }
 
 // Admitted returns when the lease was admitted, by the limiter's clock; the

@@ -20,6 +20,8 @@ type Limiter struct {
 	ceiling      int
 	hasCeiling   bool
 	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
+	cut          int       // slots drops have taken off the ceiling; < ceiling unless 0
+	cutCalm      int       // round trips without a drop since cut last changed
 	inflight     int
 	peak         int // most in flight + queued since the last TakePeak
 	peerInflight int
@@ -27,6 +29,7 @@ type Limiter struct {
 	drops        uint64
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
+	calmRounds   uint64        // AIMD round trips since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	window       minWindow
@@ -138,15 +141,15 @@ func (l *Limiter) Acquire(ctx context.Context) (Lease, error) {
 }
 
 // limit is the effective limit at now: floor(estimate), or MinLimit while
-// recalibrating, capped by the ceiling, and 0 once the ceiling's deadline
-// has passed. The caller holds l.mu.
+// recalibrating, capped by the ceiling less the slots drops have cut from
+// it, and 0 once the ceiling's deadline has passed. The caller holds l.mu.
 func (l *Limiter) limit(now time.Time) int {
 	n := int(l.estimate)
 	if l.recal.active() {
 		n = l.cfg.MinLimit
 	}
-	if l.hasCeiling && l.ceiling < n {
-		n = l.ceiling
+	if l.hasCeiling && l.ceiling-l.cut < n {
+		n = max(l.ceiling-l.cut, 0)
 	}
 	if l.ceilingExpired(now) {
 		n = 0
@@ -225,3 +228,7 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 	l.dispatch(now)
 	l.mu.Unlock()
 }
+
+// cutRecovery is how many round trips without a drop give back one slot
+// that a drop cut from the ceiling.
+const cutRecovery = 5

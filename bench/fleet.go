@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,6 +85,10 @@ type FleetScenario struct {
 	// WorkersPerNode is how many workers send through each node, each one
 	// request at a time.
 	WorkersPerNode int
+	// Workers, when set, gives each node its own number of workers
+	// (len(Workers) must be Nodes), overriding WorkersPerNode: a fleet of
+	// unequal demand.
+	Workers []int
 	// BaseLatency is the provider's latency within capacity.
 	BaseLatency time.Duration
 	// Duration is how long the load runs.
@@ -98,6 +103,10 @@ type FleetScenario struct {
 	SampleEvery time.Duration
 	// RequestTimeout bounds every request; a timed-out request is a drop.
 	RequestTimeout time.Duration
+	// LatencyShaped makes the provider serve every request, slower above
+	// its capacity (BaseLatency·k/C with k in flight), instead of
+	// answering 429 there.
+	LatencyShaped bool
 	// Pause is how long a worker waits after a 429 or an error before it
 	// sends again; it bounds the load that rejected requests put on the
 	// machine.
@@ -122,6 +131,23 @@ func DefaultFleetScenario() FleetScenario {
 		RequestTimeout: time.Second,
 		Pause:          20 * time.Millisecond,
 	}
+}
+
+// WorkersOf returns how many workers node i runs.
+func (s FleetScenario) WorkersOf(i int) int {
+	if s.Workers != nil {
+		return s.Workers[i]
+	}
+	return s.WorkersPerNode
+}
+
+// TotalWorkers returns the fleet's demand: every node's workers.
+func (s FleetScenario) TotalWorkers() int {
+	n := 0
+	for i := range s.Nodes {
+		n += s.WorkersOf(i)
+	}
+	return n
 }
 
 // Steps returns the provider's capacity schedule.
@@ -164,8 +190,12 @@ func (s FleetScenario) validate() error {
 	switch {
 	case s.Capacity < 2 || s.Nodes < 1 || s.Capacity < s.Nodes:
 		return fmt.Errorf("bench: FleetScenario: Capacity = %d, Nodes = %d, want Capacity ≥ max(2, Nodes)", s.Capacity, s.Nodes)
-	case s.WorkersPerNode < 1:
+	case s.Workers == nil && s.WorkersPerNode < 1:
 		return fmt.Errorf("bench: FleetScenario.WorkersPerNode = %d, want ≥ 1", s.WorkersPerNode)
+	case s.Workers != nil && len(s.Workers) != s.Nodes:
+		return fmt.Errorf("bench: FleetScenario.Workers has %d entries, want Nodes = %d", len(s.Workers), s.Nodes)
+	case s.Workers != nil && slices.Min(s.Workers) < 1:
+		return fmt.Errorf("bench: FleetScenario.Workers = %v, want every entry ≥ 1", s.Workers)
 	case s.BaseLatency <= 0 || s.Duration < 3*time.Second || s.SampleEvery <= 0 || s.RequestTimeout <= 0 || s.Pause < 0:
 		return errors.New("bench: FleetScenario: BaseLatency, SampleEvery, RequestTimeout must be > 0, Duration ≥ 3s, Pause ≥ 0")
 	case s.Settle < 0 || s.Settle >= s.Duration/3:
@@ -178,19 +208,15 @@ func (s FleetScenario) validate() error {
 
 // FleetLimiterConfig returns the adaptive.Config of the independent
 // adaptive nodes and of the fleetlimit nodes' local limiters: the
-// flat-latency configuration of the integration tests. In 429 mode the
-// provider's latency is flat (a request over capacity is refused, never
-// slowed), so any rise in round-trip time is noise, not queueing:
-// Tolerance 1 and a constant headroom of 2 make Gradient2 a gentle
-// additive probe (smoothing·2 = 0.4 per round trip) that the 429s cut back
-// by BackoffRatio. InitialLimit is the library default (20): neither C nor
-// N is known. maxQueued lets every worker of a node wait for a slot.
+// library's preset for a flat-latency upstream, adaptive.FlatLatency. In
+// 429 mode the provider's latency is flat (a request over capacity is
+// refused, never slowed), so the refusals are the only signal.
+// InitialLimit is the library default (20): neither C nor N is known.
+// maxQueued lets every worker of a node wait for a slot.
 func FleetLimiterConfig(maxQueued int) adaptive.Config {
-	return adaptive.Config{
-		Tolerance: 1.0,
-		QueueSize: func(float64) float64 { return 2 },
-		MaxQueued: maxQueued,
-	}
+	cfg := adaptive.FlatLatency()
+	cfg.MaxQueued = maxQueued
+	return cfg
 }
 
 // FleetSample is one point of a run's time series.
@@ -256,6 +282,18 @@ type FleetResult struct {
 // Goodput returns successful requests per second.
 func (r FleetResult) Goodput() float64 { return float64(r.Succeeded) / r.Elapsed.Seconds() }
 
+// MedianInflightRatio returns the median over the series of the fleet's
+// mean attempted in-flight ÷ the capacity then.
+func (r FleetResult) MedianInflightRatio() float64 {
+	var ratios []float64
+	for _, s := range r.Series {
+		if s.Capacity > 0 {
+			ratios = append(ratios, s.Inflight/float64(s.Capacity))
+		}
+	}
+	return Summarize(ratios).Median
+}
+
 // RejectedFraction returns 429s ÷ requests sent.
 func (r FleetResult) RejectedFraction() float64 {
 	if r.Sent == 0 {
@@ -302,7 +340,7 @@ func RunFleetWay(ctx context.Context, sc FleetScenario, way FleetWay, env FleetE
 	prov, err := sim.StartProvider(sim.ProviderConfig{
 		Capacity:    sim.Stepped(sc.Steps()),
 		BaseLatency: sc.BaseLatency,
-		Reject429:   true,
+		Reject429:   !sc.LatencyShaped,
 	})
 	if err != nil {
 		return FleetResult{}, fmt.Errorf("bench: fleet: %w", err)
@@ -315,8 +353,8 @@ func RunFleetWay(ctx context.Context, sc FleetScenario, way FleetWay, env FleetE
 	bases := make([]*http.Transport, sc.Nodes)
 	for i := range clients {
 		bases[i] = &http.Transport{
-			MaxIdleConns:        sc.WorkersPerNode * 2,
-			MaxIdleConnsPerHost: sc.WorkersPerNode * 2,
+			MaxIdleConns:        sc.WorkersOf(i) * 2,
+			MaxIdleConnsPerHost: sc.WorkersOf(i) * 2,
 			IdleConnTimeout:     30 * time.Second,
 		}
 		clients[i] = &http.Client{Transport: nodes.transport(i, &countingTransport{base: bases[i], meter: m, node: i})}
@@ -339,7 +377,7 @@ func RunFleetWay(ctx context.Context, sc FleetScenario, way FleetWay, env FleetE
 		m.sampleLoop(loadCtx, nodes.probe)
 	}()
 	for i := range sc.Nodes {
-		for range sc.WorkersPerNode {
+		for range sc.WorkersOf(i) {
 			wg.Go(func() { worker(loadCtx, sc, clients[i], prov.URL(), i) })
 		}
 	}

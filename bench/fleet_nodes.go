@@ -36,8 +36,8 @@ func newFleetNodes(ctx context.Context, sc FleetScenario, way FleetWay, env Flee
 			f.sems = append(f.sems, make(chan struct{}, size))
 		}
 	case IndependentAdaptive:
-		for range sc.Nodes {
-			l, err := adaptive.New(env.Limiter(sc.WorkersPerNode))
+		for i := range sc.Nodes {
+			l, err := adaptive.New(env.Limiter(sc.WorkersOf(i)))
 			if err != nil {
 				return nil, fmt.Errorf("bench: fleet: %w", err)
 			}
@@ -63,7 +63,7 @@ func newFleetNodes(ctx context.Context, sc FleetScenario, way FleetWay, env Flee
 				// and stops serving as soon as its client goes away.
 				MaxRequestDuration: 10 * time.Second,
 				AbandonedHold:      100 * time.Millisecond,
-				Limiter:            env.Limiter(sc.WorkersPerNode),
+				Limiter:            env.Limiter(sc.WorkersOf(i)),
 				Logger:             env.Logger,
 			})
 			if err == nil {

@@ -18,12 +18,18 @@ import (
 // Targets of the fleet comparison, for the fleetlimit way.
 const (
 	targetFleetOfIdeal  = 0.90 // goodput ÷ the provider's ideal goodput
-	targetFleetRejected = 0.01 // 429s ÷ requests sent
-	targetFleetPeak     = 1.05 // attempted in-flight ÷ capacity
+	targetFleetOfSplit  = 0.95 // goodput ÷ static C/N's in the same run
+	targetFleetRejected = 0.02 // 429s ÷ requests sent
+	targetFleetPeak     = 1.10 // steady attempted in-flight ÷ capacity
+	targetHalveBeats    = 2    // convergence after the halving, in heartbeats
+	targetDoubleWithin  = 3 * time.Second
 )
 
-// fleetImage is the plot of one way.
-func fleetImage(w bench.FleetWay) string { return "fleet-" + w.Slug() + ".png" }
+// fleetImage is the plot of one way in the section named prefix.
+func fleetImage(prefix string, w bench.FleetWay) string { return prefix + "-" + w.Slug() + ".png" }
+
+// unequalWorkers is the demand of the unequal fleet's eight nodes.
+var unequalWorkers = []int{64, 64, 8, 8, 2, 2, 1, 1}
 
 // fleetRun is one way's runs, or why it was not measured.
 type fleetRun struct {
@@ -98,9 +104,22 @@ func fleetScenario(opts Options) bench.FleetScenario {
 	return sc
 }
 
+// runFleet is the four-node section.
 func runFleet(ctx context.Context, e *env) (string, error) {
-	start := time.Now()
+	return runFleetSection(ctx, e, fleetScenario(e.opts), "fleet", "3. Fleet: four nodes sharing one provider", true)
+}
+
+// runFleetUnequal is the section of eight nodes of unequal demand.
+func runFleetUnequal(ctx context.Context, e *env) (string, error) {
 	sc := fleetScenario(e.opts)
+	sc.Nodes, sc.Workers = len(unequalWorkers), unequalWorkers
+	return runFleetSection(ctx, e, sc, "fleet8", "4. Fleet: eight nodes of unequal demand", false)
+}
+
+// runFleetSection runs every way on sc and renders the section; full adds
+// the limiter's properties, the diagnosis and the findings.
+func runFleetSection(ctx context.Context, e *env, sc bench.FleetScenario, prefix, title string, full bool) (string, error) {
+	start := time.Now()
 	load := loadAverage()
 
 	pg, pgErr := bench.StartFleetPostgres(ctx, 8)
@@ -146,15 +165,25 @@ func runFleet(ctx context.Context, e *env) (string, error) {
 		if r.skipped != "" {
 			continue
 		}
-		if err := plotFleet(filepath.Join(e.imgDir, fleetImage(r.way)), r.runs[r.rep()]); err != nil {
+		if err := plotFleet(filepath.Join(e.imgDir, fleetImage(prefix, r.way)), r.runs[r.rep()]); err != nil {
 			return "", err
 		}
 	}
-	props, err := renderLimiterProperties(sc, runs)
-	if err != nil {
-		return "", err
+	props := ""
+	if full {
+		var err error
+		if props, err = renderLimiterProperties(sc, runs); err != nil {
+			return "", err
+		}
 	}
-	return renderFleet(e, sc, runs, props, load, time.Since(start)), nil
+	return renderFleet(e, sc, runs, fleetSection{prefix: prefix, title: title, full: full, props: props, load: load}, time.Since(start)), nil
+}
+
+// fleetSection is how one fleet section renders.
+type fleetSection struct {
+	prefix, title string
+	full          bool   // the limiter's properties, diagnosis and findings too
+	props, load   string // rendered properties; the load average at the start
 }
 
 // stat renders the median of the runs' values with their range when there
@@ -182,13 +211,13 @@ func median(vals []float64) float64 { return bench.Summarize(vals).Median }
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func renderFleet(e *env, sc bench.FleetScenario, runs []fleetRun, props, load string, took time.Duration) string {
+func renderFleet(e *env, sc bench.FleetScenario, runs []fleetRun, fs fleetSection, took time.Duration) string {
 	var b strings.Builder
 	third := sc.Duration / 3
-	b.WriteString("## 3. Fleet: four nodes sharing one provider\n\n")
+	fmt.Fprintf(&b, "## %s\n\n", fs.title)
 	fmt.Fprintf(&b, "Measured %s on %s", e.date, e.machine)
-	if load != "" {
-		fmt.Fprintf(&b, ", 1-minute load average %s at the start (the machine is shared, so expect noise)", load)
+	if fs.load != "" {
+		fmt.Fprintf(&b, ", 1-minute load average %s at the start (the machine is shared, so expect noise)", fs.load)
 	}
 	fmt.Fprintf(&b, "; this section took %v. Every way ran %d time(s), in interleaved rounds; the tables give the median over the runs with the range in parentheses.\n\n", took.Round(time.Second), e.opts.FleetRuns)
 	b.WriteString(codeBlock(e.command))
@@ -202,8 +231,7 @@ request that would make its in-flight count exceed the capacity is answered
 rejected calls rather than slower ones. Retry-After is off because the
 simulator's header is in whole seconds, 50 round trips here: one 429 would
 pause a fleetlimit node (which honours it) for a second, and the comparison
-would measure the header, not the control. Each node runs %d closed-loop
-workers (3·C/N; demand %d, three times C): a worker sends one request at a
+would measure the header, not the control. %s: a worker sends one request at a
 time, reads the body, and after a 429 or an error waits %v before it sends
 again. Each node has its own HTTP client; every number below is counted at
 the clients, below each way's admission.
@@ -216,16 +244,20 @@ the clients, below each way's admission.
 | fleetlimit | a `+"`fleet.Node`"+` on a real Postgres (`+"`internal/pgtemp`"+`, `+"`migrations.Up`"+`), sending through `+"`Node.Transport`"+`; heartbeat %v, lease TTL %v, fence margin %v |
 
 **Limiter configuration** (independent adaptive and fleetlimit, the same
-for both, chosen once and not per run): the flat-latency configuration of
-the integration tests (`+"`bench.FleetLimiterConfig`"+`): Gradient2 with
-Tolerance 1.0 and a constant QueueSize of 2, library defaults otherwise
-(InitialLimit 20, Smoothing 0.2, BackoffRatio 0.9, RTTWindow 600), MaxQueued %d so
-every worker can wait. In 429 mode the provider's latency is flat — a request
-over capacity is refused, not slowed — so the round-trip time carries no
-capacity signal and the 429s are the only one: Tolerance 1 and a headroom
-of 2 make the law a slow additive probe (at most Smoothing·2 = 0.4 per
-round trip) that 429s cut back. InitialLimit is the library default because
-neither C nor N is known to an adaptive node.
+for both and for every fleet section, chosen once and not per run): the
+library's preset for a flat-latency upstream, `+"`adaptive.FlatLatency()`"+`
+(`+"`bench.FleetLimiterConfig`"+`), with MaxQueued = the node's workers so
+every worker can wait. In 429 mode the provider's latency is flat — a
+request over capacity is refused, not slowed — so the round-trip time
+carries no capacity signal and the 429s are the only one. The preset is
+AIMD on drops alone: +0.25 per round trip, the step doubling every 5 round
+trips without a 429 (every round trip before the first), at most a
+quarter of the estimate; a 429 backs off by 0.95 at most once per round
+trip; the estimate rises only while the load is within 80 %% of it.
+Under a ceiling (a fleet node's share) every 429 also takes one slot off
+the ceiling at once, and 5 clean round trips give it back.
+InitialLimit is the library default (20) because neither C nor N is known
+to an adaptive node.
 
 What the columns mean:
 
@@ -258,9 +290,8 @@ What the columns mean:
 
 `,
 		sc.Nodes, sc.Capacity, secs(third), sc.Capacity/2, secs(third), sc.Capacity, secs(sc.Duration-2*third),
-		sc.BaseLatency, sc.WorkersPerNode, sc.WorkersPerNode*sc.Nodes, sc.Pause,
+		sc.BaseLatency, workersSentence(sc), sc.Pause,
 		sc.Capacity/sc.Nodes, sc.Capacity, sc.Heartbeat, 4*sc.Heartbeat, sc.Heartbeat,
-		sc.WorkersPerNode,
 		sc.IdealGoodput(), sc.Nodes, sc.Settle, sc.Settle, secs(third), secs(2*third),
 		bench.ConvergenceWindow, sc.SampleEvery, 100*bench.ConvergenceBand, bench.ConvergenceWindow)
 
@@ -314,8 +345,9 @@ What the columns mean:
 	}
 	b.WriteString(ct.String())
 
-	fmt.Fprintf(&b, "\n**Targets** for fleetlimit (medians over the runs): goodput ≥ %.0f %% of ideal and ≥ static C/N's, 429s ≤ %.0f %%, attempted in-flight ≤ %.2f·C.\n\n",
-		100*targetFleetOfIdeal, 100*targetFleetRejected, targetFleetPeak)
+	fmt.Fprintf(&b, "\n**Targets** for fleetlimit (medians over the runs): goodput ≥ %.0f %% of ideal and ≥ %.0f %% of static C/N's in the same runs, 429s ≤ %.0f %% of requests sent, attempted in-flight ≤ %.2f·C outside the first %v and the %v after each step, converged within %d heartbeats (%v) after the halving and within %v after the doubling.\n\n",
+		100*targetFleetOfIdeal, 100*targetFleetOfSplit, 100*targetFleetRejected, targetFleetPeak, sc.Settle, sc.Settle,
+		targetHalveBeats, targetHalveBeats*sc.Heartbeat, targetDoubleWithin)
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
@@ -334,26 +366,72 @@ What the columns mean:
 		fmt.Fprintf(&b, "- goodput %.0f req/s = %s of ideal — %s.\n", good, pct(good/ideal), verdict(good >= targetFleetOfIdeal*ideal))
 		if split != nil {
 			sg := median(metric(split, bench.FleetResult.Goodput))
-			fmt.Fprintf(&b, "- goodput ÷ static C/N's (%.0f req/s) = %.2f — %s.\n", sg, good/sg, verdict(good >= sg))
+			fmt.Fprintf(&b, "- goodput ÷ static C/N's (%.0f req/s) = %.2f — %s.\n", sg, good/sg, verdict(good >= targetFleetOfSplit*sg))
 		}
 		rej := median(metric(r.runs, bench.FleetResult.RejectedFraction))
 		fmt.Fprintf(&b, "- 429s %.2f %% — %s.\n", 100*rej, verdict(rej <= targetFleetRejected))
 		peak := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.PeakRatio }))
 		steady := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.SteadyPeakRatio }))
-		fmt.Fprintf(&b, "- attempted in-flight: peak %.2f·C over the whole run — %s; %.2f·C outside the first %v and the %v after each step — %s.\n",
-			peak, verdict(peak <= targetFleetPeak), steady, sc.Settle, sc.Settle, verdict(steady <= targetFleetPeak))
+		fmt.Fprintf(&b, "- attempted in-flight: %.2f·C outside the first %v and the %v after each step — %s (%.2f·C over the whole run, which includes the halving under a full fleet).\n",
+			steady, sc.Settle, sc.Settle, verdict(steady <= targetFleetPeak), peak)
+		var down, up []convergence
+		for _, res := range r.runs {
+			d, u := convergences(res)
+			down, up = append(down, d), append(up, u)
+		}
+		fmt.Fprintf(&b, "- converged after the halving: %s — %s; after the doubling: %s — %s.\n",
+			summarizeConvergence(down), verdict(convergedWithin(down, targetHalveBeats*sc.Heartbeat)),
+			summarizeConvergence(up), verdict(convergedWithin(up, targetDoubleWithin)))
 	}
 
+	if !fs.full {
+		b.WriteString("\nOne plot per way, of its run with the median goodput, as in section 3.\n\n")
+		for _, r := range runs {
+			if r.skipped == "" {
+				fmt.Fprintf(&b, "![%s](%s/%s)\n\n", r.way, ImgDir, fleetImage(fs.prefix, r.way))
+			}
+		}
+		return b.String()
+	}
 	b.WriteString(renderDiagnosis(sc, runs))
-	b.WriteString(props)
+	b.WriteString(fs.props)
 
 	b.WriteString("\nOne plot per way, of its run with the median goodput: the capacity, the fleet's attempted in-flight (mean per 100 ms) and, for fleetlimit, L_global as node 0 last heard it (top); successes and 429s per second, per 100 ms (bottom). A refused request is in flight for well under a millisecond, so hundreds of 429s per second barely lift the 100-ms mean of attempted in-flight: read over-admission from the bottom panel and from the peak columns.\n\n")
 	for _, r := range runs {
 		if r.skipped != "" {
 			continue
 		}
-		fmt.Fprintf(&b, "![%s](%s/%s)\n\n", r.way, ImgDir, fleetImage(r.way))
+		fmt.Fprintf(&b, "![%s](%s/%s)\n\n", r.way, ImgDir, fleetImage(fs.prefix, r.way))
 	}
 	b.WriteString(fleetFindings(sc, runs))
 	return b.String()
+}
+
+// workersSentence describes the scenario's demand.
+func workersSentence(sc bench.FleetScenario) string {
+	if sc.Workers == nil {
+		return fmt.Sprintf("Each node runs %d closed-loop workers (demand %d, %.0f times C)",
+			sc.WorkersPerNode, sc.TotalWorkers(), float64(sc.TotalWorkers())/float64(sc.Capacity))
+	}
+	parts := make([]string, len(sc.Workers))
+	for i, w := range sc.Workers {
+		parts[i] = fmt.Sprint(w)
+	}
+	return fmt.Sprintf("The nodes run %s closed-loop workers (demand %d, %.2f times C, very unequal)",
+		strings.Join(parts, ", "), sc.TotalWorkers(), float64(sc.TotalWorkers())/float64(sc.Capacity))
+}
+
+// convergedWithin reports whether the median run converged within d;
+// a run that never converged counts as slower than any d.
+func convergedWithin(cs []convergence, d time.Duration) bool {
+	var vals []float64
+	for _, c := range cs {
+		v := math.Inf(1)
+		if c.ok {
+			v = c.after.Seconds()
+		}
+		vals = append(vals, v)
+	}
+	slices.Sort(vals)
+	return vals[(len(vals)-1)/2] <= d.Seconds()
 }

@@ -80,6 +80,9 @@ var sections = []section{
 	{name: "model", title: "1. Control quality on the latent-capacity model", run: runModel},
 	{name: "overhead", title: "2. Overhead per request", run: runOverhead},
 	{name: "fleet", title: "3. Fleet: four nodes sharing one provider", run: runFleet},
+	{name: "fleet8", title: "4. Fleet: eight nodes of unequal demand", run: runFleetUnequal},
+	{name: "fleet-latency", title: "5. Fleet: a provider whose latency grows with its load", run: runFleetLatency},
+	{name: "liveness", title: "6. Liveness", run: runLiveness},
 }
 
 // SectionNames returns the names Options.Only accepts.
@@ -259,9 +262,9 @@ This file is generated: every table and plot below comes from one run of
 
 ` + "```sh\ncd bench && go run ./cmd/report -out ../docs\n```" + `
 
-(about five minutes on 2 cores; the fleet section starts a throwaway
-Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and uses only
-127.0.0.1). Each section names the command that
+(about twenty minutes on 2 cores; the fleet and liveness sections start a
+throwaway Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and use
+only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a
 section measured on its own (` + "`-only NAME`" + `) replaces just its part of
 this file. ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter

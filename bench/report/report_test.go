@@ -92,8 +92,8 @@ func TestRenderFleet(t *testing.T) {
 		}
 		res := fakeFleetResult(way)
 		run := fleetRun{way: way, runs: []bench.FleetResult{res}}
-		require.NoError(t, plotFleet(filepath.Join(dir, fleetImage(way)), res))
-		fi, err := os.Stat(filepath.Join(dir, fleetImage(way)))
+		require.NoError(t, plotFleet(filepath.Join(dir, fleetImage("fleet", way)), res))
+		fi, err := os.Stat(filepath.Join(dir, fleetImage("fleet", way)))
 		require.NoError(t, err)
 		require.Positive(t, fi.Size())
 		runs = append(runs, run)
@@ -101,7 +101,7 @@ func TestRenderFleet(t *testing.T) {
 	props, err := renderLimiterProperties(sc, runs)
 	require.NoError(t, err)
 	require.Contains(t, props, "*A 429 burst*")
-	md := renderFleet(e, sc, runs, props, "1.00", 5*time.Second)
+	md := renderFleet(e, sc, runs, fleetSection{prefix: "fleet", title: "3. Fleet: four nodes sharing one provider", full: true, props: props, load: "1.00"}, 5*time.Second)
 	require.Contains(t, md, "## 3. Fleet: four nodes sharing one provider")
 	require.Contains(t, md, "Measured 2026-11-22 on test machine")
 	require.Contains(t, md, "| static C/N | 300 | 18.0 % | 9.00 | 2.10 | 1.05 | 5 | 21.0 | 29.8 | 0.988 | not within the phase | not within the phase |")
@@ -118,8 +118,15 @@ func TestRenderFleet(t *testing.T) {
 	three := fleetRun{way: bench.StaticSplit, runs: []bench.FleetResult{fast, fakeFleetResult(bench.StaticSplit), slow}}
 	require.Equal(t, 1, three.rep())
 	e.opts.FleetRuns = 3
-	md = renderFleet(e, sc, []fleetRun{three}, "", "", time.Second)
+	md = renderFleet(e, sc, []fleetRun{three}, fleetSection{prefix: "fleet", title: "3. Fleet"}, time.Second)
 	require.Contains(t, md, "| static C/N | 300 (200–400) | 18.0 % |")
+	require.NotContains(t, md, "%!", "no formatting errors")
+
+	// The unequal fleet: its demand in the setup, its own plots.
+	sc.Nodes, sc.Workers = 3, []int{5, 2, 1}
+	md = renderFleet(e, sc, []fleetRun{three}, fleetSection{prefix: "fleet8", title: "4. Fleet: unequal"}, time.Second)
+	require.Contains(t, md, "The nodes run 5, 2, 1 closed-loop workers (demand 8,")
+	require.Contains(t, md, "fleet8-static-cn.png")
 	require.NotContains(t, md, "%!", "no formatting errors")
 }
 

@@ -67,14 +67,13 @@ type demoNode struct {
 
 // demoLimiter configures the nodes' limiters for the demo's provider, whose
 // latency stays flat up to its capacity and which answers 429 above it:
-// latency carries no signal, so the AIMD law probes by one request per round
-// trip and backs off on 429s.
+// latency carries no signal, so the nodes use the library's preset for
+// such an upstream, adaptive.FlatLatency.
 func demoLimiter(workers int) adaptive.Config {
-	return adaptive.Config{
-		InitialLimit: 10,
-		Law:          adaptive.AIMD,
-		MaxQueued:    workers,
-	}
+	cfg := adaptive.FlatLatency()
+	cfg.InitialLimit = 10
+	cfg.MaxQueued = workers
+	return cfg
 }
 
 // runDemo runs the fleet on key for cfg.duration (or until ctx ends) and

@@ -1,0 +1,154 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/bench"
+	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
+)
+
+// The liveness measurements' scenarios and targets.
+const (
+	climbNodes, climbCapacity, climbWorkers = 8, 40, 15
+	climbDeadline                           = 10 * time.Second
+	climbTarget                             = 0.8 // of C
+	restartNodes, restartWorkers            = 2, 60
+	restartWarmup, restartSettle            = 4 * time.Second, 2 * time.Second
+	restartTarget                           = 0.9 // lowest L_global ÷ before
+)
+
+// livenessConfigs are the limiter configurations measured, each starting
+// at InitialLimit 1.
+func livenessConfigs() []struct {
+	name string
+	cfg  adaptive.Config
+} {
+	flat := adaptive.FlatLatency()
+	flat.InitialLimit = 1
+	return []struct {
+		name string
+		cfg  adaptive.Config
+	}{
+		{"FlatLatency()", flat},
+		{"defaults", adaptive.Config{InitialLimit: 1}},
+	}
+}
+
+func runLiveness(ctx context.Context, e *env) (string, error) {
+	start := time.Now()
+	pg, err := bench.StartFleetPostgres(ctx, 16)
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		return "## 6. Liveness\n\nNot measured: Postgres is not installed here (" + err.Error() + ").\n", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer pg.Stop()
+
+	base := bench.LivenessScenario{Capacity: climbCapacity, BaseLatency: 20 * time.Millisecond, Heartbeat: 100 * time.Millisecond}
+	type climbRow struct {
+		name  string
+		times []float64 // seconds; +Inf when not reached
+		final []float64
+	}
+	var climbs []climbRow
+	for _, c := range livenessConfigs() {
+		row := climbRow{name: c.name}
+		for run := range e.opts.FleetRuns {
+			sc := base
+			sc.Nodes, sc.WorkersPerNode, sc.Limiter = climbNodes, climbWorkers, c.cfg
+			key := fmt.Sprintf("bench-climb-%d-%s-%d", start.UnixNano(), strings.Trim(c.name, "()"), run)
+			res, err := bench.MeasureClimb(ctx, pg.Pool, key, sc, int(climbTarget*climbCapacity), climbDeadline)
+			if err != nil {
+				return "", err
+			}
+			t := climbDeadline.Seconds() * 1e9 // never reached: slower than any deadline
+			if res.Ok {
+				t = res.Reached.Seconds()
+			}
+			e.logf("liveness: climb %s run %d: reached %v (%v), final L_global %d", c.name, run+1, res.Reached.Round(time.Millisecond), res.Ok, res.Final)
+			row.times, row.final = append(row.times, t), append(row.final, float64(res.Final))
+		}
+		climbs = append(climbs, row)
+	}
+
+	type restartRow struct {
+		name              string
+		before, low, frac []float64
+	}
+	var restarts []restartRow
+	for _, c := range livenessConfigs() {
+		row := restartRow{name: c.name}
+		for run := range e.opts.FleetRuns {
+			sc := base
+			sc.Nodes, sc.WorkersPerNode, sc.Limiter = restartNodes, restartWorkers, c.cfg
+			key := fmt.Sprintf("bench-restart-%d-%s-%d", start.UnixNano(), strings.Trim(c.name, "()"), run)
+			res, err := bench.MeasureRollingRestart(ctx, pg.Pool, key, sc, restartWarmup, restartSettle)
+			if err != nil {
+				return "", err
+			}
+			e.logf("liveness: rolling restart %s run %d: L_global %d before, lowest %d", c.name, run+1, res.Before, res.Low)
+			row.before = append(row.before, float64(res.Before))
+			row.low = append(row.low, float64(res.Low))
+			row.frac = append(row.frac, float64(res.Low)/float64(max(res.Before, 1)))
+		}
+		restarts = append(restarts, row)
+	}
+
+	var b strings.Builder
+	b.WriteString("## 6. Liveness\n\n")
+	fmt.Fprintf(&b, "Measured %s on %s; this section took %v. Each measurement ran %d time(s); medians, ranges in parentheses.\n\n",
+		e.date, e.machine, time.Since(start).Round(time.Second), e.opts.FleetRuns)
+	b.WriteString(codeBlock(e.command))
+	fmt.Fprintf(&b, `
+Both measurements run real fleet nodes (`+"`bench.MeasureClimb`, `bench.MeasureRollingRestart`"+`) on
+a throwaway Postgres against a 429-mode provider of fixed capacity C = %d
+(%v per request), heartbeat 100 ms, every node's limiter starting at
+InitialLimit 1. L_global is the lowest value any running node last heard.
+
+- **Climb**: %d nodes × %d busy workers start together; the time until
+  L_global first reaches %.0f %% of C (%d), for at most %v.
+- **Rolling restart**: %d nodes × %d busy workers run for %v; then each node
+  in turn stops gracefully and a new instance with the same NodeID starts,
+  %v apart. **before** is the median L_global over the second before the
+  first restart, **lowest** the lowest from the first restart until %v
+  after the last.
+
+`, climbCapacity, base.BaseLatency, climbNodes, climbWorkers, 100*climbTarget, int(climbTarget*climbCapacity), climbDeadline,
+		restartNodes, restartWorkers, restartWarmup, restartSettle, restartSettle)
+	t := &table{header: []string{"limiter", "climb: time to 0.8·C (s)", "L_global at the end", "restart: before", "lowest", "lowest ÷ before"}, align: []byte("lrrrrr")}
+	for i := range climbs {
+		t.add(climbs[i].name, stat(climbs[i].times, "%.2f"), stat(climbs[i].final, "%.0f"),
+			stat(restarts[i].before, "%.0f"), stat(restarts[i].low, "%.0f"), stat(restarts[i].frac, "%.2f"))
+	}
+	b.WriteString(t.String())
+	fmt.Fprintf(&b, "\n**Targets**: L_global ≥ %.1f·C within %v; a rolling restart keeps L_global within %.0f %% of its value before.\n\n",
+		climbTarget, climbDeadline, 100*(1-restartTarget))
+	for i := range climbs {
+		tm := median(climbs[i].times)
+		fr := median(restarts[i].frac)
+		ok := func(v bool) string {
+			if v {
+				return "met"
+			}
+			return "**not met**"
+		}
+		fmt.Fprintf(&b, "- %s: climb %s — %s; restart lowest ÷ before %.2f — %s.\n", climbs[i].name,
+			climbTime(tm, climbDeadline), ok(tm <= climbDeadline.Seconds()), fr, ok(fr >= restartTarget))
+	}
+	return b.String(), nil
+}
+
+// climbTime renders a median climb time, which is huge when the median
+// run never reached the target.
+func climbTime(s float64, deadline time.Duration) string {
+	if s > deadline.Seconds() {
+		return fmt.Sprintf("not within %v", deadline)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
