@@ -152,7 +152,8 @@ type Config struct {
 	MaxQueued int
 
 	// UtilizationThreshold is the fraction of the estimate that the load a
-	// sample governs must reach for that sample to raise the estimate.
+	// sample governs must reach for that sample to raise the estimate; a
+	// load of floor(estimate), the whole limit, always suffices.
 	// Defaults to 0.5. Must be in (0, 1]. Every sample carries a load of at
 	// least 1, so a value at or below 1/MaxLimit switches the guard off.
 	UtilizationThreshold float64

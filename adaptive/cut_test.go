@@ -146,3 +146,24 @@ func TestCutLeavesOneSlot(t *testing.T) {
 	l.SetCeiling(0)
 	require.Zero(t, l.Limit())
 }
+
+// TestGuardHasNoDeadZone: with a threshold of 0.8, an estimate of 2.6
+// has a limit of 2, and a load of 2 is under 0.8·2.6; the whole limit in
+// use must still let the estimate grow, or it stays at 2.6 for good.
+func TestGuardHasNoDeadZone(t *testing.T) {
+	t.Parallel()
+	for _, start := range []float64{1.3, 2.6, 3.9} {
+		cfg := FlatLatency()
+		cfg.MaxLimit = 8
+		l, clk := newTestLimiter(t, cfg)
+		l.SetEstimate(start)
+		for range 50 {
+			leases := acquireN(t, l, l.Limit())
+			clk.Advance(time.Millisecond)
+			for _, le := range leases {
+				le.Release()
+			}
+		}
+		require.Equal(t, 8.0, l.Estimate(), "from %v", start)
+	}
+}

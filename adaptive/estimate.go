@@ -75,13 +75,15 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 }
 
 // propose moves the estimate to next, subject to the utilization guard:
-// an increase counts only when load reached UtilizationThreshold·estimate.
+// an increase counts only when load reached UtilizationThreshold·estimate
+// or the whole limit, floor(estimate): the load can never exceed the
+// limit, so a threshold above it would freeze a small estimate for good.
 // Decreases always count. The caller holds l.mu.
 func (l *Limiter) propose(next float64, load int) {
 	if math.IsNaN(next) {
 		return
 	}
-	if next > l.estimate && float64(load) < l.cfg.UtilizationThreshold*l.estimate {
+	if next > l.estimate && float64(load) < l.cfg.UtilizationThreshold*l.estimate && load < int(l.estimate) {
 		return
 	}
 	l.estimate = l.clampEstimate(next)

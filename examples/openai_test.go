@@ -117,9 +117,9 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		flusher.Flush()
 	}
+	f.completed.Add(1) // before [DONE]: the client may check as soon as it reads it
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 	flusher.Flush()
-	f.completed.Add(1)
 }
 
 // startFakeOpenAI serves f on a loopback port until the test ends and
@@ -170,9 +170,8 @@ func waitIdle(t *testing.T, n *fleet.Node, timeout time.Duration) fleet.State {
 
 // TestOpenAIStreamReadFully reads streamed completions to their end through
 // the SDK. Every token arrives, the node counts no drop, and every slot is
-// free again soon after (within the example's AbandonedHold of 2s: the SDK
-// closes the body at "data: [DONE]", and when the body's end has not been
-// read by then the node cannot tell it from a stream cut short).
+// free again at once: the SDK closes the body at "data: [DONE]", before
+// its end has been read, and the transport reads on for that end.
 func TestOpenAIStreamReadFully(t *testing.T) {
 	t.Parallel()
 	f := &fakeOpenAI{chunkGap: 2 * time.Millisecond}
@@ -208,7 +207,7 @@ func TestOpenAIStreamReadFully(t *testing.T) {
 	if got := f.completed.Load(); got != streams {
 		t.Errorf("provider completed %d streams, want %d", got, streams)
 	}
-	s := waitIdle(t, node, 10*time.Second)
+	s := waitIdle(t, node, time.Second) // under the 2s AbandonedHold: no stream was held as abandoned
 	if s.Drops != 0 {
 		t.Errorf("%d drops for streams served in full", s.Drops)
 	}
@@ -392,6 +391,16 @@ func TestOpenAI429Burst(t *testing.T) {
 	}
 	if ok.Load() < answered+2*workers {
 		t.Errorf("%d answers in 10s after the burst began; node: %+v", ok.Load()-answered, node.State())
+	}
+	// And the limit recovers to its value before the burst.
+	recovered := time.Now()
+	for node.State().Limit < pre.Limit && time.Since(recovered) < 10*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := node.State(); s.Limit < pre.Limit {
+		t.Errorf("the limit did not recover to %d within 10s after the 429s: %+v", pre.Limit, s)
+	} else {
+		t.Logf("limit back to %d %v after the answers resumed", s.Limit, time.Since(recovered).Round(time.Millisecond))
 	}
 	stop()
 	wg.Wait()

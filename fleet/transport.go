@@ -34,10 +34,16 @@ import (
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
+//   - A body closed before its end is read on, in the background, for up
+//     to 4 KiB and 100 ms: a client that stops at its own end marker (an
+//     SSE "data: [DONE]") closes a body whose end is arriving, and such a
+//     request ends as a complete one. Close then returns nil at once and
+//     closes the underlying body when that read ends.
 //   - A request the client gives up on after sending it — an error or
 //     timeout from the transport, the caller's context ending, the body
-//     closed or failing before its end — may still run at the upstream: its
-//     slot stays held for Config.AbandonedHold (no longer than the bound).
+//     closed or failing before its end (and not ending within the read
+//     above) — may still run at the upstream: its slot stays held for
+//     Config.AbandonedHold (no longer than the bound).
 //     A timeout before the response's headers counts as a drop at once;
 //     after them nothing does (a caller's own deadline mid-stream, or a
 //     user pressing stop, is no overload signal). A request that failed
@@ -116,6 +122,7 @@ type leaseBody struct {
 	stop   func() bool // stops the context's AfterFunc
 	length int64       // the response's Content-Length; -1 when unknown
 	read   atomic.Int64
+	eof    atomic.Bool // Read has returned io.EOF
 	bound  time.Time
 	hold   time.Duration
 	once   sync.Once
@@ -127,6 +134,7 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
+		b.eof.Store(true)
 		b.finish()
 		b.release()
 	default:
@@ -136,13 +144,41 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 }
 
 func (b *leaseBody) Close() error {
-	if b.length >= 0 && b.read.Load() >= b.length {
-		b.finish() // all of a known length was read
+	if b.eof.Load() || b.length >= 0 && b.read.Load() >= b.length {
+		b.finish() // the body ended: read to EOF, or all of a known length
+		err := b.ReadCloser.Close()
+		b.release()
+		return err
 	}
-	err := b.ReadCloser.Close()
-	b.abandon() // closed before its end: the upstream may still send
+	// Closed before its end was seen. A client that stops at its own end
+	// marker (an SSE "data: [DONE]") closes a body whose terminator is
+	// arriving anyway: read briefly for it, in the background, so such a
+	// request ends as a complete one with its sample. Anything longer or
+	// slower is a request cut short, which the upstream may still serve.
+	go b.drain()
+	return nil
+}
+
+// drainLimit and drainWait bound what a body closed before its end may
+// still read to find that end: a few KiB, for a short while.
+const (
+	drainLimit = 4 << 10
+	drainWait  = 100 * time.Millisecond
+)
+
+// drain reads what is left of the body up to drainLimit for at most
+// drainWait; an end within both completes the request, anything else
+// abandons it. Then it closes the body.
+func (b *leaseBody) drain() {
+	timer := time.AfterFunc(drainWait, b.cancel) // ends a blocked Read
+	n, err := io.CopyN(io.Discard, b.ReadCloser, drainLimit+1)
+	timer.Stop()
+	if n <= drainLimit && errors.Is(err, io.EOF) {
+		b.finish()
+	}
+	_ = b.ReadCloser.Close()
+	b.abandon() // no end within the bounds: the upstream may still send
 	b.release()
-	return err
 }
 
 // finish settles the lease of a response that has ended.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -301,4 +302,42 @@ func TestTransportCallerCancelAfterHeadersIsNoDrop(t *testing.T) {
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "slots held for AbandonedHold only: %+v", n.State())
 	require.Zero(t, n.State().Drops, "the caller's own deadline after the headers is no drop")
 	require.GreaterOrEqual(t, n.Limiter().Snapshot().Estimate, before)
+}
+
+// TestTransportStreamClosedAtItsEndMarker: an SSE client (the OpenAI SDK,
+// for one) stops reading at "data: [DONE]" and closes the body before the
+// chunked terminator has been read. The request has ended at the upstream:
+// its slot must come back at once with a latency sample, not after
+// AbandonedHold. Before, 20 of 20 such streams kept their slots.
+func TestTransportStreamClosedAtItsEndMarker(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{"data: {\"x\":1}\n\n", "data: [DONE]\n\n"} {
+			_, _ = io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+		time.Sleep(5 * time.Millisecond) // the terminator comes a little later
+	}))
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = time.Minute
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(nil)}
+
+	for range 20 {
+		resp, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		var seen string
+		buf := make([]byte, 64)
+		for !strings.Contains(seen, "[DONE]") {
+			k, err := resp.Body.Read(buf)
+			seen += string(buf[:k])
+			require.NoError(t, err)
+		}
+		require.NoError(t, resp.Body.Close())
+	}
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "every stream that ended frees its slot")
+	require.Positive(t, n.lim.RTTNoload(), "and gives a latency sample")
+	require.Zero(t, n.State().Drops)
 }
