@@ -40,8 +40,9 @@ import (
 //     StatusEvicted.
 //   - L_global is the aggregate (lower median or min) of l_local over the
 //     voting members, self included, clamped to the key's [MinLimit,
-//     MaxLimit]. A member votes when it holds a share or has requests in
-//     flight (self: its share before this report, its in-flight in it).
+//     MaxLimit]. A member votes when, at its last report, it held a share
+//     from before that report or had requests in flight (self: its share
+//     before this report, its in-flight in it).
 //     When no member does, L_global stays as it was; on a key that has
 //     none yet (0), every member votes.
 //   - Target: 0 when draining (a durable mark on the node id) or without
@@ -210,6 +211,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 // applied it.
 func takeReport(n *NodeState, r Report, now time.Time) {
 	n.Seq = r.Seq
+	n.Measuring = n.Share > 0 || r.Inflight > 0 // the share from before this report
 	n.LLocal = r.LLocal
 	n.Inflight = r.Inflight
 	n.Demand = r.Demand
@@ -280,11 +282,13 @@ func splitTarget(lGlobal, n, sumDemand, d int) int {
 }
 
 // votes reports whether n's l_local counts toward L_global: only a node
-// that holds a share or has requests in flight has been measuring the
-// upstream lately. A starved node's l_local is as old as its last sample,
-// and a joiner's first report carries its initial limit; counting them
-// would hold L_global down (a lower median of two is the minimum).
-func (n NodeState) votes() bool { return n.Share > 0 || n.Inflight > 0 }
+// that, at its last report, held a share from before that report or had
+// requests in flight has been measuring the upstream lately (Measuring).
+// A starved node's l_local is as old as its last sample, and a joiner's
+// first report carries its initial limit, even once that report has been
+// granted a share; counting them would hold L_global down (a lower median
+// of two is the minimum).
+func (n NodeState) votes() bool { return n.Measuring }
 
 // fold aggregates l_local values; vs is not empty and is reordered.
 func (a Aggregate) fold(vs []int) int {

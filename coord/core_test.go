@@ -22,7 +22,7 @@ func rep(id string, seq int64, lLocal, inflight, demand int, applied int64) Repo
 // row is a live node row of id as seen at t0.
 func row(id string, lLocal, inflight, demand, share, unacked int) NodeState {
 	return NodeState{NodeID: id, Instance: id + "-1", Seq: 1, LLocal: lLocal, Inflight: inflight,
-		Demand: demand, Share: share, UnackedHigh: unacked, LeaseExpiresAt: t0.Add(time.Second),
+		Demand: demand, Share: share, Measuring: share > 0 || inflight > 0, UnackedHigh: unacked, LeaseExpiresAt: t0.Add(time.Second),
 		HoldUntil: t0.Add(time.Second), JoinedAt: t0.Add(-time.Minute), HeartbeatAt: t0.Add(-time.Second),
 		Labels: map[string]string{}}
 }
@@ -716,4 +716,25 @@ func TestValidate(t *testing.T) {
 	ok.LeaseTTL = time.Hour + 999*time.Nanosecond // truncated to 1h
 	ok.Labels = map[string]string{"zone": "", "pod": "p-1"}
 	require.NoError(t, ok.Validate())
+}
+
+// TestJoinersFirstReportNeverVotes: a joiner's first report carries its
+// limiter's initial limit and asks for a slot, so it is granted a share.
+// That share must not make the report's l_local a vote when a peer
+// reports next: in a fleet of two, the lower median is the minimum, and
+// L_global would fall from 40 to the joiner's 1 (every restart did).
+func TestJoinersFirstReportNeverVotes(t *testing.T) {
+	t.Parallel()
+	s := state(40, 1, row("a", 40, 20, 60, 20, 20))
+	s, g := mustHeartbeat(t, s, rep("b", 1, 1, 0, 1, 0), t0)
+	require.Positive(t, g.Share, "the joiner is granted a slot")
+	require.False(t, node(s, "b").Measuring)
+	_, g = mustHeartbeat(t, s, rep("a", 2, 41, 20, 60, 1), t0)
+	require.Equal(t, 41, g.LGlobal, "the joiner's first l_local does not vote")
+
+	// Its next report, warm-started at L_global, holding its share: it votes.
+	s, _ = mustHeartbeat(t, s, rep("b", 2, 30, 1, 5, 1), t0)
+	require.True(t, node(s, "b").Measuring)
+	_, g = mustHeartbeat(t, s, rep("a", 2, 41, 20, 60, 1), t0)
+	require.Equal(t, 30, g.LGlobal)
 }

@@ -36,8 +36,9 @@
 // grant is acknowledged when the report applied it (same Epoch, AppliedGen
 // ≥ GrantedGen). Rows whose hold has ended are deleted. L_global is the
 // lower median (or the minimum) of the voting members' l_local values —
-// members holding a share or requests in flight, the only ones measuring
-// the upstream; L_global stays when none does — clamped by the operator's
+// members that, at their last report, held a share from before it or had
+// requests in flight, the only ones measuring the upstream; L_global
+// stays when none does — clamped by the operator's
 // override. The node's target is its demand-proportional part of L_global,
 // rounded up, with a floor of 1 for members with demand (0 when draining
 // or without demand), and its share is that target capped by what every

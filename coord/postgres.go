@@ -191,7 +191,7 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 		)
 		err := row.Scan(&now, &n.NodeID, &n.Instance, &n.Seq, &n.LLocal, &n.Inflight, &n.Demand, &n.Share,
 			&n.Epoch, &n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.HoldUntil,
-			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels)
+			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels, &n.Measuring)
 		return describe(key, n.NodeState, now), err
 	})
 	if err != nil {

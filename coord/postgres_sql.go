@@ -57,7 +57,7 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
 	// $1: key, $2: now.
 	sqlNodes = `SELECT coalesce($2::timestamptz, now()), n.node_id, n.instance, n.seq, n.l_local, n.inflight,
        n.demand, n.share, n.epoch, n.granted_gen, n.applied_gen, n.unacked_high, n.lease_expires_at,
-       n.hold_until, n.draining, n.evicted, n.departed, n.joined_at, n.heartbeat_at, n.labels
+       n.hold_until, n.draining, n.evicted, n.departed, n.joined_at, n.heartbeat_at, n.labels, n.measuring
   FROM fleetlimit.nodes AS n
  WHERE n.key = $1
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`

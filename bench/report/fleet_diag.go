@@ -34,17 +34,20 @@ type fleetDiag struct {
 	fallAt           time.Duration
 }
 
-// fallBackoffs is how many 0.9-backoffs the fastest fall takes.
+// backoffRatio is the fleet limiters' BackoffRatio.
+var backoffRatio = bench.FleetLimiterConfig(1).BackoffRatio
+
+// fallBackoffs is how many backoffs the fastest fall takes.
 func (d fleetDiag) fallBackoffs() float64 {
 	if d.fallFrom <= 0 || d.fallTo <= 0 {
 		return 0
 	}
-	return max(0, math.Log(d.fallTo/d.fallFrom)/math.Log(0.9))
+	return max(0, math.Log(d.fallTo/d.fallFrom)/math.Log(backoffRatio))
 }
 
-// impliedBackoffs is how many 0.9-backoffs the fall at the halving takes.
+// impliedBackoffs is how many backoffs the fall at the halving takes.
 func (d fleetDiag) impliedBackoffs() float64 {
-	return max(0, math.Log(d.lowest/d.atHalving)/math.Log(0.9))
+	return max(0, math.Log(d.lowest/d.atHalving)/math.Log(backoffRatio))
 }
 
 // growthPerSecond is the mean estimate's growth over the last third.
@@ -144,17 +147,17 @@ func renderDiagnosis(sc bench.FleetScenario, runs []fleetRun) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(`
+	fmt.Fprintf(&b, `
 **The adaptive nodes' own state** in the plotted run (the run with the
 median goodput), sampled with the in-flight series: the mean over the nodes
 of their limiter's estimate (each node's inference of the whole provider's
 capacity; fleetlimit reports it as l_local), and the drops (429s) their
-limiters counted. A backoff multiplies the estimate by BackoffRatio 0.9, so
-a fall from a to b takes log(b/a)/log(0.9) backoffs (in parentheses). One
-heartbeat is five base round trips; "at most one decrease per round trip"
-would allow about five backoffs per heartbeat for each node.
+limiters counted. A backoff multiplies the estimate by BackoffRatio %[1]v, so
+a fall from a to b takes log(b/a)/log(%[1]v) backoffs (in parentheses). One
+heartbeat is %.0[2]f base round trips; "at most one decrease per round trip"
+would allow about that many backoffs per heartbeat for each node.
 
-`)
+`, backoffRatio, float64(sc.Heartbeat)/float64(sc.BaseLatency))
 	t := &table{
 		header: []string{"way", "100-ms intervals with a 429", "most 429s in one", "drops before the halving",
 			"estimate at the halving → lowest in the next 1 s (backoffs)",
@@ -218,9 +221,9 @@ machine's timing:
 		}
 		fmt.Fprintf(&b, "%.1f", v)
 	}
-	fmt.Fprintf(&b, `. That is %d backoffs in %v, %.2f of a %v round trip;
-  the burst ends only when the estimate falls under the share and the
-  limiter stops admitting.
+	fmt.Fprintf(&b, `. The burst is %d 429(s) long, %v, %.2f of a %v round
+  trip: it ends when the limiter stops re-admitting the excess slot, which
+  with a 429's cut of one slot off the ceiling is at once.
 `, len(after), time.Duration(len(after))*burstGap, float64(time.Duration(len(after))*burstGap)/float64(sc.BaseLatency), sc.BaseLatency)
 
 	fmt.Fprintf(&b, `- *The jitter ceiling* (`+"`bench.JitterCeiling`"+`): %d round trips of %v against an

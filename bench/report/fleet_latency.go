@@ -133,12 +133,6 @@ the preset of sections 3–4, is shown for contrast.
 
 	fmt.Fprintf(&b, "\n**Targets** for fleetlimit with the defaults (medians over the runs): median in-flight within %.2f–%.2f·C, goodput ≥ %.0f %% of ideal, time over C ≤ %.0f %%.\n\n",
 		targetLatencyLow, targetLatencyHigh, 100*targetFleetOfIdeal, 100*targetLatencyOver)
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
 	for _, w := range ways {
 		if w.label != "fleetlimit, defaults" {
 			continue

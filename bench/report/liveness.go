@@ -132,14 +132,8 @@ InitialLimit 1. L_global is the lowest value any running node last heard.
 	for i := range climbs {
 		tm := median(climbs[i].times)
 		fr := median(restarts[i].frac)
-		ok := func(v bool) string {
-			if v {
-				return "met"
-			}
-			return "**not met**"
-		}
 		fmt.Fprintf(&b, "- %s: climb %s — %s; restart lowest ÷ before %.2f — %s.\n", climbs[i].name,
-			climbTime(tm, climbDeadline), ok(tm <= climbDeadline.Seconds()), fr, ok(fr >= restartTarget))
+			climbTime(tm, climbDeadline), verdict(tm <= climbDeadline.Seconds()), fr, verdict(fr >= restartTarget))
 	}
 	return b.String(), nil
 }

@@ -48,3 +48,11 @@ func (t *table) String() string {
 func codeBlock(cmd string) string {
 	return "```sh\n" + cmd + "\n```\n"
 }
+
+// verdict renders whether a target was met.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}

@@ -83,6 +83,7 @@ var sections = []section{
 	{name: "fleet8", title: "4. Fleet: eight nodes of unequal demand", run: runFleetUnequal},
 	{name: "fleet-latency", title: "5. Fleet: a provider whose latency grows with its load", run: runFleetLatency},
 	{name: "liveness", title: "6. Liveness", run: runLiveness},
+	{name: "fleet400", title: "7. Fleet: four nodes at C = 400", run: runFleet400},
 }
 
 // SectionNames returns the names Options.Only accepts.

@@ -107,7 +107,7 @@ func TestRenderFleet(t *testing.T) {
 	require.Contains(t, md, "| static C/N | 300 | 18.0 % | 9.00 | 2.10 | 1.05 | 5 | 21.0 | 29.8 | 0.988 | not within the phase | not within the phase |")
 	require.Contains(t, md, "| fleetlimit | not measured |")
 	require.Contains(t, md, "- not measured: Postgres is not installed here.")
-	require.Contains(t, md, "| independent adaptive | 30 of 30 | 10 | 10 | 40.0 → 20.0 after 100 ms (6.6) | 40.0 → 20.0 at 1.00 s (6.6) | 20.0 → 38.2 | 10 |", "the diagnosis table")
+	require.Contains(t, md, "| independent adaptive | 30 of 30 | 10 | 10 | 40.0 → 20.0 after 100 ms (13.5) | 40.0 → 20.0 at 1.00 s (13.5) | 20.0 → 38.2 | 10 |", "the diagnosis table")
 	require.Contains(t, md, "![static C](img/fleet-static-c.png)")
 	require.NotContains(t, md, "fleet-fleetlimit.png")
 	require.NotContains(t, md, "%!", "no formatting errors")

@@ -71,7 +71,6 @@ type demoNode struct {
 // such an upstream, adaptive.FlatLatency.
 func demoLimiter(workers int) adaptive.Config {
 	cfg := adaptive.FlatLatency()
-	cfg.InitialLimit = 10
 	cfg.MaxQueued = workers
 	return cfg
 }

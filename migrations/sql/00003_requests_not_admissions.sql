@@ -48,7 +48,11 @@ CREATE TABLE fleetlimit.evictions (
 ALTER TABLE fleetlimit.nodes
     ADD COLUMN epoch      bigint      NOT NULL DEFAULT 0 CHECK (epoch >= 0),
     ADD COLUMN hold_until timestamptz,
-    ADD COLUMN departed   boolean     NOT NULL DEFAULT false;
+    ADD COLUMN departed   boolean     NOT NULL DEFAULT false,
+    -- measuring: at the row's last report the instance held a share from
+    -- before that report or had requests in flight, so its l_local rests
+    -- on samples and votes (a joiner's first report does not).
+    ADD COLUMN measuring  boolean     NOT NULL DEFAULT false;
 UPDATE fleetlimit.nodes AS n
    SET hold_until = n.lease_expires_at, epoch = k.epoch
   FROM fleetlimit.keys AS k WHERE k.key = n.key;
@@ -291,7 +295,7 @@ BEGIN
             UPDATE fleetlimit.nodes AS o
                SET seq = p_seq, l_local = p_l_local, inflight = p_inflight, demand = p_demand,
                    applied_gen = p_applied_gen, unacked_high = n.unacked_high, heartbeat_at = v_now,
-                   labels = p_labels
+                   labels = p_labels, measuring = n.share > 0 OR p_inflight > 0
              WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = p_instance;
         END IF;
         IF k IS DISTINCT FROM k0 THEN
@@ -350,7 +354,7 @@ BEGIN
            count(*) FILTER (WHERE NOT o.draining AND o.demand > 0),
            coalesce(sum(o.demand) FILTER (WHERE NOT o.draining), 0),
            array_agg(o.l_local ORDER BY o.l_local),
-           array_agg(o.l_local ORDER BY o.l_local) FILTER (WHERE o.share > 0 OR o.inflight > 0),
+           array_agg(o.l_local ORDER BY o.l_local) FILTER (WHERE o.measuring),
            min(o.lease_expires_at) FILTER (WHERE o.node_id = p_node_id),
            min(o.lease_expires_at) > v_now AND NOT bool_or(o.evicted OR o.departed)
       INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_voters, v_until,
@@ -364,12 +368,12 @@ BEGIN
                count(*) FILTER (WHERE x.member AND NOT x.draining AND x.demand > 0),
                coalesce(sum(x.demand) FILTER (WHERE x.member AND NOT x.draining), 0),
                array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member),
-               array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member AND (x.share > 0 OR x.inflight > 0)),
+               array_agg(x.l_local ORDER BY x.l_local) FILTER (WHERE x.member AND x.measuring),
                coalesce(bool_or(x.gone), false),
                min(x.lease_expires_at) FILTER (WHERE x.member AND x.node_id = p_node_id)
           INTO v_members, v_peer_inflight, v_peer_reserve, v_eligible, v_sum_demand, v_l_locals, v_voters,
                v_any_gone, v_until
-          FROM (SELECT o.node_id, o.inflight, o.demand, o.l_local, o.share, o.draining, o.lease_expires_at,
+          FROM (SELECT o.node_id, o.inflight, o.demand, o.l_local, o.measuring, o.draining, o.lease_expires_at,
                        greatest(o.unacked_high, o.share, o.inflight) AS reserve,
                        o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed) AS member,
                        o.hold_until > v_now AS holding,
@@ -398,9 +402,9 @@ BEGIN
         v_eligible := v_eligible + 1;
         v_sum_demand := v_sum_demand + p_demand;
     END IF;
-    -- The voters: members holding a share or requests in flight (self: its
-    -- share before this report, its in-flight in it), whose l_local rests
-    -- on recent samples. When none does, L_global stays; a key without one
+    -- The voters: members that, at their last report, held a share from
+    -- before it or had requests in flight (self: its share before this
+    -- report, its in-flight in it), whose l_local rests on recent samples. When none does, L_global stays; a key without one
     -- yet (0) takes every member's.
     v_self_votes := v_old_share > 0 OR p_inflight > 0;
     IF v_self_votes OR v_voters IS NOT NULL THEN
@@ -471,17 +475,18 @@ BEGIN
                epoch = v_row_epoch, granted_gen = v_granted, applied_gen = p_applied_gen,
                unacked_high = v_unacked, lease_expires_at = v_lease,
                hold_until = v_lease + p_max_request_us * interval '1 microsecond',
-               draining = v_draining, heartbeat_at = v_now, labels = p_labels
+               draining = v_draining, heartbeat_at = v_now, labels = p_labels,
+               measuring = v_old_share > 0 OR p_inflight > 0
          WHERE o.key = p_key AND o.node_id = p_node_id AND o.instance = p_instance;
     ELSE
         INSERT INTO fleetlimit.nodes AS o
                (key, node_id, instance, seq, l_local, inflight, demand, share, epoch, granted_gen, applied_gen,
                 unacked_high, lease_expires_at, hold_until, draining, evicted, departed, joined_at, heartbeat_at,
-                labels)
+                labels, measuring)
         VALUES (p_key, p_node_id, p_instance, p_seq, p_l_local, p_inflight, p_demand, v_share, v_row_epoch,
                 v_granted, p_applied_gen, v_unacked, v_lease,
                 v_lease + p_max_request_us * interval '1 microsecond', v_draining, false, false, v_joined, v_now,
-                p_labels);
+                p_labels, v_old_share > 0 OR p_inflight > 0);
     END IF;
 
     IF k IS DISTINCT FROM k0 THEN
@@ -675,6 +680,7 @@ UPDATE fleetlimit.nodes AS o SET draining = true
 ALTER TABLE fleetlimit.nodes
     DROP CONSTRAINT nodes_pkey,
     ADD PRIMARY KEY (key, node_id),
+    DROP COLUMN measuring,
     DROP COLUMN departed,
     DROP COLUMN hold_until,
     DROP COLUMN epoch;

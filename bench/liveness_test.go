@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
+)
+
+// TestLiveness runs both liveness measurements on a small fleet.
+func TestLiveness(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg, err := StartFleetPostgres(ctx, 8)
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("Postgres is not installed:", err)
+	}
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pg.Stop()) }()
+	cfg := adaptive.FlatLatency()
+	cfg.InitialLimit = 1
+	sc := LivenessScenario{Capacity: 8, Nodes: 2, WorkersPerNode: 8, BaseLatency: 10 * time.Millisecond,
+		Heartbeat: 50 * time.Millisecond, Limiter: cfg}
+
+	climb, err := MeasureClimb(ctx, pg.Pool, "test-climb", sc, 6, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, climb.Ok, "L_global reached 6 of 8: %+v", climb)
+	require.Positive(t, climb.Reached)
+
+	_, err = MeasureRollingRestart(ctx, pg.Pool, "test-restart", sc, time.Second, time.Second)
+	require.ErrorContains(t, err, "warmup")
+	res, err := MeasureRollingRestart(ctx, pg.Pool, "test-restart", sc, 2*time.Second, 500*time.Millisecond)
+	require.NoError(t, err)
+	require.Positive(t, res.Before)
+	require.LessOrEqual(t, res.Low, res.Before)
+	require.Positive(t, res.Low)
+}
