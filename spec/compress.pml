@@ -20,9 +20,10 @@
  *     ranked downwards from GTOP, which stands for P.
  *
  * Traces (TRACE) keep the raw values, which the Go core reproduces. The
- * renaming is an isomorphism (it keeps every comparison), so a trail found
- * with it replays step for step without it: spin -t -DCOMPRESS=0 prints
- * the raw values.
+ * renaming is an isomorphism (it keeps every comparison), so a short trail
+ * found with it replays step for step without it (spin -t -DCOMPRESS=0
+ * prints the raw values) as long as the raw values fit their bit fields;
+ * spin -t alone replays any trail, with the renamed values.
  */
 
 /* The pivot of the generations, and the generations left before the

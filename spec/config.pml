@@ -107,7 +107,7 @@
 #endif
 /* KEYLOSS 1: a failover may go back to before the key row existed (a key
  * created after the replica last caught up, a restore from before it).
- * 0 leaves that out of the search (see spec/README.md, "Findings"). */
+ * 0 leaves that out of the search. */
 #ifndef KEYLOSS
 #define KEYLOSS 1
 #endif

@@ -1,7 +1,7 @@
 /*
  * fleet.pml: a Promela model of fleetlimit's coordination protocol as
  * docs/design.md describes it and the code implements it (coord, fence,
- * fleet). spec/README.md says what it models, what it leaves out, which
+ * fleet). docs/design.md §16 and spec/README.md say what it models, which
  * properties it checks and how to run it; `make spec` checks it.
  *
  * Processes (each action is one atomic step):

@@ -7,8 +7,7 @@
  * array nm keeps each slot's original name for printing, so a trail reads
  * with stable names. Off in LIVE mode, where node 0 is special, in
  * traces, and with NOSYM (make spec searches the mutants with NOSYM, so
- * that their trails replay without any renaming: spin -t -DNOSYM
- * -DCOMPRESS=0 prints the raw values).
+ * that their trails replay without any renaming of node ids).
  */
 
 #define CMPX(x, y) if :: hv == 0 && x < y -> hv = 1 :: hv == 0 && x > y -> hv = 2 :: else fi;

@@ -560,15 +560,19 @@ func (r *run) setDraining(id string, on bool) {
 	r.draining[id] = on
 }
 
-// reundrain undrains every running node id that no fault drains on
-// purpose; an id without a row or a mark is fine.
-func (r *run) reundrain(ctx context.Context) {
+// reapplyDrains drains every running node id a fault drains on purpose
+// and undrains the others; an id without a row or a mark is fine.
+func (r *run) reapplyDrains(ctx context.Context) {
 	for _, s := range r.slots {
 		id, _ := s.current()
 		r.drainMu.Lock()
 		skip := r.draining[id]
 		r.drainMu.Unlock()
-		if !skip {
+		if skip {
+			// A drain-across-lapse fault drains it now: its drain may
+			// have been acknowledged by the primary the failover lost.
+			_ = r.db.exec(ctx, `SELECT fleetlimit.drain($1, $2)`, r.key, id)
+		} else {
 			_ = r.db.exec(ctx, `SELECT fleetlimit.undrain($1, $2)`, r.key, id)
 		}
 	}
@@ -617,9 +621,9 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 		}
 		r.check(r.db.failover(ctx, time.Second, proxies))
 		// Writes of the last second before the failover are lost, the
-		// operator's too: an undrain may be undone. Like an operator after
-		// a failover, check the operator state again.
-		r.reundrain(ctx)
+		// operator's too: an undrain or a drain may be undone. Like an
+		// operator after a failover, apply the operator state again.
+		r.reapplyDrains(ctx)
 		r.led.heal(inj, "now on %s", r.db.current().Addr())
 		begin := time.Now()
 		r.check(r.db.startReplica(ctx))

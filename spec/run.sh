@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# run.sh checks the model with spin: spec/README.md says what each run
+# covers.
+#
+#   spec/run.sh          (make spec)       the safety configurations, searched
+#                                          exhaustively, then every mutant
+#   spec/run.sh full     (make spec-full)  the larger configuration
+#   spec/run.sh mutants                    the mutants only
+#
+# A safety run fails when spin finds a violation, when the search is not
+# complete (memory, depth) or when it is not exhaustive. A mutant fails
+# when spin finds no counterexample. For each refuted mutant the end of
+# its counterexample, replayed with spin -t, is written to
+# spec/trails/<mutant>.txt. Build outputs go to spec/work/ (not committed).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+command -v spin >/dev/null || { echo "run.sh: spin is not installed (apt-get install spin)" >&2; exit 1; }
+command -v "${CC:-cc}" >/dev/null || { echo "run.sh: no C compiler (${CC:-cc})" >&2; exit 1; }
+CC=${CC:-cc}
+MEMLIM=${MEMLIM:-12000}   # MB for pan's state store
+
+# The base of every configuration: two node ids, l_local and the
+# operator's max at 1, one report of a node id in the network at a time
+# (lost or delivered late), no duplicates. Each configuration turns on
+# the behaviour it checks (config.pml has every switch).
+BASE="-DNN=2 -DLLO=1 -DLHI=1 -DOPMAX=1 -DOPTOGGLE=0 -DNREP=1 -DDUP=0 -DDSLACK=0
+	-DTTL=3 -DMARGIN=1 -DBOUND=2 -DDRIFT=0
+	-DCRASH=0 -DSTOP=0 -DDRAIN=0 -DEVICT=0 -DFMAX=0"
+
+# Safety configurations: name and -D flags.
+# default: clocks that drift and freeze, leases that lapse, the fence,
+#          requests that outlive the lease (the node's clock stands still).
+# drain:   drain and undrain across lapses.
+declare -A CONF=(
+	[default]="$BASE -DDRIFT=1"
+	[drain]="$BASE -DDRAIN=1"
+	[full]="$BASE -DDRIFT=1 -DDRAIN=1"
+)
+SAFETY=(default drain)
+# Extra pan compile flags: the full configuration's states are stored
+# compressed (-DCOLLAPSE, lossless) to fit in about 10 GB.
+declare -A CCONF=([full]="-DCOLLAPSE")
+
+# Mutants: the weaker rule (coord.pml, fleet.pml), the configuration it is
+# searched in, and the search depth bound (a bounded depth-first search
+# finds a short counterexample quickly; a mutant only needs one).
+MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
+	MUT_LEAVE_SHORTENS)
+declare -A MCONF=(
+	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
+	[MUT_TIMER_FENCE]="$BASE -DDRIFT=1"
+	[MUT_EVICT_REJOIN]="$BASE -DEVICT=1"
+	[MUT_ROW_DRAIN]="$BASE -DDRAIN=1"
+	[MUT_NO_EPOCH]="$BASE -DFMAX=1 -DKEYLOSS=0 -DLAGMAX=2"
+	[MUT_ACKED_RESERVE]="$BASE -DDRAIN=1"
+	[MUT_LEAVE_SHORTENS]="$BASE -DSTOP=1 -DDRIFT=1"
+)
+declare -A MDEPTH=(
+	[MUT_NO_HOLD]=10000
+	[MUT_TIMER_FENCE]=10000
+	[MUT_EVICT_REJOIN]=10000
+	[MUT_ROW_DRAIN]=10000
+	[MUT_NO_EPOCH]=200
+	[MUT_ACKED_RESERVE]=20000
+	[MUT_LEAVE_SHORTENS]=10000
+)
+declare -A MDESC=(
+	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
+	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
+	[MUT_EVICT_REJOIN]="(c) an evicted instance whose row has gone joins afresh (no table evictions)"
+	[MUT_ROW_DRAIN]="(d) drain stored only on the live row: a lapse forgets it"
+	[MUT_NO_EPOCH]="(e) no new epoch after the database lost state"
+	[MUT_ACKED_RESERVE]="(f) the reserve is the acknowledged share only"
+	[MUT_LEAVE_SHORTENS]="(g) a departure's hold replaces the row's, and no padding for clock rates"
+)
+
+failed=0
+
+# search NAME FLAGS DEPTH [CFLAGS]: compiles and runs pan in work/NAME; the result
+# is in work/NAME/pan.out.
+search() {
+	local name=$1 flags=$2 depth=$3 cflags=${4:-} dir=work/$1
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	cp ./*.pml "$dir"/
+	# shellcheck disable=SC2086
+	(cd "$dir" && spin -a $flags fleet.pml >spin.out 2>&1) || { cat "$dir/spin.out"; return 1; }
+	(cd "$dir" && $CC -O2 -w -DSAFETY -DMEMLIM="$MEMLIM" $cflags -o pan pan.c) || return 1
+	(cd "$dir" && ./pan -m"$depth" -w26 -c1 >pan.out 2>&1) || true
+}
+
+# stat FILE WHAT: a number from pan's report.
+stat() {
+	case $2 in
+	states) awk '/states, stored/ {print $1; exit}' "$1" ;;
+	depth) sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$1" | head -1 ;;
+	errors) sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$1" | head -1 ;;
+	time) sed -n 's/^pan: elapsed time \([0-9.e+]*\).*/\1/p' "$1" | head -1 ;;
+	esac
+}
+
+report() {
+	printf '%-20s %-9s states %10s   depth %8s   time %7s s\n' "$1" "$2" \
+		"$(stat "$3" states)" "$(stat "$3" depth)" "$(stat "$3" time)"
+}
+
+safety() {
+	local name=$1 out=work/$1/pan.out verdict=pass
+	search "$name" "${CONF[$name]}" 10000000 "${CCONF[$name]:-}" || { echo "$name: build failed"; failed=1; return; }
+	if [ "$(stat "$out" errors)" != 0 ]; then
+		verdict=FAIL
+		grep -m3 -E 'assertion violated|VIOLATION|invalid end state' "$out" || true
+		echo "   replay: cd spec/work/$name && spin -t -p $(echo ${CONF[$name]}) fleet.pml"
+	elif grep -q -e 'Search not completed' -e 'max search depth too small' -e 'out of memory' "$out"; then
+		verdict=FAIL
+		echo "$name: the search did not complete (see spec/work/$name/pan.out)"
+	fi
+	report "$name" "$verdict" "$out"
+	[ "$verdict" = pass ] || failed=1
+}
+
+mutant() {
+	local m=$1 out=work/$1/pan.out flags
+	flags="-D$m -DNOSYM ${MCONF[$m]}"
+	search "$m" "$flags" "${MDEPTH[$m]}" || { echo "$m: build failed"; failed=1; return; }
+	if [ "$(stat "$out" errors)" = 0 ]; then
+		report "$m" "NOT REFUTED" "$out"
+		failed=1
+		return
+	fi
+	report "$m" refuted "$out"
+	mkdir -p trails
+	# shellcheck disable=SC2086
+	{
+		echo "# ${MDESC[$m]}"
+		echo "# spin -a -D$m -DNOSYM $(echo ${MCONF[$m]}) fleet.pml; pan -m${MDEPTH[$m]}"
+		echo "# $(grep -m1 -E 'assertion violated' "$out")"
+		(cd "work/$m" && spin -t $flags fleet.pml >replay.out 2>&1) || true
+		echo "# $(grep -m1 'trail ends after' "work/$m/replay.out")"
+		echo "# The last steps (spin -t; t is the time in ticks; seqs, instances, epochs and generations"
+		echo "# are renamed by rank, see compress.pml):"
+		sed -n 's/^ *\(\(VIOLATION \)\{0,1\}t=[0-9].*\)$/\1/p' "work/$m/replay.out" |
+			grep -v ' ---- tick$' | tail -n 25
+	} >"trails/$m.txt"
+}
+
+mode=${1:-spec}
+echo "spin $(spin -V | sed -n 's/^Spin Version \([^ ]*\).*/\1/p'), pan -DSAFETY, exhaustive (no bitstate), MEMLIM=${MEMLIM} MB; time = pan's search time"
+case $mode in
+spec)
+	for c in "${SAFETY[@]}"; do safety "$c"; done
+	for m in "${MUTANTS[@]}"; do mutant "$m"; done
+	;;
+full) safety full ;;
+mutants) for m in "${MUTANTS[@]}"; do mutant "$m"; done ;;
+*) echo "usage: spec/run.sh [spec|full|mutants]" >&2; exit 2 ;;
+esac
+if [ "$failed" != 0 ]; then
+	echo "spec: FAILED"
+	exit 1
+fi
+echo "spec: ok"
