@@ -9,7 +9,7 @@
 
 /* coord.NodeState.Member, Holding, Reserve and votes. */
 #define MEMBER(r)  (r.used && r.lease > 0 && !r.ev && !r.dep)
-#define VOTES(r)   (r.share > 0 || r.inf > 0)
+#define VOTES(r)   (r.used == 2)
 #define HOLDING(r) (r.used && r.hold > 0)
 #define RESERVE(r) (HOLDING(r) -> MAX2(MAX2(r.unack, r.share), r.inf) : 0)
 #ifdef MUT_ACKED_RESERVE
@@ -186,6 +186,9 @@ inline storedGrant(S) {
  * acknowledges its grant if the report applied it. */
 inline takeReport(S, I, J) {
 	db.row[S].seq = nd[I].rep[J].seq;
+	/* NodeState.Measuring: decided when the row reports, from the share
+	 * it held before this report (a joiner's first report never votes). */
+	db.row[S].used = ((db.row[S].share > 0 || nd[I].rep[J].inf > 0) -> 2 : 1);
 	db.row[S].ll = nd[I].rep[J].ll;
 	db.row[S].inf = nd[I].rep[J].inf;
 	db.row[S].dem = nd[I].rep[J].dem;

@@ -50,7 +50,7 @@
 
 /* A node row (table fleetlimit.nodes): one instance of a node id. */
 typedef Row {
-	bit used;
+	unsigned used : 2;       /* 0: free; 1: a row; 2: a row measuring (NodeState.Measuring) */
 	bit dr;                  /* draining */
 	bit ev;                  /* evicted */
 	bit dep;                 /* departed */
