@@ -44,6 +44,18 @@ test-bench: ## Vet and test the benchmark suite's own module (bench/).
 fuzz: ## Fuzz the limiter's estimate for FUZZTIME (default 30s).
 	$(GO) test -run '^$$' -fuzz FuzzEstimate -fuzztime $(FUZZTIME) ./adaptive/
 
+.PHONY: spec
+spec: ## Model-check spec/ with spin: safety exhaustively, then every mutant must be refuted (about 8 minutes).
+	spec/run.sh
+
+.PHONY: spec-full
+spec-full: ## Model-check spec/'s larger configuration with spin (exhaustive, about 12 minutes, 10 GB).
+	spec/run.sh full
+
+.PHONY: spec-traces
+spec-traces: ## Regenerate spec/traces/ from spin's random simulation (replayed by TestSpecReplay).
+	spec/traces.sh
+
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
