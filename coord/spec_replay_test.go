@@ -184,7 +184,7 @@ type specReplay struct {
 	key   string
 	pool  *pgxpool.Pool
 	pg    *coord.Postgres
-	clock *specClock
+	clock *fakeClock // the Postgres coordinator's clock for the trace
 
 	// The core's state, as the database would hold it, and the replica's.
 	s, snap            coord.State
@@ -197,7 +197,7 @@ type specReplay struct {
 }
 
 func newSpecReplay(pool *pgxpool.Pool, tr specTrace) (*specReplay, error) {
-	r := &specReplay{tr: tr, key: fmt.Sprintf("spec-%04d", tr.seed), pool: pool, clock: &specClock{},
+	r := &specReplay{tr: tr, key: fmt.Sprintf("spec-%04d", tr.seed), pool: pool, clock: &fakeClock{},
 		m2g: map[int64]int64{}, g2m: map[int64]int64{}}
 	var err error
 	r.pg, err = coord.NewPostgres(pool, coord.WithClock(r.clock))
@@ -208,7 +208,7 @@ func (r *specReplay) run(ctx context.Context) error {
 	for i, st := range r.tr.steps {
 		r.k++
 		now := specBase.Add(time.Duration(st.n[0])*specTick + time.Duration(r.k)*time.Microsecond)
-		r.clock.set(now)
+		r.clock.Set(now)
 		if err := r.step(ctx, st, now); err != nil {
 			return fmt.Errorf("step %d %q: %w", i+1, st.text, err)
 		}
@@ -465,22 +465,4 @@ func specMembers(s coord.State, now time.Time) int {
 		}
 	}
 	return members
-}
-
-// specClock is the Postgres coordinator's clock for one trace.
-type specClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *specClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *specClock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
 }
