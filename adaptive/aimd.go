@@ -14,10 +14,10 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 }
 
 // aimdStep is what AIMD adds on this round trip: AIMDIncrease, doubled
-// once for every AIMDProbe round trips since the last decrease when
-// AIMDProbe is set (every round trip until the first drop), and at most a quarter of the estimate (but never
-// less than AIMDIncrease). It counts the round trip. The caller holds
-// l.mu.
+// once for every AIMDProbe round trips since the last drop or backoff
+// when AIMDProbe is set (every round trip until the first drop), and at
+// most a quarter of the estimate (but never less than AIMDIncrease). It
+// counts the round trip. The caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
 	step := l.cfg.AIMDIncrease
 	if l.cfg.AIMDProbe > 0 {

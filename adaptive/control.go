@@ -10,9 +10,9 @@ import (
 // at once, so a node whose share is too large for the upstream stops
 // sending its excess before its next share arrives; every 5 round trips
 // without a drop give one slot back. The cut never takes the last slot of
-// a non-zero ceiling. A new ceiling lower than the last
-// absorbs as much of the cut as it lowers. 0 admits nothing and a
-// negative n counts as 0. Lowering the ceiling never revokes leases already admitted;
+// a non-zero ceiling, and a new ceiling lower than the last absorbs as
+// much of the cut as it lowers. 0 admits nothing and a negative n counts
+// as 0. Lowering the ceiling never revokes leases already admitted;
 // raising it hands freed slots to queued waiters at once. There is no
 // ceiling until the first call. SetCeiling removes any deadline set by
 // SetCeilingUntil.
