@@ -6,20 +6,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/quota"
 )
 
-// metrics holds the node's counters and exposes the node's state as a
-// prometheus.Collector.
+// metrics holds the node's counters and the latest quota headers read
+// (Node.Quota), and exposes the node's state as a prometheus.Collector.
 type metrics struct {
 	node            *Node
 	rejected        atomic.Uint64
 	heartbeatErrors atomic.Uint64
 	fencings        atomic.Uint64
+	quotaPaused     atomic.Uint64
+	quota           atomic.Pointer[quota.Info]
 	heartbeat       prometheus.Histogram
 
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
-	learning                                                                    *prometheus.Desc
+	learning, quotaPauses                                                       *prometheus.Desc
 }
 
 func newMetrics(n *Node) *metrics {
@@ -50,6 +53,8 @@ func newMetrics(n *Node) *metrics {
 		fenced:            desc("fenced", "1 while the node is fenced (its lease is about to run out, or it was evicted)."),
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
+		quotaPauses: desc("quota_pauses_total", "Admission pauses because a response's quota headers said "+
+			"nothing was left until a reset."),
 		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
 	}
@@ -59,7 +64,7 @@ func newMetrics(n *Node) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
 		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
-		m.outage, m.draining, m.learning} {
+		m.outage, m.draining, m.learning, m.quotaPauses} {
 		ch <- d
 	}
 	m.heartbeat.Describe(ch)
@@ -86,6 +91,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.rejections, m.rejected.Load())
 	counter(m.heartbeatFailures, m.heartbeatErrors.Load())
 	counter(m.fenceEvents, m.fencings.Load())
+	counter(m.quotaPauses, m.quotaPaused.Load())
 	gauge(m.fenced, b2f(s.Fenced))
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))

@@ -27,7 +27,13 @@ import (
 //
 //   - A 429 or 503 is a drop (the node's estimate backs off) and frees the
 //     slot at once; a Retry-After or retry-after-ms header pauses the node's
-//     admission until it passes.
+//     admission until it passes (at most quota.MaxRetryAfter, 10 minutes).
+//   - Any response's quota headers (package quota: the IETF RateLimit
+//     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
+//     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
+//     says nothing is left until a reset, the node's admission pauses until
+//     that reset, at most quota.MaxRetryAfter; on a 429 or 503, a
+//     Retry-After takes precedence. Node.Quota returns the latest ones read.
 //   - Any other response frees its slot when its body has been read to the
 //     end (or, with a known length, fully read and closed): a streamed
 //     response occupies the upstream for its whole length. A 2xx or 3xx
@@ -92,11 +98,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
 		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold}
+	t.node.readQuota(resp.Header, resp.StatusCode, time.Now())
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if d, ok := retryAfter(resp.Header, time.Now()); ok && d > 0 {
-			t.node.lim.RetryAfter(d)
-		}
 		body.once.Do(le.Drop)
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the

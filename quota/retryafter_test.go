@@ -1,4 +1,4 @@
-package fleet
+package quota
 
 import (
 	"net/http"
@@ -21,21 +21,26 @@ func TestRetryAfter(t *testing.T) {
 		{"seconds", map[string]string{"Retry-After": "3"}, 3 * time.Second, true},
 		{"zero", map[string]string{"Retry-After": "0"}, 0, true},
 		{"negative", map[string]string{"Retry-After": "-1"}, 0, false},
+		{"plus sign", map[string]string{"Retry-After": "+1"}, 0, false},
 		{"garbage", map[string]string{"Retry-After": "soon"}, 0, false},
-		{"huge is capped", map[string]string{"Retry-After": "99999999"}, maxRetryAfter, true},
+		{"hexadecimal", map[string]string{"Retry-After": "0x1p3"}, 0, false},
+		{"huge is capped", map[string]string{"Retry-After": "99999999"}, MaxRetryAfter, true},
 		{"http date", map[string]string{"Retry-After": "Sun, 22 Nov 2026 12:00:05 GMT"}, 5 * time.Second, true},
 		{"past date", map[string]string{"Retry-After": "Sun, 22 Nov 2026 11:00:00 GMT"}, 0, true},
+		{"far date is capped", map[string]string{"Retry-After": "Fri, 22 Nov 2126 12:00:00 GMT"}, MaxRetryAfter, true},
 		{"ms wins", map[string]string{"Retry-After": "3", "retry-after-ms": "250"}, 250 * time.Millisecond, true},
 		{"fractional ms", map[string]string{"retry-after-ms": "1.5"}, 1500 * time.Microsecond, true},
 		{"bad ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "x"}, 2 * time.Second, true},
-		{"seconds overflowing a Duration are capped", map[string]string{"Retry-After": "10000000000"}, maxRetryAfter, true},
-		{"seconds wrapping a Duration are capped", map[string]string{"Retry-After": "18446744074"}, maxRetryAfter, true},
-		{"beyond int64 is capped", map[string]string{"Retry-After": "99999999999999999999999"}, maxRetryAfter, true},
+		{"seconds overflowing a Duration are capped", map[string]string{"Retry-After": "10000000000"}, MaxRetryAfter, true},
+		{"seconds wrapping a Duration are capped", map[string]string{"Retry-After": "18446744074"}, MaxRetryAfter, true},
+		{"beyond int64 is capped", map[string]string{"Retry-After": "99999999999999999999999"}, MaxRetryAfter, true},
 		{"fractional seconds", map[string]string{"Retry-After": "1.5"}, 1500 * time.Millisecond, true},
-		{"huge ms is capped", map[string]string{"retry-after-ms": "1e300"}, maxRetryAfter, true},
+		{"padded", map[string]string{"Retry-After": " \t2 "}, 2 * time.Second, true},
+		{"huge ms is capped", map[string]string{"retry-after-ms": "1e300"}, MaxRetryAfter, true},
 		{"NaN ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "NaN"}, 2 * time.Second, true},
-		{"beyond float64 is capped", map[string]string{"Retry-After": "1e400"}, maxRetryAfter, true},
+		{"beyond float64 is capped", map[string]string{"Retry-After": "1e400"}, MaxRetryAfter, true},
 		{"Inf seconds is invalid", map[string]string{"Retry-After": "Inf"}, 0, false},
+		{"underflow is zero", map[string]string{"Retry-After": "1e-400"}, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,6 +52,9 @@ func TestRetryAfter(t *testing.T) {
 			got, ok := retryAfter(h, now)
 			require.Equal(t, tt.ok, ok)
 			require.Equal(t, tt.want, got)
+			info := Parse(h, now)
+			require.Equal(t, tt.ok, info.HasRetryAfter)
+			require.Equal(t, tt.want, info.RetryAfter)
 		})
 	}
 }
@@ -61,7 +69,7 @@ func FuzzRetryAfter(f *testing.F) {
 		h.Set("Retry-After", ra)
 		h.Set("retry-after-ms", ms)
 		d, ok := retryAfter(h, now)
-		if d < 0 || d > maxRetryAfter || (!ok && d != 0) {
+		if d < 0 || d > MaxRetryAfter || (!ok && d != 0) {
 			t.Fatalf("retryAfter(%q, %q) = %v, %v", ra, ms, d, ok)
 		}
 	})

@@ -1,0 +1,51 @@
+package fleet
+
+import (
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/quota"
+)
+
+// Quota returns what the quota headers of the latest response through the
+// node's Transport that carried any said (see package quota), or the zero
+// Info if none has yet: the provider's limits and what is left of them, for
+// reading. The node acts on them only by pausing (see Transport). It
+// returns a copy and is safe for concurrent use.
+func (n *Node) Quota() quota.Info {
+	info := n.metrics.quota.Load()
+	if info == nil {
+		return quota.Info{}
+	}
+	out := *info
+	out.Policies = slices.Clone(info.Policies)
+	return out
+}
+
+// readQuota reads the quota headers of a response with the given status,
+// received at now, keeps them for Quota, and pauses admission as they ask:
+//
+//   - A 429 or 503 with Retry-After (or retry-after-ms) pauses for that long;
+//     RFC 9110 and the IETF RateLimit draft give it precedence over the
+//     quota fields.
+//   - Otherwise, on any response, a quota policy with nothing left and a
+//     reset to come pauses until that reset, at most quota.MaxRetryAfter.
+//
+// A response without quota headers costs one pass over its header names.
+func (n *Node) readQuota(h http.Header, status int, now time.Time) {
+	info := quota.Parse(h, now)
+	if info.IsZero() {
+		return
+	}
+	n.metrics.quota.Store(&info)
+	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+	if throttled && info.HasRetryAfter {
+		n.lim.RetryAfter(info.RetryAfter)
+		return
+	}
+	if until, ok := info.Exhausted(now); ok {
+		n.metrics.quotaPaused.Add(1)
+		n.lim.RetryAfter(min(until.Sub(now), quota.MaxRetryAfter))
+	}
+}

@@ -1,0 +1,136 @@
+package quota
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// first returns the first value of the header key, which must be in
+// canonical form, or "". Unlike http.Header.Get it does not canonicalize
+// key, so it never allocates.
+func first(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// trim removes the optional white space (spaces and tabs) around v.
+func trim(v string) string { return strings.Trim(v, " \t") }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// parseCount reads v as a non-negative integer, saturating at MaxCount.
+func parseCount(v string) (int64, bool) {
+	v = trim(v)
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := range len(v) {
+		if !isDigit(v[i]) {
+			return 0, false
+		}
+		n = min(n*10+int64(v[i]-'0'), MaxCount)
+	}
+	return n, true
+}
+
+// unixThreshold is the least number of seconds read as a Unix time rather
+// than a delay: 10⁹ seconds is 2001-09-09, and a delay of 31 years.
+const unixThreshold = 1e9
+
+// parseResetSeconds reads a reset given in seconds, a delay or (from
+// unixThreshold on) a Unix time, and returns it as a time within
+// [now, now+MaxReset].
+func parseResetSeconds(v string, now time.Time) (time.Time, bool) {
+	f, ok := parseNumber(v)
+	switch {
+	case !ok:
+		return time.Time{}, false
+	case f >= unixThreshold && f < float64(math.MaxInt64/int64(time.Second)):
+		sec, frac := math.Modf(f)
+		at := time.Unix(int64(sec), int64(frac*1e9))
+		return now.Add(clamp(at.Sub(now), MaxReset)), true
+	case f >= unixThreshold:
+		return now.Add(MaxReset), true // a Unix time past the year 2262
+	}
+	d, _ := parseDelay(v, time.Second, MaxReset)
+	return now.Add(d), true
+}
+
+// parseResetTime reads an RFC 3339 time (Anthropic's resets) and returns it
+// as a time within [now, now+MaxReset].
+func parseResetTime(v string, now time.Time) (time.Time, bool) {
+	at, err := time.Parse(time.RFC3339, trim(v))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return now.Add(clamp(at.Sub(now), MaxReset)), true
+}
+
+// parseResetSpan reads a duration as OpenAI writes its resets ("1s", "6m0s",
+// "20ms", "1h2m3.5s") and returns it as a time within [now, now+MaxReset].
+func parseResetSpan(v string, now time.Time) (time.Time, bool) {
+	d, ok := parseSpan(v, MaxReset)
+	if !ok {
+		return time.Time{}, false
+	}
+	return now.Add(d), true
+}
+
+// spanUnits are the units parseSpan knows, longest first where one is the
+// prefix of another.
+var spanUnits = [...]struct {
+	name string
+	unit time.Duration
+}{
+	{"ms", time.Millisecond},
+	{"us", time.Microsecond},
+	{"µs", time.Microsecond},
+	{"ns", time.Nanosecond},
+	{"h", time.Hour},
+	{"m", time.Minute},
+	{"s", time.Second},
+	{"d", 24 * time.Hour},
+}
+
+// parseSpan reads a sequence of non-negative decimal numbers, each followed
+// by a unit (h, m, s, ms, us, µs, ns, or d for days), as Go's
+// time.Duration.String writes them; a bare number is seconds. The sum is
+// capped at limit.
+func parseSpan(v string, limit time.Duration) (time.Duration, bool) {
+	v = trim(v)
+	if f, ok := parseNumber(v); ok {
+		return parseDelayFloat(f, time.Second, limit), true
+	}
+	if v == "" {
+		return 0, false
+	}
+	var total float64 // in nanoseconds
+	for v != "" {
+		i := 0
+		for i < len(v) && (isDigit(v[i]) || v[i] == '.') {
+			i++
+		}
+		f, ok := parseNumber(v[:i])
+		if !ok {
+			return 0, false
+		}
+		v = v[i:]
+		var unit time.Duration
+		for _, u := range spanUnits {
+			if strings.HasPrefix(v, u.name) {
+				unit, v = u.unit, v[len(u.name):]
+				break
+			}
+		}
+		if unit == 0 {
+			return 0, false
+		}
+		total += f * float64(unit)
+	}
+	return parseDelayFloat(total, time.Nanosecond, limit), true
+}
