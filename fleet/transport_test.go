@@ -62,7 +62,9 @@ func TestTransportRetryAfterPausesAdmission(t *testing.T) {
 
 func TestTransportHoldsLeaseUntilStreamedBodyEnds(t *testing.T) {
 	t.Parallel()
-	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: 5 * time.Millisecond})
+	// Each stream lasts 300ms, longer than a closed body is read on for
+	// its end, so the stream closed after one byte is cut short.
+	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: 300 * time.Millisecond})
 	cfg := testConfig("k", "a")
 	cfg.AbandonedHold = 50 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
