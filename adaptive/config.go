@@ -149,7 +149,27 @@ type Config struct {
 	// MaxQueued is how many Acquire calls may wait for a slot at once.
 	// Defaults to 0: Acquire never waits and fails with ErrQueueFull when
 	// no slot is free. Must be in [0, 1<<30].
+	//
+	// It is the fast-rejecting gate of two-phase admission: a burst of up to
+	// Limit() + MaxQueued unit requests is absorbed — Limit() admitted, the
+	// rest queued, each waiting patiently for its turn (bounded only by its
+	// context and TimeoutFactor) — and a request beyond that is refused at
+	// once with ErrQueueFull instead of waiting for a slot that running
+	// requests will not free in time. Size it as the expected burst less
+	// the limit. A full queue refuses the request that would be admitted
+	// last: an arrival that would be admitted before the last waiter
+	// evicts it (see Limiter.AcquireRequest), so under overload the lowest
+	// priorities are refused first.
 	MaxQueued int
+
+	// TimeoutFactor bounds each queued request's wait: a request of weight
+	// w waits at most w × TimeoutFactor, then fails with ErrWaitTimeout.
+	// The unit is time per unit of weight; set it in the order of a
+	// request's normal latency, so that a request does not wait far longer
+	// than it would run. It is measured by a runtime timer per waiting call
+	// (testing/synctest controls it), not by Clock. Defaults to 0: only the
+	// caller's context bounds the wait. Must be ≥ 0.
+	TimeoutFactor time.Duration
 
 	// UtilizationThreshold is the fraction of the estimate that the load a
 	// sample governs must reach for that sample to raise the estimate; a
@@ -307,6 +327,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.MaxQueued < 0 || cfg.MaxQueued > maxMaxQueued {
 		bad("MaxQueued", cfg.MaxQueued, fmt.Sprintf("[0, %d]", maxMaxQueued))
+	}
+	if cfg.TimeoutFactor < 0 {
+		bad("TimeoutFactor", cfg.TimeoutFactor, "≥ 0 (0 = no bound but the context's)")
 	}
 	if !(cfg.UtilizationThreshold > 0 && cfg.UtilizationThreshold <= 1) {
 		bad("UtilizationThreshold", cfg.UtilizationThreshold, "(0, 1]")

@@ -5,7 +5,8 @@
 // # Leases
 //
 // TryAcquire and Acquire admit a request and return a Lease, a small value
-// that is settled exactly once when the request ends:
+// that is settled exactly once when the request ends (TryAcquireRequest and
+// AcquireRequest admit one with a priority and a weight; see Admission):
 //
 //   - Release: the request succeeded; its round-trip time is a sample.
 //   - Drop: the upstream signalled overload (429, 503, a timeout).
@@ -80,11 +81,57 @@
 // counts the slots drops took (above); the ceiling is set
 // from outside (SetCeiling), by a fleet node to its share of the global
 // limit and to 0 when fenced. Lowering the limit never revokes admitted
-// leases. TryAcquire never waits. Acquire waits in FIFO order while fewer
-// than Config.MaxQueued callers wait, and fails at once with ErrQueueFull
-// otherwise: a full queue says that waiting would not help. A freed slot
-// goes straight to the oldest waiter. A cancelled waiter leaves the queue;
-// a slot handed to it in the same instant is given back.
+// leases.
+//
+// A request has a weight, the units of the limit it holds while in
+// flight, and a priority from 0 (lowest) to 255 (highest): see Request.
+// The limit bounds the sum of the weights in flight at every admission;
+// Inflight, the load the utilization guard judges, and TakePeak's demand
+// are all in weight units. TryAcquire and Acquire are weight 1 at
+// DefaultPriority (128). A weight above the whole limit, floor(estimate),
+// or above MaxLimit fails at once with ErrTooHeavy, naming both; waiting
+// for it would block the queue while the estimate, which grows only with
+// load, could not grow.
+//
+// TryAcquireRequest never waits. AcquireRequest waits in the admission
+// queue while fewer than Config.MaxQueued callers wait. The queue is
+// weighted fair queueing by virtual finish time, as in Aperture's
+// scheduler: each priority p is a FIFO flow, a request costs
+// weight·(256 − p), and the head of a flow finishes at the flow's virtual
+// time plus its cost, where the flow's virtual time is the finish time of
+// its last admission (a flow with no waiters resumes at the queue's
+// virtual time, the latest finish admitted, so idleness earns no credit).
+// Freed room goes to the head with the earliest finish time, the earliest
+// arrival on a tie. While both wait, priority p is therefore admitted
+// (256 − q)/(256 − p) times as often as q at equal weight: 255 twice as
+// often as 254, 200 156/56 ≈ 2.79 times as often as 100. No priority
+// starves while the queue holds it: priority 0 is admitted once per 256
+// admissions of 255. A waiter leaving unadmitted charges its flow nothing.
+//
+// The head blocks: while it does not fit under the limit, nobody behind it
+// is admitted, however light, so a heavy request is not starved by a
+// stream of light ones. A new request goes ahead of the waiters only if
+// it would finish before all of them and fits at once.
+//
+// Config.MaxQueued is the fast-rejecting gate of two-phase admission
+// (running + queued): a burst of Limit() + MaxQueued unit requests is
+// absorbed, and a request beyond it is refused at once with ErrQueueFull
+// rather than left to wait for a slot that running requests will not free
+// in time. A full queue refuses the request that would be admitted last:
+// an arrival that would finish before the last waiter evicts it (the
+// evicted call gets ErrQueueFull at once), otherwise the arrival itself is
+// refused. Under overload the lowest priorities are thus refused first,
+// and fast. A waiting call is bounded by its context and by
+// Config.TimeoutFactor × its weight (ErrWaitTimeout). A cancelled waiter
+// leaves the queue; a slot handed to it in the same instant is given
+// back.
+//
+// The queue is a min-heap of at most 256 flow heads over intrusive FIFO
+// lists: queueing, admitting and leaving cost O(log 256) whatever the
+// queue's length, and a waiting call allocates nothing once the
+// limiter's pool of waiters is warm. PriorityStats counts admissions,
+// refusals, timeouts, cancellations, waiters and wait time per priority
+// in a fixed array.
 //
 // # Use in a fleet
 //

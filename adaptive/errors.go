@@ -2,13 +2,37 @@ package adaptive
 
 import "errors"
 
-// ErrQueueFull is returned by Limiter.Acquire when no slot is free and the
-// admission queue already holds Config.MaxQueued waiters. With MaxQueued 0
-// (the default) every Acquire that cannot take a slot at once returns it.
-// A full queue means waiting would not help: shed the request.
+// ErrQueueFull is returned by Limiter.Acquire and Limiter.AcquireRequest
+// when the request does not fit now and the admission queue already holds
+// Config.MaxQueued waiters that would all be admitted before it; and to a
+// queued request evicted from a full queue by an arrival that would be
+// admitted before it (see Config.MaxQueued). With MaxQueued 0 (the
+// default) every Acquire that cannot take a slot at once returns it. A full
+// queue means waiting would not help: shed the request.
 var ErrQueueFull = errors.New("adaptive: admission queue full")
 
 // ErrPaused is returned by Limiter.Acquire while admission is paused by
 // Limiter.PauseUntil or Limiter.RetryAfter, both to new calls and to calls
 // that were waiting in the queue when the pause began.
 var ErrPaused = errors.New("adaptive: admission paused")
+
+// ErrWouldWait is returned by Limiter.TryAcquireRequest when the request
+// does not fit under the limit now, or others wait ahead of it.
+var ErrWouldWait = errors.New("adaptive: no room for the request now")
+
+// ErrWaitTimeout is returned by Limiter.AcquireRequest and Limiter.Acquire
+// when the request waited Config.TimeoutFactor × its weight in the queue
+// without being admitted; it holds no slot.
+var ErrWaitTimeout = errors.New("adaptive: waited TimeoutFactor × weight without a slot")
+
+// ErrTooHeavy is returned, wrapped with the weight and the limits, by
+// Limiter.AcquireRequest and Limiter.TryAcquireRequest for a request whose
+// weight exceeds the whole limit (the estimate's floor) or
+// Config.MaxLimit, at once; and to a queued request when the estimate
+// falls below its weight while it waits.
+var ErrTooHeavy = errors.New("adaptive: request heavier than the limit")
+
+// ErrInvalidRequest is returned, wrapped with the bad field and value, by
+// Limiter.AcquireRequest and Limiter.TryAcquireRequest for a Request
+// whose Weight is below 1.
+var ErrInvalidRequest = errors.New("adaptive: invalid request")

@@ -95,7 +95,8 @@ type leaseRecord struct {
 	next         *leaseRecord // free list link
 	gen          uint64
 	start        time.Time
-	load         int    // own in-flight + peers' in-flight at admission
+	weight       int    // the units of the limit the lease holds
+	load         int    // own weight in flight + peers' in-flight at admission
 	backoffEpoch uint64 // the limiter's backoffEpoch at admission
 	recalSeq     uint64 // the recalibration phase at admission
 	round        uint64 // the limiter's round at admission

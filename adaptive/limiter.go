@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// Limiter is an adaptive concurrency limiter: it admits at most Limit()
-// requests at once and moves its estimate of the upstream's capacity as
-// leases settle. Create it with New. All methods are safe for concurrent
-// use; each takes one short lock and none starts a goroutine. An admission
-// and its Release cost about 200ns together and do not allocate; neither
-// does a rejection.
+// Limiter is an adaptive concurrency limiter: it admits requests while the
+// sum of their weights in flight stays within Limit() (a plain Acquire
+// weighs 1) and moves its estimate of the upstream's capacity as leases
+// settle. Create it with New. All methods are safe for concurrent use;
+// each takes one short lock and none starts a goroutine. An admission and
+// its Release cost about 200ns together and do not allocate; neither does
+// a rejection.
 type Limiter struct {
 	cfg Config // defaulted and validated; read-only after New
 
@@ -22,8 +23,9 @@ type Limiter struct {
 	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
 	cut          int       // slots drops have taken off the ceiling; < ceiling unless 0
 	cutCalm      int       // round trips without a drop since cut last changed
-	inflight     int
-	peak         int // most in flight + queued since the last TakePeak
+	inflight     int       // Σ weight of the leases not yet settled
+	leases       int       // leases not yet settled
+	peak         int       // most weight in flight + queued since the last TakePeak
 	peerInflight int
 	pausedUntil  time.Time
 	drops        uint64
@@ -35,10 +37,11 @@ type Limiter struct {
 	window       minWindow
 	recal        recalState
 	free         *leaseRecord
-	queue        waitQueue
+	queue        wfq
+	waiters      sync.Pool // of *waiter
 
 	// onAdmit, when set by a test, is called with the lock held after every
-	// admission with the new in-flight count and the limit it was admitted
+	// admission with the new weight in flight and the limit it was admitted
 	// under.
 	onAdmit func(inflight, limit int)
 	// afterWaitCancel, when set by a test, runs in Acquire between seeing
@@ -58,86 +61,26 @@ func New(cfg Config) (*Limiter, error) {
 		estimate: float64(cfg.InitialLimit),
 		window:   newMinWindow(cfg.RTTWindow),
 	}
+	l.queue.heads = make([]head, 0, len(l.queue.flows))
+	l.waiters.New = newWaiter
 	l.recal.schedule(&l.cfg, cfg.Clock.Now())
 	return l, nil
 }
 
-// TryAcquire admits a request if a slot is free, nobody is queued ahead
-// and admission is not paused. It never waits. On false the Lease is the
+// TryAcquire admits a request of weight 1 at DefaultPriority if it fits
+// under the limit now, nobody is queued ahead of it and admission is not
+// paused; see TryAcquireRequest. It never waits. On false the Lease is the
 // zero Lease.
 func (l *Limiter) TryAcquire() (Lease, bool) {
-	now := l.cfg.Clock.Now()
-	l.mu.Lock()
-	l.tick(now)
-	if l.queue.len > 0 || !l.admissible(now) {
-		l.mu.Unlock()
-		return Lease{}, false
-	}
-	le := l.admit(now)
-	l.peak = max(l.peak, l.inflight)
-	l.mu.Unlock()
-	return le, true
+	le, err := l.TryAcquireRequest(unitRequest)
+	return le, err == nil
 }
 
-// Acquire admits a request, waiting in FIFO order for a slot if none is
-// free. It returns at once with ErrPaused while admission is paused, with
-// ErrQueueFull when Config.MaxQueued callers already wait, and with
-// ctx.Err() if ctx is done before a slot is handed over; in every error
-// case no slot is held. A slot that frees up is handed to the oldest
-// waiter directly, so later TryAcquire calls cannot overtake it.
+// Acquire admits a request of weight 1 at DefaultPriority, waiting for a
+// slot if none is free; see AcquireRequest. Among requests of one priority
+// the queue is FIFO.
 func (l *Limiter) Acquire(ctx context.Context) (Lease, error) {
-	now := l.cfg.Clock.Now()
-	l.mu.Lock()
-	l.tick(now)
-	if l.queue.len == 0 && l.admissible(now) {
-		le := l.admit(now)
-		l.peak = max(l.peak, l.inflight)
-		l.mu.Unlock()
-		return le, nil
-	}
-	switch {
-	case l.paused(now):
-		l.mu.Unlock()
-		return Lease{}, ErrPaused
-	case l.queue.len >= l.cfg.MaxQueued:
-		l.mu.Unlock()
-		return Lease{}, ErrQueueFull
-	}
-	if err := ctx.Err(); err != nil {
-		l.mu.Unlock()
-		return Lease{}, err
-	}
-	w := getWaiter()
-	l.queue.pushBack(w)
-	l.peak = max(l.peak, l.inflight+l.queue.len)
-	l.mu.Unlock()
-
-	select {
-	case <-w.ready:
-		le, err := w.lease, w.err
-		putWaiter(w)
-		return le, err
-	case <-ctx.Done():
-	}
-	if l.afterWaitCancel != nil {
-		l.afterWaitCancel()
-	}
-
-	l.mu.Lock()
-	if w.queued {
-		l.queue.remove(w)
-		l.mu.Unlock()
-		putWaiter(w)
-		return Lease{}, ctx.Err()
-	}
-	l.mu.Unlock()
-	// A grant or a rejection raced with the cancellation; its signal is
-	// already buffered. Give a granted slot back.
-	<-w.ready
-	le := w.lease
-	putWaiter(w)
-	le.Ignore()
-	return Lease{}, ctx.Err()
+	return l.AcquireRequest(ctx, unitRequest)
 }
 
 // limit is the effective limit at now: floor(estimate), or MinLimit while
@@ -172,17 +115,22 @@ func (l *Limiter) paused(now time.Time) bool {
 	return now.Before(l.pausedUntil)
 }
 
-// admissible reports whether one more lease fits now, ignoring the queue.
-// The caller holds l.mu.
-func (l *Limiter) admissible(now time.Time) bool {
-	return l.inflight < l.limit(now) && !l.paused(now)
+// admissible reports whether a lease of the given weight fits now,
+// ignoring the queue. The caller holds l.mu.
+func (l *Limiter) admissible(now time.Time, weight int) bool {
+	return l.inflight+weight <= l.limit(now) && !l.paused(now)
 }
 
-// admit takes a slot and returns its lease. The caller holds l.mu and has
-// checked admissible.
-func (l *Limiter) admit(now time.Time) Lease {
+// admit takes weight units of the limit for a request of priority p and
+// returns its lease. The caller holds l.mu and has checked admissible.
+func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	rec := l.newRecord()
-	l.inflight++
+	l.inflight += weight
+	l.leases++
+	c := &l.queue.stats[p]
+	c.admitted++
+	c.admittedWeight += uint64(weight)
+	rec.weight = weight
 	rec.start = now
 	rec.load = l.inflight + l.peerInflight
 	rec.backoffEpoch = l.backoffEpoch
@@ -195,11 +143,33 @@ func (l *Limiter) admit(now time.Time) Lease {
 	return Lease{rec: rec, gen: rec.gen}
 }
 
-// dispatch hands free slots to queued waiters, oldest first. The caller
-// holds l.mu and calls it after anything that may raise the limit.
+// dispatch hands free slots to queued waiters in the queue's order (see
+// wfq). The head blocks: while it does not fit, nobody behind it is
+// admitted, however light, so a heavy request is not starved by a stream
+// of light ones. A head heavier than the whole limit, which the estimate
+// fell below while it waited, is refused with ErrTooHeavy. The caller
+// holds l.mu and calls it after anything that may raise the limit or
+// remove the head.
 func (l *Limiter) dispatch(now time.Time) {
-	for l.queue.len > 0 && l.admissible(now) {
-		l.queue.grant(l.admit(now))
+	for l.queue.len > 0 {
+		w := l.queue.head()
+		if err := l.tooHeavy(w.weight); err != nil {
+			l.queue.remove(w)
+			l.queue.stats[w.priority].refused++
+			w.err = err
+			w.ready <- struct{}{}
+			continue
+		}
+		if !l.admissible(now, w.weight) {
+			return
+		}
+		l.queue.pop()
+		w.lease = l.admit(now, w.priority, w.weight)
+		w.waited = now.Sub(w.since)
+		c := &l.queue.stats[w.priority]
+		c.waits++
+		c.waitTime += w.waited
+		w.ready <- struct{}{}
 	}
 }
 
@@ -215,7 +185,8 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 	}
 	rec.gen++
 	load := max(rec.load, l.inflight+l.peerInflight)
-	l.inflight--
+	l.inflight -= rec.weight
+	l.leases--
 	if rtt < 0 {
 		rtt = now.Sub(rec.start)
 	}

@@ -10,10 +10,16 @@ type Snapshot struct {
 	Limit int
 	// Estimate is the inferred capacity of the upstream (l_local).
 	Estimate float64
-	// Inflight is the number of leases not yet settled.
+	// Inflight is the sum of the weights of the leases not yet settled:
+	// the number of leases when every request weighs 1. Limit bounds it at
+	// every admission.
 	Inflight int
-	// Queued is the number of Acquire calls waiting for a slot.
-	Queued int
+	// Leases is the number of leases not yet settled.
+	Leases int
+	// Queued is the number of Acquire calls waiting for a slot, and
+	// QueuedWeight the sum of their weights.
+	Queued       int
+	QueuedWeight int
 	// PeerInflight is the last value given to SetPeerInflight.
 	PeerInflight int
 	// Ceiling is the ceiling set by SetCeiling; meaningful only when
@@ -46,7 +52,9 @@ func (l *Limiter) Snapshot() Snapshot {
 		Limit:         l.limit(now),
 		Estimate:      l.estimate,
 		Inflight:      l.inflight,
+		Leases:        l.leases,
 		Queued:        l.queue.len,
+		QueuedWeight:  l.queue.weight,
 		PeerInflight:  l.peerInflight,
 		Ceiling:       l.ceiling,
 		HasCeiling:    l.hasCeiling,
@@ -58,8 +66,9 @@ func (l *Limiter) Snapshot() Snapshot {
 	}
 }
 
-// Limit returns the effective limit: the most leases admission allows at
-// once. In-flight leases may exceed it after it falls.
+// Limit returns the effective limit: the most weight admission allows in
+// flight at once (the most leases, when every request weighs 1). The
+// weight in flight may exceed it after it falls.
 func (l *Limiter) Limit() int {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
@@ -75,7 +84,8 @@ func (l *Limiter) Estimate() float64 {
 	return l.estimate
 }
 
-// Inflight returns the number of leases admitted and not yet settled.
+// Inflight returns the sum of the weights of the leases admitted and not
+// yet settled: the number of such leases when every request weighs 1.
 func (l *Limiter) Inflight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -105,15 +115,16 @@ func (l *Limiter) Drops() uint64 {
 	return l.drops
 }
 
-// TakePeak returns the most leases in flight plus callers queued at any
+// TakePeak returns the most weight in flight plus weight queued at any
 // moment since the previous call (or since New), at least the current
-// count, and starts a new period. A fleet node reports it as its demand,
-// so a node that served a request at any time during a heartbeat interval
-// keeps a share.
+// sum, and starts a new period; with every request of weight 1 these are
+// counts of leases and callers. A fleet node reports it as its demand, so
+// shares follow weighted demand and a node that served a request at any
+// time during a heartbeat interval keeps a share.
 func (l *Limiter) TakePeak() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.inflight + l.queue.len
+	now := l.inflight + l.queue.weight
 	p := max(l.peak, now)
 	l.peak = now
 	return p

@@ -1,83 +1,115 @@
 package adaptive
 
-import "sync"
+import (
+	"context"
+	"math"
+	"time"
+)
 
-// waiter is one Acquire call parked in the admission queue. The granter
-// sets lease or err and then sends on ready, all with the limiter's lock
-// held; ready has room for one signal, so the send never blocks.
+// waiter is one AcquireRequest call parked in the admission queue. The
+// granter sets lease or err and then sends on ready, all with the
+// limiter's lock held; ready has room for one signal, so the send never
+// blocks. Waiters are recycled through the limiter's own pool, so a
+// waiting call allocates nothing once the pool is warm; the pool is per
+// limiter so that a waiter's channel and timer never cross from one
+// limiter's goroutines to another's (a testing/synctest bubble forbids
+// that).
 type waiter struct {
-	prev, next *waiter
+	prev, next *waiter // the waiter's place in its priority's FIFO
 	queued     bool
+	priority   uint8
+	weight     int
+	cost       uint64 // weight·(256 − priority)
+	seq        uint64 // arrival order, for ties
+	since      time.Time
+	waited     time.Duration // set when granted: the time spent queued
 	lease      Lease
 	err        error
 	ready      chan struct{}
+	timer      *time.Timer // bounds the wait when Config.TimeoutFactor is set; reused
 }
 
-var waiterPool = sync.Pool{
-	New: func() any { return &waiter{ready: make(chan struct{}, 1)} },
-}
+func newWaiter() any { return &waiter{ready: make(chan struct{}, 1)} }
 
-func getWaiter() *waiter { return waiterPool.Get().(*waiter) }
+func (l *Limiter) getWaiter() *waiter { return l.waiters.Get().(*waiter) }
 
-// putWaiter recycles w; its ready channel must be empty.
-func putWaiter(w *waiter) {
+// putWaiter recycles w; its ready channel must be empty and its timer
+// stopped.
+func (l *Limiter) putWaiter(w *waiter) {
 	w.lease, w.err = Lease{}, nil
-	waiterPool.Put(w)
+	l.waiters.Put(w)
 }
 
-// waitQueue is a FIFO of waiters: an intrusive doubly linked list, so a
-// cancelled waiter leaves from the middle in O(1). Guarded by the
-// limiter's lock.
-type waitQueue struct {
-	head, tail *waiter
-	len        int
-}
-
-func (q *waitQueue) pushBack(w *waiter) {
-	w.queued = true
-	w.prev, w.next = q.tail, nil
-	if q.tail == nil {
-		q.head = w
-	} else {
-		q.tail.next = w
+// waitTimeout is how long a queued request of weight w may wait:
+// Config.TimeoutFactor·w, or 0 for no bound of its own.
+func (l *Limiter) waitTimeout(w int) time.Duration {
+	f := l.cfg.TimeoutFactor
+	if f <= 0 {
+		return 0
 	}
-	q.tail = w
-	q.len++
-}
-
-func (q *waitQueue) popFront() *waiter {
-	w := q.head
-	q.remove(w)
-	return w
-}
-
-func (q *waitQueue) remove(w *waiter) {
-	if w.prev == nil {
-		q.head = w.next
-	} else {
-		w.prev.next = w.next
+	if int64(w) > math.MaxInt64/int64(f) {
+		return math.MaxInt64
 	}
-	if w.next == nil {
-		q.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
-	q.len--
+	return f * time.Duration(w)
 }
 
-// grant hands the front waiter a lease.
-func (q *waitQueue) grant(le Lease) {
-	w := q.popFront()
-	w.lease = le
-	w.ready <- struct{}{}
-}
-
-// rejectAll empties the queue, failing every waiter with err.
-func (q *waitQueue) rejectAll(err error) {
-	for q.head != nil {
-		w := q.popFront()
-		w.err = err
-		w.ready <- struct{}{}
+// wait parks the calling goroutine until w is granted a lease, refused,
+// timed out after Config.TimeoutFactor·weight or cancelled with ctx. w is
+// queued; the caller does not hold l.mu.
+func (l *Limiter) wait(ctx context.Context, w *waiter) (Lease, error) {
+	var expired <-chan time.Time
+	if d := l.waitTimeout(w.weight); d > 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(d)
+		} else {
+			w.timer.Reset(d)
+		}
+		expired = w.timer.C
 	}
+	var err error
+	timedOut := false
+	select {
+	case <-w.ready:
+		if expired != nil {
+			w.timer.Stop()
+		}
+		le, err := w.lease, w.err
+		l.putWaiter(w)
+		return le, err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err, timedOut = ErrWaitTimeout, true
+	}
+	if expired != nil {
+		w.timer.Stop()
+	}
+	if l.afterWaitCancel != nil {
+		l.afterWaitCancel()
+	}
+
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	if w.queued {
+		l.queue.remove(w)
+		l.queue.stats[w.priority].leave(timedOut)
+		// w may have headed the queue without fitting: those behind it
+		// may fit now.
+		l.dispatch(now)
+		l.mu.Unlock()
+		l.putWaiter(w)
+		return Lease{}, err
+	}
+	l.mu.Unlock()
+	// A grant or a refusal raced with the cancellation; its signal is
+	// already buffered. Give a granted slot back.
+	<-w.ready
+	if le := w.lease; le.rec != nil {
+		l.mu.Lock()
+		l.queue.stats[w.priority].ungrant(w.weight, w.waited, timedOut)
+		l.mu.Unlock()
+		le.Ignore()
+	}
+	l.putWaiter(w)
+	return Lease{}, err
 }

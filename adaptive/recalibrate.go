@@ -60,7 +60,7 @@ func (l *Limiter) tick(now time.Time) {
 	l.recal.phase = recalDraining
 	l.recal.seq++
 	l.recal.pinnedAt = now
-	l.recal.oldLeases = l.inflight
+	l.recal.oldLeases = l.leases
 	if l.recal.oldLeases == 0 {
 		l.startProbe()
 	}

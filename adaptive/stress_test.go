@@ -32,16 +32,7 @@ func TestStress(t *testing.T) {
 			violations.Add(1)
 		}
 	}
-	var holding, maxHolding atomic.Int64
-	hold := func() {
-		n := holding.Add(1)
-		for {
-			m := maxHolding.Load()
-			if n <= m || maxHolding.CompareAndSwap(m, n) {
-				break
-			}
-		}
-	}
+	var held highWater
 
 	stop := make(chan struct{})
 	var control sync.WaitGroup
@@ -97,11 +88,11 @@ func TestStress(t *testing.T) {
 				if !ok {
 					continue
 				}
-				hold()
+				held.add(1)
 				if rng.IntN(2) == 0 {
 					time.Sleep(time.Duration(rng.IntN(50)) * time.Microsecond)
 				}
-				holding.Add(-1)
+				held.add(-1)
 				switch rng.IntN(8) {
 				case 0:
 					le.Drop()
@@ -120,10 +111,10 @@ func TestStress(t *testing.T) {
 	close(stop)
 	control.Wait()
 
-	t.Logf("admissions %d, drops %d, max held %d, estimate %.2f", admissions.Load(), l.Drops(), maxHolding.Load(), l.Estimate())
+	t.Logf("admissions %d, drops %d, max held %d, estimate %.2f", admissions.Load(), l.Drops(), held.max.Load(), l.Estimate())
 	require.Zero(t, violations.Load(), "admitted past the limit")
 	require.Positive(t, admissions.Load())
-	require.LessOrEqual(t, maxHolding.Load(), int64(maxLimit))
+	require.LessOrEqual(t, held.max.Load(), int64(maxLimit))
 	require.Zero(t, l.Inflight())
 	require.Zero(t, l.Queued())
 	est := l.Estimate()
