@@ -102,7 +102,7 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
 		return true
 	}
-	demand := snap.Inflight + snap.Queued + n.unmet
+	demand := snap.Inflight + snap.QueuedWeight + n.unmet
 	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
 	return !n.cappedBeat && n.share < min(demand, fair)
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,12 +24,20 @@ type metrics struct {
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
 	learning, quotaPauses                                                       *prometheus.Desc
+
+	// Per priority, labelled "priority" (0–255), for the priorities that
+	// have seen a request: see adaptive.PriorityStats.
+	prioAdmitted, prioAdmittedWeight, prioRefused, prioTimedOut, prioCancelled *prometheus.Desc
+	prioQueued, prioWaits, prioWaitSeconds                                     *prometheus.Desc
 }
 
 func newMetrics(n *Node) *metrics {
 	labels := prometheus.Labels{"key": n.cfg.Key, "node": n.cfg.NodeID}
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("fleetlimit_"+name, help, nil, labels)
+	}
+	byPriority := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("fleetlimit_priority_"+name, help, []string{"priority"}, labels)
 	}
 	return &metrics{
 		node: n,
@@ -42,7 +51,7 @@ func newMetrics(n *Node) *metrics {
 		estimate:          desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
 		share:             desc("share", "The node's share of the global limit, as last granted."),
 		lGlobal:           desc("l_global", "The fleet's global limit for the key, as last granted."),
-		inflight:          desc("inflight", "Requests this node has in flight."),
+		inflight:          desc("inflight", "Sum of the weights of the requests this node has in flight (their number when each weighs 1)."),
 		queued:            desc("queued", "Acquire calls waiting for a slot."),
 		peerInflight:      desc("peer_inflight", "The other nodes' in-flight requests, as of the last grant."),
 		liveNodes:         desc("live_nodes", "Live nodes on the key, this one included, as of the last grant."),
@@ -57,6 +66,15 @@ func newMetrics(n *Node) *metrics {
 			"nothing was left until a reset."),
 		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
+		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
+		prioAdmittedWeight: byPriority("admitted_weight_total", "Sum of the weights of the requests admitted at this priority."),
+		prioRefused: byPriority("refused_total", "Requests at this priority the local limiter refused: no room for "+
+			"TryAcquire, queue full (on arrival or evicted), paused, or heavier than the limit."),
+		prioTimedOut:    byPriority("timed_out_total", "Queued requests at this priority whose TimeoutFactor × weight wait ran out."),
+		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a slot was handed over."),
+		prioQueued:      byPriority("queued", "Requests at this priority waiting for a slot now."),
+		prioWaits:       byPriority("waits_total", "Requests at this priority admitted after waiting in the queue."),
+		prioWaitSeconds: byPriority("wait_seconds_total", "Total time the requests in waits_total waited, in seconds."),
 	}
 }
 
@@ -64,7 +82,8 @@ func newMetrics(n *Node) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
 		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
-		m.outage, m.draining, m.learning, m.quotaPauses} {
+		m.outage, m.draining, m.learning, m.quotaPauses, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
+		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds} {
 		ch <- d
 	}
 	m.heartbeat.Describe(ch)
@@ -96,6 +115,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))
 	gauge(m.learning, b2f(s.Learning))
+	for _, p := range m.node.lim.PriorityStats() {
+		label := strconv.Itoa(int(p.Priority))
+		metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, t, v, label)
+		}
+		metric(m.prioAdmitted, prometheus.CounterValue, float64(p.Admitted))
+		metric(m.prioAdmittedWeight, prometheus.CounterValue, float64(p.AdmittedWeight))
+		metric(m.prioRefused, prometheus.CounterValue, float64(p.Refused))
+		metric(m.prioTimedOut, prometheus.CounterValue, float64(p.TimedOut))
+		metric(m.prioCancelled, prometheus.CounterValue, float64(p.Cancelled))
+		metric(m.prioQueued, prometheus.GaugeValue, float64(p.Queued))
+		metric(m.prioWaits, prometheus.CounterValue, float64(p.Waits))
+		metric(m.prioWaitSeconds, prometheus.CounterValue, p.WaitTime.Seconds())
+	}
 	m.heartbeat.Collect(ch)
 }
 

@@ -21,7 +21,7 @@ func TestCollectorReportsNodeState(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	want := `
-# HELP fleetlimit_inflight Requests this node has in flight.
+# HELP fleetlimit_inflight Sum of the weights of the requests this node has in flight (their number when each weighs 1).
 # TYPE fleetlimit_inflight gauge
 fleetlimit_inflight{key="openai:gpt-4o",node="pod-1"} 1
 # HELP fleetlimit_share The node's share of the global limit, as last granted.

@@ -76,7 +76,7 @@ type Node struct {
 	lastErr      error
 	lastBeat     time.Time // send time of the last successful heartbeat
 	lastSend     time.Time // send time of the last heartbeat attempt
-	unmet        int       // admissions refused since the last report
+	unmet        int       // weight of the admissions refused since the last report
 	unsentDemand int       // the largest demand of reports that failed since the last success
 	lowered      bool      // share fell below in-flight; beat once drained
 	ackDue       bool      // a lowered share was applied; beat to ack it
@@ -277,14 +277,18 @@ func (n *Node) waitDrained(ctx context.Context) error {
 	return nil
 }
 
-// Acquire admits a request, waiting in the local limiter's queue while
-// Config.Limiter.MaxQueued allows (see adaptive.Limiter.Acquire). Run the
+// Acquire admits a request with the priority and weight ctx carries
+// (WithPriority, WithWeight; by default adaptive.DefaultPriority and 1),
+// waiting in the local limiter's queue while Config.Limiter.MaxQueued
+// allows (see adaptive.Limiter.AcquireRequest). Run the
 // request with the returned Lease's Context, which ends at the request's
 // hard bound (Config.MaxRequestDuration) or with ctx, and settle the lease
 // when the request ends: Release on success, Drop on an overload signal
 // (429, 503, timeout), Ignore otherwise. Besides the limiter's own errors
-// it returns ErrNotStarted, ErrStopped, ErrEvicted, and ErrFenced while the
-// node is fenced under FailClosed: a fenced node fails fast rather than
+// it returns ErrNotStarted, ErrStopped, ErrEvicted, an error wrapping
+// adaptive.ErrTooHeavy for a weight above the key's L_global, and
+// ErrFenced while the node is fenced under FailClosed: a fenced node fails
+// fast rather than
 // queue behind an outage. Callers already queued when the node is fenced
 // keep waiting, bounded by their contexts; no slot is handed to them until
 // a grant renews the lease.
@@ -302,13 +306,18 @@ func (n *Node) acquire(ctx context.Context) (adaptive.Lease, error) {
 		n.metrics.rejected.Add(1)
 		return adaptive.Lease{}, err
 	}
-	le, err := n.lim.Acquire(ctx)
+	r := RequestFrom(ctx)
+	if err := n.tooHeavyForFleet(r.Weight); err != nil {
+		n.metrics.rejected.Add(1)
+		return adaptive.Lease{}, err
+	}
+	le, err := n.lim.AcquireRequest(ctx, r)
 	if err == nil {
 		return le, nil
 	}
 	n.metrics.rejected.Add(1)
 	if errors.Is(err, adaptive.ErrQueueFull) || errors.Is(err, adaptive.ErrPaused) {
-		n.noteUnmet()
+		n.noteUnmet(r.Weight)
 		if aerr := n.admissionErr(); aerr != nil {
 			return adaptive.Lease{}, aerr
 		}
@@ -316,9 +325,9 @@ func (n *Node) acquire(ctx context.Context) (adaptive.Lease, error) {
 	return adaptive.Lease{}, err
 }
 
-// TryAcquire admits a request if a slot is free now and the node may admit
-// (see Acquire's errors). It never waits. The Lease's Context ends at the
-// request's hard bound.
+// TryAcquire admits a request of weight 1 at adaptive.DefaultPriority if
+// a slot is free now and the node may admit (see Acquire's errors). It
+// never waits. The Lease's Context ends at the request's hard bound.
 func (n *Node) TryAcquire() (Lease, bool) {
 	if n.admissionErr() != nil {
 		n.metrics.rejected.Add(1)
@@ -327,7 +336,7 @@ func (n *Node) TryAcquire() (Lease, bool) {
 	le, ok := n.lim.TryAcquire()
 	if !ok {
 		n.metrics.rejected.Add(1)
-		n.noteUnmet()
+		n.noteUnmet(1)
 		return Lease{}, false
 	}
 	return bound(context.Background(), le, &n.cfg), true
@@ -356,12 +365,10 @@ func (n *Node) admissionErr() error {
 	return nil
 }
 
-// noteUnmet counts a refused admission as demand the node could not serve,
-// reported with the next heartbeat.
-func (n *Node) noteUnmet() {
+// noteUnmet counts a refused admission of the given weight as demand the
+// node could not serve, reported with the next heartbeat.
+func (n *Node) noteUnmet(weight int) {
 	n.mu.Lock()
-	if n.unmet < coord.MaxCount {
-		n.unmet++
-	}
+	n.unmet = min(n.unmet+weight, coord.MaxCount)
 	n.mu.Unlock()
 }

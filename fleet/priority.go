@@ -1,0 +1,85 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+)
+
+type contextKey int
+
+const (
+	priorityKey contextKey = iota
+	weightKey
+)
+
+// WithPriority returns a copy of ctx that carries priority p, from 0 (the
+// lowest) to 255 (the highest), for Node.Acquire and Transport. Without it
+// a request has adaptive.DefaultPriority (128).
+func WithPriority(ctx context.Context, p uint8) context.Context {
+	return context.WithValue(ctx, priorityKey, p)
+}
+
+// WithWeight returns a copy of ctx that carries weight w for Node.Acquire
+// and Transport: the units of the node's limit the request holds while it
+// is in flight. Without it a request weighs 1. A w below 1 makes the
+// admission fail with an error wrapping adaptive.ErrInvalidRequest, and a
+// w above the limit (the node's estimate, or the key's L_global) with one
+// wrapping adaptive.ErrTooHeavy, at once.
+//
+// The fleet counts everything in weight units: a node's in-flight and
+// demand, its peers' in-flight, L_global and the shares. So shares follow
+// weighted demand, and Σ weight in flight ≤ L_global is the promise.
+//
+// Estimating an LLM request's weight: a weight is the part of the
+// upstream's concurrency the request occupies. A provider whose quota is
+// a number of concurrent requests wants weight 1 for all. One whose
+// capacity goes by tokens in flight wants a weight that grows with the
+// request's tokens, in a unit chosen so that an ordinary request weighs
+// about 1:
+//
+//	weight = max(1, ceil((promptTokens + maxTokens) / unit))
+//
+// where promptTokens is counted with the model's tokenizer before sending
+// (about len(prompt)/4 for English text), maxTokens is the completion cap
+// (the request's max_tokens, or the model's default), and unit is the
+// tokens of a typical request, say 2,000: a streamed 100k-token completion
+// then holds 50 units for its whole length, as it does at the provider,
+// and a 500-token one holds 1. The limit is inferred in the same units, so
+// the unit only has to stay the same for every node of a key; too small a
+// unit makes weights large against the limit, too large a one hides the
+// difference between requests.
+func WithWeight(ctx context.Context, w int) context.Context {
+	return context.WithValue(ctx, weightKey, w)
+}
+
+// RequestFrom returns the adaptive.Request that ctx describes: the priority
+// and weight given to WithPriority and WithWeight, or
+// adaptive.DefaultPriority and 1.
+func RequestFrom(ctx context.Context) adaptive.Request {
+	r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}
+	if p, ok := ctx.Value(priorityKey).(uint8); ok {
+		r.Priority = p
+	}
+	if w, ok := ctx.Value(weightKey).(int); ok {
+		r.Weight = w
+	}
+	return r
+}
+
+// tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
+// weight exceeds the key's global limit as last granted: no share can ever
+// hold it while L_global stays where it is. It reads nothing for weight 1.
+func (n *Node) tooHeavyForFleet(weight int) error {
+	if weight <= 1 {
+		return nil
+	}
+	n.mu.Lock()
+	g := n.lGlobal
+	n.mu.Unlock()
+	if g > 0 && weight > g {
+		return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d", adaptive.ErrTooHeavy, weight, g)
+	}
+	return nil
+}
