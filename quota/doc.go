@@ -7,7 +7,7 @@
 //     RateLimit, a Structured Field list of service limits
 //     ("default";r=REMAINING;t=SECONDS), and RateLimit-Policy, a list of quota
 //     policies ("default";q=QUOTA;w=SECONDS;qu="requests"), joined by policy
-//     name. Source IETF.
+//     name; the first 16 members of each field are read. Source IETF.
 //   - The three fields of the draft's earlier versions (00 to 06),
 //     RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset. Source
 //     IETFLegacy.

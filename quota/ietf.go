@@ -51,8 +51,15 @@ func appendIETF(dst []Policy, h http.Header, now time.Time) []Policy {
 	return dst
 }
 
+// maxMembers is how many members of a RateLimit or RateLimit-Policy field
+// are read; the rest are ignored. Joining the two fields by name costs the
+// product of their lengths, so a response cannot make Parse slow by
+// sending thousands of policies.
+const maxMembers = 16
+
 // parseSFField parses the lines of one field as the single List they make
-// up; nil when any line is not valid.
+// up, and returns its first maxMembers members; nil when any line is not
+// valid.
 func parseSFField(lines []string) []sfMember {
 	var members []sfMember
 	for _, line := range lines {
@@ -61,7 +68,7 @@ func parseSFField(lines []string) []sfMember {
 			return nil
 		}
 	}
-	return members
+	return members[:min(len(members), maxMembers)]
 }
 
 // applyPolicy sets p's limit, unit and window from the quota policy m, and

@@ -56,6 +56,9 @@ const (
 	Tokens       Unit = "tokens"
 	InputTokens  Unit = "input-tokens"
 	OutputTokens Unit = "output-tokens"
+	// ConcurrentRequests is the IETF unit of a limit on requests in
+	// flight rather than per window.
+	ConcurrentRequests Unit = "concurrent-requests"
 )
 
 // Policy is one limit a response reports: for instance OpenAI's requests
@@ -111,9 +114,13 @@ func (i Info) IsZero() bool { return !i.HasRetryAfter && len(i.Policies) == 0 }
 // after now (Remaining 0, Reset after now), and returns the latest such
 // reset: the time until which the provider says no further request fits.
 // A policy with nothing left and no reset, or a reset already passed, does
-// not count.
+// not count, nor does a policy of concurrent requests (the IETF unit
+// "concurrent-requests"), which frees up as requests end, not at a reset.
 func (i Info) Exhausted(now time.Time) (until time.Time, ok bool) {
 	for _, p := range i.Policies {
+		if p.Unit == ConcurrentRequests {
+			continue
+		}
 		if p.Remaining == 0 && p.Reset.After(now) && p.Reset.After(until) {
 			until, ok = p.Reset, true
 		}

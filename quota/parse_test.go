@@ -1,8 +1,10 @@
 package quota
 
 import (
+	"fmt"
 	"net/http"
 	"net/textproto"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,6 +251,7 @@ func TestExhausted(t *testing.T) {
 			"x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "5s",
 			"RateLimit", `"a";r=0;t=3, "b";r=1;t=60`), in(5 * time.Second), true},
 		{"remaining above limit", header("X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "20", "X-RateLimit-Reset", "5"), time.Time{}, false},
+		{"concurrent requests", header("RateLimit", `"c";r=0;t=30`, "RateLimit-Policy", `"c";q=8;qu="concurrent-requests"`), time.Time{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,4 +269,20 @@ func TestSourceString(t *testing.T) {
 		OpenAI: "openai", Anthropic: "anthropic", 0: "unknown"} {
 		require.Equal(t, want, s.String())
 	}
+}
+
+// TestParseReadsAtMostMaxMembers checks that thousands of IETF policies,
+// which the join by name would make quadratic, are read only up to
+// maxMembers of each field.
+func TestParseReadsAtMostMaxMembers(t *testing.T) {
+	t.Parallel()
+	var limits, policies []string
+	for i := range 4000 {
+		limits = append(limits, fmt.Sprintf("l%d;r=1", i))
+		policies = append(policies, fmt.Sprintf("p%d;q=1", i))
+	}
+	info := Parse(header("RateLimit", strings.Join(limits, ", "), "RateLimit-Policy", strings.Join(policies, ", ")), now)
+	require.Len(t, info.Policies, 2*maxMembers, "the first %d of each field", maxMembers)
+	require.Equal(t, "l0", info.Policies[0].Name)
+	require.Equal(t, "p0", info.Policies[maxMembers].Name)
 }
