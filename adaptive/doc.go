@@ -123,8 +123,11 @@
 // refused. Under overload the lowest priorities are thus refused first,
 // and fast. A waiting call is bounded by its context and by
 // Config.TimeoutFactor × its weight (ErrWaitTimeout). A cancelled waiter
-// leaves the queue; a slot handed to it in the same instant is given
-// back.
+// leaves the queue; a slot handed to it in the same instant is given back,
+// and its flow stays charged for it. A waiter whose wait bound runs out in
+// the instant a slot is handed to it keeps the slot: under overload with
+// wait bounds, heads time out just as slots free up, and giving those
+// slots back would charge their flows for admissions they did not get.
 //
 // The queue is a min-heap of at most 256 flow heads over intrusive FIFO
 // lists: queueing, admitting and leaving cost O(log 256) whatever the

@@ -51,14 +51,14 @@ func (c *priorityCounters) leave(timedOut bool) {
 	}
 }
 
-// ungrant moves a lease granted to a call that had already given up from
-// the admitted counts to timedOut or cancelled.
-func (c *priorityCounters) ungrant(weight int, waited time.Duration, timedOut bool) {
+// ungrant moves a lease granted to a call whose context had already ended
+// from the admitted counts to cancelled.
+func (c *priorityCounters) ungrant(weight int, waited time.Duration) {
 	c.admitted--
 	c.admittedWeight -= uint64(weight)
 	c.waits--
 	c.waitTime -= waited
-	c.leave(timedOut)
+	c.cancelled++
 }
 
 // PriorityStats returns the counters of every priority that has seen a

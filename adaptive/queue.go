@@ -101,12 +101,22 @@ func (l *Limiter) wait(ctx context.Context, w *waiter) (Lease, error) {
 		return Lease{}, err
 	}
 	l.mu.Unlock()
-	// A grant or a refusal raced with the cancellation; its signal is
-	// already buffered. Give a granted slot back.
+	// A grant or a refusal raced with the end of the wait; its signal is
+	// already buffered. A slot handed over as the wait bound ran out is
+	// kept: it came within the bound, give or take the moment it took to
+	// see it, and giving it back would leave the waiter's flow charged
+	// (its virtual time advanced at the grant) for an admission it did not
+	// get, so that waiters timing out as slots free up would skew the
+	// queue's shares. A caller whose context ended gives its slot back.
 	<-w.ready
-	if le := w.lease; le.rec != nil {
+	le := w.lease
+	switch {
+	case le.rec != nil && timedOut:
+		l.putWaiter(w)
+		return le, nil
+	case le.rec != nil:
 		l.mu.Lock()
-		l.queue.stats[w.priority].ungrant(w.weight, w.waited, timedOut)
+		l.queue.stats[w.priority].ungrant(w.weight, w.waited)
 		l.mu.Unlock()
 		le.Ignore()
 	}

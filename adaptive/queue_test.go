@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -138,4 +139,30 @@ func TestCancelledWaiterGivesBackConcurrentGrant(t *testing.T) {
 	require.Zero(t, queuedAfterGrant)
 	require.Zero(t, l.Inflight(), "the granted slot was given back")
 	require.Zero(t, l.Queued())
+}
+
+// The slot is handed to the waiter after its wait bound ran out but before
+// it took the lock: the grant came within the bound, and the waiter keeps
+// it, counted as admitted after a wait. Giving it back would charge the
+// waiter's flow for an admission it did not get.
+func TestTimedOutWaiterKeepsConcurrentGrant(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1, TimeoutFactor: time.Millisecond})
+	held, _ := l.TryAcquire()
+	var inflightAfterGrant int
+	l.afterWaitCancel = func() {
+		held.Release() // grants the slot to the waiter whose bound ran out
+		inflightAfterGrant = l.Inflight()
+	}
+	le, err := l.AcquireRequest(context.Background(), Request{Priority: 7, Weight: 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, inflightAfterGrant, "the slot went to the waiter")
+	require.Equal(t, 1, l.Inflight(), "and it kept it")
+	require.Zero(t, l.Queued())
+	s := statsOf(l, 7)
+	require.Equal(t, uint64(1), s.Admitted)
+	require.Equal(t, uint64(1), s.Waits)
+	require.Zero(t, s.TimedOut)
+	le.Release()
+	require.Zero(t, l.Inflight())
 }

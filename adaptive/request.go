@@ -103,10 +103,11 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 // wait and every one of them would be admitted before r; when r would be
 // admitted before the last of them, that one is evicted with ErrQueueFull
 // and r takes its place. A waiting call ends with ErrWaitTimeout after
-// Config.TimeoutFactor × r.Weight (when set), with ctx.Err() if ctx ends
-// first, with ErrPaused when a pause begins and with ErrQueueFull when
-// evicted. In every error case no slot is held. A free slot is taken even
-// with a done ctx.
+// Config.TimeoutFactor × r.Weight (when set; a slot handed over as that
+// bound runs out is taken), with ctx.Err() if ctx ends first, with
+// ErrPaused when a pause begins and with ErrQueueFull when evicted. In
+// every error case no slot is held. A free slot is taken even with a done
+// ctx.
 func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err
