@@ -82,6 +82,9 @@ type Recalibration struct {
 type Config struct {
 	// InitialLimit is the starting estimate. A fleet node warm-starts with
 	// the key's current global limit here (or later with SetEstimate).
+	// With weighted requests, it must be at least the heaviest weight: a
+	// request heavier than the limit fails with ErrTooHeavy rather than
+	// wait, and the estimate grows only with admitted load.
 	// Defaults to 20, or to MinLimit or MaxLimit when 20 lies outside them.
 	// Must be in [MinLimit, MaxLimit].
 	InitialLimit int

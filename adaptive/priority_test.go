@@ -51,7 +51,8 @@ func TestRequestTooHeavy(t *testing.T) {
 	l, _ := newTestLimiter(t, Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 10})
 	_, err := l.AcquireRequest(context.Background(), Request{Weight: 21})
 	require.ErrorIs(t, err, ErrTooHeavy)
-	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 21 exceeds the whole limit 20 (the estimate's floor; Config.MaxLimit = 100)")
+	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 21 exceeds the whole limit 20 (the estimate's floor, "+
+		"which grows only with admitted load: size Config.InitialLimit for the heaviest request; Config.MaxLimit = 100)")
 	_, err = l.TryAcquireRequest(Request{Weight: 101})
 	require.ErrorIs(t, err, ErrTooHeavy)
 	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 101 exceeds Config.MaxLimit = 100 (and the limit 20): it can never be admitted")

@@ -52,7 +52,8 @@ func (l *Limiter) tooHeavy(weight int) error {
 		return fmt.Errorf("%w: Request.Weight = %d exceeds Config.MaxLimit = %d (and the limit %d): it can never be admitted",
 			ErrTooHeavy, weight, l.cfg.MaxLimit, whole)
 	case weight > whole:
-		return fmt.Errorf("%w: Request.Weight = %d exceeds the whole limit %d (the estimate's floor; Config.MaxLimit = %d)",
+		return fmt.Errorf("%w: Request.Weight = %d exceeds the whole limit %d (the estimate's floor, which grows only "+
+			"with admitted load: size Config.InitialLimit for the heaviest request; Config.MaxLimit = %d)",
 			ErrTooHeavy, weight, whole, l.cfg.MaxLimit)
 	}
 	return nil

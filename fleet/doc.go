@@ -30,11 +30,15 @@
 // drains, leaves; a new process with the same node id joins at once).
 //
 // Requests may carry a priority and a weight (WithPriority, WithWeight),
-// which Node.Acquire and Transport read from the request's context: the
-// node's limiter admits waiters by weighted fair queueing and bounds the
-// sum of the weights in flight, and the fleet counts in-flight, demand,
-// L_global and shares in weight units (WithWeight says how to weigh an LLM
-// request). Without them a request weighs 1 at adaptive.DefaultPriority.
+// which Node.Acquire and Transport read from the request's context;
+// Node.AcquireRequest and Node.TryAcquireRequest take them as an
+// adaptive.Request. The node's limiter admits waiters by weighted fair
+// queueing and bounds the sum of the weights in flight, and the fleet
+// counts in-flight, demand, L_global and shares in weight units (WithWeight
+// says how to weigh an LLM request, and why Config.Limiter.InitialLimit
+// must be at least the heaviest weight). Without them a request weighs 1
+// at adaptive.DefaultPriority. Node.PriorityStats counts, per priority,
+// what became of the requests, the node's own refusals included.
 //
 // The protocol, and the argument for each of its rules, is in the
 // repository's design document, docs/design.md. All Node methods are safe

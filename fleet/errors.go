@@ -2,20 +2,24 @@ package fleet
 
 import "errors"
 
-// ErrFenced is returned by Node.Acquire and Transport while the node is
+// ErrFenced is returned by Node.Acquire, Node.AcquireRequest,
+// Node.TryAcquireRequest and Transport while the node is
 // fenced under FailClosed: its lease is about to run out because heartbeats
 // are failing. The error's message says why; State().LastError has the
 // heartbeat's error.
 var ErrFenced = errors.New("fleet: node fenced")
 
-// ErrEvicted is returned by Node.Acquire and Transport once an operator has
-// evicted the node. An evicted node stays fenced; restart the process (with
+// ErrEvicted is returned by Node.Acquire, Node.AcquireRequest,
+// Node.TryAcquireRequest and Transport once an operator has evicted the
+// node. An evicted node stays fenced; restart the process (with
 // a fresh instance) to rejoin.
 var ErrEvicted = errors.New("fleet: node evicted")
 
-// ErrStopped is returned by Node.Acquire and Transport once Stop was called,
-// and by Start on a node that was already started.
+// ErrStopped is returned by Node.Acquire, Node.AcquireRequest,
+// Node.TryAcquireRequest and Transport once Stop was called, and by Start
+// on a node that was already started.
 var ErrStopped = errors.New("fleet: node stopped")
 
-// ErrNotStarted is returned by Node.Acquire and Transport before Start.
+// ErrNotStarted is returned by Node.Acquire, Node.AcquireRequest,
+// Node.TryAcquireRequest and Transport before Start.
 var ErrNotStarted = errors.New("fleet: node not started")

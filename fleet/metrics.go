@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	node            *Node
 	rejected        atomic.Uint64
+	refused         [256]atomic.Uint64 // by priority: the node's refusals before its limiter (Node.PriorityStats)
 	heartbeatErrors atomic.Uint64
 	fencings        atomic.Uint64
 	quotaPaused     atomic.Uint64
@@ -68,8 +69,9 @@ func newMetrics(n *Node) *metrics {
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
 		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
 		prioAdmittedWeight: byPriority("admitted_weight_total", "Sum of the weights of the requests admitted at this priority."),
-		prioRefused: byPriority("refused_total", "Requests at this priority the local limiter refused: no room for "+
-			"TryAcquire, queue full (on arrival or evicted), paused, or heavier than the limit."),
+		prioRefused: byPriority("refused_total", "Requests at this priority refused: by the local limiter (no room for "+
+			"TryAcquire, queue full on arrival or evicted, paused, heavier than the limit) or by the node (not started, "+
+			"stopped, evicted, fenced, heavier than L_global)."),
 		prioTimedOut:    byPriority("timed_out_total", "Queued requests at this priority whose TimeoutFactor × weight wait ran out."),
 		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a slot was handed over."),
 		prioQueued:      byPriority("queued", "Requests at this priority waiting for a slot now."),
@@ -115,7 +117,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))
 	gauge(m.learning, b2f(s.Learning))
-	for _, p := range m.node.lim.PriorityStats() {
+	for _, p := range m.node.PriorityStats() {
 		label := strconv.Itoa(int(p.Priority))
 		metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, t, v, label)

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 )
@@ -16,7 +15,9 @@ const (
 
 // WithPriority returns a copy of ctx that carries priority p, from 0 (the
 // lowest) to 255 (the highest), for Node.Acquire and Transport. Without it
-// a request has adaptive.DefaultPriority (128).
+// a request has adaptive.DefaultPriority (128). Node.AcquireRequest and
+// Node.TryAcquireRequest take the priority in their adaptive.Request
+// instead.
 func WithPriority(ctx context.Context, p uint8) context.Context {
 	return context.WithValue(ctx, priorityKey, p)
 }
@@ -27,6 +28,19 @@ func WithPriority(ctx context.Context, p uint8) context.Context {
 // admission fail with an error wrapping adaptive.ErrInvalidRequest, and a
 // w above the limit (the node's estimate, or the key's L_global) with one
 // wrapping adaptive.ErrTooHeavy, at once.
+//
+// The limit grows only with the load the fleet admits, so a request
+// heavier than it does not wait for it to grow: it could wait forever if
+// every request were that heavy, and at the head of the queue it would
+// hold back the lighter ones that could grow it. Set every node's
+// Config.Limiter.InitialLimit to at least the heaviest weight. On a new
+// key L_global starts at the nodes' initial limits (their lower median);
+// a node that joins a key whose L_global has grown starts at that
+// L_global, before Start returns, so it never admits with only its own
+// InitialLimit. With the default InitialLimit of 20 a weight of 50 fails
+// with ErrTooHeavy on a new key until lighter requests have raised
+// L_global past 50 — for good if there are none. An operator's maximum
+// on the key (fleetctl) below the heaviest weight has the same effect.
 //
 // The fleet counts everything in weight units: a node's in-flight and
 // demand, its peers' in-flight, L_global and the shares. So shares follow
@@ -68,18 +82,27 @@ func RequestFrom(ctx context.Context) adaptive.Request {
 	return r
 }
 
-// tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
-// weight exceeds the key's global limit as last granted: no share can ever
-// hold it while L_global stays where it is. It reads nothing for weight 1.
-func (n *Node) tooHeavyForFleet(weight int) error {
-	if weight <= 1 {
-		return nil
+// PriorityStats returns, for every priority that has seen a request, the
+// local limiter's counters (adaptive.Limiter.PriorityStats) with the
+// node's own refusals added to Refused: the admissions it refused before
+// they reached the limiter — not started, stopped, evicted, fenced, or
+// heavier than L_global. In increasing priority; it allocates the
+// returned slice. Safe for concurrent use.
+func (n *Node) PriorityStats() []adaptive.PriorityStats {
+	local := n.lim.PriorityStats()
+	out := make([]adaptive.PriorityStats, 0, len(local))
+	next := 0
+	for p := range n.metrics.refused {
+		refused := n.metrics.refused[p].Load()
+		switch {
+		case next < len(local) && int(local[next].Priority) == p:
+			s := local[next]
+			next++
+			s.Refused += refused
+			out = append(out, s)
+		case refused > 0:
+			out = append(out, adaptive.PriorityStats{Priority: uint8(p), Refused: refused})
+		}
 	}
-	n.mu.Lock()
-	g := n.lGlobal
-	n.mu.Unlock()
-	if g > 0 && weight > g {
-		return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d", adaptive.ErrTooHeavy, weight, g)
-	}
-	return nil
+	return out
 }

@@ -69,7 +69,7 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	le, err := t.node.acquire(req.Context())
+	le, err := t.node.acquire(req.Context(), RequestFrom(req.Context()))
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

@@ -1,0 +1,167 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// Acquire admits a request with the priority and weight ctx carries
+// (WithPriority, WithWeight; by default adaptive.DefaultPriority and 1):
+// it is AcquireRequest(ctx, RequestFrom(ctx)).
+func (n *Node) Acquire(ctx context.Context) (Lease, error) {
+	return n.AcquireRequest(ctx, RequestFrom(ctx))
+}
+
+// AcquireRequest admits r, whatever priority and weight ctx carries,
+// waiting in the local limiter's queue while Config.Limiter.MaxQueued
+// allows (see adaptive.Limiter.AcquireRequest). Run the request with the
+// returned Lease's Context, which ends at the request's hard bound
+// (Config.MaxRequestDuration) or with ctx, and settle the lease when the
+// request ends: Release on success, Drop on an overload signal (429, 503,
+// timeout), Ignore otherwise.
+//
+// Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
+// ErrEvicted, ErrFenced while the node is fenced under FailClosed (a
+// fenced node fails fast rather than queue behind an outage), and an error
+// wrapping adaptive.ErrTooHeavy for a weight above the key's L_global; the
+// node's refusals count in PriorityStats as the limiter's do. Callers
+// already queued when the node is fenced keep waiting, bounded by their
+// contexts; no slot is handed to them until a grant renews the lease.
+//
+// A weight above the limit fails at once rather than wait for the limit
+// to grow, which it does only with admitted load: see WithWeight for
+// sizing Config.Limiter.InitialLimit. Safe for concurrent use.
+func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, error) {
+	le, err := n.acquire(ctx, r)
+	if err != nil {
+		return Lease{}, err
+	}
+	return bound(ctx, le, &n.cfg), nil
+}
+
+// acquire is AcquireRequest without the bound context.
+func (n *Node) acquire(ctx context.Context, r adaptive.Request) (adaptive.Lease, error) {
+	if err := n.refusal(r); err != nil {
+		return adaptive.Lease{}, err
+	}
+	le, err := n.lim.AcquireRequest(ctx, r)
+	if err != nil {
+		return adaptive.Lease{}, n.limiterRefusal(err, r.Weight)
+	}
+	return le, nil
+}
+
+// TryAcquire admits a request of weight 1 at adaptive.DefaultPriority if
+// a slot is free now and the node may admit; see TryAcquireRequest. On
+// false the Lease is the zero Lease.
+func (n *Node) TryAcquire() (Lease, bool) {
+	le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+	return le, err == nil
+}
+
+// TryAcquireRequest admits r if its weight fits under the node's limit
+// now and no waiter would be admitted before it (see
+// adaptive.Limiter.TryAcquireRequest). It never waits. The Lease's Context
+// ends at the request's hard bound. It returns adaptive.ErrWouldWait when
+// r does not fit now (counted, with r's weight, as demand the node could
+// not serve), adaptive.ErrPaused while admission is paused, errors
+// wrapping adaptive.ErrInvalidRequest and adaptive.ErrTooHeavy for a bad
+// weight, and AcquireRequest's ErrNotStarted, ErrStopped, ErrEvicted and
+// ErrFenced; on every error the Lease is the zero Lease. Safe for
+// concurrent use.
+func (n *Node) TryAcquireRequest(r adaptive.Request) (Lease, error) {
+	if err := n.refusal(r); err != nil {
+		return Lease{}, err
+	}
+	le, err := n.lim.TryAcquireRequest(r)
+	if err != nil {
+		return Lease{}, n.limiterRefusal(err, r.Weight)
+	}
+	return bound(context.Background(), le, &n.cfg), nil
+}
+
+// refusal is the error the node itself refuses r with before it reaches
+// the local limiter — its state, or a weight above L_global — counted as a
+// rejection and a refusal at r's priority; or nil.
+func (n *Node) refusal(r adaptive.Request) error {
+	err := n.admissionErr()
+	if err == nil {
+		err = n.tooHeavyForFleet(r.Weight)
+	}
+	if err != nil {
+		n.metrics.rejected.Add(1)
+		n.metrics.refused[r.Priority].Add(1)
+	}
+	return err
+}
+
+// limiterRefusal returns the error for an admission of the given weight
+// that the local limiter refused with err, which the limiter has counted
+// at the request's priority. No room now, a full queue and a pause count
+// as demand the node could not serve; when the node's state refuses
+// admissions (Stop pauses the limiter), its error replaces the limiter's.
+func (n *Node) limiterRefusal(err error, weight int) error {
+	n.metrics.rejected.Add(1)
+	if errors.Is(err, adaptive.ErrWouldWait) || errors.Is(err, adaptive.ErrQueueFull) || errors.Is(err, adaptive.ErrPaused) {
+		n.noteUnmet(weight)
+		if aerr := n.admissionErr(); aerr != nil {
+			return aerr
+		}
+	}
+	return err
+}
+
+// admissionErr is the error every admission fails with in the node's
+// current state, or nil.
+func (n *Node) admissionErr() error {
+	n.mu.Lock()
+	p := n.phase
+	n.mu.Unlock()
+	switch p {
+	case phaseNew:
+		return ErrNotStarted
+	case phaseStopping, phaseStopped:
+		return ErrStopped
+	}
+	fenced := n.fence.Check(time.Now())
+	fs := n.fence.State()
+	switch {
+	case fs.Evicted:
+		return ErrEvicted
+	case fenced && n.cfg.Outage == FailClosed:
+		return fmt.Errorf("%w: %s", ErrFenced, fs.Reason)
+	}
+	return nil
+}
+
+// tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
+// weight exceeds the key's global limit as last granted: no share can ever
+// hold it while L_global stays where it is, and L_global grows only with
+// the load the fleet admits. It reads nothing for weight 1.
+func (n *Node) tooHeavyForFleet(weight int) error {
+	if weight <= 1 {
+		return nil
+	}
+	n.mu.Lock()
+	g := n.lGlobal
+	n.mu.Unlock()
+	if g > 0 && weight > g {
+		return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d, which grows only "+
+			"with admitted load: the heaviest request must weigh at most the nodes' Config.Limiter.InitialLimit "+
+			"(see fleet.WithWeight)", adaptive.ErrTooHeavy, weight, g)
+	}
+	return nil
+}
+
+// noteUnmet counts a refused admission of the given weight as demand the
+// node could not serve, reported with the next heartbeat.
+func (n *Node) noteUnmet(weight int) {
+	n.mu.Lock()
+	n.unmet = min(n.unmet+weight, coord.MaxCount)
+	n.mu.Unlock()
+}

@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// TryAcquireRequest admits a Request now or says why not, like the
+// limiter's: no room (counted as unmet demand of the request's weight), a
+// bad weight, or the node's own refusals. AcquireRequest takes its
+// Request as given, whatever the context carries.
+func TestTryAcquireRequest(t *testing.T) {
+	t.Parallel()
+	rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 10}
+	n := startNode(t, rc, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	// An idle node's share is 0: the first request waits for the share
+	// its demand brings, and while it is held the share stays the limit.
+	six, err := n.AcquireRequest(ctx, adaptive.Request{Priority: 200, Weight: 6})
+	require.NoError(t, err)
+	eventually(t, func() bool { return n.State().Limit == 10 }, "the node is granted the key's limit")
+
+	four, err := n.TryAcquireRequest(adaptive.Request{Priority: 201, Weight: 4})
+	require.NoError(t, err)
+	require.Equal(t, 10, n.State().Inflight)
+	require.WithinDuration(t, time.Now().Add(DefaultMaxRequestDuration), four.Deadline(), time.Second,
+		"the lease carries the request's hard bound")
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 202, Weight: 5})
+	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	eventually(t, func() bool { return rc.maxDemand() >= 10+5 }, "the refused weight is reported as demand")
+	_, ok := n.TryAcquire()
+	require.False(t, ok, "the limit is full")
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 202, Weight: 0})
+	require.ErrorIs(t, err, adaptive.ErrInvalidRequest)
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 202, Weight: 11})
+	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
+	require.ErrorContains(t, err, "L_global = 10")
+	four.Release()
+
+	// The Request given wins over the context's weight and priority.
+	four, err = n.AcquireRequest(WithWeight(WithPriority(ctx, 9), 5), adaptive.Request{Priority: 250, Weight: 4})
+	require.NoError(t, err)
+	require.Equal(t, 10, n.State().Inflight)
+	require.Equal(t, uint64(1), statsAt(n, 250).Admitted)
+	require.Zero(t, statsAt(n, 9).Admitted+statsAt(n, 9).Refused)
+	require.Equal(t, uint64(1), statsAt(n, 201).Admitted)
+	require.Equal(t, uint64(2), statsAt(n, 202).Refused, "no room, and too heavy for the fleet; a bad weight is no refusal")
+	six.Release()
+	four.Release()
+	require.Zero(t, n.State().Inflight)
+}
+
+// statsAt returns n's counters for priority p (zero if it saw nothing).
+func statsAt(n *Node, p uint8) adaptive.PriorityStats {
+	for _, s := range n.PriorityStats() {
+		if s.Priority == p {
+			return s
+		}
+	}
+	return adaptive.PriorityStats{Priority: p}
+}
+
+// The admissions the node refuses itself — not started, heavier than
+// L_global, fenced, stopped — count at their priority in PriorityStats and
+// in fleetlimit_priority_refused_total, as the limiter's refusals do.
+func TestNodeRefusalsCountPerPriority(t *testing.T) {
+	t.Parallel()
+	h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 10}
+	n, err := NewWithCoordinator(h, cfg)
+	require.NoError(t, err)
+
+	_, err = n.Acquire(WithPriority(t.Context(), 1))
+	require.ErrorIs(t, err, ErrNotStarted)
+	require.NoError(t, n.Start(t.Context()))
+	eventually(t, func() bool { return n.State().LGlobal == 10 }, "granted")
+
+	_, err = n.Acquire(WithWeight(WithPriority(t.Context(), 2), 11))
+	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
+	require.ErrorContains(t, err, "exceeds the key's global limit L_global = 10")
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 2, Weight: 12})
+	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
+
+	h.setHang(true)
+	eventually(t, func() bool { return n.State().Fenced }, "fenced during the partition")
+	_, err = n.Acquire(WithPriority(t.Context(), 3))
+	require.ErrorIs(t, err, ErrFenced)
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 3, Weight: 1})
+	require.ErrorIs(t, err, ErrFenced)
+	_, ok := n.TryAcquire()
+	require.False(t, ok)
+	h.setHang(false)
+	eventually(t, func() bool { return !n.State().Fenced }, "renewed")
+
+	// One the limiter refuses (the limit is full) counts once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	full, err := n.AcquireRequest(ctx, adaptive.Request{Priority: 4, Weight: 10})
+	require.NoError(t, err)
+	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 4, Weight: 1})
+	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	full.Release()
+
+	require.NoError(t, n.Stop(ctx))
+	_, err = n.Acquire(WithPriority(t.Context(), 5))
+	require.ErrorIs(t, err, ErrStopped)
+
+	refused := map[uint8]uint64{}
+	for _, s := range n.PriorityStats() {
+		refused[s.Priority] = s.Refused
+	}
+	require.Equal(t, map[uint8]uint64{1: 1, 2: 2, 3: 2, 4: 1, 5: 1, adaptive.DefaultPriority: 1}, refused)
+	require.Equal(t, uint64(1), statsAt(n, 4).Admitted, "the limiter's counters are kept")
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(n.Collector()))
+	want := `
+# HELP fleetlimit_priority_refused_total Requests at this priority refused: by the local limiter (no room for TryAcquire, queue full on arrival or evicted, paused, heavier than the limit) or by the node (not started, stopped, evicted, fenced, heavier than L_global).
+# TYPE fleetlimit_priority_refused_total counter
+fleetlimit_priority_refused_total{key="k",node="a",priority="1"} 1
+fleetlimit_priority_refused_total{key="k",node="a",priority="128"} 1
+fleetlimit_priority_refused_total{key="k",node="a",priority="2"} 2
+fleetlimit_priority_refused_total{key="k",node="a",priority="3"} 2
+fleetlimit_priority_refused_total{key="k",node="a",priority="4"} 1
+fleetlimit_priority_refused_total{key="k",node="a",priority="5"} 1
+# HELP fleetlimit_rejections_total Admissions refused: queue full, paused, fenced or stopped.
+# TYPE fleetlimit_rejections_total counter
+fleetlimit_rejections_total{key="k",node="a"} 8
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"fleetlimit_priority_refused_total", "fleetlimit_rejections_total"))
+}
+
+// A request heavier than the limit fails at once, even before the limit
+// has had the load to grow: with the default InitialLimit of 20, a weight
+// of 50 on a new key is refused, and the error names the fix. With
+// InitialLimit sized for the heaviest request it is admitted as soon as
+// Start returns; and a node joining a key whose L_global already holds it
+// starts there (the warm start, applied before Start returns), whatever
+// its own InitialLimit.
+func TestHeavyRequestAtStart(t *testing.T) {
+	t.Parallel()
+	heavy := func(ctx context.Context) context.Context { return WithWeight(WithPriority(ctx, 200), 50) }
+
+	t.Run("default InitialLimit", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{MaxQueued: 10} // InitialLimit 20
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		require.Equal(t, 20, n.State().LGlobal)
+		_, err := n.Acquire(heavy(t.Context())) // a context without deadline: it must not wait
+		require.ErrorIs(t, err, adaptive.ErrTooHeavy)
+		require.ErrorContains(t, err, "Request.Weight = 50 exceeds the key's global limit L_global = 20")
+		require.ErrorContains(t, err, "Config.Limiter.InitialLimit")
+		require.Zero(t, n.State().Queued, "nothing waits")
+		require.Equal(t, uint64(1), statsAt(n, 200).Refused)
+	})
+
+	t.Run("InitialLimit sized for it", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 64, MaxQueued: 10}
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		le, err := n.Acquire(heavy(ctx))
+		require.NoError(t, err)
+		require.Equal(t, 50, n.State().Inflight)
+		le.Release()
+	})
+
+	t.Run("joining a key that holds it", func(t *testing.T) {
+		t.Parallel()
+		c := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 64, MaxQueued: 10}
+		startNode(t, c, cfg)
+		cfg = testConfig("k", "b")
+		cfg.Limiter = adaptive.Config{MaxQueued: 10} // InitialLimit 20
+		b := startNode(t, c, cfg)
+		require.Equal(t, 64.0, b.State().Estimate, "warm-started before Start returned")
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		le, err := b.Acquire(heavy(ctx)) // waits, if at all, for the share
+		require.NoError(t, err)
+		require.Equal(t, 50, b.State().Inflight)
+		le.Release()
+	})
+}
