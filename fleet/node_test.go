@@ -178,7 +178,14 @@ func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
 	_, ok := a.TryAcquire()
 	require.False(t, ok)
 	require.NoError(t, c.Undrain(t.Context(), "k", "a"))
-	eventually(t, func() bool { return a.State().Limit > 0 }, "undrained")
+	// An idle node's share is 0 one heartbeat after its demand was: the
+	// undrained node shows its share by admitting, which brings the demand.
+	eventually(t, func() bool { return a.State().Status != coord.StatusDraining }, "undrained")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	le, err := a.Acquire(ctx)
+	require.NoError(t, err, "undrained")
+	le.Release()
 }
 
 func TestEvictionFencesForGood(t *testing.T) {
@@ -244,7 +251,14 @@ func TestPartitionFencesBeforeLeaseEndsAndRecovers(t *testing.T) {
 	le.Release()
 
 	h.setHang(false)
-	eventually(t, func() bool { s := a.State(); return !s.Fenced && s.Limit > 0 && !s.Outage }, "recovered")
+	eventually(t, func() bool { s := a.State(); return !s.Fenced && !s.Outage }, "recovered")
+	// An idle node's share is 0 one heartbeat after its demand was: the
+	// renewed node shows its share by admitting, which brings the demand.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	le, err = a.Acquire(ctx)
+	require.NoError(t, err, "admits again")
+	le.Release()
 }
 
 func TestHoldLastShareKeepsAdmittingThroughAnOutage(t *testing.T) {
