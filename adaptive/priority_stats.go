@@ -15,13 +15,15 @@ type PriorityStats struct {
 	// limiter: TryAcquireRequest finding no room (ErrWouldWait), a full
 	// queue (ErrQueueFull, on arrival or evicted later by a request that
 	// finishes earlier), a pause (ErrPaused) and a weight above the limit
-	// (ErrTooHeavy).
+	// (ErrTooHeavy). Each call counts once, under the error it returned: a
+	// waiter refused in the instant its context ended or its wait bound
+	// ran out returns, and counts as, that.
 	Refused uint64
 	// TimedOut counts the queued calls whose Config.TimeoutFactor·weight
 	// wait ran out (ErrWaitTimeout).
 	TimedOut uint64
 	// Cancelled counts the calls whose context ended before a slot was
-	// handed over.
+	// handed over (they return ctx.Err()).
 	Cancelled uint64
 	// Queued is the number of calls waiting now.
 	Queued int
@@ -59,6 +61,14 @@ func (c *priorityCounters) ungrant(weight int, waited time.Duration) {
 	c.waits--
 	c.waitTime -= waited
 	c.cancelled++
+}
+
+// unrefuse moves a call refused in the instant its wait ended, which
+// returns ctx.Err() or ErrWaitTimeout, from refused to cancelled or timed
+// out.
+func (c *priorityCounters) unrefuse(timedOut bool) {
+	c.refused--
+	c.leave(timedOut)
 }
 
 // PriorityStats returns the counters of every priority that has seen a

@@ -108,6 +108,8 @@ func (l *Limiter) wait(ctx context.Context, w *waiter) (Lease, error) {
 	// (its virtual time advanced at the grant) for an admission it did not
 	// get, so that waiters timing out as slots free up would skew the
 	// queue's shares. A caller whose context ended gives its slot back.
+	// A refusal in that instant returns what the caller saw end, and is
+	// counted as that.
 	<-w.ready
 	le := w.lease
 	switch {
@@ -119,6 +121,10 @@ func (l *Limiter) wait(ctx context.Context, w *waiter) (Lease, error) {
 		l.queue.stats[w.priority].ungrant(w.weight, w.waited)
 		l.mu.Unlock()
 		le.Ignore()
+	default:
+		l.mu.Lock()
+		l.queue.stats[w.priority].unrefuse(timedOut)
+		l.mu.Unlock()
 	}
 	l.putWaiter(w)
 	return Lease{}, err

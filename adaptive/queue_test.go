@@ -166,3 +166,36 @@ func TestTimedOutWaiterKeepsConcurrentGrant(t *testing.T) {
 	le.Release()
 	require.Zero(t, l.Inflight())
 }
+
+// A waiter refused (here by a pause) in the instant its context ends, or
+// its wait bound runs out, returns what it saw end — ctx.Err() or
+// ErrWaitTimeout — and is counted as that, not as refused.
+func TestRefusalRacingTheEndOfAWaitCountsAsTheCallerSeesIt(t *testing.T) {
+	t.Parallel()
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1})
+		held, _ := l.TryAcquire()
+		l.afterWaitCancel = func() { l.RetryAfter(time.Hour) }
+		ctx, cancel := context.WithCancel(context.Background())
+		res := queueRequest(t, l, ctx, Request{Priority: 7, Weight: 1})
+		cancel()
+		require.ErrorIs(t, (<-res).err, context.Canceled)
+		s := statsOf(l, 7)
+		require.Zero(t, s.Refused)
+		require.Equal(t, uint64(1), s.Cancelled)
+		held.Release()
+	})
+	t.Run("timed out", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, Config{MaxLimit: 1, MaxQueued: 1, TimeoutFactor: time.Millisecond})
+		held, _ := l.TryAcquire()
+		l.afterWaitCancel = func() { l.RetryAfter(time.Hour) }
+		_, err := l.AcquireRequest(context.Background(), Request{Priority: 7, Weight: 1})
+		require.ErrorIs(t, err, ErrWaitTimeout)
+		s := statsOf(l, 7)
+		require.Zero(t, s.Refused)
+		require.Equal(t, uint64(1), s.TimedOut)
+		held.Release()
+	})
+}
