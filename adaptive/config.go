@@ -82,9 +82,9 @@ type Recalibration struct {
 type Config struct {
 	// InitialLimit is the starting estimate. A fleet node warm-starts with
 	// the key's current global limit here (or later with SetEstimate).
-	// With weighted requests, it must be at least the heaviest weight: a
-	// request heavier than the limit fails with ErrTooHeavy rather than
-	// wait, and the estimate grows only with admitted load.
+	// A request heavier than the limit still runs, alone (see the package
+	// documentation, Admission), but one at a time; an InitialLimit of at
+	// least the heaviest weight lets it run beside others from the start.
 	// Defaults to 20, or to MinLimit or MaxLimit when 20 lies outside them.
 	// Must be in [MinLimit, MaxLimit].
 	InitialLimit int

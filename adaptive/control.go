@@ -11,11 +11,15 @@ import (
 // sending its excess before its next share arrives; every 5 round trips
 // without a drop give one slot back. The cut never takes the last slot of
 // a non-zero ceiling, and a new ceiling lower than the last absorbs as
-// much of the cut as it lowers. 0 admits nothing and a negative n counts
+// much of the cut as it lowers. The ceiling is also the hard bound (up to
+// MaxLimit): no admission takes the weight in flight above it, not even
+// that of a request admitted alone above the limit, and a waiter heavier
+// than it waits without blocking the others (see the package
+// documentation, Admission). 0 admits nothing and a negative n counts
 // as 0. Lowering the ceiling never revokes leases already admitted;
 // raising it hands freed slots to queued waiters at once. There is no
 // ceiling until the first call. SetCeiling removes any deadline set by
-// SetCeilingUntil.
+// SetCeilingUntil. Safe for concurrent use.
 func (l *Limiter) SetCeiling(n int) { l.SetCeilingUntil(n, time.Time{}) }
 
 // SetCeilingUntil sets the ceiling to n until deadline and to 0 from then

@@ -13,7 +13,8 @@
 //   - Ignore: the outcome says nothing about capacity; the slot is freed.
 //
 // Settling a lease twice, or settling a copy, is a no-op. Neither admitting
-// nor rejecting allocates. The limiter starts no goroutine: every
+// nor refusing allocates (a call that waits allocates nothing once the
+// limiter's pool of waiters is warm). The limiter starts no goroutine: every
 // adjustment happens while a lease settles, and time comes from
 // Config.Clock, so tests drive it with a fake clock.
 //
@@ -77,21 +78,30 @@
 //
 // # Admission
 //
-// The effective limit is min(ceiling − cut, floor(estimate)), where cut
-// counts the slots drops took (above); the ceiling is set
-// from outside (SetCeiling), by a fleet node to its share of the global
-// limit and to 0 when fenced. Lowering the limit never revokes admitted
-// leases.
+// Two bounds govern admission. The hard bound H is the ceiling when one
+// is set (SetCeiling: a fleet node's share, 0 when it is fenced or its
+// grant has expired) and MaxLimit otherwise, and never above MaxLimit. The
+// inferred limit S, Limit(), is min(ceiling − cut, floor(estimate)) —
+// MinLimit instead of floor(estimate) while recalibrating — where cut
+// counts the slots drops took (above); S ≤ H. Lowering either never
+// revokes admitted leases.
 //
 // A request has a weight, the units of the limit it holds while in
 // flight, and a priority from 0 (lowest) to 255 (highest): see Request.
-// The limit bounds the sum of the weights in flight at every admission;
-// Inflight, the load the utilization guard judges, and TakePeak's demand
-// are all in weight units. TryAcquire and Acquire are weight 1 at
-// DefaultPriority (128). A weight above the whole limit, floor(estimate),
-// or above MaxLimit fails at once with ErrTooHeavy, naming both; waiting
-// for it would block the queue while the estimate, which grows only with
-// load, could not grow.
+// TryAcquire and Acquire are weight 1 at DefaultPriority (128). Inflight,
+// the load the utilization guard judges, and TakePeak's demand are all in
+// weight units. No admission takes the weight in flight above H. Normally
+// it stays within S too, with one exception: a request heavier than S but
+// not than H is admitted alone, when nothing is in flight and admission
+// is not paused. Without it, inference could lock heavy requests out for
+// good — backoffs taking the estimate below their weight, a drop's cut
+// taking the limit below it, a recalibration pinning the limit to
+// MinLimit — since no admission means no sample and no growth; admitted
+// alone, they take samples and the estimate can grow again. Only a weight
+// above MaxLimit, which could never run, fails with ErrTooHeavy. The
+// weights are validated (≥ 1, ≤ MaxLimit) before any sum is taken, and
+// the room left is compared as weight ≤ S − in-flight, so no sum
+// overflows.
 //
 // TryAcquireRequest never waits. AcquireRequest waits in the admission
 // queue while fewer than Config.MaxQueued callers wait. The queue is
@@ -108,10 +118,18 @@
 // starves while the queue holds it: priority 0 is admitted once per 256
 // admissions of 255. A waiter leaving unadmitted charges its flow nothing.
 //
-// The head blocks: while it does not fit under the limit, nobody behind it
-// is admitted, however light, so a heavy request is not starved by a
-// stream of light ones. A new request goes ahead of the waiters only if
-// it would finish before all of them and fits at once.
+// The head blocks: while it does not fit, nobody behind it is admitted,
+// however light, so a heavy request is not starved by a stream of light
+// ones; it runs once the room frees up, or alone once nothing is in
+// flight. A waiter heavier than H, which could not run even alone (a
+// fleet node's share smaller than its weight), is the exception: the
+// queue passes over it, admitting the next waiter in finish order (a
+// flow's first waiter not that heavy finishes at the flow's virtual time
+// plus its own cost), and it stays queued — its weight counted in the
+// queued weight and TakePeak's demand, so a fleet node's share can grow to
+// it — until H holds it, its context ends or its wait bound passes. A new
+// request goes ahead of the waiters only if it would finish before every
+// waiter that can run and fits at once.
 //
 // Config.MaxQueued is the fast-rejecting gate of two-phase admission
 // (running + queued): a burst of Limit() + MaxQueued unit requests is
@@ -131,10 +149,12 @@
 //
 // The queue is a min-heap of at most 256 flow heads over intrusive FIFO
 // lists: queueing, admitting and leaving cost O(log 256) whatever the
-// queue's length, and a waiting call allocates nothing once the
-// limiter's pool of waiters is warm. PriorityStats counts admissions,
-// refusals, timeouts, cancellations, waiters and wait time per priority
-// in a fixed array.
+// queue's length (plus a walk of the flows and of the passed-over waiters
+// while a waiter heavier than H waits), and a waiting call allocates
+// nothing once the limiter's pool of waiters is warm. PriorityStats counts
+// admissions, refusals, timeouts, cancellations, waiters and wait time per
+// priority in a fixed array; a call counts once, under the outcome its
+// caller saw.
 //
 // # Use in a fleet
 //

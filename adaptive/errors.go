@@ -25,14 +25,19 @@ var ErrWouldWait = errors.New("adaptive: no room for the request now")
 // without being admitted; it holds no slot.
 var ErrWaitTimeout = errors.New("adaptive: waited TimeoutFactor × weight without a slot")
 
-// ErrTooHeavy is returned, wrapped with the weight and the limits, by
-// Limiter.AcquireRequest and Limiter.TryAcquireRequest for a request whose
-// weight exceeds the whole limit (the estimate's floor) or
-// Config.MaxLimit, at once; and to a queued request when the estimate
-// falls below its weight while it waits.
+// ErrTooHeavy is returned, wrapped in an error naming Config.MaxLimit, by
+// Limiter.AcquireRequest and Limiter.TryAcquireRequest at once for a
+// request whose weight exceeds Config.MaxLimit: the hard bound never
+// exceeds MaxLimit, so no ceiling or estimate could ever hold it. A weight
+// above the limit but within MaxLimit is not refused: it runs alone, or
+// waits (see the package documentation, Admission). The wrapping error is
+// made once per limiter and does not repeat the weight, so refusing
+// allocates nothing. A fleet node also returns it for a weight above the
+// key's global limit (package fleet).
 var ErrTooHeavy = errors.New("adaptive: request heavier than the limit")
 
-// ErrInvalidRequest is returned, wrapped with the bad field and value, by
-// Limiter.AcquireRequest and Limiter.TryAcquireRequest for a Request
-// whose Weight is below 1.
+// ErrInvalidRequest is returned, wrapped in an error naming the field and
+// its allowed range, by Limiter.AcquireRequest and
+// Limiter.TryAcquireRequest for a Request whose Weight is below 1. The
+// wrapping error is made once, so refusing allocates nothing.
 var ErrInvalidRequest = errors.New("adaptive: invalid request")

@@ -76,8 +76,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 
 // propose moves the estimate to next, subject to the utilization guard:
 // an increase counts only when load reached UtilizationThreshold·estimate
-// or the whole limit, floor(estimate): the load can never exceed the
-// limit, so a threshold above it would freeze a small estimate for good.
+// or the whole limit, floor(estimate): the load of unit requests never
+// exceeds the limit, so a threshold above it would freeze a small
+// estimate for good.
 // Decreases always count. The caller holds l.mu.
 func (l *Limiter) propose(next float64, load int) {
 	if math.IsNaN(next) {

@@ -2,17 +2,19 @@ package adaptive
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
 
 // Limiter is an adaptive concurrency limiter: it admits requests while the
 // sum of their weights in flight stays within Limit() (a plain Acquire
-// weighs 1) and moves its estimate of the upstream's capacity as leases
-// settle. Create it with New. All methods are safe for concurrent use;
-// each takes one short lock and none starts a goroutine. An admission and
-// its Release cost about 200ns together and do not allocate; neither does
-// a rejection.
+// weighs 1; a request heavier than the limit runs alone, within the hard
+// bound: see the package documentation, Admission) and moves its estimate
+// of the upstream's capacity as leases settle. Create it with New. All
+// methods are safe for concurrent use; each takes one short lock and none
+// starts a goroutine. An admission and its Release cost about 200ns
+// together and do not allocate; neither does a refusal.
 type Limiter struct {
 	cfg Config // defaulted and validated; read-only after New
 
@@ -25,7 +27,7 @@ type Limiter struct {
 	cutCalm      int       // round trips without a drop since cut last changed
 	inflight     int       // Σ weight of the leases not yet settled
 	leases       int       // leases not yet settled
-	peak         int       // most weight in flight + queued since the last TakePeak
+	peak         int64     // most weight in flight + queued since the last TakePeak
 	peerInflight int
 	pausedUntil  time.Time
 	drops        uint64
@@ -39,11 +41,12 @@ type Limiter struct {
 	free         *leaseRecord
 	queue        wfq
 	waiters      sync.Pool // of *waiter
+	errTooHeavy  error     // the ErrTooHeavy error, made once by New
 
 	// onAdmit, when set by a test, is called with the lock held after every
-	// admission with the new weight in flight and the limit it was admitted
-	// under.
-	onAdmit func(inflight, limit int)
+	// admission with the new weight in flight, the admitted weight, and the
+	// limit and the hard bound it was admitted under.
+	onAdmit func(inflight, weight, limit, bound int)
 	// afterWaitCancel, when set by a test, runs in Acquire between seeing
 	// the context end and taking the lock to leave the queue.
 	afterWaitCancel func()
@@ -60,6 +63,8 @@ func New(cfg Config) (*Limiter, error) {
 		cfg:      cfg,
 		estimate: float64(cfg.InitialLimit),
 		window:   newMinWindow(cfg.RTTWindow),
+
+		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
 	}
 	l.queue.heads = make([]head, 0, len(l.queue.flows))
 	l.waiters.New = newWaiter
@@ -115,14 +120,50 @@ func (l *Limiter) paused(now time.Time) bool {
 	return now.Before(l.pausedUntil)
 }
 
-// admissible reports whether a lease of the given weight fits now,
+// hardBound is the most weight the limiter may ever have in flight at
+// now, whatever the estimate: the ceiling when one is set, 0 once its
+// deadline has passed, and MaxLimit without one; never above MaxLimit.
+// The limit is at most the hard bound. The caller holds l.mu.
+func (l *Limiter) hardBound(now time.Time) int {
+	switch {
+	case l.ceilingExpired(now):
+		return 0
+	case l.hasCeiling:
+		return min(l.ceiling, l.cfg.MaxLimit)
+	}
+	return l.cfg.MaxLimit
+}
+
+// room is the heaviest weight that fits now: what the limit leaves above
+// the weight in flight, or, when nothing is in flight, the hard bound —
+// a request heavier than the limit runs alone, so inference that took the
+// limit below a weight (backoffs, a drop's cut, a recalibration's pin to
+// MinLimit) cannot lock that weight out for good, and its samples let the
+// estimate grow again. 0 while admission is paused. The caller holds l.mu.
+func (l *Limiter) room(now time.Time) int {
+	switch {
+	case l.paused(now):
+		return 0
+	case l.inflight == 0:
+		return l.hardBound(now)
+	}
+	return l.limit(now) - l.inflight // both in [0, MaxLimit]: no overflow
+}
+
+// fits reports whether a lease of the given weight may be admitted now,
 // ignoring the queue. The caller holds l.mu.
-func (l *Limiter) admissible(now time.Time, weight int) bool {
-	return l.inflight+weight <= l.limit(now) && !l.paused(now)
+func (l *Limiter) fits(now time.Time, weight int) bool {
+	return weight <= l.room(now)
+}
+
+// notePeak raises the peak TakePeak reports to the weight in flight plus
+// the weight queued. The caller holds l.mu.
+func (l *Limiter) notePeak() {
+	l.peak = max(l.peak, int64(l.inflight)+l.queue.weight)
 }
 
 // admit takes weight units of the limit for a request of priority p and
-// returns its lease. The caller holds l.mu and has checked admissible.
+// returns its lease. The caller holds l.mu and has checked fits.
 func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	rec := l.newRecord()
 	l.inflight += weight
@@ -132,38 +173,44 @@ func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	c.admittedWeight += uint64(weight)
 	rec.weight = weight
 	rec.start = now
-	rec.load = l.inflight + l.peerInflight
+	rec.load = addCounts(l.inflight, l.peerInflight)
 	rec.backoffEpoch = l.backoffEpoch
 	rec.recalSeq = l.recal.seq
 	rec.round = l.round
 	rec.dropSeen = false
 	if l.onAdmit != nil {
-		l.onAdmit(l.inflight, l.limit(now))
+		l.onAdmit(l.inflight, weight, l.limit(now), l.hardBound(now))
 	}
 	return Lease{rec: rec, gen: rec.gen}
 }
 
-// dispatch hands free slots to queued waiters in the queue's order (see
+// addCounts returns a + b for counts a, b ≥ 0, or math.MaxInt if the sum
+// would overflow.
+func addCounts(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
+}
+
+// dispatch hands free room to queued waiters in the queue's order (see
 // wfq). The head blocks: while it does not fit, nobody behind it is
 // admitted, however light, so a heavy request is not starved by a stream
-// of light ones. A head heavier than the whole limit, which the estimate
-// fell below while it waited, is refused with ErrTooHeavy. The caller
-// holds l.mu and calls it after anything that may raise the limit or
-// remove the head.
+// of light ones. A waiter heavier than the hard bound, which could not
+// run even alone, is passed over: it waits for the bound to rise without
+// blocking the others. The caller holds l.mu and calls it after anything
+// that may raise the limit or the bound, or remove a waiter.
 func (l *Limiter) dispatch(now time.Time) {
 	for l.queue.len > 0 {
-		w := l.queue.head()
-		if err := l.tooHeavy(w.weight); err != nil {
-			l.queue.remove(w)
-			l.queue.stats[w.priority].refused++
-			w.err = err
-			w.ready <- struct{}{}
-			continue
-		}
-		if !l.admissible(now, w.weight) {
+		room := l.room(now)
+		if room < 1 {
 			return
 		}
-		l.queue.pop()
+		w, finish := l.queue.next(l.hardBound(now))
+		if w == nil || w.weight > room {
+			return
+		}
+		l.queue.take(w, finish)
 		w.lease = l.admit(now, w.priority, w.weight)
 		w.waited = now.Sub(w.since)
 		c := &l.queue.stats[w.priority]
@@ -184,7 +231,7 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 		return
 	}
 	rec.gen++
-	load := max(rec.load, l.inflight+l.peerInflight)
+	load := max(rec.load, addCounts(l.inflight, l.peerInflight))
 	l.inflight -= rec.weight
 	l.leases--
 	if rtt < 0 {

@@ -1,23 +1,28 @@
 package adaptive
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Snapshot is a consistent view of a Limiter's state, taken under one lock.
 type Snapshot struct {
-	// Limit is the effective limit: min(ceiling, floor(Estimate)), or
-	// MinLimit instead of floor(Estimate) while recalibrating; 0 once the
-	// ceiling's deadline has passed.
+	// Limit is the inferred limit: min(ceiling − the slots drops cut,
+	// floor(Estimate)), or MinLimit instead of floor(Estimate) while
+	// recalibrating; 0 once the ceiling's deadline has passed.
 	Limit int
 	// Estimate is the inferred capacity of the upstream (l_local).
 	Estimate float64
 	// Inflight is the sum of the weights of the leases not yet settled:
 	// the number of leases when every request weighs 1. Limit bounds it at
-	// every admission.
+	// every admission but that of a request heavier than Limit, admitted
+	// alone within the ceiling (see the package documentation, Admission).
 	Inflight int
 	// Leases is the number of leases not yet settled.
 	Leases int
 	// Queued is the number of Acquire calls waiting for a slot, and
-	// QueuedWeight the sum of their weights.
+	// QueuedWeight the sum of their weights (math.MaxInt if that sum does
+	// not fit an int).
 	Queued       int
 	QueuedWeight int
 	// PeerInflight is the last value given to SetPeerInflight.
@@ -54,7 +59,7 @@ func (l *Limiter) Snapshot() Snapshot {
 		Inflight:      l.inflight,
 		Leases:        l.leases,
 		Queued:        l.queue.len,
-		QueuedWeight:  l.queue.weight,
+		QueuedWeight:  clampCount(l.queue.weight),
 		PeerInflight:  l.peerInflight,
 		Ceiling:       l.ceiling,
 		HasCeiling:    l.hasCeiling,
@@ -66,15 +71,22 @@ func (l *Limiter) Snapshot() Snapshot {
 	}
 }
 
-// Limit returns the effective limit: the most weight admission allows in
-// flight at once (the most leases, when every request weighs 1). The
-// weight in flight may exceed it after it falls.
+// Limit returns the inferred limit: the most weight admission allows in
+// flight at once (the most leases, when every request weighs 1), but for
+// a request heavier than it, which runs alone within the ceiling (see the
+// package documentation, Admission). The weight in flight may exceed it
+// after it falls.
 func (l *Limiter) Limit() int {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.limit(now)
 }
+
+// MaxLimit returns Config.MaxLimit, its default filled in: the most
+// weight the limiter ever has in flight, and the heaviest Request it
+// admits (a heavier one fails with ErrTooHeavy). Safe for concurrent use.
+func (l *Limiter) MaxLimit() int { return l.cfg.MaxLimit }
 
 // Estimate returns the inferred capacity of the upstream, in
 // [MinLimit, MaxLimit].
@@ -118,14 +130,21 @@ func (l *Limiter) Drops() uint64 {
 // TakePeak returns the most weight in flight plus weight queued at any
 // moment since the previous call (or since New), at least the current
 // sum, and starts a new period; with every request of weight 1 these are
-// counts of leases and callers. A fleet node reports it as its demand, so
-// shares follow weighted demand and a node that served a request at any
-// time during a heartbeat interval keeps a share.
+// counts of leases and callers. Waiters heavier than the ceiling count. A
+// fleet node reports it as its demand, so shares follow weighted demand
+// and a node that served a request at any time during a heartbeat
+// interval keeps a share. math.MaxInt if the sum does not fit an int.
 func (l *Limiter) TakePeak() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.inflight + l.queue.weight
+	now := int64(l.inflight) + l.queue.weight
 	p := max(l.peak, now)
 	l.peak = now
-	return p
+	return clampCount(p)
+}
+
+// clampCount converts a sum of weights to an int, math.MaxInt if it does
+// not fit (only where int has 32 bits).
+func clampCount(v int64) int {
+	return int(min(v, math.MaxInt))
 }

@@ -14,10 +14,10 @@ type PriorityStats struct {
 	// Refused counts the calls that ended without a lease because of the
 	// limiter: TryAcquireRequest finding no room (ErrWouldWait), a full
 	// queue (ErrQueueFull, on arrival or evicted later by a request that
-	// finishes earlier), a pause (ErrPaused) and a weight above the limit
-	// (ErrTooHeavy). Each call counts once, under the error it returned: a
-	// waiter refused in the instant its context ended or its wait bound
-	// ran out returns, and counts as, that.
+	// finishes earlier), a pause (ErrPaused) and a weight above
+	// Config.MaxLimit (ErrTooHeavy). Each call counts once, under the
+	// error it returned: a waiter refused in the instant its context ended
+	// or its wait bound ran out returns, and counts as, that.
 	Refused uint64
 	// TimedOut counts the queued calls whose Config.TimeoutFactor·weight
 	// wait ran out (ErrWaitTimeout).

@@ -3,7 +3,7 @@ package adaptive
 import (
 	"context"
 	"errors"
-	"strconv"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -37,38 +37,28 @@ func TestRequestBadWeight(t *testing.T) {
 	for _, w := range []int{0, -3} {
 		_, err := l.AcquireRequest(context.Background(), Request{Priority: 9, Weight: w})
 		require.ErrorIs(t, err, ErrInvalidRequest)
-		require.ErrorContains(t, err, "Request.Weight = "+strconv.Itoa(w))
+		require.EqualError(t, err, "adaptive: invalid request: Request.Weight must be ≥ 1")
 		_, err = l.TryAcquireRequest(Request{Weight: w})
 		require.ErrorIs(t, err, ErrInvalidRequest)
 	}
 	require.Zero(t, l.Inflight())
 }
 
-// A request heavier than the whole limit fails at once, naming its weight
-// and both limits, even with room to queue.
-func TestRequestTooHeavy(t *testing.T) {
+// A waiter whose weight the estimate falls below while it waits is not
+// refused: it waits for what is in flight, then runs alone.
+func TestWaiterOutlivesTheEstimateFallingBelowIt(t *testing.T) {
 	t.Parallel()
 	l, _ := newTestLimiter(t, Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 10})
-	_, err := l.AcquireRequest(context.Background(), Request{Weight: 21})
-	require.ErrorIs(t, err, ErrTooHeavy)
-	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 21 exceeds the whole limit 20 (the estimate's floor, "+
-		"which grows only with admitted load: size Config.InitialLimit for the heaviest request; Config.MaxLimit = 100)")
-	_, err = l.TryAcquireRequest(Request{Weight: 101})
-	require.ErrorIs(t, err, ErrTooHeavy)
-	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 101 exceeds Config.MaxLimit = 100 (and the limit 20): it can never be admitted")
-	require.Zero(t, l.Queued())
-
-	// Weight 20 fits the whole limit: it waits for the room a lease holds.
 	held, err := l.AcquireRequest(context.Background(), Request{Weight: 1})
 	require.NoError(t, err)
 	res := queueRequest(t, l, context.Background(), Request{Weight: 20})
-	// The estimate falls below the waiter's weight: it fails rather than
-	// block the queue for good.
 	l.SetEstimate(10)
-	r := <-res
-	require.ErrorIs(t, r.err, ErrTooHeavy)
-	require.ErrorContains(t, r.err, "Request.Weight = 20 exceeds the whole limit 10")
+	require.Equal(t, 1, l.Queued())
 	held.Release()
+	r := <-res
+	require.NoError(t, r.err)
+	require.Equal(t, 20, l.Inflight())
+	r.lease.Release()
 	require.Zero(t, l.Inflight())
 	require.Zero(t, l.Queued())
 }
@@ -369,4 +359,26 @@ func statsOf(l *Limiter, p uint8) PriorityStats {
 		}
 	}
 	return PriorityStats{Priority: p}
+}
+
+// Refusing a bad weight allocates nothing either: a weight below 1, above
+// MaxLimit, or so large that a sum with it would overflow.
+func TestBadWeightRefusalsDoNotAllocate(t *testing.T) {
+	l, _ := newTestLimiter(t, Config{MaxLimit: 100, MaxQueued: 4})
+	ctx := context.Background()
+	for _, w := range []int{0, -1, 101, math.MaxInt} {
+		r := Request{Priority: 7, Weight: w}
+		try := testing.AllocsPerRun(100, func() {
+			if _, err := l.TryAcquireRequest(r); err == nil {
+				panic("admitted")
+			}
+		})
+		require.Zero(t, try, "TryAcquireRequest, weight %d", w)
+		acquire := testing.AllocsPerRun(100, func() {
+			if _, err := l.AcquireRequest(ctx, r); err == nil {
+				panic("admitted")
+			}
+		})
+		require.Zero(t, acquire, "AcquireRequest, weight %d", w)
+	}
 }

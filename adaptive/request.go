@@ -22,66 +22,71 @@ type Request struct {
 	// both wait (see the package documentation, Admission).
 	Priority uint8
 	// Weight is how many units of the limit the request holds while it is
-	// in flight: the limit bounds the sum of the weights in flight. It
+	// in flight: the sum of the weights in flight stays within the limit,
+	// except that a request heavier than the limit runs alone, and never
+	// passes the hard bound (see the package documentation, Admission). It
 	// also multiplies the request's cost in the queue and its wait bound
-	// (Config.TimeoutFactor). Must be in [1, the limit]; Acquire and
+	// (Config.TimeoutFactor). Must be in [1, Config.MaxLimit]; Acquire and
 	// TryAcquire use 1.
 	Weight int
 }
 
 var unitRequest = Request{Priority: DefaultPriority, Weight: 1}
 
+// errWeightBelowOne is the error for a Request.Weight below 1. It is made
+// once, so that refusing a bad request allocates nothing.
+var errWeightBelowOne = fmt.Errorf("%w: Request.Weight must be ≥ 1", ErrInvalidRequest)
+
 // validate checks r's own fields.
 func (r Request) validate() error {
 	if r.Weight < 1 {
-		return fmt.Errorf("%w: Request.Weight = %d, want ≥ 1", ErrInvalidRequest, r.Weight)
+		return errWeightBelowOne
 	}
 	return nil
 }
 
-// tooHeavy reports a request heavier than the whole limit, floor(estimate)
-// — the most the limiter admits at once whatever its ceiling — or than
-// MaxLimit, the most it could ever admit. Such a request fails at once:
-// waiting at the head of the queue, it would block every request behind it
-// while the estimate, which grows only with load, could not grow. The
-// caller holds l.mu.
-func (l *Limiter) tooHeavy(weight int) error {
-	whole := int(l.estimate)
-	switch {
-	case weight > l.cfg.MaxLimit:
-		return fmt.Errorf("%w: Request.Weight = %d exceeds Config.MaxLimit = %d (and the limit %d): it can never be admitted",
-			ErrTooHeavy, weight, l.cfg.MaxLimit, whole)
-	case weight > whole:
-		return fmt.Errorf("%w: Request.Weight = %d exceeds the whole limit %d (the estimate's floor, which grows only "+
-			"with admitted load: size Config.InitialLimit for the heaviest request; Config.MaxLimit = %d)",
-			ErrTooHeavy, weight, whole, l.cfg.MaxLimit)
-	}
-	return nil
+// newErrTooHeavy returns the error for a weight above maxLimit, made once
+// per limiter (New), so that refusing it allocates nothing.
+func newErrTooHeavy(maxLimit int) error {
+	return fmt.Errorf("%w: Request.Weight exceeds Config.MaxLimit = %d: it can never be admitted", ErrTooHeavy, maxLimit)
 }
 
-// TryAcquireRequest admits r if its weight fits under the limit now, no
-// waiter would be admitted before it (see AcquireRequest) and admission is
-// not paused. It never waits. It returns ErrWouldWait when r does not fit
-// or would queue, ErrPaused while admission is paused, and an error
-// wrapping ErrInvalidRequest or ErrTooHeavy for a bad weight; on every
-// error the Lease is the zero Lease. Neither an admission nor a refusal
-// allocates.
+// tooHeavy reports a weight above MaxLimit: the hard bound never exceeds
+// MaxLimit, so such a request could never run. Every other weight may
+// run, alone if it must. It reads only the configuration, so it runs
+// before any sum with the weight is taken.
+func (l *Limiter) tooHeavy(weight int) bool { return weight > l.cfg.MaxLimit }
+
+// TryAcquireRequest admits r if it fits now (see the package
+// documentation, Admission: within the limit, or alone within the hard
+// bound when nothing is in flight), no waiter that could run would be
+// admitted before it (see AcquireRequest) and admission is not paused. It
+// never waits. It returns ErrWouldWait when r does not fit or would
+// queue, ErrPaused while admission is paused, an error wrapping
+// ErrTooHeavy when r.Weight exceeds Config.MaxLimit and one wrapping
+// ErrInvalidRequest when it is below 1; on every error the Lease is the
+// zero Lease. Neither an admission nor a refusal allocates. Safe for
+// concurrent use.
 func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err
 	}
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
+	c := &l.queue.stats[r.Priority]
+	if l.tooHeavy(r.Weight) {
+		c.refused++
+		l.mu.Unlock()
+		return Lease{}, l.errTooHeavy
+	}
 	l.tick(now)
 	if le, ok := l.admitNow(now, r); ok {
 		l.mu.Unlock()
 		return le, nil
 	}
-	l.queue.stats[r.Priority].refused++
+	c.refused++
 	err := ErrWouldWait
-	if e := l.tooHeavy(r.Weight); e != nil {
-		err = e
-	} else if l.paused(now) {
+	if l.paused(now) {
 		err = ErrPaused
 	}
 	l.mu.Unlock()
@@ -95,20 +100,26 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 // them, and a request of the same priority never overtakes one that
 // waits. A freed slot is handed to the queue's head directly, so later
 // calls cannot take it first; while the head does not fit, those behind
-// it wait too.
+// it wait too. The exception is a waiter heavier than the hard bound (the
+// ceiling), which could not run even alone: it waits for the bound to
+// rise without holding back the others, and its weight counts in the
+// queued weight and in TakePeak, so a fleet node's share can grow to it.
 //
 // AcquireRequest returns at once with ErrPaused while admission is paused,
-// with an error wrapping ErrTooHeavy when r.Weight exceeds the whole limit
-// or Config.MaxLimit, with one wrapping ErrInvalidRequest for a weight
-// below 1, and with ErrQueueFull when Config.MaxQueued callers already
-// wait and every one of them would be admitted before r; when r would be
-// admitted before the last of them, that one is evicted with ErrQueueFull
-// and r takes its place. A waiting call ends with ErrWaitTimeout after
+// with an error wrapping ErrTooHeavy when r.Weight exceeds
+// Config.MaxLimit, with one wrapping ErrInvalidRequest for a weight below
+// 1, and with ErrQueueFull when Config.MaxQueued callers already wait and
+// every one of them would be admitted before r; when r would be admitted
+// before the last of them, that one is evicted with ErrQueueFull and r
+// takes its place. A waiting call ends with ErrWaitTimeout after
 // Config.TimeoutFactor × r.Weight (when set; a slot handed over as that
 // bound runs out is taken), with ctx.Err() if ctx ends first, with
-// ErrPaused when a pause begins and with ErrQueueFull when evicted. In
-// every error case no slot is held. A free slot is taken even with a done
-// ctx.
+// ErrPaused when a pause begins and with ErrQueueFull when evicted; a
+// refusal in the instant the wait ends returns, and counts in
+// PriorityStats as, ctx.Err() or ErrWaitTimeout. In every error case no
+// slot is held. A free slot is taken even with a done ctx. Refusing
+// allocates nothing; a call that waits allocates nothing once the
+// limiter's pool of waiters is warm. Safe for concurrent use.
 func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err
@@ -127,14 +138,14 @@ func (l *Limiter) enter(ctx context.Context, r Request) (Lease, *waiter, error) 
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	c := &l.queue.stats[r.Priority]
+	if l.tooHeavy(r.Weight) {
+		c.refused++
+		return Lease{}, nil, l.errTooHeavy
+	}
 	l.tick(now)
 	if le, ok := l.admitNow(now, r); ok {
 		return le, nil, nil
-	}
-	c := &l.queue.stats[r.Priority]
-	if err := l.tooHeavy(r.Weight); err != nil {
-		c.refused++
-		return Lease{}, nil, err
 	}
 	if l.paused(now) {
 		c.refused++
@@ -163,30 +174,32 @@ func (l *Limiter) enter(ctx context.Context, r Request) (Lease, *waiter, error) 
 		evict.err = ErrQueueFull
 		evict.ready <- struct{}{}
 	}
+	l.queue.resume(r.Priority, l.hardBound(now))
 	l.queue.push(w)
-	l.peak = max(l.peak, l.inflight+l.queue.weight)
+	l.notePeak()
 	if evict != nil {
 		l.dispatch(now) // the evicted waiter may have blocked the head
 	}
 	return Lease{}, w, nil
 }
 
-// admitNow admits r at once if it fits under the limit, admission is not
-// paused and r would come before every waiter. A weight that fits is never
-// too heavy: the limit is at most the estimate's floor. The caller holds
-// l.mu.
+// admitNow admits r at once if it fits (see fits), admission is not
+// paused and r would come before every waiter that could run. The caller
+// holds l.mu and has checked that r.Weight ≤ MaxLimit.
 func (l *Limiter) admitNow(now time.Time, r Request) (Lease, bool) {
-	if !l.admissible(now, r.Weight) {
+	if !l.fits(now, r.Weight) {
 		return Lease{}, false
 	}
 	if l.queue.len > 0 {
+		bound := l.hardBound(now)
+		l.queue.resume(r.Priority, bound)
 		rc := cost(r.Priority, r.Weight)
-		if !l.queue.precedes(r.Priority, rc) {
+		if !l.queue.precedes(r.Priority, rc, bound) {
 			return Lease{}, false
 		}
 		l.queue.admitAhead(r.Priority, rc)
 	}
 	le := l.admit(now, r.Priority, r.Weight)
-	l.peak = max(l.peak, l.inflight+l.queue.weight)
+	l.notePeak()
 	return le, true
 }

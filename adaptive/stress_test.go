@@ -26,7 +26,7 @@ func TestStress(t *testing.T) {
 	require.NoError(t, err)
 
 	var violations, admissions atomic.Int64
-	l.onAdmit = func(inflight, limit int) {
+	l.onAdmit = func(inflight, _, limit, _ int) {
 		admissions.Add(1)
 		if inflight > limit {
 			violations.Add(1)

@@ -1,6 +1,9 @@
 package adaptive
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // wfq is the admission queue: weighted fair queueing by virtual finish
 // time, after Aperture's scheduler. Each priority p is a flow, a FIFO of
@@ -28,8 +31,18 @@ import "math/bits"
 // priority 100 (cost 156). No flow starves: each is admitted at least
 // once for every 256·weight units of virtual time.
 //
+// A waiter heavier than the hard bound (the ceiling), which could not run
+// even alone, is passed over: the next waiter considered is the earliest
+// finish among the first waiter of each flow that is not that heavy, whose
+// finish is its flow's virtual time plus its own cost, as if the heavier
+// ones ahead of it in its flow were not there (see next). When a request
+// joins a flow that holds only such waiters, the flow resumes at V, as an
+// idle flow would (see resume), so passing them over earns no credit.
+//
 // The heap holds at most 256 heads, so pushing, admitting and removing a
-// waiter cost O(log 256) whatever the queue's length. Its entries carry
+// waiter cost O(log 256) whatever the queue's length; while a waiter
+// heavier than the hard bound waits, finding the next waiter also walks
+// the flows (at most 256) and the waiters that heavy. Its entries carry
 // their keys and each flow its entry's index, so sifting touches only the
 // heap and the flows, never a waiter: with many waiters in memory that is
 // most of the cost (BenchmarkQueue). Guarded by the limiter's lock.
@@ -41,8 +54,12 @@ type wfq struct {
 	gen    uint64    // bumped whenever the queue empties
 	seq    uint64    // arrivals so far
 	len    int       // waiters
-	weight int       // Σ weight of the waiters
-	stats  [256]priorityCounters
+	weight int64     // Σ weight of the waiters: ≤ 2^30 · 2^30, no overflow
+	// maxHead is at least the weight of every flow's head: raised when a
+	// waiter becomes a head, made exact again by next when it exceeds the
+	// bound, 0 when the queue is empty.
+	maxHead int
+	stats   [256]priorityCounters
 }
 
 // flow is one priority's waiters.
@@ -81,15 +98,91 @@ func (q *wfq) start(p uint8) uint64 {
 	}
 }
 
+// fitting returns the first waiter of flow p, in arrival order, whose
+// weight is at most bound, or nil.
+func (q *wfq) fitting(p uint8, bound int) *waiter {
+	for w := q.flows[p].head; w != nil; w = w.next {
+		if w.weight <= bound {
+			return w
+		}
+	}
+	return nil
+}
+
+// next returns the waiter that is admitted next under the hard bound
+// bound, and the virtual time at which it finishes: the head, unless it
+// weighs more than bound; then the earliest finish (the earliest arrival
+// on a tie) among each flow's first waiter of weight ≤ bound, finishing
+// at its flow's virtual time plus its cost. nil if no waiter weighs at
+// most bound.
+func (q *wfq) next(bound int) (*waiter, uint64) {
+	if q.len == 0 {
+		return nil, 0
+	}
+	if q.maxHead > bound {
+		q.maxHead = 0
+		for _, h := range q.heads {
+			q.maxHead = max(q.maxHead, q.flows[h.priority].head.weight)
+		}
+	}
+	if q.maxHead <= bound {
+		// Every head may run: the earliest finish is the heap's top.
+		h := q.heads[0]
+		return q.flows[h.priority].head, h.finish
+	}
+	var best *waiter
+	var bestFinish uint64
+	for i, word := range q.active {
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			word &^= 1 << b
+			p := uint8(i<<6 | b)
+			w := q.fitting(p, bound)
+			if w == nil {
+				continue
+			}
+			finish := q.flows[p].vt + w.cost
+			if best == nil || finish < bestFinish || finish == bestFinish && w.seq < best.seq {
+				best, bestFinish = w, finish
+			}
+		}
+	}
+	return best, bestFinish
+}
+
+// resume restarts flow p at V when it has waiters but none of weight ≤
+// bound: a request that can run and joins it starts where it would in an
+// idle flow, so the time its flow spent holding only waiters too heavy to
+// run earns it no credit. The caller calls it before queueing a request
+// of priority p or admitting one ahead of the queue.
+func (q *wfq) resume(p uint8, bound int) {
+	f := &q.flows[p]
+	if f.head == nil || f.vt >= q.vt || q.fitting(p, bound) != nil {
+		return
+	}
+	f.vt = q.vt
+	q.heapReplace(f.index, head{f.vt + f.head.cost, f.head.seq, p})
+}
+
 // precedes reports whether a request of priority p and cost c, arriving
-// now, would come before every waiter: its flow is idle and it would
-// finish strictly before the queue's head (on a tie the waiter, which
-// arrived first, goes first). An empty queue is preceded by anything.
-func (q *wfq) precedes(p uint8, c uint64) bool {
+// now, would come before every waiter that can run under the hard bound
+// bound: no waiter of its flow weighs ≤ bound, and it would finish
+// strictly before the waiter next returns (on a tie the waiter, which
+// arrived first, goes first). An empty queue is preceded by anything. The
+// caller has called resume(p, bound).
+func (q *wfq) precedes(p uint8, c uint64, bound int) bool {
 	if q.len == 0 {
 		return true
 	}
-	return q.flows[p].head == nil && q.start(p)+c < q.heads[0].finish
+	start := q.start(p)
+	if q.flows[p].head != nil {
+		if q.fitting(p, bound) != nil {
+			return false
+		}
+		start = q.flows[p].vt // its waiters are passed over
+	}
+	w, finish := q.next(bound)
+	return w == nil || start+c < finish
 }
 
 // admitAhead accounts a request of priority p and cost c admitted at once
@@ -100,8 +193,15 @@ func (q *wfq) admitAhead(p uint8, c uint64) {
 		return // no queue, no virtual time
 	}
 	f := &q.flows[p]
-	f.vt = q.start(p) + c
-	f.gen = q.gen
+	if f.head == nil {
+		f.vt = q.start(p) + c
+		f.gen = q.gen
+	} else {
+		// Its flow's waiters are passed over (precedes): they finish
+		// after it.
+		f.vt += c
+		q.heapReplace(f.index, head{f.vt + f.head.cost, f.head.seq, p})
+	}
 	q.vt = max(q.vt, f.vt)
 }
 
@@ -118,6 +218,7 @@ func (q *wfq) push(w *waiter) {
 		f.gen = q.gen
 		w.prev = nil
 		f.head, f.tail = w, w
+		q.maxHead = max(q.maxHead, w.weight)
 		q.heapPush(head{f.vt + w.cost, w.seq, p})
 		q.active[p>>6] |= 1 << (p & 63)
 	} else {
@@ -128,22 +229,34 @@ func (q *wfq) push(w *waiter) {
 	f.n++
 	f.cost += w.cost
 	q.len++
-	q.weight += w.weight
+	q.weight += int64(w.weight)
 }
 
-// head returns the waiter that is admitted next. The queue is not empty.
+// head returns the queue's head: the waiter with the earliest finish. The
+// queue is not empty.
 func (q *wfq) head() *waiter { return q.flows[q.heads[0].priority].head }
 
 // pop removes the head, advancing its flow's virtual time and V to its
 // finish time: it is being admitted.
 func (q *wfq) pop() *waiter {
-	h := q.heads[0]
-	f := &q.flows[h.priority]
-	w := f.head
-	f.vt = h.finish
-	q.vt = max(q.vt, h.finish)
-	q.remove(w)
+	w, finish := q.next(math.MaxInt)
+	q.take(w, finish)
 	return w
+}
+
+// take removes w, which next returned with its finish time, from the
+// queue, advancing its flow's virtual time and V to finish: it is being
+// admitted.
+func (q *wfq) take(w *waiter, finish uint64) {
+	f := &q.flows[w.priority]
+	f.vt = finish
+	q.vt = max(q.vt, finish)
+	wasHead := f.head == w
+	q.remove(w)
+	if !wasHead && f.head != nil {
+		// w passed its flow's head, whose finish moves on with the flow.
+		q.heapReplace(f.index, head{f.vt + f.head.cost, f.head.seq, w.priority})
+	}
 }
 
 // remove takes w out of the queue without advancing virtual time.
@@ -159,6 +272,7 @@ func (q *wfq) remove(w *waiter) {
 		} else {
 			// The next waiter heads the flow from where the flow stands.
 			f.head.prev = nil
+			q.maxHead = max(q.maxHead, f.head.weight)
 			q.heapReplace(f.index, head{f.vt + f.head.cost, f.head.seq, p})
 		}
 	} else {
@@ -173,10 +287,11 @@ func (q *wfq) remove(w *waiter) {
 	f.n--
 	f.cost -= w.cost
 	q.len--
-	q.weight -= w.weight
+	q.weight -= int64(w.weight)
 	if q.len == 0 {
 		q.gen++
 		q.vt = 0
+		q.maxHead = 0
 	}
 }
 

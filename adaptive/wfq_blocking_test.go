@@ -32,7 +32,7 @@ type blockingClass struct {
 func overloadBlocking(t *testing.T, l *Limiter, tick, hold time.Duration, warmup, ticks int, classes []*blockingClass) {
 	t.Helper()
 	var over atomic.Int64
-	l.onAdmit = func(inflight, limit int) {
+	l.onAdmit = func(inflight, _, limit, _ int) {
 		if inflight > limit {
 			over.Add(1)
 		}

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,12 +14,14 @@ import (
 )
 
 // TestStressWeighted runs 64 goroutines through every admission path with
-// random priorities and weights — some heavier than the limit — wait
-// bounds, cancellations and evictions, while the ceiling, the estimate and
-// pauses change underneath. Every admission must keep the weight in flight
-// within the limit it was admitted under; the weight the workers hold,
-// summed from outside the limiter, must never pass MaxLimit; and every
-// call must be accounted once in the per-priority counters.
+// random priorities and weights — some heavier than the limit or the
+// ceiling, some above MaxLimit — wait bounds, cancellations and evictions,
+// while the ceiling, the estimate and pauses change underneath. Every
+// admission must keep the weight in flight within the hard bound it was
+// admitted under, and within the limit unless it was admitted alone; the
+// weight the workers hold, summed from outside the limiter, must never
+// pass MaxLimit; and every call must be accounted once in the per-priority
+// counters.
 func TestStressWeighted(t *testing.T) {
 	t.Parallel()
 	const (
@@ -30,9 +33,9 @@ func TestStressWeighted(t *testing.T) {
 	require.NoError(t, err)
 
 	var violations, admissions atomic.Int64
-	l.onAdmit = func(inflight, limit int) {
+	l.onAdmit = func(inflight, weight, limit, bound int) {
 		admissions.Add(1)
-		if inflight > limit {
+		if inflight > bound || inflight > limit && inflight != weight {
 			violations.Add(1)
 		}
 	}
@@ -73,8 +76,13 @@ func TestStressWeighted(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 4))
 			for range iterations {
 				r := Request{Priority: priorities[rng.IntN(len(priorities))], Weight: 1 + rng.IntN(4)}
-				if rng.IntN(40) == 0 {
+				switch rng.IntN(40) {
+				case 0:
 					r.Weight = maxLimit + 1 // always too heavy
+				case 1:
+					r.Weight = math.MaxInt // too heavy, and a sum with it would overflow
+				case 2, 3:
+					r.Weight = 5 + rng.IntN(maxLimit-4) // at times above the limit or the ceiling
 				}
 				calls[r.Priority].Add(1)
 				var le Lease
@@ -121,7 +129,7 @@ func TestStressWeighted(t *testing.T) {
 	control.Wait()
 
 	t.Logf("admissions %d, max weight held %d, estimate %.1f", admissions.Load(), held.max.Load(), l.Estimate())
-	require.Zero(t, violations.Load(), "admitted past the limit")
+	require.Zero(t, violations.Load(), "admitted past the limit or the hard bound")
 	require.Positive(t, admissions.Load())
 	require.LessOrEqual(t, held.max.Load(), int64(maxLimit))
 	require.Zero(t, l.Inflight())

@@ -133,10 +133,13 @@ func TestWFQWorse(t *testing.T) {
 	require.NotNil(t, tie.worse(0, 127))
 }
 
-// TestWFQMatchesModel drives the heap through random pushes, pops and
-// removals and compares every admission with a direct implementation of
-// the rule: each priority a FIFO, its head finishing at the priority's
-// virtual time + cost, the smallest (finish, arrival) admitted first.
+// TestWFQMatchesModel drives the heap through random pushes, pops,
+// admissions under a hard bound and removals, and compares every admission
+// with a direct implementation of the rule: each priority a FIFO, its
+// first waiter of weight ≤ the bound finishing at the priority's virtual
+// time + its cost, the smallest (finish, arrival) admitted first; a flow
+// holding only waiters heavier than the bound resumes at V when a request
+// joins it.
 func TestWFQMatchesModel(t *testing.T) {
 	t.Parallel()
 	type item struct {
@@ -188,11 +191,37 @@ func TestWFQMatchesModel(t *testing.T) {
 				v = 0
 			}
 		}
+		modelNext := func(bound int) (*waiter, uint64) {
+			var best *waiter
+			var bestFinish uint64
+			for p, items := range flows {
+				for _, it := range items {
+					if it.w.weight > bound {
+						continue
+					}
+					f := vt[p] + it.cost
+					if best == nil || f < bestFinish || f == bestFinish && it.seq < best.seq {
+						best, bestFinish = it.w, f
+					}
+					break
+				}
+			}
+			return best, bestFinish
+		}
 		for range 3000 {
-			switch op := rng.IntN(10); {
-			case op < 5 || n == 0: // push
+			switch op := rng.IntN(12); {
+			case op < 5 || n == 0: // push, after resume under a random bound
 				p := priorities[rng.IntN(len(priorities))]
 				w := newQueueWaiter(p, 1+rng.IntN(4))
+				bound := 1 + rng.IntN(4)
+				fits := false
+				for _, it := range flows[p] {
+					fits = fits || it.w.weight <= bound
+				}
+				if len(flows[p]) > 0 && !fits {
+					vt[p] = max(vt[p], v)
+				}
+				q.resume(p, bound)
 				if len(flows[p]) == 0 {
 					vt[p], gen[p] = modelStart(p), g
 				}
@@ -207,6 +236,27 @@ func TestWFQMatchesModel(t *testing.T) {
 				w := q.pop()
 				require.Same(t, flows[p][0].w, w, "seed %d: admitted", seed)
 				flows[p] = flows[p][1:]
+				vt[p] = finish
+				v = max(v, finish)
+				afterLeave()
+			case op < 10: // admit the next waiter under a random bound
+				bound := 1 + rng.IntN(4)
+				want, finish := modelNext(bound)
+				w, got := q.next(bound)
+				if want == nil {
+					require.Nil(t, w, "seed %d: nothing fits under %d", seed, bound)
+					continue
+				}
+				require.Same(t, want, w, "seed %d: admitted under %d", seed, bound)
+				require.Equal(t, finish, got)
+				q.take(w, finish)
+				p := w.priority
+				for i := range flows[p] {
+					if flows[p][i].w == w {
+						flows[p] = append(flows[p][:i:i], flows[p][i+1:]...)
+						break
+					}
+				}
 				vt[p] = finish
 				v = max(v, finish)
 				afterLeave()
@@ -228,7 +278,10 @@ func TestWFQMatchesModel(t *testing.T) {
 			}
 			require.Equal(t, n, q.len)
 			for i := range q.heads {
-				require.Equal(t, i, q.flows[q.heads[i].priority].index)
+				f := &q.flows[q.heads[i].priority]
+				require.Equal(t, i, f.index)
+				require.Equal(t, f.vt+f.head.cost, q.heads[i].finish, "seed %d: a head finishes at its flow's time + its cost", seed)
+				require.GreaterOrEqual(t, q.maxHead, f.head.weight)
 				if i > 0 {
 					require.False(t, q.less(i, (i-1)/2), "heap order")
 				}
