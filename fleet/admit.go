@@ -28,14 +28,19 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
 // ErrEvicted, ErrFenced while the node is fenced under FailClosed (a
 // fenced node fails fast rather than queue behind an outage), and an error
-// wrapping adaptive.ErrTooHeavy for a weight above the key's L_global; the
-// node's refusals count in PriorityStats as the limiter's do. Callers
-// already queued when the node is fenced keep waiting, bounded by their
-// contexts; no slot is handed to them until a grant renews the lease.
+// wrapping adaptive.ErrTooHeavy for a weight above the key's L_global,
+// which says how to raise L_global and counts, with the weight, as demand
+// the node could not serve; the node's refusals count in PriorityStats as
+// the limiter's do. Callers already queued when the node is fenced keep
+// waiting, bounded by their contexts; no slot is handed to them until a
+// grant renews the lease.
 //
-// A weight above the limit fails at once rather than wait for the limit
-// to grow, which it does only with admitted load: see WithWeight for
-// sizing Config.Limiter.InitialLimit. Safe for concurrent use.
+// A weight within L_global but above the node's share waits, its weight
+// counted in the node's demand so that its share can grow to it, without
+// holding back the lighter requests the share holds; a weight above the
+// node's inferred limit but within its share runs alone (see
+// adaptive.Limiter.AcquireRequest and WithWeight). Safe for concurrent
+// use.
 func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, error) {
 	le, err := n.acquire(ctx, r)
 	if err != nil {
@@ -70,10 +75,11 @@ func (n *Node) TryAcquire() (Lease, bool) {
 // ends at the request's hard bound. It returns adaptive.ErrWouldWait when
 // r does not fit now (counted, with r's weight, as demand the node could
 // not serve), adaptive.ErrPaused while admission is paused, errors
-// wrapping adaptive.ErrInvalidRequest and adaptive.ErrTooHeavy for a bad
-// weight, and AcquireRequest's ErrNotStarted, ErrStopped, ErrEvicted and
-// ErrFenced; on every error the Lease is the zero Lease. Safe for
-// concurrent use.
+// wrapping adaptive.ErrInvalidRequest for a weight below 1 and
+// adaptive.ErrTooHeavy for one above the limiter's MaxLimit or the key's
+// L_global (the latter counted as demand, as in AcquireRequest), and
+// AcquireRequest's ErrNotStarted, ErrStopped, ErrEvicted and ErrFenced; on
+// every error the Lease is the zero Lease. Safe for concurrent use.
 func (n *Node) TryAcquireRequest(r adaptive.Request) (Lease, error) {
 	if err := n.refusal(r); err != nil {
 		return Lease{}, err
@@ -87,11 +93,14 @@ func (n *Node) TryAcquireRequest(r adaptive.Request) (Lease, error) {
 
 // refusal is the error the node itself refuses r with before it reaches
 // the local limiter — its state, or a weight above L_global — counted as a
-// rejection and a refusal at r's priority; or nil.
+// rejection and a refusal at r's priority; or nil. A weight refused for
+// L_global counts as demand the node could not serve.
 func (n *Node) refusal(r adaptive.Request) error {
 	err := n.admissionErr()
 	if err == nil {
-		err = n.tooHeavyForFleet(r.Weight)
+		if err = n.tooHeavyForFleet(r.Weight); err != nil {
+			n.noteUnmet(r.Weight)
+		}
 	}
 	if err != nil {
 		n.metrics.rejected.Add(1)
@@ -140,28 +149,36 @@ func (n *Node) admissionErr() error {
 }
 
 // tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
-// weight exceeds the key's global limit as last granted: no share can ever
+// weight exceeds the key's global limit as last granted: no share can
 // hold it while L_global stays where it is, and L_global grows only with
-// the load the fleet admits. It reads nothing for weight 1.
+// the load the fleet admits — a load that a fleet of requests this heavy
+// would never bring. The error says how to raise L_global. A weight above
+// the limiter's MaxLimit is left to the limiter, which refuses it: no
+// L_global would help. It reads nothing for weight 1.
 func (n *Node) tooHeavyForFleet(weight int) error {
-	if weight <= 1 {
+	if weight <= 1 || weight > n.lim.MaxLimit() {
 		return nil
 	}
 	n.mu.Lock()
 	g := n.lGlobal
 	n.mu.Unlock()
-	if g > 0 && weight > g {
-		return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d, which grows only "+
-			"with admitted load: the heaviest request must weigh at most the nodes' Config.Limiter.InitialLimit "+
-			"(see fleet.WithWeight)", adaptive.ErrTooHeavy, weight, g)
+	switch {
+	case g <= 0 || weight <= g:
+		return nil
+	case weight > coord.MaxCount:
+		return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d, which can never "+
+			"exceed %d (coord.MaxCount)", adaptive.ErrTooHeavy, weight, g, coord.MaxCount)
 	}
-	return nil
+	return fmt.Errorf("%w: Request.Weight = %d exceeds the key's global limit L_global = %d, which grows only "+
+		"with the load the fleet admits: keep L_global at least %d with 'fleetctl limits set %s --min %d', "+
+		"or, on a new key, start it there with a Config.Limiter.InitialLimit of at least %d on every node "+
+		"(see fleet.WithWeight)", adaptive.ErrTooHeavy, weight, g, weight, n.cfg.Key, weight, weight)
 }
 
 // noteUnmet counts a refused admission of the given weight as demand the
 // node could not serve, reported with the next heartbeat.
 func (n *Node) noteUnmet(weight int) {
 	n.mu.Lock()
-	n.unmet = min(n.unmet+weight, coord.MaxCount)
+	n.unmet = min(n.unmet+min(weight, coord.MaxCount), coord.MaxCount)
 	n.mu.Unlock()
 }

@@ -46,7 +46,7 @@ func TestTryAcquireRequest(t *testing.T) {
 	require.ErrorIs(t, err, adaptive.ErrInvalidRequest)
 	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 202, Weight: 11})
 	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
-	require.ErrorContains(t, err, "L_global = 10")
+	require.ErrorContains(t, err, "Config.MaxLimit = 10")
 	four.Release()
 
 	// The Request given wins over the context's weight and priority.
@@ -56,7 +56,7 @@ func TestTryAcquireRequest(t *testing.T) {
 	require.Equal(t, uint64(1), statsAt(n, 250).Admitted)
 	require.Zero(t, statsAt(n, 9).Admitted+statsAt(n, 9).Refused)
 	require.Equal(t, uint64(1), statsAt(n, 201).Admitted)
-	require.Equal(t, uint64(2), statsAt(n, 202).Refused, "no room, and too heavy for the fleet; a bad weight is no refusal")
+	require.Equal(t, uint64(2), statsAt(n, 202).Refused, "no room, and too heavy; a bad weight is no refusal")
 	six.Release()
 	four.Release()
 	require.Zero(t, n.State().Inflight)
@@ -79,7 +79,7 @@ func TestNodeRefusalsCountPerPriority(t *testing.T) {
 	t.Parallel()
 	h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
 	cfg := testConfig("k", "a")
-	cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 10}
+	cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 100, MaxQueued: 10}
 	n, err := NewWithCoordinator(h, cfg)
 	require.NoError(t, err)
 
@@ -128,7 +128,7 @@ func TestNodeRefusalsCountPerPriority(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	want := `
-# HELP fleetlimit_priority_refused_total Requests at this priority refused: by the local limiter (no room for TryAcquire, queue full on arrival or evicted, paused, heavier than the limit) or by the node (not started, stopped, evicted, fenced, heavier than L_global).
+# HELP fleetlimit_priority_refused_total Requests at this priority refused: by the local limiter (no room for TryAcquire, queue full on arrival or evicted, paused, heavier than MaxLimit) or by the node (not started, stopped, evicted, fenced, heavier than L_global).
 # TYPE fleetlimit_priority_refused_total counter
 fleetlimit_priority_refused_total{key="k",node="a",priority="1"} 1
 fleetlimit_priority_refused_total{key="k",node="a",priority="128"} 1

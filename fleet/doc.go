@@ -35,8 +35,8 @@
 // adaptive.Request. The node's limiter admits waiters by weighted fair
 // queueing and bounds the sum of the weights in flight, and the fleet
 // counts in-flight, demand, L_global and shares in weight units (WithWeight
-// says how to weigh an LLM request, and why Config.Limiter.InitialLimit
-// must be at least the heaviest weight). Without them a request weighs 1
+// says how to weigh an LLM request, and how to keep L_global at least the
+// heaviest weight). Without them a request weighs 1
 // at adaptive.DefaultPriority. Node.PriorityStats counts, per priority,
 // what became of the requests, the node's own refusals included.
 //

@@ -102,7 +102,7 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
 		return true
 	}
-	demand := snap.Inflight + snap.QueuedWeight + n.unmet
+	demand := min(snap.Inflight, coord.MaxCount) + min(snap.QueuedWeight, coord.MaxCount) + n.unmet
 	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
 	return !n.cappedBeat && n.share < min(demand, fair)
 }
@@ -122,7 +122,7 @@ func (n *Node) report(now time.Time) coord.Report {
 	// starved node's demand doubles per heartbeat instead of counting
 	// retries. A joining node asks for at least one slot; a stopping one
 	// wants nothing more.
-	peak := n.lim.TakePeak()
+	peak := min(n.lim.TakePeak(), coord.MaxCount)
 	demand := min(peak+min(n.unmet, max(peak, 1)), coord.MaxCount)
 	// Reports that never arrived (an outage) still count.
 	demand = max(demand, n.unsentDemand)

@@ -70,7 +70,7 @@ func newMetrics(n *Node) *metrics {
 		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
 		prioAdmittedWeight: byPriority("admitted_weight_total", "Sum of the weights of the requests admitted at this priority."),
 		prioRefused: byPriority("refused_total", "Requests at this priority refused: by the local limiter (no room for "+
-			"TryAcquire, queue full on arrival or evicted, paused, heavier than the limit) or by the node (not started, "+
+			"TryAcquire, queue full on arrival or evicted, paused, heavier than MaxLimit) or by the node (not started, "+
 			"stopped, evicted, fenced, heavier than L_global)."),
 		prioTimedOut:    byPriority("timed_out_total", "Queued requests at this priority whose TimeoutFactor × weight wait ran out."),
 		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a slot was handed over."),

@@ -26,21 +26,28 @@ func WithPriority(ctx context.Context, p uint8) context.Context {
 // and Transport: the units of the node's limit the request holds while it
 // is in flight. Without it a request weighs 1. A w below 1 makes the
 // admission fail with an error wrapping adaptive.ErrInvalidRequest, and a
-// w above the limit (the node's estimate, or the key's L_global) with one
-// wrapping adaptive.ErrTooHeavy, at once.
+// w above the node's Config.Limiter.MaxLimit or the key's L_global with
+// one wrapping adaptive.ErrTooHeavy, at once.
 //
-// The limit grows only with the load the fleet admits, so a request
-// heavier than it does not wait for it to grow: it could wait forever if
-// every request were that heavy, and at the head of the queue it would
-// hold back the lighter ones that could grow it. Set every node's
-// Config.Limiter.InitialLimit to at least the heaviest weight. On a new
-// key L_global starts at the nodes' initial limits (their lower median);
-// a node that joins a key whose L_global has grown starts at that
-// L_global, before Start returns, so it never admits with only its own
-// InitialLimit. With the default InitialLimit of 20 a weight of 50 fails
-// with ErrTooHeavy on a new key until lighter requests have raised
-// L_global past 50 — for good if there are none. An operator's maximum
-// on the key (fleetctl) below the heaviest weight has the same effect.
+// Within those bounds a request is admitted however low the node's
+// inferred limit has fallen: one heavier than it runs alone once nothing
+// else is in flight on the node, within the node's share (see
+// adaptive.Limiter.AcquireRequest), and one heavier than the node's share
+// waits, counted in the node's demand, for the share to grow, without
+// holding back the lighter requests the share holds. L_global itself
+// grows only with the load the fleet admits, so a weight above it is
+// refused rather than queued: a fleet whose requests all weighed that much
+// would never bring the load. The error names the fix: keep L_global at
+// least the heaviest weight N with 'fleetctl limits set KEY --min N', or,
+// on a new key, start it there with a Config.Limiter.InitialLimit of at
+// least N on every node. On a new key L_global starts at the nodes'
+// initial limits (their lower median); a node that joins a key whose
+// L_global has grown starts at that L_global, before Start returns, so it
+// never admits with only its own InitialLimit. With the default
+// InitialLimit of 20 and no minimum on the key, a weight of 50 fails with
+// ErrTooHeavy on a new key until lighter requests have raised L_global
+// past 50 — for good if there are none. An operator's maximum on the key
+// below the heaviest weight has the same effect.
 //
 // The fleet counts everything in weight units: a node's in-flight and
 // demand, its peers' in-flight, L_global and the shares. So shares follow

@@ -1,0 +1,144 @@
+package fleet
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// A request within L_global but heavier than the node's share waits for
+// its share to grow, counted as demand, without holding back the lighter
+// requests the share holds — of its own priority too. Before, the light
+// request waited behind it for as long as the other node held its part.
+func TestHeavierThanTheShareDoesNotBlockTheNode(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	rc := &recordingCoordinator{Coordinator: mem}
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 10}
+	cfgA, cfgB := testConfig("k", "a"), testConfig("k", "b")
+	cfgA.Limiter, cfgB.Limiter = limits, limits
+	a := startNode(t, rc, cfgA)
+	b := startNode(t, mem, cfgB)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	big, err := b.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 8})
+	require.NoError(t, err)
+
+	heavy := make(chan error, 1)
+	go func() {
+		le, err := a.AcquireRequest(t.Context(), adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 8})
+		if err == nil {
+			le.Release()
+		}
+		heavy <- err
+	}()
+	eventually(t, func() bool { return a.State().Queued == 1 }, "the heavy request waits")
+
+	lightCtx, cancelLight := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancelLight()
+	light, err := a.AcquireRequest(lightCtx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+	require.NoError(t, err, "the light request does not wait behind one the share cannot hold")
+	sa, sb := a.State(), b.State()
+	require.LessOrEqual(t, sa.Share, 2, "b holds 8 of 10")
+	require.LessOrEqual(t, sa.Inflight+sb.Inflight, 10)
+	eventually(t, func() bool { return rc.maxDemand() >= 8+1 }, "the waiting weight counts as demand")
+
+	big.Release()
+	light.Release()
+	select {
+	case err := <-heavy:
+		require.NoError(t, err, "admitted once the share held it")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the heavy request was not admitted after b released its part")
+	}
+}
+
+// A weight above L_global fails at once, through every admission path,
+// with an error that says how to admit it, and its weight counts as demand
+// the node could not serve (as much of it as a refusal adds: at most the
+// peak again).
+func TestHeavierThanLGlobalSaysHowAndCountsAsDemand(t *testing.T) {
+	t.Parallel()
+	rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 10, MaxLimit: 100, MaxQueued: 10}
+	n := startNode(t, rc, cfg)
+	require.Equal(t, 10, n.State().LGlobal)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	held, err := n.AcquireRequest(ctx, adaptive.Request{Weight: 10})
+	require.NoError(t, err)
+	defer held.Release()
+
+	srv, release, _ := holdingServer(t)
+	close(release)
+	client := &http.Client{Transport: n.Transport(nil)}
+	for _, tc := range []struct {
+		path  string
+		admit func(w int) error
+	}{
+		{"Acquire", func(w int) error { _, err := n.Acquire(WithWeight(t.Context(), w)); return err }},
+		{"AcquireRequest", func(w int) error {
+			_, err := n.AcquireRequest(t.Context(), adaptive.Request{Weight: w})
+			return err
+		}},
+		{"TryAcquireRequest", func(w int) error { _, err := n.TryAcquireRequest(adaptive.Request{Weight: w}); return err }},
+		{"Transport", func(w int) error { return send(t.Context(), client, srv.URL, "heavy", 9, w) }},
+	} {
+		from := rc.reports()
+		err := tc.admit(30)
+		require.ErrorIs(t, err, adaptive.ErrTooHeavy, tc.path)
+		require.ErrorContains(t, err, "Request.Weight = 30 exceeds the key's global limit L_global = 10")
+		require.ErrorContains(t, err, "'fleetctl limits set k --min 30'")
+		require.ErrorContains(t, err, "Config.Limiter.InitialLimit of at least 30")
+		eventually(t, func() bool { return rc.maxDemandSince(from) == 10+10 },
+			"%s: the refused weight counts as demand, up to the peak again", tc.path)
+
+		// A weight no L_global could help is the limiter's to refuse, and
+		// sums no overflow into the demand.
+		from = rc.reports()
+		err = tc.admit(math.MaxInt)
+		require.ErrorIs(t, err, adaptive.ErrTooHeavy, tc.path)
+		require.ErrorContains(t, err, "Config.MaxLimit = 100")
+		eventually(t, func() bool { return rc.reports() > from+2 }, "%s: reports go on", tc.path)
+		for _, d := range rc.demandsSince(from) {
+			require.GreaterOrEqual(t, d, 10, tc.path)
+			require.LessOrEqual(t, d, 10+10, tc.path)
+		}
+	}
+	require.Equal(t, 10, n.State().Inflight)
+}
+
+// reports returns how many reports r has seen.
+func (r *recordingCoordinator) reports() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.demands)
+}
+
+// demandsSince returns the demands of the reports after the first i.
+func (r *recordingCoordinator) demandsSince(i int) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.demands[i:]...)
+}
+
+// maxDemandSince returns the largest demand of the reports after the
+// first i, or -1 if there are none.
+func (r *recordingCoordinator) maxDemandSince(i int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := -1
+	for _, d := range r.demands[i:] {
+		m = max(m, d)
+	}
+	return m
+}
