@@ -52,6 +52,10 @@ spec: ## Model-check spec/ with spin: safety exhaustively, then every mutant mus
 spec-full: ## Model-check spec/'s larger configuration with spin (exhaustive, about 12 minutes, 10 GB).
 	spec/run.sh full
 
+.PHONY: spec-live
+spec-live: ## Model-check spec/'s liveness claims with spin under weak fairness (about 9 minutes, 3 GB).
+	spec/run.sh live
+
 .PHONY: spec-traces
 spec-traces: ## Regenerate spec/traces/ from spin's random simulation (replayed by TestSpecReplay).
 	spec/traces.sh

@@ -317,6 +317,16 @@ inline endOld(I) {
 	printf("t=%d n%d: a request of a dead instance ends (%d in flight at the provider)\n", T, nm[I], tot)
 }
 
+/* AWAITED(i): the report the node waits for a reply to is in the network. */
+#define AWAITEDREP(i, j) (nd[i].rep[j].used && nd[i].rep[j].inst == nd[i].inst && nd[i].rep[j].seq == nd[i].await)
+#if NREP == 1
+#define AWAITED(i) (AWAITEDREP(i, 0))
+#elif NREP == 2
+#define AWAITED(i) (AWAITEDREP(i, 0) || AWAITEDREP(i, 1))
+#else
+#define AWAITED(i) (AWAITEDREP(i, 0) || AWAITEDREP(i, 1) || AWAITEDREP(i, 2))
+#endif
+
 #define ME me
 proctype node(byte me) {
 end:
@@ -435,15 +445,11 @@ end:
 	!db.row[(I)*2+1].used || db.row[(I)*2].used && GONE((I)*2) || db.row[(I)*2+1].used && GONE((I)*2+1) || \
 	MEMBER(db.row[(I)*2]) || MEMBER(db.row[(I)*2+1]))
 
-#define AWAITEDREP(i, j) (nd[i].rep[j].used && nd[i].rep[j].inst == nd[i].inst && nd[i].rep[j].seq == nd[i].await)
 #if NREP == 1
-#define AWAITED(i) (AWAITEDREP(i, 0))
 #define HANDLEABLE(i) (nd[i].rep[0].used && SLOTOK(i, 0))
 #elif NREP == 2
-#define AWAITED(i) (AWAITEDREP(i, 0) || AWAITEDREP(i, 1))
 #define HANDLEABLE(i) (nd[i].rep[0].used && SLOTOK(i, 0) || nd[i].rep[1].used && SLOTOK(i, 1))
 #else
-#define AWAITED(i) (AWAITEDREP(i, 0) || AWAITEDREP(i, 1) || AWAITEDREP(i, 2))
 #define HANDLEABLE(i) (nd[i].rep[0].used && SLOTOK(i, 0) || nd[i].rep[1].used && SLOTOK(i, 1) || \
 	nd[i].rep[2].used && SLOTOK(i, 2))
 #endif
@@ -542,7 +548,7 @@ inline setEvG(I) {
 	evG[I] = (UP(I) && hs != NOSLOT && db.row[hs].ev)
 }
 
-#ifdef LIVE
+#if defined(LIVE) && !defined(LIVE_ANYOPER)
 #define LIVEOPER && ME != 0   /* node 0 is never drained or evicted */
 #else
 #define LIVEOPER
