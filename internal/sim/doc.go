@@ -71,4 +71,24 @@
 // maximum concurrency, time over capacity, and the same per value of the
 // X-Fleet-Node header — is exact on the provider's Clock: inject a
 // ManualClock to hold requests in flight and integrate time deterministically.
+//
+// # Rate quotas
+//
+// ProviderConfig.RateLimit adds what an LLM provider's requests- and
+// tokens-per-minute limits do. A request states its token cost with
+// ?tokens=N (0 when absent; 400 naming the value when it is not an integer
+// in [0, MaxRequestTokens]). It is admitted when the sliding window of
+// RateLimit.Window (a minute by default) ending at its arrival, with it
+// added, holds at most Quota.Requests requests and Quota.Tokens tokens;
+// otherwise it gets 429 at once and takes nothing from the quota. The
+// window is an exact log of accepted requests: one accepted at t counts
+// until t+Window, not included. The quota follows a schedule like Stepped
+// or is replaced by SetRateQuota; a lowered quota refuses requests until
+// enough of what the window holds has left it. Optional headers: a
+// Retry-After on 429 (whole seconds until the request would fit), OpenAI's
+// x-ratelimit-* on every response, and HeaderUsageTokens, the tokens
+// charged, on every accepted response, for a client to settle an
+// estimate by. RateStats counts accepted and refused requests and tokens
+// per window, with the most the sliding window held. The accounting,
+// RateWindow, reads no clock: the handler passes its Clock's now.
 package sim

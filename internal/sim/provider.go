@@ -58,6 +58,10 @@ type ProviderConfig struct {
 	// Clock is the time source for latencies, the capacity schedule and the
 	// accounting. Defaults to RealClock.
 	Clock Clock
+	// RateLimit, when set, adds requests- and tokens-per-window quotas that
+	// every request must pass before the concurrency capacity (see
+	// RateLimit and Provider). Nil enforces none.
+	RateLimit *RateLimit
 }
 
 // withDefaults returns cfg with zero fields filled in, or an error naming
@@ -93,6 +97,13 @@ func (cfg ProviderConfig) withDefaults() (ProviderConfig, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
+	}
+	if cfg.RateLimit != nil {
+		rl, err := cfg.RateLimit.withDefaults()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.RateLimit = &rl
 	}
 	return cfg, nil
 }
@@ -139,6 +150,10 @@ type Provider struct {
 	clients   map[string]*ClientStats
 	closed    bool
 
+	rate        *RateWindow // nil without ProviderConfig.RateLimit
+	rateLimited int64
+	rateTokens  int64
+
 	handlers  sync.WaitGroup
 	done      chan struct{}
 	closeOnce sync.Once
@@ -176,6 +191,11 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	case capacityModel:
 		p.model = c.model
 		p.capacity = c.model.Capacity()
+	}
+	if cfg.RateLimit != nil {
+		if p.rate, err = NewRateWindow(*cfg.RateLimit, now); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -245,9 +265,16 @@ func (p *Provider) SetCapacity(n int) {
 }
 
 // ServeHTTP serves one simulated request (see Provider). A malformed
-// ?stream= gets 400 and is not counted.
+// ?stream= or ?tokens= gets 400 and is not counted. With a RateLimit, a
+// request that does not fit its quota gets 429 before it reaches the
+// concurrency capacity.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	chunks, err := p.parseStream(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	tokens, err := p.parseTokens(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -259,6 +286,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.handlers.Done()
 
 	client := r.Header.Get(p.cfg.ClientHeader)
+	if p.rate != nil && !p.admitRate(w, client, tokens) {
+		return
+	}
 	k, latency, accepted := p.arrive(client)
 	h := w.Header()
 	h.Set(HeaderConcurrency, strconv.Itoa(k))
@@ -273,6 +303,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { p.depart(client, completed) }()
 	h.Set(HeaderLatency, latency.String())
 	h.Set("Content-Type", "text/plain; charset=utf-8")
+	if p.rate != nil && p.cfg.RateLimit.Usage {
+		h.Set(HeaderUsageTokens, strconv.FormatInt(tokens, 10))
+	}
 
 	ctx := r.Context()
 	if chunks == 0 {
@@ -357,11 +390,7 @@ func (p *Provider) arrive(client string) (k int, latency time.Duration, accepted
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.advanceLocked(p.clock.Now())
-	cs := p.clients[client]
-	if cs == nil {
-		cs = &ClientStats{}
-		p.clients[client] = cs
-	}
+	cs := p.clientLocked(client)
 	k = p.current + 1
 	if p.cfg.Reject429 && float64(k) > p.capacity {
 		p.rejected++

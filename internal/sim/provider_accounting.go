@@ -10,6 +10,9 @@ type Stats struct {
 	Successes int64
 	// Rejected counts 429s (429 mode only).
 	Rejected int64
+	// RateLimited counts 429s of the rate quota (ProviderConfig.RateLimit
+	// only), and Tokens the tokens of the requests it accepted.
+	RateLimited, Tokens int64
 	// Canceled counts accepted requests abandoned before completion: the
 	// client went away or the provider closed.
 	Canceled int64
@@ -32,6 +35,9 @@ type Stats struct {
 // ClientStats is the part of Stats that one client caused.
 type ClientStats struct {
 	Successes, Rejected, Canceled int64
+	// RateLimited and Tokens are this client's part of Stats.RateLimited
+	// and Stats.Tokens.
+	RateLimited, Tokens int64
 	// Current and MaxConcurrency are this client's in-flight counts.
 	Current, MaxConcurrency int
 }
@@ -45,6 +51,8 @@ func (p *Provider) Stats() Stats {
 	s := Stats{
 		Successes:      p.successes,
 		Rejected:       p.rejected,
+		RateLimited:    p.rateLimited,
+		Tokens:         p.rateTokens,
 		Canceled:       p.canceled,
 		Current:        p.current,
 		MaxConcurrency: p.maxConc,
@@ -62,12 +70,18 @@ func (p *Provider) Stats() Stats {
 // Reset clears the counters and the integrated over-capacity time. The
 // requests still in flight stay counted in Current, and MaxConcurrency
 // restarts from Current. The capacity schedule and a followed model go on
-// unchanged.
+// unchanged. With a RateLimit it also clears the rate windows (see
+// RateWindow.ResetStats); what the sliding window holds still counts
+// against the quota.
 func (p *Provider) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.advanceLocked(p.clock.Now())
 	p.successes, p.rejected, p.canceled = 0, 0, 0
+	p.rateLimited, p.rateTokens = 0, 0
+	if p.rate != nil {
+		p.rate.ResetStats(p.clock.Now())
+	}
 	p.overCap = 0
 	p.maxConc = p.current
 	for k, c := range p.clients {
