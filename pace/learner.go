@@ -1,0 +1,274 @@
+package pace
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// LearnerConfig configures a Learner. SeedRate is required; zero values of
+// the other fields take the defaults stated on each, which translate the
+// seed's interval constants (seed_interval 3000ms, min_interval 1500ms,
+// max_interval 6000ms, backoff_mul 1.5, speedup_step 200ms) into rates.
+type LearnerConfig struct {
+	// SeedRate is the rate to start from when there is no stored one, in
+	// units per second, and the scale of the defaults of MinRate, MaxRate
+	// and SpeedupStep. Must be > 0, finite, and within [MinRate, MaxRate].
+	// Required.
+	SeedRate float64
+	// WarmRate, when not 0, is a rate learned before (Learner.Rate of an
+	// earlier run, stored) to start from instead of SeedRate. Must be 0 or
+	// within [MinRate, MaxRate].
+	WarmRate float64
+	// MinRate and MaxRate bound the rate. MinRate must be > 0 and MaxRate
+	// >= MinRate, finite. MinRate defaults to SeedRate/2 and MaxRate to
+	// SeedRate×2, as the seed's max_interval is twice its seed_interval
+	// and its min_interval half of it.
+	MinRate, MaxRate float64
+	// CheckPeriod is how often the rate is judged: periods of this length
+	// follow one another from the Learner's creation. Must be > 0 when
+	// set. Defaults to 5s.
+	CheckPeriod time.Duration
+	// TargetErrorPct is the error percentage (429s per 100 requests in a
+	// period) above which the rate is cut. Must be in (0, 100] when set.
+	// Defaults to 10.
+	TargetErrorPct float64
+	// RecoverPct is the error percentage below which the rate grows; from
+	// it to TargetErrorPct, both included, is the dead zone where the rate
+	// holds. Must be in (0, TargetErrorPct] when set. Defaults to half of
+	// TargetErrorPct (5 with the default target).
+	RecoverPct float64
+	// BackoffMul divides the rate on a cut. Must be > 1 when set. Defaults
+	// to 1.5.
+	BackoffMul float64
+	// SpeedupStep is added to the rate on a period below RecoverPct, in
+	// units per second. Must be > 0 when set. Defaults to SeedRate/15, the
+	// seed's 200ms step as a share of its 3000ms seed interval.
+	SpeedupStep float64
+	// MinRequests is the fewest requests a period needs to be judged; a
+	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
+	// Defaults to 1.
+	MinRequests int64
+}
+
+func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	if !(cfg.SeedRate > 0) || !finite(cfg.SeedRate) {
+		return cfg, fmt.Errorf("pace: LearnerConfig.SeedRate must be > 0 and finite, got %v", cfg.SeedRate)
+	}
+	if cfg.MinRate == 0 {
+		cfg.MinRate = cfg.SeedRate / 2
+	}
+	if cfg.MaxRate == 0 {
+		cfg.MaxRate = cfg.SeedRate * 2
+	}
+	if cfg.CheckPeriod == 0 {
+		cfg.CheckPeriod = 5 * time.Second
+	}
+	if cfg.TargetErrorPct == 0 {
+		cfg.TargetErrorPct = 10
+	}
+	if cfg.RecoverPct == 0 {
+		cfg.RecoverPct = cfg.TargetErrorPct / 2
+	}
+	if cfg.BackoffMul == 0 {
+		cfg.BackoffMul = 1.5
+	}
+	if cfg.SpeedupStep == 0 {
+		cfg.SpeedupStep = cfg.SeedRate / 15
+	}
+	if cfg.MinRequests == 0 {
+		cfg.MinRequests = 1
+	}
+	switch {
+	case !(cfg.MinRate > 0) || !finite(cfg.MinRate):
+		return cfg, fmt.Errorf("pace: LearnerConfig.MinRate must be > 0 and finite, got %v", cfg.MinRate)
+	case !(cfg.MaxRate >= cfg.MinRate) || !finite(cfg.MaxRate):
+		return cfg, fmt.Errorf("pace: LearnerConfig.MaxRate must be finite and >= MinRate (%v), got %v", cfg.MinRate, cfg.MaxRate)
+	case cfg.SeedRate < cfg.MinRate || cfg.SeedRate > cfg.MaxRate:
+		return cfg, fmt.Errorf("pace: LearnerConfig.SeedRate must be within [MinRate, MaxRate] = [%v, %v], got %v", cfg.MinRate, cfg.MaxRate, cfg.SeedRate)
+	case cfg.WarmRate != 0 && !(cfg.WarmRate >= cfg.MinRate && cfg.WarmRate <= cfg.MaxRate):
+		return cfg, fmt.Errorf("pace: LearnerConfig.WarmRate must be 0 or within [MinRate, MaxRate] = [%v, %v], got %v", cfg.MinRate, cfg.MaxRate, cfg.WarmRate)
+	case cfg.CheckPeriod < 0:
+		return cfg, fmt.Errorf("pace: LearnerConfig.CheckPeriod must be > 0, got %v", cfg.CheckPeriod)
+	case !(cfg.TargetErrorPct > 0 && cfg.TargetErrorPct <= 100):
+		return cfg, fmt.Errorf("pace: LearnerConfig.TargetErrorPct must be in (0, 100], got %v", cfg.TargetErrorPct)
+	case !(cfg.RecoverPct > 0 && cfg.RecoverPct <= cfg.TargetErrorPct):
+		return cfg, fmt.Errorf("pace: LearnerConfig.RecoverPct must be in (0, TargetErrorPct] = (0, %v], got %v", cfg.TargetErrorPct, cfg.RecoverPct)
+	case !(cfg.BackoffMul > 1) || !finite(cfg.BackoffMul):
+		return cfg, fmt.Errorf("pace: LearnerConfig.BackoffMul must be > 1 and finite, got %v", cfg.BackoffMul)
+	case !(cfg.SpeedupStep > 0) || !finite(cfg.SpeedupStep):
+		return cfg, fmt.Errorf("pace: LearnerConfig.SpeedupStep must be > 0 and finite, got %v", cfg.SpeedupStep)
+	case cfg.MinRequests < 0:
+		return cfg, fmt.Errorf("pace: LearnerConfig.MinRequests must be >= 0, got %d", cfg.MinRequests)
+	}
+	return cfg, nil
+}
+
+// Action is what one check of a Learner did.
+type Action int
+
+const (
+	// Idle: the period had fewer than MinRequests requests, so no signal;
+	// the rate holds.
+	Idle Action = iota
+	// Held: the error percentage was in the dead zone, [RecoverPct,
+	// TargetErrorPct]; the rate holds.
+	Held
+	// Decreased: the error percentage was above TargetErrorPct; the rate
+	// was divided by BackoffMul, down to MinRate.
+	Decreased
+	// Increased: the error percentage was below RecoverPct; SpeedupStep
+	// was added to the rate, up to MaxRate.
+	Increased
+)
+
+// String returns "idle", "held", "decreased" or "increased".
+func (a Action) String() string {
+	switch a {
+	case Idle:
+		return "idle"
+	case Held:
+		return "held"
+	case Decreased:
+		return "decreased"
+	case Increased:
+		return "increased"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Check is one judged period of a Learner.
+type Check struct {
+	// Start and End bound the period: [Start, End).
+	Start, End time.Time
+	// Requests and Errors are what was recorded in it; ErrorPct is
+	// 100×Errors/Requests (0 without requests).
+	Requests, Errors int64
+	ErrorPct         float64
+	// Action is the rule applied, and Rate the rate after it.
+	Action Action
+	Rate   float64
+}
+
+// Learner learns a rate from the error rate it causes, by the seed's loop:
+// at the end of every CheckPeriod it takes that period's error percentage
+// (requests answered 429, per 100 requests) and
+//
+//	above TargetErrorPct        rate = rate / BackoffMul   (multiplicative decrease)
+//	below RecoverPct            rate = rate + SpeedupStep  (additive increase)
+//	otherwise (the dead zone)   rate unchanged
+//
+// then bounds the rate to [MinRate, MaxRate]. A period with fewer than
+// MinRequests requests changes nothing. The rate starts at WarmRate (a
+// value stored from Rate) or SeedRate.
+//
+// A Learner reads no clock and starts no goroutine: every method takes the
+// time now, and a period is judged by the first call at or after its end.
+// A now before an earlier call's is treated as that earlier time; a record
+// at a period's end belongs to the next period. It is safe for concurrent
+// use, and its methods allocate nothing.
+type Learner struct {
+	mu       sync.Mutex
+	cfg      LearnerConfig
+	rate     float64
+	start    time.Time // of the period in progress
+	requests int64
+	errs     int64
+	last     Check
+	checked  bool
+}
+
+// NewLearner returns a Learner whose first period starts at now. It
+// returns an error naming the field when cfg is invalid.
+func NewLearner(cfg LearnerConfig, now time.Time) (*Learner, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := &Learner{cfg: cfg, rate: cfg.SeedRate, start: now}
+	if cfg.WarmRate != 0 {
+		l.rate = cfg.WarmRate
+	}
+	return l, nil
+}
+
+// Config returns the configuration with every default filled in.
+func (l *Learner) Config() LearnerConfig { return l.cfg }
+
+// Record counts one request at now, and whether it was answered 429.
+func (l *Learner) Record(now time.Time, limited bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	l.requests++
+	if limited {
+		l.errs++
+	}
+}
+
+// RecordN counts requests requests at now, errs of them answered 429. It
+// returns an error naming the counts when either is negative or errs
+// exceeds requests; nothing is counted then.
+func (l *Learner) RecordN(now time.Time, requests, errs int64) error {
+	if requests < 0 || errs < 0 || errs > requests {
+		return fmt.Errorf("pace: record: need 0 <= errs <= requests, got errs %d of %d requests", errs, requests)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	l.requests += requests
+	l.errs += errs
+	return nil
+}
+
+// Rate returns the rate at now, after judging every period that has ended:
+// the value to pace by, and to store for the next run's WarmRate.
+func (l *Learner) Rate(now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	return l.rate
+}
+
+// LastCheck returns the last period judged by now, and false if none has
+// ended yet. The empty periods between the one judged and the one holding
+// now are skipped, not reported.
+func (l *Learner) LastCheck(now time.Time) (Check, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	return l.last, l.checked
+}
+
+// advanceLocked judges the period in progress if now is past its end, and
+// starts the period that holds now; the periods between, which recorded
+// nothing, change nothing.
+func (l *Learner) advanceLocked(now time.Time) {
+	p := l.cfg.CheckPeriod
+	end := l.start.Add(p)
+	if now.Before(end) {
+		return
+	}
+	c := Check{Start: l.start, End: end, Requests: l.requests, Errors: l.errs, Action: Idle}
+	if c.Requests > 0 {
+		c.ErrorPct = 100 * float64(c.Errors) / float64(c.Requests)
+	}
+	if c.Requests >= l.cfg.MinRequests && c.Requests > 0 {
+		switch {
+		case c.ErrorPct > l.cfg.TargetErrorPct:
+			c.Action = Decreased
+			l.rate = max(l.cfg.MinRate, l.rate/l.cfg.BackoffMul)
+		case c.ErrorPct < l.cfg.RecoverPct:
+			c.Action = Increased
+			l.rate = min(l.cfg.MaxRate, l.rate+l.cfg.SpeedupStep)
+		default:
+			c.Action = Held
+		}
+	}
+	c.Rate = l.rate
+	l.last, l.checked = c, true
+	l.start = end.Add(now.Sub(end) / p * p)
+	l.requests, l.errs = 0, 0
+}

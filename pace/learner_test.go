@@ -1,0 +1,169 @@
+package pace
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newLearner(t *testing.T, cfg LearnerConfig) *Learner {
+	t.Helper()
+	l, err := NewLearner(cfg, epoch)
+	require.NoError(t, err)
+	return l
+}
+
+// TestLearnerRules applies one period of each kind to a learner at the
+// default configuration with SeedRate 30: the cut, the step, and both
+// edges of the dead zone, which hold.
+func TestLearnerRules(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name             string
+		requests, errors int64
+		minRequests      int64
+		action           Action
+		rate             float64
+	}{
+		{"above target", 100, 11, 0, Decreased, 20},
+		{"all errors", 3, 3, 0, Decreased, 20},
+		{"at target: dead zone", 100, 10, 0, Held, 30},
+		{"inside dead zone", 100, 7, 0, Held, 30},
+		{"at recover: dead zone", 100, 5, 0, Held, 30},
+		{"below recover", 100, 4, 0, Increased, 32},
+		{"no errors", 1, 0, 0, Increased, 32},
+		{"no requests", 0, 0, 0, Idle, 30},
+		{"too few requests", 9, 9, 10, Idle, 30},
+		{"just enough requests", 10, 0, 10, Increased, 32},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLearner(t, LearnerConfig{SeedRate: 30, MinRequests: tt.minRequests})
+			require.NoError(t, l.RecordN(at(time.Second), tt.requests, tt.errors))
+			require.Equal(t, 30.0, l.Rate(at(5*time.Second-1)), "the period has not ended")
+			require.InDelta(t, tt.rate, l.Rate(at(5*time.Second)), 1e-9)
+			c, ok := l.LastCheck(at(5 * time.Second))
+			require.True(t, ok)
+			require.Equal(t, tt.action, c.Action)
+			require.Equal(t, Check{
+				Start: epoch, End: at(5 * time.Second), Requests: tt.requests, Errors: tt.errors,
+				ErrorPct: c.ErrorPct, Action: tt.action, Rate: c.Rate,
+			}, c)
+			if tt.requests > 0 {
+				require.InDelta(t, 100*float64(tt.errors)/float64(tt.requests), c.ErrorPct, 1e-9)
+			}
+		})
+	}
+}
+
+// TestLearnerBounds: repeated cuts stop at MinRate, repeated steps at
+// MaxRate.
+func TestLearnerBounds(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30})
+	now := epoch
+	for range 10 {
+		l.Record(now, true)
+		now = now.Add(5 * time.Second)
+	}
+	require.Equal(t, 15.0, l.Rate(now), "MinRate defaults to SeedRate/2")
+	for range 100 {
+		l.Record(now, false)
+		now = now.Add(5 * time.Second)
+	}
+	require.Equal(t, 60.0, l.Rate(now), "MaxRate defaults to SeedRate×2")
+	c, _ := l.LastCheck(now)
+	require.Equal(t, Increased, c.Action, "the rule applied, even at the bound")
+}
+
+// TestLearnerPeriods: periods follow one another from the learner's start;
+// a record at a period's end belongs to the next; idle periods change
+// nothing and keep the alignment; time going back reads as the latest.
+func TestLearnerPeriods(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30, CheckPeriod: 10 * time.Second})
+	_, ok := l.LastCheck(at(9 * time.Second))
+	require.False(t, ok)
+
+	l.Record(at(9*time.Second), false)
+	l.Record(at(10*time.Second), true) // next period
+	c, ok := l.LastCheck(at(10 * time.Second))
+	require.True(t, ok)
+	require.Equal(t, Check{Start: epoch, End: at(10 * time.Second), Requests: 1, Action: Increased, Rate: 32}, c)
+
+	l.Record(at(5*time.Second), true) // before the last time seen: counts at 10s
+	// An hour passes: the [10s, 20s) period is judged, the rest is idle.
+	require.InDelta(t, 32/1.5, l.Rate(at(time.Hour+3*time.Second)), 1e-9)
+	c, _ = l.LastCheck(at(time.Hour + 3*time.Second))
+	require.Equal(t, at(10*time.Second), c.Start)
+	require.Equal(t, int64(2), c.Errors)
+
+	l.Record(at(time.Hour+4*time.Second), false)
+	c, _ = l.LastCheck(at(time.Hour + 10*time.Second))
+	require.Equal(t, at(time.Hour), c.Start, "periods stay aligned to the start")
+	require.Equal(t, Increased, c.Action)
+}
+
+// TestLearnerWarmStart stores a learned rate and starts a new learner from
+// it.
+func TestLearnerWarmStart(t *testing.T) {
+	t.Parallel()
+	cfg := LearnerConfig{SeedRate: 30, MinRate: 1, MaxRate: 100}
+	l := newLearner(t, cfg)
+	now := epoch
+	for range 3 {
+		l.Record(now, true)
+		now = now.Add(5 * time.Second)
+	}
+	stored := l.Rate(now)
+	require.InDelta(t, 30/1.5/1.5/1.5, stored, 1e-9)
+
+	cfg.WarmRate = stored
+	warm := newLearner(t, cfg)
+	require.Equal(t, stored, warm.Rate(epoch))
+	warm.Record(epoch, false)
+	require.InDelta(t, stored+2, warm.Rate(at(5*time.Second)), 1e-9, "the step is SeedRate/15, from the seed")
+}
+
+func TestLearnerConfigDefaults(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 3})
+	require.Equal(t, LearnerConfig{
+		SeedRate: 3, MinRate: 1.5, MaxRate: 6, CheckPeriod: 5 * time.Second,
+		TargetErrorPct: 10, RecoverPct: 5, BackoffMul: 1.5, SpeedupStep: 0.2, MinRequests: 1,
+	}, l.Config())
+	l = newLearner(t, LearnerConfig{SeedRate: 3, TargetErrorPct: 2})
+	require.Equal(t, 1.0, l.Config().RecoverPct, "half the target")
+}
+
+func TestLearnerConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		cfg  LearnerConfig
+		want string
+	}{
+		{LearnerConfig{}, "LearnerConfig.SeedRate must be > 0 and finite, got 0"},
+		{LearnerConfig{SeedRate: -1}, "SeedRate must be > 0 and finite, got -1"},
+		{LearnerConfig{SeedRate: 1, MinRate: -1}, "LearnerConfig.MinRate must be > 0 and finite, got -1"},
+		{LearnerConfig{SeedRate: 1, MinRate: 1, MaxRate: 0.5}, "LearnerConfig.MaxRate must be finite and >= MinRate (1), got 0.5"},
+		{LearnerConfig{SeedRate: 5, MinRate: 1, MaxRate: 4}, "LearnerConfig.SeedRate must be within [MinRate, MaxRate] = [1, 4], got 5"},
+		{LearnerConfig{SeedRate: 2, WarmRate: 5}, "LearnerConfig.WarmRate must be 0 or within [MinRate, MaxRate] = [1, 4], got 5"},
+		{LearnerConfig{SeedRate: 2, CheckPeriod: -time.Second}, "LearnerConfig.CheckPeriod must be > 0, got -1s"},
+		{LearnerConfig{SeedRate: 2, TargetErrorPct: 101}, "LearnerConfig.TargetErrorPct must be in (0, 100], got 101"},
+		{LearnerConfig{SeedRate: 2, TargetErrorPct: 4, RecoverPct: 6}, "LearnerConfig.RecoverPct must be in (0, TargetErrorPct] = (0, 4], got 6"},
+		{LearnerConfig{SeedRate: 2, BackoffMul: 0.9}, "LearnerConfig.BackoffMul must be > 1 and finite, got 0.9"},
+		{LearnerConfig{SeedRate: 2, SpeedupStep: -1}, "LearnerConfig.SpeedupStep must be > 0 and finite, got -1"},
+		{LearnerConfig{SeedRate: 2, MinRequests: -1}, "LearnerConfig.MinRequests must be >= 0, got -1"},
+	}
+	for _, tt := range tests {
+		_, err := NewLearner(tt.cfg, epoch)
+		require.ErrorContains(t, err, tt.want)
+	}
+	l := newLearner(t, LearnerConfig{SeedRate: 1})
+	require.EqualError(t, l.RecordN(epoch, 1, 2), "pace: record: need 0 <= errs <= requests, got errs 2 of 1 requests")
+	require.Error(t, l.RecordN(epoch, -1, 0))
+	require.Equal(t, "increased", Increased.String())
+	require.Equal(t, "Action(9)", Action(9).String())
+}
