@@ -164,4 +164,7 @@
 // Estimate as l_local and Inflight as its in-flight. It warm-starts the
 // estimate at the key's global limit with Config.InitialLimit or
 // SetEstimate, and turns a Retry-After into RetryAfter.
+//
+// The repository's design document, docs/design.md §3 and §3.1, gives the
+// reasons behind the law, the guard and the admission order.
 package adaptive

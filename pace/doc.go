@@ -78,4 +78,9 @@
 // errors holds the rate (the default dead zone), so against a hard quota a
 // node may go on with up to 10% of its requests refused; a lower
 // TargetErrorPct trades quota used for fewer 429s.
+//
+// These are the per-node pieces of sharing a rate quota across a fleet;
+// fleet.Node does not use them yet. The repository's design document,
+// docs/design.md, describes the protocol by which a fleet shares its
+// concurrency, which rate shares are to follow.
 package pace

@@ -65,4 +65,7 @@
 //
 // Parse and the methods of Info are safe for concurrent use; Parse keeps
 // nothing between calls.
+//
+// How a fleet node acts on them is in the repository's design document,
+// docs/design.md §3.
 package quota
