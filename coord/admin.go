@@ -44,6 +44,11 @@ type Admin interface {
 	// can be capped before any node joins. It returns ErrKeyExists, or
 	// ErrInvalidOverride for a bad name or bound.
 	CreateKey(ctx context.Context, key string, minLimit, maxLimit *int) error
+	// SetRates changes the key's operator rates per minute in one step
+	// (see State.SetRates) and returns them: a key's rate when its nodes
+	// learn none, and a cap on what they learn. It returns ErrUnknownKey
+	// or ErrInvalidOverride. It takes effect at the key's next heartbeat.
+	SetRates(ctx context.Context, key string, c RatesChange) (Rates, error)
 	// DeleteKey deletes the key and all its rows: nodes, drain marks,
 	// evictions. Without force it returns ErrLiveNodes while the key has
 	// live members. It returns ErrUnknownKey for a key without a row.
@@ -80,6 +85,10 @@ type KeyInfo struct {
 	// Evictions counts the evicted instances whose rows have gone; their
 	// reports are answered "evicted" for as long as the key exists.
 	Evictions int
+	// RateLimit is the operator's rate per minute (0: none), Rate the
+	// key's rate as the newest heartbeat computed it, and SumRateShare the
+	// members' rate shares added up.
+	RateLimit, Rate, SumRateShare Rates
 }
 
 // NodeInfo describes one node row for an operator: every column, plus what
@@ -95,8 +104,10 @@ type NodeInfo struct {
 	// HoldRemaining is hold_until minus now: how long the row's reserve
 	// still counts.
 	HoldRemaining time.Duration
-	// Reserve is what the row holds back from the others now.
-	Reserve int
+	// Reserve is what the row holds back from the others now, and
+	// RateReserve the same for rates.
+	Reserve     int
+	RateReserve Rates
 	// HeartbeatAge is now minus heartbeat_at.
 	HeartbeatAge time.Duration
 }
@@ -114,6 +125,8 @@ func keyInfo(s State, now time.Time) KeyInfo {
 		Drains:        append([]string{}, s.Drains...),
 		Evictions:     len(s.Evictions),
 		CreatedAt:     s.Key.CreatedAt,
+		RateLimit:     s.Key.RateLimit,
+		Rate:          s.Key.Rate,
 	}
 	if s.Key.MinLimit > 0 {
 		v := s.Key.MinLimit
@@ -129,6 +142,8 @@ func keyInfo(s State, now time.Time) KeyInfo {
 			ki.LiveNodes++
 			ki.SumShare += n.Share
 			ki.SumInflight += n.Inflight
+			ki.SumRateShare.Requests += n.RateShare.Requests
+			ki.SumRateShare.Tokens += n.RateShare.Tokens
 		case n.Holding(now):
 			ki.HeldRows++
 			ki.HeldReserve += n.Reserve(now)
@@ -155,6 +170,7 @@ func describe(key string, n NodeState, now time.Time) NodeInfo {
 		LeaseRemaining: n.LeaseExpiresAt.Sub(now),
 		HoldRemaining:  n.HoldUntil.Sub(now),
 		Reserve:        n.Reserve(now),
+		RateReserve:    n.RateReserve(now),
 		HeartbeatAge:   now.Sub(n.HeartbeatAt),
 	}
 }

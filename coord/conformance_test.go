@@ -120,7 +120,20 @@ func (c *conformance) report() coord.Report {
 	if c.rng.IntN(5) == 0 {
 		r.Labels = map[string]string{"zone": fmt.Sprintf("z%d", c.rng.IntN(3)), "q": `it's "quoted"`}
 	}
+	if c.rng.IntN(3) != 0 {
+		r.RateLocal = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
+		r.RateDemand = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
+		r.RateApplied = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
+	}
 	return r
+}
+
+// rate is a random rate per minute: none a third of the time.
+func (c *conformance) rate() int64 {
+	if c.rng.IntN(3) == 0 {
+		return 0
+	}
+	return 1 + c.rng.Int64N(600)
 }
 
 func (c *conformance) step() {
@@ -238,6 +251,17 @@ func (c *conformance) step() {
 		op = fmt.Sprintf("nodes of %q", key)
 		each(func(impl coordinator) result {
 			_, err := impl.Nodes(ctx, key)
+			return errResult(err)
+		})
+	case p < 89: // an operator setting a key's rates, some of them bad
+		key := c.key()
+		ch := coord.RatesChange{SetRequests: c.rng.IntN(2) == 0, Requests: c.rate(), SetTokens: c.rng.IntN(2) == 0, Tokens: c.rate()}
+		if c.rng.IntN(8) == 0 {
+			ch.Tokens = []int64{-1, coord.MaxRate + 1}[c.rng.IntN(2)]
+		}
+		op = fmt.Sprintf("set rates %q %+v", key, ch)
+		each(func(impl coordinator) result {
+			_, err := impl.SetRates(ctx, key, ch)
 			return errResult(err)
 		})
 	default: // time passes, sometimes past every lease
@@ -374,6 +398,9 @@ var badReports = []struct {
 	{"short lease", func(r *coord.Report) { r.LeaseTTL = 99 * time.Millisecond }},
 	{"long lease", func(r *coord.Report) { r.LeaseTTL = coord.MaxLeaseTTL + time.Millisecond }},
 	{"NUL label", func(r *coord.Report) { r.Labels = map[string]string{"a": "x\x00y"} }},
+	{"negative learned rate", func(r *coord.Report) { r.RateLocal.Requests = -1 }},
+	{"huge token demand", func(r *coord.Report) { r.RateDemand.Tokens = coord.MaxRate + 1 }},
+	{"negative applied rate", func(r *coord.Report) { r.RateApplied.Tokens = -5 }},
 	{"long label", func(r *coord.Report) { r.Labels = map[string]string{"a": strings.Repeat("v", coord.MaxNameBytes+1)} }},
 	{"many labels", func(r *coord.Report) {
 		r.Labels = map[string]string{}

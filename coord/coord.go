@@ -44,6 +44,16 @@ type Report struct {
 	// MaxLabels, names of 1..MaxNameBytes bytes, values of at most
 	// MaxNameBytes bytes.
 	Labels map[string]string
+	// RateLocal is the node's own inference of the key's whole rate per
+	// minute, on each dimension: what it learned from the 429s it saw (0:
+	// it learns none). It plays the part l_local plays for concurrency.
+	RateLocal Rates
+	// RateDemand is what the node would send per minute if allowed, on
+	// each dimension: the rate share it asks for.
+	RateDemand Rates
+	// RateApplied is the rate share the node's pacer enforces now (0
+	// before its first rate share). Only learning mode reads it.
+	RateApplied Rates
 }
 
 // Status is a node's operator state as the coordinator sees it.
@@ -94,6 +104,13 @@ type Grant struct {
 	// Stale is true when the report was ignored because its Seq was not newer
 	// than the stored one; the other fields then describe the stored state.
 	Stale bool
+	// Rate is the key's rate per minute on each dimension; 0 means the key
+	// has none there, and the node does not pace that dimension.
+	Rate Rates
+	// RateShare is the node's share of Rate, per minute, on each dimension
+	// where Rate is not 0. Like Share, it is part of the grant the node
+	// acknowledges with Generation.
+	RateShare Rates
 }
 
 // Coordinator folds the fleet's reports into grants. Implementations are

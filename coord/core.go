@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -158,11 +159,11 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	var lGlobal int
 	switch {
 	case len(voters) > 0:
-		lGlobal = s.Key.Aggregate.fold(voters)
+		lGlobal = fold(s.Key.Aggregate, voters)
 	case s.Key.LGlobal > 0:
 		lGlobal = s.Key.LGlobal // nobody measured: nothing new to go by
 	default:
-		lGlobal = s.Key.Aggregate.fold(lLocals)
+		lGlobal = fold(s.Key.Aggregate, lLocals)
 	}
 	lGlobal = s.Key.clamp(lGlobal)
 	target := 0
@@ -182,14 +183,19 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		}
 		share = min(share, proven)
 	}
-	if !found || share != self.Share || self.Epoch != next.Key.Epoch {
+	rate, rateShare := next.rateGrant(self, next.Nodes, r, learning, now)
+	if !found || share != self.Share || rateShare != self.RateShare || self.Epoch != next.Key.Epoch {
 		next.Key.Generation++
 		self.Share = share
+		self.RateShare = rateShare
 		self.Epoch = next.Key.Epoch
 		self.GrantedGen = next.Key.Generation
 		self.UnackedHigh = max(self.UnackedHigh, share)
+		self.RateHigh = Rates{Requests: max(self.RateHigh.Requests, rateShare.Requests),
+			Tokens: max(self.RateHigh.Tokens, rateShare.Tokens)}
 	}
 	next.Key.LGlobal = lGlobal
+	next.Key.Rate = rate
 
 	at, _ := slices.BinarySearchFunc(next.Nodes, [2]string{self.NodeID, self.Instance}, compareRow)
 	next.Nodes = slices.Insert(next.Nodes, at, self)
@@ -204,6 +210,8 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		Learning:       learning,
 		PeerInflight:   peerInflight,
 		LiveNodes:      members + 1,
+		Rate:           rate,
+		RateShare:      self.RateShare,
 	}, nil
 }
 
@@ -221,8 +229,11 @@ func takeReport(n *NodeState, r Report, now time.Time) {
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
+	n.RateLocal = r.RateLocal
+	n.RateDemand = r.RateDemand
 	if r.Epoch == n.Epoch && r.AppliedGen >= n.GrantedGen {
 		n.UnackedHigh = n.Share
+		n.RateHigh = n.RateShare
 	}
 }
 
@@ -238,6 +249,10 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 		Status:         self.Status(now),
 		Learning:       s.Key.learning(now),
 		Stale:          stale,
+		Rate:           s.Key.Rate,
+	}
+	if !self.Evicted {
+		g.RateShare = self.RateShare
 	}
 	if self.Member(now) {
 		g.LiveNodes = 1
@@ -258,7 +273,7 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 
 // evictedGrant answers a report of an evicted instance whose row has gone.
 func (s State) evictedGrant(now time.Time) Grant {
-	g := Grant{LGlobal: s.Key.LGlobal, Status: StatusEvicted, Learning: s.Key.learning(now)}
+	g := Grant{LGlobal: s.Key.LGlobal, Status: StatusEvicted, Learning: s.Key.learning(now), Rate: s.Key.Rate}
 	for _, n := range s.Nodes {
 		if n.Holding(now) {
 			g.PeerInflight += n.Inflight
@@ -290,8 +305,9 @@ func splitTarget(lGlobal, n, sumDemand, d int) int {
 // of two is the minimum).
 func (n NodeState) votes() bool { return n.Measuring }
 
-// fold aggregates l_local values; vs is not empty and is reordered.
-func (a Aggregate) fold(vs []int) int {
+// fold aggregates estimates by a (l_local values, learned rates); vs is
+// not empty and is reordered.
+func fold[T cmp.Ordered](a Aggregate, vs []T) T {
 	if a == AggregateMin {
 		return slices.Min(vs)
 	}

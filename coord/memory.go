@@ -165,6 +165,24 @@ func (m *Memory) update(op, key string, fn func(s State, now time.Time) (State, 
 	return nil
 }
 
+// SetRates implements Admin.SetRates; see State.SetRates. The values are
+// validated before the key is looked up.
+func (m *Memory) SetRates(_ context.Context, key string, c RatesChange) (Rates, error) {
+	if err := c.validate(); err != nil {
+		return Rates{}, fmt.Errorf("coord: set rates: %w", err)
+	}
+	var out Rates
+	err := m.update("set rates", key, func(s State, _ time.Time) (State, error) {
+		next, err := s.SetRates(c)
+		out = next.Key.RateLimit
+		return next, err
+	})
+	if err != nil {
+		return Rates{}, err
+	}
+	return out, nil
+}
+
 // Relearn implements Admin.Relearn; see State.Relearn.
 func (m *Memory) Relearn(_ context.Context, key string) (time.Time, error) {
 	var until time.Time

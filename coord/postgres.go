@@ -88,7 +88,7 @@ func (p *Postgres) now() *time.Time {
 }
 
 // Heartbeat records r and returns the node's grant, in one call of
-// fleetlimit.heartbeat. It returns errors wrapping ErrInvalidReport or
+// fleetlimit.heartbeat_rates (fleetlimit.heartbeat and the rate rule). It returns errors wrapping ErrInvalidReport or
 // ErrNodeIDInUse as State.Heartbeat does, and "coord: heartbeat: ..." around
 // database errors. A transient conflict is retried up to 5 times.
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
@@ -111,9 +111,10 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	for attempt := 1; ; attempt++ {
 		sql, args := p.stmt(sqlHeartbeat,
 			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
-			micros(leaseTTL(r)), micros(requestBound(r)), labels)
+			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
+			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens)
 		err = p.pool.QueryRow(ctx, sql, args...).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
-			&g.LiveNodes, &g.Stale)
+			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
 		}
@@ -159,7 +160,9 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 			evictions             int64
 		)
 		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Epoch, &ki.Generation,
-			&learning, &ki.Learning, &ki.CreatedAt, &ki.Drains, &evictions, &live, &share, &inflight, &heldRows, &heldReserve)
+			&learning, &ki.Learning, &ki.CreatedAt, &ki.Drains, &evictions, &live, &share, &inflight, &heldRows, &heldReserve,
+			&ki.RateLimit.Requests, &ki.RateLimit.Tokens, &ki.Rate.Requests, &ki.Rate.Tokens,
+			&ki.SumRateShare.Requests, &ki.SumRateShare.Tokens)
 		ki.Aggregate = Aggregate(agg)
 		if learning != nil {
 			ki.LearningUntil = *learning
@@ -191,7 +194,9 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 		)
 		err := row.Scan(&now, &n.NodeID, &n.Instance, &n.Seq, &n.LLocal, &n.Inflight, &n.Demand, &n.Share,
 			&n.Epoch, &n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.HoldUntil,
-			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels, &n.Measuring)
+			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels, &n.Measuring,
+			&n.RateLocal.Requests, &n.RateLocal.Tokens, &n.RateDemand.Requests, &n.RateDemand.Tokens,
+			&n.RateShare.Requests, &n.RateShare.Tokens, &n.RateHigh.Requests, &n.RateHigh.Tokens)
 		return describe(key, n.NodeState, now), err
 	})
 	if err != nil {
@@ -244,6 +249,22 @@ func (p *Postgres) SetAggregate(ctx context.Context, key string, a Aggregate) er
 		return fmt.Errorf("coord: set aggregate: %w", err)
 	}
 	return p.exec(ctx, "set aggregate", sqlSetAggr, key, string(a))
+}
+
+// SetRates implements Admin.SetRates in one call of fleetlimit.set_rates.
+func (p *Postgres) SetRates(ctx context.Context, key string, c RatesChange) (Rates, error) {
+	if err := c.validate(); err != nil {
+		return Rates{}, fmt.Errorf("coord: set rates: %w", err)
+	}
+	if err := storable(key, "-"); err != nil {
+		return Rates{}, fmt.Errorf("coord: set rates: %w", err)
+	}
+	var out Rates
+	err := p.pool.QueryRow(ctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens).Scan(&out.Requests, &out.Tokens)
+	if err != nil {
+		return Rates{}, pgError("set rates", err)
+	}
+	return out, nil
 }
 
 // Relearn implements Admin.Relearn; see State.Relearn.

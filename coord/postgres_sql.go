@@ -11,11 +11,12 @@ package coord
 var (
 	sqlHeartbeat = timed{
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
-       live_nodes, stale
-FROM fleetlimit.heartbeat($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+       live_nodes, stale, rpm, tpm, rpm_share, tpm_share
+FROM fleetlimit.heartbeat_rates($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
-       live_nodes, stale
-FROM fleetlimit.heartbeat_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`}
+       live_nodes, stale, rpm, tpm, rpm_share, tpm_share
+FROM fleetlimit.heartbeat_rates_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                                   $19)`}
 	sqlLeave     = timed{`SELECT fleetlimit.leave($1, $2, $3, $4, $5)`, `SELECT fleetlimit.leave_at($1, $2, $3, $4, $5, $6)`}
 	sqlDrain     = timed{`SELECT fleetlimit.drain($1, $2)`, `SELECT fleetlimit.drain_at($1, $2, $3)`}
 	sqlUndrain   = timed{`SELECT fleetlimit.undrain($1, $2)`, `SELECT fleetlimit.undrain_at($1, $2, $3)`}
@@ -32,6 +33,7 @@ const (
 	sqlSetLimits    = `SELECT fleetlimit.set_limits($1, $2, $3)`
 	sqlUpdateLimits = `SELECT min_limit, max_limit FROM fleetlimit.update_limits($1, $2, $3, $4, $5)`
 	sqlSetAggr      = `SELECT fleetlimit.set_aggregate($1, $2)`
+	sqlSetRates     = `SELECT rpm_limit, tpm_limit FROM fleetlimit.set_rates($1, $2, $3, $4, $5)`
 	sqlSchemaVer    = `SELECT fleetlimit.schema_version()`
 
 	// $1: now.
@@ -48,7 +50,10 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
                                   AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))),
        coalesce(sum(greatest(n.unacked_high, n.share, n.inflight))
                 FILTER (WHERE n.hold_until > t.now
-                          AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))), 0)
+                          AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))), 0),
+       k.rpm_limit, k.tpm_limit, k.rpm, k.tpm,
+       coalesce(sum(n.rpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
+       coalesce(sum(n.tpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0)
   FROM t CROSS JOIN fleetlimit.keys AS k
   LEFT JOIN fleetlimit.nodes AS n ON n.key = k.key
  GROUP BY k.key, t.now
@@ -57,7 +62,8 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
 	// $1: key, $2: now.
 	sqlNodes = `SELECT coalesce($2::timestamptz, now()), n.node_id, n.instance, n.seq, n.l_local, n.inflight,
        n.demand, n.share, n.epoch, n.granted_gen, n.applied_gen, n.unacked_high, n.lease_expires_at,
-       n.hold_until, n.draining, n.evicted, n.departed, n.joined_at, n.heartbeat_at, n.labels, n.measuring
+       n.hold_until, n.draining, n.evicted, n.departed, n.joined_at, n.heartbeat_at, n.labels, n.measuring,
+       n.rpm_local, n.tpm_local, n.rpm_demand, n.tpm_demand, n.rpm_share, n.tpm_share, n.rpm_high, n.tpm_high
   FROM fleetlimit.nodes AS n
  WHERE n.key = $1
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`

@@ -76,6 +76,12 @@ type KeyState struct {
 	// leases and requests of before the loss may still run.
 	MaxLeaseTTL, MaxRequestDuration time.Duration
 	CreatedAt                       time.Time
+	// RateLimit is the operator's rate per minute on each dimension (0:
+	// none): the key's rate when no node learns one, and a cap on what they
+	// learn.
+	RateLimit Rates
+	// Rate is the key's rate computed by the newest heartbeat.
+	Rate Rates
 }
 
 // NodeState is a node row (table fleetlimit.nodes): one instance of a node
@@ -115,6 +121,15 @@ type NodeState struct {
 	JoinedAt    time.Time
 	HeartbeatAt time.Time
 	Labels      map[string]string
+	// RateLocal and RateDemand are the last report's (Report.RateLocal,
+	// Report.RateDemand).
+	RateLocal, RateDemand Rates
+	// RateShare is the newest grant's rate share, issued with Share.
+	RateShare Rates
+	// RateHigh is, on each dimension, the largest rate share granted since
+	// the heartbeat that acknowledged the node's grant: the most the node
+	// may be pacing to right now (UnackedHigh's twin).
+	RateHigh Rates
 }
 
 // NewState returns the state of a key created at now with the defaults: no
