@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Acquire admits a request with the priority and weight ctx carries
@@ -42,23 +43,48 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // adaptive.Limiter.AcquireRequest and WithWeight). Safe for concurrent
 // use.
 func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, error) {
-	le, err := n.acquire(ctx, r)
+	a, err := n.acquire(ctx, r, TokensFrom(ctx), true)
 	if err != nil {
 		return Lease{}, err
 	}
-	return bound(ctx, le, &n.cfg), nil
+	return n.bound(ctx, a), nil
 }
 
-// acquire is AcquireRequest without the bound context.
-func (n *Node) acquire(ctx context.Context, r adaptive.Request) (adaptive.Lease, error) {
+// admission is an admitted request: its slot, and its debit from the
+// node's rate shares with when it may be sent (zero: the key has no rate).
+type admission struct {
+	lease  adaptive.Lease
+	ticket pace.Ticket
+	sent   time.Time
+}
+
+// acquire is AcquireRequest without the bound context: a slot, then the
+// rate (waiting for it, or with wait false refusing when it is spent). The
+// slot is held while the request waits for the rate, so a request that
+// waited is sent at once; its latency sample starts when it is sent.
+func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wait bool) (admission, error) {
 	if err := n.refusal(r); err != nil {
-		return adaptive.Lease{}, err
+		return admission{}, err
 	}
-	le, err := n.lim.AcquireRequest(ctx, r)
+	var (
+		le  adaptive.Lease
+		err error
+	)
+	if wait {
+		le, err = n.lim.AcquireRequest(ctx, r)
+	} else {
+		le, err = n.lim.TryAcquireRequest(r)
+	}
 	if err != nil {
-		return adaptive.Lease{}, n.limiterRefusal(err, r.Weight)
+		return admission{}, n.limiterRefusal(err, r.Weight)
 	}
-	return le, nil
+	t, sent, err := n.pace(ctx, tokens, wait)
+	if err != nil {
+		le.Ignore()
+		n.metrics.rejected.Add(1)
+		return admission{}, err
+	}
+	return admission{lease: le, ticket: t, sent: sent}, nil
 }
 
 // TryAcquire admits a request of weight 1 at adaptive.DefaultPriority if
@@ -81,14 +107,11 @@ func (n *Node) TryAcquire() (Lease, bool) {
 // AcquireRequest's ErrNotStarted, ErrStopped, ErrEvicted and ErrFenced; on
 // every error the Lease is the zero Lease. Safe for concurrent use.
 func (n *Node) TryAcquireRequest(r adaptive.Request) (Lease, error) {
-	if err := n.refusal(r); err != nil {
+	a, err := n.acquire(context.Background(), r, 0, false)
+	if err != nil {
 		return Lease{}, err
 	}
-	le, err := n.lim.TryAcquireRequest(r)
-	if err != nil {
-		return Lease{}, n.limiterRefusal(err, r.Weight)
-	}
-	return bound(context.Background(), le, &n.cfg), nil
+	return n.bound(context.Background(), a), nil
 }
 
 // refusal is the error the node itself refuses r with before it reaches

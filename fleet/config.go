@@ -109,6 +109,12 @@ type Config struct {
 	// adaptive.Config).
 	Limiter adaptive.Config
 
+	// Rate configures the node's part in the key's rate budgets: pacing
+	// to its share of the key's request and token rates, and learning
+	// them (see RateConfig). The zero value paces to the key's rates when
+	// it has any.
+	Rate RateConfig
+
 	// Logger receives state changes: joins, share changes, drains, fencing,
 	// outages. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -144,6 +150,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Rate = c.Rate.withDefaults()
 	return c
 }
 
@@ -182,6 +189,9 @@ func (c Config) validate() error {
 	}
 	if c.Outage != FailClosed && c.Outage != HoldLastShare {
 		bad("Outage = %v, want FailClosed or HoldLastShare", c.Outage)
+	}
+	if err := c.Rate.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

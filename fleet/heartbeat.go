@@ -113,6 +113,11 @@ func (n *Node) report(now time.Time) coord.Report {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seq++
+	elapsed := n.cfg.HeartbeatInterval
+	if !n.lastSend.IsZero() {
+		elapsed = now.Sub(n.lastSend)
+	}
+	rateLocal, rateDemand, rateApplied := n.rateReport(now, elapsed)
 	n.lastSend = now
 	// Demand is the most the node had in flight and queued at any moment
 	// since its last report, plus what it refused: a node that served
@@ -154,6 +159,9 @@ func (n *Node) report(now time.Time) coord.Report {
 
 		MaxRequestDuration: n.holdFor(),
 		Labels:             n.cfg.Labels,
+		RateLocal:          rateLocal,
+		RateDemand:         rateDemand,
+		RateApplied:        rateApplied,
 	}
 }
 
@@ -249,6 +257,10 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
 	}
 	n.applyCeilingLocked()
+	n.applyRates(now, g)
+	if g.Status == coord.StatusEvicted {
+		n.stopPacing(now)
+	}
 	n.epoch, n.appliedGen = g.Epoch, g.Generation
 	if n.phase != phaseStopped {
 		n.armFenceLocked(deadline.Sub(now))

@@ -2,9 +2,11 @@ package fleet
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Lease is one admitted request's hold on a slot of the node's share. Its
@@ -22,6 +24,25 @@ type Lease struct {
 	cancel context.CancelFunc
 	bound  time.Time     // admission + Config.MaxRequestDuration
 	hold   time.Duration // Config.AbandonedHold
+
+	// The request's debit from the node's rate shares, when it was sent
+	// after waiting for them (zero: not paced), and, when the node learns
+	// the key's rate, whether its outcome was recorded.
+	node     *Node
+	ticket   pace.Ticket
+	sent     time.Time
+	recorded *atomic.Bool
+}
+
+// bound returns a lease for a under parent's context, bounded by n's
+// configuration.
+func (n *Node) bound(parent context.Context, a admission) Lease {
+	le := bound(parent, a.lease, &n.cfg)
+	le.node, le.ticket, le.sent = n, a.ticket, a.sent
+	if n.cfg.Rate.Learn {
+		le.recorded = new(atomic.Bool)
+	}
+	return le
 }
 
 // bound returns a lease for le under parent's context, bounded by cfg.
@@ -52,16 +73,52 @@ func (le Lease) Deadline() time.Time {
 	return d
 }
 
-// Release settles the lease as a success; see adaptive.Lease.Release.
-func (le Lease) Release() { le.settle(le.lease.Release) }
+// Release settles the lease as a success; see adaptive.Lease.Release. The
+// latency sample of a request that waited for the key's rate starts when
+// it was let go, not at its admission.
+func (le Lease) Release() {
+	if le.sent.IsZero() {
+		le.settle(le.lease.Release)
+	} else {
+		le.settle(func() { le.lease.ReleaseRTT(time.Since(le.sent)) })
+	}
+	le.record(false)
+}
 
 // ReleaseRTT settles the lease as a success with rtt as its latency; see
 // adaptive.Lease.ReleaseRTT.
-func (le Lease) ReleaseRTT(rtt time.Duration) { le.settle(func() { le.lease.ReleaseRTT(rtt) }) }
+func (le Lease) ReleaseRTT(rtt time.Duration) {
+	le.settle(func() { le.lease.ReleaseRTT(rtt) })
+	le.record(false)
+}
 
 // Drop settles the lease as an overload signal (a 429, a 503, a timeout);
-// see adaptive.Lease.Drop.
-func (le Lease) Drop() { le.settle(le.lease.Drop) }
+// see adaptive.Lease.Drop. A node that learns the key's rate
+// (RateConfig.Learn) counts it as a request refused for the rate.
+func (le Lease) Drop() {
+	le.settle(le.lease.Drop)
+	le.record(true)
+}
+
+// SettleTokens charges the request's actual cost in tokens (an LLM
+// response's usage) against the node's token rate share, correcting the
+// estimate it was admitted with (WithTokens): an under-estimate is charged
+// to later requests, an over-estimate given back. Call it once, when the
+// cost is known; it is a no-op on a key without a token rate. It returns
+// an error naming actual when it is negative.
+func (le Lease) SettleTokens(actual int64) error {
+	if le.node == nil {
+		return nil
+	}
+	return le.node.settleTokens(le.ticket, actual)
+}
+
+// record gives the request's outcome to the node's learner, once.
+func (le Lease) record(limited bool) {
+	if le.recorded != nil && le.recorded.CompareAndSwap(false, true) {
+		le.node.observeRate(time.Now(), limited)
+	}
+}
 
 // Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
 func (le Lease) Ignore() { le.settle(le.lease.Ignore) }

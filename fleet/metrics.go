@@ -26,6 +26,10 @@ type metrics struct {
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
 	learning, quotaPauses                                                       *prometheus.Desc
 
+	// Rate budgets, labelled "dimension" (requests, tokens), per minute.
+	rateKey, rateShare, rateLearned, rateDemand *prometheus.Desc
+	rateWaiting, rateWaits                      *prometheus.Desc
+
 	// Per priority, labelled "priority" (0–255), for the priorities that
 	// have seen a request: see adaptive.PriorityStats.
 	prioAdmitted, prioAdmittedWeight, prioRefused, prioTimedOut, prioCancelled *prometheus.Desc
@@ -39,6 +43,9 @@ func newMetrics(n *Node) *metrics {
 	}
 	byPriority := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("fleetlimit_priority_"+name, help, []string{"priority"}, labels)
+	}
+	byDimension := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("fleetlimit_rate_"+name, help, []string{"dimension"}, labels)
 	}
 	return &metrics{
 		node: n,
@@ -67,6 +74,12 @@ func newMetrics(n *Node) *metrics {
 			"nothing was left until a reset."),
 		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
+		rateKey:            byDimension("key", "The key's rate per minute (0: none, unpaced), as last granted."),
+		rateShare:          byDimension("share", "The node's share of the key's rate per minute, as last granted."),
+		rateLearned:        byDimension("learned", "The node's estimate of the key's rate per minute (0: it learns none)."),
+		rateDemand:         byDimension("demand", "The node's rate demand per minute, as last reported."),
+		rateWaiting:        desc("rate_waiting", "Admitted requests waiting for the node's rate share now."),
+		rateWaits:          desc("rate_waits_total", "Requests that waited for the node's rate share."),
 		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
 		prioAdmittedWeight: byPriority("admitted_weight_total", "Sum of the weights of the requests admitted at this priority."),
 		prioRefused: byPriority("refused_total", "Requests at this priority refused: by the local limiter (no room for "+
@@ -85,7 +98,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
 		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
 		m.outage, m.draining, m.learning, m.quotaPauses, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
-		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds} {
+		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds, m.rateKey, m.rateShare,
+		m.rateLearned, m.rateDemand, m.rateWaiting, m.rateWaits} {
 		ch <- d
 	}
 	m.heartbeat.Describe(ch)
@@ -117,6 +131,16 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))
 	gauge(m.learning, b2f(s.Learning))
+	rs := m.node.Rates()
+	for _, r := range []struct {
+		d *prometheus.Desc
+		v coord.Rates
+	}{{m.rateKey, rs.Key}, {m.rateShare, rs.Share}, {m.rateLearned, rs.Learned}, {m.rateDemand, rs.Demand}} {
+		ch <- prometheus.MustNewConstMetric(r.d, prometheus.GaugeValue, float64(r.v.Requests), "requests")
+		ch <- prometheus.MustNewConstMetric(r.d, prometheus.GaugeValue, float64(r.v.Tokens), "tokens")
+	}
+	gauge(m.rateWaiting, float64(rs.Waiting))
+	counter(m.rateWaits, m.node.rate.waits.Load())
 	for _, p := range m.node.PriorityStats() {
 		label := strconv.Itoa(int(p.Priority))
 		metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {

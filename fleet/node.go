@@ -53,6 +53,7 @@ type Node struct {
 	instance string
 	log      *slog.Logger
 	metrics  *metrics
+	rate     *rateState
 
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop
@@ -130,6 +131,9 @@ func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
 	n.fence, err = fence.New(fence.Config{SafetyMargin: cfg.FenceMargin, OnFenced: n.onFenced})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if n.rate, err = newRateState(cfg.Rate, time.Now()); err != nil {
+		return nil, fmt.Errorf("fleet: Config.Rate: %w", err)
 	}
 	n.metrics = newMetrics(n)
 	return n, nil
@@ -218,6 +222,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.applyCeilingLocked()
 	n.lim.PauseUntil(time.Now().Add(forever)) // fails queued waiters
 	n.mu.Unlock()
+	n.stopPacing(time.Now()) // wakes the requests waiting for the rate, which find the node stopping
 	n.log.Info("fleet node stopping", "inflight", n.lim.Inflight())
 
 	drainErr := n.waitDrained(ctx)

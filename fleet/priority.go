@@ -11,6 +11,7 @@ type contextKey int
 const (
 	priorityKey contextKey = iota
 	weightKey
+	tokensKey
 )
 
 // WithPriority returns a copy of ctx that carries priority p, from 0 (the

@@ -39,6 +39,7 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 		return
 	}
 	n.metrics.quota.Store(&info)
+	n.readRateQuota(info, now)
 	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 	if throttled && info.HasRetryAfter {
 		n.lim.RetryAfter(info.RetryAfter)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Transport returns an http.RoundTripper that admits every request through
@@ -69,7 +70,8 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	le, err := t.node.acquire(req.Context(), RequestFrom(req.Context()))
+	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
+	le := a.lease
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -97,8 +99,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
-		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold}
-	t.node.readQuota(resp.Header, resp.StatusCode, time.Now())
+		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, node: t.node, ticket: a.ticket}
+	now := time.Now()
+	t.node.readQuota(resp.Header, resp.StatusCode, now)
+	t.node.observeRate(now, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		body.once.Do(le.Drop)
@@ -130,6 +134,8 @@ type leaseBody struct {
 	bound  time.Time
 	hold   time.Duration
 	once   sync.Once
+	node   *Node
+	ticket pace.Ticket // the request's debit from the node's rate shares
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {

@@ -46,6 +46,13 @@ type LearnerConfig struct {
 	// units per second. Must be > 0 when set. Defaults to SeedRate/15, the
 	// seed's 200ms step as a share of its 3000ms seed interval.
 	SpeedupStep float64
+	// NeedSaturation, when true, lets a period below RecoverPct raise the
+	// rate only if Saturated was called in it: only a period in which the
+	// requests wanted more than the rate is evidence that a higher rate
+	// would be used. Other such periods hold the rate (Held). A fleet's
+	// nodes need it: a node that sends less than its share would otherwise
+	// raise its estimate of the fleet's rate without ever testing it.
+	NeedSaturation bool
 	// MinRequests is the fewest requests a period needs to be judged; a
 	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
 	// Defaults to 1.
@@ -160,7 +167,8 @@ type Check struct {
 //	below RecoverPct            rate = rate + SpeedupStep  (additive increase)
 //	otherwise (the dead zone)   rate unchanged
 //
-// then bounds the rate to [MinRate, MaxRate]. A period with fewer than
+// then bounds the rate to [MinRate, MaxRate] and to the ceiling, if any
+// (SetCeiling). A period with fewer than
 // MinRequests requests changes nothing. The rate starts at WarmRate (a
 // value stored from Rate) or SeedRate.
 //
@@ -178,6 +186,10 @@ type Learner struct {
 	errs     int64
 	last     Check
 	checked  bool
+	// saturated marks the period in progress (NeedSaturation); ceiling
+	// caps the rate when > 0 (SetCeiling).
+	saturated bool
+	ceiling   float64
 }
 
 // NewLearner returns a Learner whose first period starts at now. It
@@ -223,6 +235,34 @@ func (l *Learner) RecordN(now time.Time, requests, errs int64) error {
 	return nil
 }
 
+// Saturated marks the period holding now as one in which requests waited
+// for the rate: with NeedSaturation, only such a period may raise it.
+func (l *Learner) Saturated(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	l.saturated = true
+}
+
+// SetCeiling caps the rate at ceiling from now on — a provider's stated
+// limit, from its quota headers — lowering it at once if it is above, even
+// below MinRate; increases stop there. A ceiling of 0 removes the cap. It
+// returns an error naming the value when ceiling is negative, NaN or
+// infinite; nothing changes then.
+func (l *Learner) SetCeiling(now time.Time, ceiling float64) error {
+	if !(ceiling >= 0) || math.IsInf(ceiling, 0) {
+		return fmt.Errorf("pace: learner ceiling must be >= 0 and finite, got %v", ceiling)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now)
+	l.ceiling = ceiling
+	if ceiling > 0 {
+		l.rate = min(l.rate, ceiling)
+	}
+	return nil
+}
+
 // Rate returns the rate at now, after judging every period that has ended:
 // the value to pace by, and to store for the next run's WarmRate.
 func (l *Learner) Rate(now time.Time) float64 {
@@ -260,15 +300,19 @@ func (l *Learner) advanceLocked(now time.Time) {
 		case c.ErrorPct > l.cfg.TargetErrorPct:
 			c.Action = Decreased
 			l.rate = max(l.cfg.MinRate, l.rate/l.cfg.BackoffMul)
-		case c.ErrorPct < l.cfg.RecoverPct:
+		case c.ErrorPct < l.cfg.RecoverPct && (l.saturated || !l.cfg.NeedSaturation):
 			c.Action = Increased
 			l.rate = min(l.cfg.MaxRate, l.rate+l.cfg.SpeedupStep)
 		default:
 			c.Action = Held
 		}
 	}
+	if l.ceiling > 0 {
+		l.rate = min(l.rate, l.ceiling)
+	}
 	c.Rate = l.rate
 	l.last, l.checked = c, true
+	l.saturated = false
 	l.start = end.Add(now.Sub(end) / p * p)
 	l.requests, l.errs = 0, 0
 }

@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -166,4 +167,40 @@ func TestLearnerConfigValidate(t *testing.T) {
 	require.Error(t, l.RecordN(epoch, -1, 0))
 	require.Equal(t, "increased", Increased.String())
 	require.Equal(t, "Action(9)", Action(9).String())
+}
+
+// TestLearnerNeedSaturation: with NeedSaturation, a good period raises the
+// rate only if requests waited for it; cuts are not affected.
+func TestLearnerNeedSaturation(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30, NeedSaturation: true})
+	require.NoError(t, l.RecordN(at(time.Second), 100, 0))
+	require.Equal(t, 30.0, l.Rate(at(5*time.Second)), "not saturated: held")
+	c, _ := l.LastCheck(at(5 * time.Second))
+	require.Equal(t, Held, c.Action)
+	require.NoError(t, l.RecordN(at(6*time.Second), 100, 0))
+	l.Saturated(at(7 * time.Second))
+	require.Equal(t, 32.0, l.Rate(at(10*time.Second)), "saturated: increased")
+	require.NoError(t, l.RecordN(at(11*time.Second), 100, 0))
+	require.Equal(t, 32.0, l.Rate(at(15*time.Second)), "the mark lasts one period")
+	require.NoError(t, l.RecordN(at(16*time.Second), 100, 50))
+	require.InDelta(t, 32/1.5, l.Rate(at(20*time.Second)), 1e-9, "a cut needs no mark")
+}
+
+// TestLearnerCeiling: a ceiling lowers the rate at once, even below
+// MinRate, and stops increases; 0 removes it; bad values are refused.
+func TestLearnerCeiling(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30})
+	require.NoError(t, l.SetCeiling(at(time.Second), 10))
+	require.Equal(t, 10.0, l.Rate(at(time.Second)), "below MinRate 15: the provider's word wins")
+	require.NoError(t, l.RecordN(at(2*time.Second), 100, 0))
+	require.Equal(t, 10.0, l.Rate(at(5*time.Second)), "no increase past the ceiling")
+	require.NoError(t, l.SetCeiling(at(6*time.Second), 0))
+	require.NoError(t, l.RecordN(at(6*time.Second), 100, 0))
+	require.Equal(t, 12.0, l.Rate(at(10*time.Second)), "the cap removed, the step applies")
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		require.ErrorContains(t, l.SetCeiling(at(11*time.Second), bad), "ceiling must be >= 0")
+	}
+	require.Equal(t, 12.0, l.Rate(at(11*time.Second)))
 }

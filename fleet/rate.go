@@ -1,0 +1,365 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/pace"
+	"github.com/fleetlimit/fleetlimit/quota"
+)
+
+// RateConfig configures the node's part in the key's rate budgets
+// (docs/design.md §17). A key has a rate per minute of requests and of
+// tokens when an operator set one (fleetctl limits set KEY --rpm N --tpm
+// N) or its nodes learn one; each node is granted a share of it with every
+// heartbeat, in proportion to its rate demand, and paces its requests to
+// that share locally (package pace): no round trip per request. On a key
+// without rates the node does not pace. The zero RateConfig paces to the
+// key's rates when it has any and learns none.
+type RateConfig struct {
+	// Learn makes the node learn the key's request rate from the 429s it
+	// sees — seed 001's loop, package pace's Learner, with
+	// LearnerConfig.NeedSaturation forced on — and report it as its
+	// estimate of the key's whole rate; the key's rate is the aggregate of
+	// the nodes' estimates (its lower median, by default), capped by the
+	// operator's. The first grant warm-starts the learner at the key's
+	// stored rate. A response's quota headers (x-ratelimit-limit-requests
+	// and the like) cap the learned request rate, and their token limit is
+	// reported as the node's estimate of the key's token rate.
+	Learn bool
+	// Learner configures the learner, in requests per second of the whole
+	// key; with Learn, Learner.SeedRate is required.
+	Learner pace.LearnerConfig
+	// Burst is how long a node's share may be saved up and spent at once:
+	// its buckets hold share×Burst. Defaults to 1s. Must be in (0, Window].
+	Burst time.Duration
+	// Window is the window of the provider's quota: 1m for a quota per
+	// minute (the default). The node paces to share × Window/(Window+Burst),
+	// so that what its buckets save up cannot carry any window past the
+	// share. Must be in [1s, 24h].
+	Window time.Duration
+}
+
+func (c RateConfig) withDefaults() RateConfig {
+	if c.Window == 0 {
+		c.Window = time.Minute
+	}
+	if c.Burst == 0 {
+		c.Burst = time.Second
+	}
+	c.Learner.NeedSaturation = true
+	return c
+}
+
+func (c RateConfig) validate() error {
+	var errs []error
+	if c.Window < time.Second || c.Window > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Window = %v, want [1s, 24h]", c.Window))
+	}
+	if c.Burst <= 0 || c.Burst > c.Window {
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want (0, Window] = (0, %v]", c.Burst, c.Window))
+	}
+	if c.Learn {
+		if _, err := pace.NewLearner(c.Learner, time.Time{}); err != nil {
+			errs = append(errs, fmt.Errorf("fleet: Config.Rate.Learner: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WithTokens returns a copy of ctx that carries a request's estimated cost
+// in tokens, which Node.Acquire and Transport debit from the node's token
+// rate share (a key with a token rate). Without it a request costs 0
+// tokens. Settle the actual cost when it is known (Lease.SettleTokens,
+// SettleTokens): an under-estimate is charged to later requests, not
+// forgiven. A negative estimate counts as 0.
+func WithTokens(ctx context.Context, tokens int64) context.Context {
+	return context.WithValue(ctx, tokensKey, max(tokens, 0))
+}
+
+// TokensFrom returns the token estimate ctx carries (WithTokens), or 0.
+func TokensFrom(ctx context.Context) int64 {
+	t, _ := ctx.Value(tokensKey).(int64)
+	return t
+}
+
+// RateStatus is a node's view of the key's rate budgets, per minute.
+type RateStatus struct {
+	// Key is the key's rate (0: none on that dimension, unpaced).
+	Key coord.Rates
+	// Share is the node's granted share of it.
+	Share coord.Rates
+	// Learned is what the node reports as its estimate of the key's rate
+	// (0: it learns none).
+	Learned coord.Rates
+	// Demand is the rate demand of its last report.
+	Demand coord.Rates
+	// Waiting counts the requests waiting for the rate now.
+	Waiting int64
+}
+
+// Rates returns the node's view of the key's rate budgets. Safe for
+// concurrent use.
+func (n *Node) Rates() RateStatus {
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return RateStatus{Key: r.keyRate, Share: r.share, Learned: r.learned, Demand: r.demand, Waiting: r.waiting.Load()}
+}
+
+// rateState is the node's rate machinery: a pacer at its shares, the
+// learner, and the demand counters.
+type rateState struct {
+	cfg   RateConfig
+	pacer *pace.Pacer
+	// paced is whether the key has a rate on either dimension: when it
+	// does not, an admission costs two atomic adds.
+	paced atomic.Bool
+	// arrived counts requests and tokens asked for since the last report;
+	// waiting the requests and tokens waiting on the pacer now.
+	arrivedReq, arrivedTok atomic.Int64
+	waiting, waitingTok    atomic.Int64
+	waits                  atomic.Uint64 // requests that waited, for the metrics
+
+	mu       sync.Mutex
+	learner  *pace.Learner // nil unless cfg.Learn
+	warmed   bool          // the learner took the key's stored rate
+	headerTP int64         // the token limit per minute the quota headers gave, 0 if none
+	keyRate  coord.Rates
+	share    coord.Rates
+	learned  coord.Rates
+	demand   coord.Rates
+	// avgDemand is the rate demand per minute averaged over demandMemory.
+	avgDemand [2]float64
+}
+
+func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
+	p, err := pace.New(pace.Config{RequestRate: pace.Unlimited, TokenRate: pace.Unlimited, Burst: cfg.Burst}, now)
+	if err != nil {
+		return nil, err
+	}
+	r := &rateState{cfg: cfg, pacer: p}
+	if cfg.Learn {
+		if r.learner, err = pace.NewLearner(cfg.Learner, now); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// pace holds an admitted request until the node's rate shares allow it,
+// debiting 1 request and its token estimate; it returns the ticket and
+// when the wait ended (zero when the key has no rate). With wait false it
+// refuses at once, with an error wrapping adaptive.ErrWouldWait, instead
+// of waiting. After a wait it checks the node's state again: a node whose
+// lease ran out while the request waited sends nothing.
+func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, time.Time, error) {
+	r := n.rate
+	r.arrivedReq.Add(1)
+	r.arrivedTok.Add(tokens)
+	if !r.paced.Load() {
+		return pace.Ticket{}, time.Time{}, nil
+	}
+	now := time.Now()
+	t, ok, err := r.pacer.TryReserve(now, tokens)
+	switch {
+	case err != nil:
+		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
+	case ok:
+		return t, now, nil
+	case !wait:
+		n.saturated(now)
+		return pace.Ticket{}, time.Time{}, fmt.Errorf("%w: the node's rate share is spent for now", adaptive.ErrWouldWait)
+	}
+	n.saturated(now)
+	r.waits.Add(1)
+	r.waiting.Add(1)
+	r.waitingTok.Add(tokens)
+	t, err = r.pacer.Wait(ctx, tokens)
+	r.waiting.Add(-1)
+	r.waitingTok.Add(-tokens)
+	if err != nil {
+		return pace.Ticket{}, time.Time{}, err
+	}
+	if err := n.admissionErr(); err != nil {
+		r.pacer.Cancel(time.Now(), t)
+		return pace.Ticket{}, time.Time{}, err
+	}
+	return t, time.Now(), nil
+}
+
+// saturated tells the learner that requests wanted more than the rate.
+func (n *Node) saturated(now time.Time) {
+	if !n.cfg.Rate.Learn {
+		return
+	}
+	r := n.rate
+	r.mu.Lock()
+	l := r.learner
+	r.mu.Unlock()
+	if l != nil {
+		l.Saturated(now)
+	}
+}
+
+// observeRate records a request's outcome for the learner: whether the
+// upstream refused it for its rate (a 429, or a drop).
+func (n *Node) observeRate(now time.Time, limited bool) {
+	if !n.cfg.Rate.Learn {
+		return
+	}
+	r := n.rate
+	r.mu.Lock()
+	l := r.learner
+	r.mu.Unlock()
+	if l != nil {
+		l.Record(now, limited)
+	}
+}
+
+// demandMemory is the time constant over which a node's rate demand
+// fades once its requests stop: a node between two requests keeps its
+// share rather than give it up at every heartbeat.
+const demandMemory = 5 * time.Second
+
+// rateReport samples the rates for a report sent at now, elapsed after
+// the previous one: the node's estimate of the key's rate, its rate
+// demand, and the shares it applies. The demand on each dimension is the
+// larger of what the node was asked for since the last report, plus what
+// waits now and what it owes (a token bucket in debt), per minute, and
+// that amount averaged over demandMemory.
+func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied coord.Rates) {
+	r := n.rate
+	elapsed = max(elapsed, 10*time.Millisecond)
+	per := float64(time.Minute) / float64(elapsed)
+	_, level := r.pacer.Levels(now)
+	debt := max(-level, 0)
+	if math.IsInf(debt, 0) || math.IsNaN(debt) {
+		debt = 0
+	}
+	want := [2]float64{
+		float64(r.arrivedReq.Swap(0)+r.waiting.Load()) * per,
+		(float64(r.arrivedTok.Swap(0)+r.waitingTok.Load()) + debt) * per,
+	}
+	keep := math.Exp(-float64(elapsed) / float64(demandMemory))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.avgDemand {
+		r.avgDemand[i] = r.avgDemand[i]*keep + want[i]*(1-keep)
+		want[i] = max(want[i], r.avgDemand[i])
+	}
+	demand = coord.Rates{Requests: clampRate(want[0]), Tokens: clampRate(want[1])}
+	if r.learner != nil {
+		local.Requests = max(clampRate(r.learner.Rate(now)*60), 1)
+	}
+	local.Tokens = r.headerTP
+	r.learned, r.demand = local, demand
+	if r.keyRate.Requests > 0 {
+		applied.Requests = r.share.Requests
+	}
+	if r.keyRate.Tokens > 0 {
+		applied.Tokens = r.share.Tokens
+	}
+	return local, demand, applied
+}
+
+// applyRates makes the pacer enforce a grant's rate shares, at once, before
+// the grant is acknowledged; the first grant with a rate warm-starts the
+// learner there.
+func (n *Node) applyRates(now time.Time, g coord.Grant) {
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.learner != nil && !r.warmed && g.Rate.Requests > 0 {
+		r.warmed = true
+		cfg := r.learner.Config()
+		cfg.WarmRate = min(max(float64(g.Rate.Requests)/60, cfg.MinRate), cfg.MaxRate)
+		if l, err := pace.NewLearner(cfg, now); err == nil {
+			r.learner = l
+		}
+	}
+	r.keyRate, r.share = g.Rate, g.RateShare
+	scale := float64(r.cfg.Window) / float64(r.cfg.Window+r.cfg.Burst)
+	perSecond := func(key, share int64) float64 {
+		if key == 0 {
+			return pace.Unlimited
+		}
+		return float64(share) / 60 * scale
+	}
+	// Both rates are finite and >= 0, which SetRate accepts.
+	_ = r.pacer.SetRate(now, perSecond(g.Rate.Requests, g.RateShare.Requests), perSecond(g.Rate.Tokens, g.RateShare.Tokens))
+	r.paced.Store(!g.Rate.IsZero())
+}
+
+// settleTokens charges t's actual token cost; see Lease.SettleTokens.
+func (n *Node) settleTokens(t pace.Ticket, actual int64) error {
+	if actual < 0 {
+		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
+	}
+	if err := n.rate.pacer.Settle(time.Now(), t, actual); err != nil {
+		return fmt.Errorf("fleet: settle tokens: %w", err)
+	}
+	return nil
+}
+
+// SettleTokens charges the actual token cost of the request behind resp,
+// a response returned by the node's Transport, as Lease.SettleTokens does.
+// It returns an error for a response that did not come through a
+// Transport (its body replaced), and for a negative actual.
+func SettleTokens(resp *http.Response, actual int64) error {
+	b, ok := resp.Body.(*leaseBody)
+	if !ok {
+		return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
+	}
+	return b.node.settleTokens(b.ticket, actual)
+}
+
+// stopPacing ends every wait on the pacer: the node admits nothing more
+// (Stop, eviction). Waiters find the node's state and give up.
+func (n *Node) stopPacing(now time.Time) {
+	_ = n.rate.pacer.SetRate(now, pace.Unlimited, pace.Unlimited)
+}
+
+// readRateQuota takes what a response's quota headers say of the key's
+// rates: a request limit caps the learned request rate, and a token limit
+// becomes the node's estimate of the key's token rate. Limits without a
+// window are taken as per minute, as OpenAI's and Anthropic's are.
+func (n *Node) readRateQuota(info quota.Info, now time.Time) {
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range info.Policies {
+		if p.Limit <= 0 {
+			continue
+		}
+		window := p.Window
+		if window <= 0 {
+			window = time.Minute
+		}
+		perMinute := float64(p.Limit) * float64(time.Minute) / float64(window)
+		switch p.Unit {
+		case quota.Requests:
+			if r.learner != nil {
+				_ = r.learner.SetCeiling(now, perMinute/60)
+			}
+		case quota.Tokens:
+			r.headerTP = clampRate(perMinute)
+		}
+	}
+}
+
+// clampRate rounds a rate per minute into [0, coord.MaxRate].
+func clampRate(v float64) int64 {
+	if !(v > 0) {
+		return 0
+	}
+	return int64(math.Min(math.Round(v), coord.MaxRate))
+}

@@ -1,0 +1,236 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/pace"
+)
+
+// rateKey is a Memory coordinator whose key "k" has the operator rates
+// rpm and tpm.
+func rateKey(t *testing.T, rpm, tpm int64) *coord.Memory {
+	t.Helper()
+	c := coord.NewMemory(nil)
+	require.NoError(t, c.CreateKey(t.Context(), "k", nil, nil))
+	_, err := c.SetRates(t.Context(), "k", coord.RatesChange{SetRequests: true, Requests: rpm, SetTokens: true, Tokens: tpm})
+	require.NoError(t, err)
+	return c
+}
+
+// closedLoop runs workers that acquire, hold the slot 10 ms and release,
+// tokens each, until ctx ends, recording when each request was let go. A
+// refused admission is retried after 10 ms.
+func closedLoop(ctx context.Context, n *Node, workers int, tokens int64, sent *[]time.Time, mu *sync.Mutex, wg *sync.WaitGroup) {
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				le, err := n.Acquire(WithTokens(ctx, tokens))
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				*sent = append(*sent, time.Now())
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				le.Release()
+			}
+		}()
+	}
+}
+
+// maxInWindow is the most times in any window of length w.
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	best, lo := 0, 0
+	for hi := range ts {
+		for ts[hi].Sub(ts[lo]) >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// TestRateSharedByDemand: two nodes with 4 and 1 saturating workers share
+// a key of 600 requests a minute. No minute ever sees more than 600 of
+// their requests, the fleet uses most of it, and the busier node gets the
+// larger share.
+func TestRateSharedByDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 600, 0)
+		a := startNode(t, c, testConfig("k", "a"))
+		b := startNode(t, c, testConfig("k", "b"))
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		var (
+			mu             sync.Mutex
+			wg             sync.WaitGroup
+			sentA, sentB   []time.Time
+			sharesA, total int64
+		)
+		closedLoop(ctx, a, 4, 0, &sentA, &mu, &wg)
+		closedLoop(ctx, b, 1, 0, &sentB, &mu, &wg)
+		time.Sleep(2 * time.Minute)
+		sharesA = a.Rates().Share.Requests
+		total = sharesA + b.Rates().Share.Requests
+		<-ctx.Done()
+		wg.Wait()
+		mu.Lock()
+		all := append(append([]time.Time{}, sentA...), sentB...)
+		na, nb := len(sentA), len(sentB)
+		mu.Unlock()
+		peak := maxInWindow(all, time.Minute)
+		t.Logf("3 minutes: a sent %d, b %d; the busiest minute %d of 600; shares a %d of %d", na, nb, peak, sharesA, total)
+		require.LessOrEqual(t, peak, 600, "no minute above the key's rate")
+		require.GreaterOrEqual(t, na+nb, 3*540, "the fleet uses at least 90%% of the rate")
+		require.Greater(t, na, 2*nb, "the busier node gets more")
+		require.LessOrEqual(t, total, int64(600))
+		require.Equal(t, coord.Rates{Requests: 600}, a.Rates().Key)
+	})
+}
+
+// TestRateTokensSettled: a token rate of 6,000 a minute, requests
+// estimated at 10 tokens that cost 100: the settled cost, not the
+// estimate, bounds the pace.
+func TestRateTokensSettled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 0, 6000)
+		n := startNode(t, c, testConfig("k", "a"))
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		sent := 0
+		for ctx.Err() == nil {
+			le, err := n.Acquire(WithTokens(ctx, 10))
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			sent++
+			require.NoError(t, le.SettleTokens(100))
+			le.Release()
+		}
+		t.Logf("a minute at 6,000 tokens: %d requests of 100 tokens", sent)
+		require.LessOrEqual(t, sent, 61, "at most the rate plus the bucket")
+		require.GreaterOrEqual(t, sent, 54)
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		require.ErrorContains(t, le.SettleTokens(-1), "actual = -1")
+		le.Release()
+	})
+}
+
+// TestRateTryAcquire: TryAcquire does not wait for the rate: once the
+// share is spent it refuses with ErrWouldWait and frees the slot.
+func TestRateTryAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 60, 0)
+		n := startNode(t, c, testConfig("k", "a"))
+		// The first grant sees no demand; report some, then wait for a share.
+		_, _ = n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+		time.Sleep(time.Second)
+		require.Equal(t, int64(60), n.Rates().Share.Requests)
+		admitted, refused := 0, 0
+		for range 10 {
+			le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+			switch {
+			case err == nil:
+				admitted++
+				le.Release()
+			case errors.Is(err, adaptive.ErrWouldWait):
+				refused++
+			default:
+				t.Fatal(err)
+			}
+		}
+		require.Positive(t, refused)
+		require.LessOrEqual(t, admitted, 2, "a one-second bucket at one request a second")
+		require.Zero(t, n.Limiter().Inflight(), "refused requests hold no slot")
+	})
+}
+
+// TestRateStopWakesWaiters: a request waiting for a rate share of 0 ends
+// with ErrStopped when the node stops.
+func TestRateStopWakesWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 60, 0)
+		cfg := testConfig("k", "a")
+		n, err := NewWithCoordinator(c, cfg)
+		require.NoError(t, err)
+		require.NoError(t, n.Start(t.Context()))
+		require.NoError(t, c.Drain(t.Context(), "k", "a")) // rate share 0 from the next heartbeat
+		time.Sleep(time.Second)
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Acquire(t.Context())
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("admitted or refused before Stop: %v", err)
+		default:
+		}
+		require.NoError(t, n.Stop(t.Context()))
+		require.ErrorIs(t, <-done, ErrStopped)
+	})
+}
+
+// TestRateLearned: a node that learns reports its estimate, the key's
+// rate becomes it, and a second node starts from the key's stored rate.
+func TestRateLearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 5, MaxRate: 100}}
+		a := startNode(t, c, cfg)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		var (
+			mu   sync.Mutex
+			wg   sync.WaitGroup
+			sent []time.Time
+		)
+		closedLoop(ctx, a, 2, 0, &sent, &mu, &wg)
+		<-ctx.Done()
+		wg.Wait()
+		learned := a.Rates().Learned.Requests
+		t.Logf("after 30 s without a 429: learned %d a minute from a seed of 300", learned)
+		require.Greater(t, learned, int64(300), "saturated periods without 429s raise the rate")
+		cfgB := cfg
+		cfgB.NodeID = "b"
+		b := startNode(t, c, cfgB)
+		time.Sleep(time.Second)
+		require.InDelta(t, float64(a.Rates().Key.Requests), float64(b.Rates().Learned.Requests), 30,
+			"warm start at the key's rate, not the seed")
+	})
+}
+
+func TestRateConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		rc   RateConfig
+		want string
+	}{
+		{RateConfig{Window: time.Millisecond}, "Config.Rate.Window = 1ms"},
+		{RateConfig{Burst: 2 * time.Minute}, "Config.Rate.Burst = 2m0s"},
+		{RateConfig{Learn: true}, "Config.Rate.Learner: pace: LearnerConfig.SeedRate must be > 0"},
+	} {
+		cfg := testConfig("k", "a")
+		cfg.Rate = tt.rc
+		_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+		require.ErrorContains(t, err, tt.want)
+	}
+}
