@@ -39,6 +39,12 @@ type keyJSON struct {
 	HeldReserve   int        `json:"held_reserve"`
 	LearningUntil *time.Time `json:"learning_until"`
 	Drains        []string   `json:"drains"`
+	RPM           *int64     `json:"rpm"`
+	TPM           *int64     `json:"tpm"`
+	RPMLimit      *int64     `json:"rpm_limit"`
+	TPMLimit      *int64     `json:"tpm_limit"`
+	SumRPMShare   int64      `json:"sum_rpm_share"`
+	SumTPMShare   int64      `json:"sum_tpm_share"`
 }
 
 type nodeJSON struct {
@@ -68,7 +74,19 @@ type nodeJSON struct {
 	Departed         bool              `json:"departed"`
 	Fenced           bool              `json:"fenced"`
 	Labels           map[string]string `json:"labels"`
+	RPMShare         int64             `json:"rpm_share"`
+	TPMShare         int64             `json:"tpm_share"`
+	RPMDemand        int64             `json:"rpm_demand"`
+	TPMDemand        int64             `json:"tpm_demand"`
+	RPMLocal         *int64            `json:"rpm_local"`
+	TPMLocal         *int64            `json:"tpm_local"`
+	RPMReserve       int64             `json:"rpm_reserve"`
+	TPMReserve       int64             `json:"tpm_reserve"`
+	RPMHigh          int64             `json:"rpm_high"`
+	TPMHigh          int64             `json:"tpm_high"`
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestJSONOutput(t *testing.T) {
 	t.Parallel()
@@ -89,8 +107,17 @@ func TestJSONOutput(t *testing.T) {
 	require.NotNil(t, api.Utilization)
 	require.InDelta(t, 4.0/20.0, *api.Utilization, 1e-9)
 	require.WithinDuration(t, time.Now(), api.CreatedAt, time.Minute)
+	require.Equal(t, ptr(int64(500)), api.RPM, "lower median of the 600 and 500 the nodes learned")
+	require.Equal(t, ptr(int64(90000)), api.TPM, "only node-a learned a token rate")
+	require.Nil(t, api.RPMLimit, "no operator rate")
+	require.Nil(t, api.TPMLimit)
+	require.Equal(t, int64(500), api.SumRPMShare, "all of the rate is split by demand")
+	require.Equal(t, int64(90000), api.SumTPMShare)
 	require.Equal(t, "batch", batch.Key)
 	require.Equal(t, 1, batch.LiveNodes, "worker-1's lease has run out")
+	require.Nil(t, batch.RPM, "no rate is null")
+	require.Nil(t, batch.TPM)
+	require.Zero(t, batch.SumRPMShare)
 
 	nodes := decodeJSON[[]nodeJSON](t, mustRun(t, dsn, "nodes", "api", "-o", "json"))
 	require.Len(t, nodes, 2)
@@ -106,6 +133,22 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, map[string]string{"zone": "a"}, a.Labels)
 	require.Greater(t, a.LeaseRemainingMS, int64(59*time.Minute/time.Millisecond))
 	require.GreaterOrEqual(t, a.HeartbeatAgeMS, int64(0))
+	require.Equal(t, int64(375), a.RPMShare, "500 rpm split 300:100 by demand")
+	require.Equal(t, int64(60000), a.TPMShare, "90000 tpm split 40000:20000 by demand")
+	require.Equal(t, int64(300), a.RPMDemand)
+	require.Equal(t, int64(40000), a.TPMDemand)
+	require.Equal(t, ptr(int64(600)), a.RPMLocal)
+	require.Equal(t, ptr(int64(90000)), a.TPMLocal)
+	require.Equal(t, int64(375), a.RPMReserve, "a live row holds back its rate share")
+	require.Equal(t, int64(60000), a.TPMReserve)
+	require.GreaterOrEqual(t, a.RPMHigh, int64(0))
+	b := nodes[1]
+	require.Equal(t, int64(125), b.RPMShare)
+	require.Equal(t, int64(30000), b.TPMShare)
+	require.Equal(t, ptr(int64(500)), b.RPMLocal)
+	require.Nil(t, b.TPMLocal, "node-b learned no token rate")
+	require.Equal(t, api.SumRPMShare, a.RPMShare+b.RPMShare, "keys sums the rate shares")
+	require.Equal(t, api.SumTPMShare, a.TPMShare+b.TPMShare)
 	require.Equal(t, api.SumShare, nodes[0].Share+nodes[1].Share, "keys sums the shares")
 	require.Equal(t, 20, api.SumShare, "the shares have converged to L_global")
 
@@ -116,19 +159,30 @@ func TestJSONOutput(t *testing.T) {
 	require.LessOrEqual(t, batchNodes[0].LeaseRemainingMS, int64(0))
 	require.Equal(t, map[string]string{}, batchNodes[1].Labels, "no labels is an empty object, not null")
 
-	mustRun(t, dsn, "limits", "set", "api", "--min", "5")
+	mustRun(t, dsn, "limits", "set", "api", "--min", "5", "--rpm", "450")
 	type limitsJSON struct {
 		Key       string `json:"key"`
 		MinLimit  *int   `json:"min_limit"`
 		MaxLimit  *int   `json:"max_limit"`
 		LGlobal   int    `json:"l_global"`
 		Aggregate string `json:"aggregate"`
+		RPMLimit  *int64 `json:"rpm_limit"`
+		TPMLimit  *int64 `json:"tpm_limit"`
+		RPM       *int64 `json:"rpm"`
+		TPM       *int64 `json:"tpm"`
 	}
 	lim := decodeJSON[limitsJSON](t, mustRun(t, dsn, "limits", "get", "api", "-o", "json"))
 	require.Equal(t, "api", lim.Key)
 	require.NotNil(t, lim.MinLimit)
 	require.Equal(t, 5, *lim.MinLimit)
 	require.Nil(t, lim.MaxLimit)
+	require.Equal(t, ptr(int64(450)), lim.RPMLimit)
+	require.Nil(t, lim.TPMLimit)
+	require.Equal(t, ptr(int64(500)), lim.RPM, "the key's rate changes at its next heartbeat")
+	require.Equal(t, ptr(int64(90000)), lim.TPM)
+	keys = decodeJSON[[]keyJSON](t, mustRun(t, dsn, "keys", "--output", "json"))
+	require.Equal(t, ptr(int64(450)), keys[0].RPMLimit)
+	require.Nil(t, keys[0].TPMLimit)
 
 	type migrationJSON struct {
 		Version   int64      `json:"version"`
@@ -156,7 +210,10 @@ func TestJSONOutput(t *testing.T) {
 		w := decodeJSON[watchJSON](t, line)
 		require.Equal(t, "api", w.Key)
 		require.Equal(t, 20, w.LGlobal)
+		require.Equal(t, ptr(int64(450)), w.RPMLimit)
+		require.Equal(t, int64(500), w.SumRPMShare)
 		require.Len(t, w.Nodes, 2)
+		require.Equal(t, int64(375), w.Nodes[0].RPMShare)
 		require.WithinDuration(t, time.Now(), w.Time, time.Minute)
 	}
 }

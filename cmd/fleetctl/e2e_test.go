@@ -177,10 +177,13 @@ func golden(t *testing.T, name, got string) {
 // seed builds a fleet state through the coordinator, with leases long
 // enough that nothing expires during a test except worker-1 on "batch":
 //
-//	api:   node-a (l_local 40, inflight 3, demand 10, zone=a) and
-//	       node-b (l_local 20, inflight 1, demand 5, zone=b), three rounds
-//	       of heartbeats each acknowledging the previous grant, so the
-//	       shares have converged (13 + 7 = L_global 20);
+//	api:   node-a (l_local 40, inflight 3, demand 10, zone=a; it learned
+//	       600 requests and 90000 tokens per minute and wants 300 and
+//	       40000) and node-b (l_local 20, inflight 1, demand 5, zone=b;
+//	       learned 500 requests per minute, no token rate, wants 100 and
+//	       20000), three rounds of heartbeats each acknowledging the
+//	       previous grant, so the shares have converged (13 + 7 = L_global
+//	       20; the key's rates are 500 rpm, the lower median, and 90000 tpm);
 //	batch: worker-2 (l_local 8, demand 1), then worker-1 with a 100ms lease, expired.
 func seed(t *testing.T, dsn string) {
 	t.Helper()
@@ -191,15 +194,17 @@ func seed(t *testing.T, dsn string) {
 	c, err := coord.NewPostgres(pool)
 	require.NoError(t, err)
 	api := []coord.Report{
-		{Key: "api", NodeID: "node-a", Instance: "i-a", LLocal: 40, Inflight: 3, Demand: 10, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "a"}},
-		{Key: "api", NodeID: "node-b", Instance: "i-b", LLocal: 20, Inflight: 1, Demand: 5, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "b"}},
+		{Key: "api", NodeID: "node-a", Instance: "i-a", LLocal: 40, Inflight: 3, Demand: 10, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "a"},
+			RateLocal: coord.Rates{Requests: 600, Tokens: 90000}, RateDemand: coord.Rates{Requests: 300, Tokens: 40000}},
+		{Key: "api", NodeID: "node-b", Instance: "i-b", LLocal: 20, Inflight: 1, Demand: 5, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "b"},
+			RateLocal: coord.Rates{Requests: 500}, RateDemand: coord.Rates{Requests: 100, Tokens: 20000}},
 	}
 	for round := int64(1); round <= 3; round++ {
 		for i := range api {
 			api[i].Seq = round
 			g, err := c.Heartbeat(ctx, api[i])
 			require.NoError(t, err)
-			api[i].Epoch, api[i].AppliedGen = g.Epoch, g.Generation
+			api[i].Epoch, api[i].AppliedGen, api[i].RateApplied = g.Epoch, g.Generation, g.RateShare
 		}
 	}
 	for _, r := range []coord.Report{
@@ -237,7 +242,11 @@ func TestWriteCommandsGolden(t *testing.T) {
 		fmt.Fprintf(&out, "$ fleetctl %s\n%s", strings.Join(args, " "), mustRun(t, dsn, args...))
 	}
 	step("limits", "set", "api", "--max", "30", "--min", "5")
+	// The operator's rates take effect at the key's next heartbeat: until
+	// then the key's rate is still what its nodes learned.
+	step("limits", "set", "api", "--rpm", "450", "--tpm", "120000")
 	step("limits", "set", "api", "--clear-min")
+	step("limits", "set", "api", "--tpm", "0")
 	step("limits", "get", "api")
 	step("drain", "api", "node-a")
 	step("nodes", "api")
@@ -245,6 +254,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("evict", "api", "node-b")
 	step("undrain", "api", "node-b")
 	step("relearn", "api")
+	step("keys", "create", "quota", "--max", "24", "--rpm", "600")
 	step("keys")
 	step("nodes", "api")
 	step("limits", "set", "api", "--clear-max")
@@ -292,7 +302,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--max", "0"}, 2, `fleetctl: limits set: invalid value 0 for --max: want 1..1000000 (use --clear-max to remove the bound)`},
 		{[]string{"limits", "set", "api", "--min", "-3"}, 2, `fleetctl: limits set: invalid value -3 for --min: want 1..1000000 (use --clear-min to remove the bound)`},
 		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for flag -max: parse error`},
-		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min or --clear-max`},
+		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm`},
+		{[]string{"limits", "set", "api", "--rpm", "-1"}, 2, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
+		{[]string{"limits", "set", "api", "--min", "5", "--tpm", "1000000001"}, 2, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
+		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for flag -rpm: parse error`},
+		{[]string{"keys", "create", "fresh", "--tpm", "-5"}, 2, `fleetctl: keys create: invalid value -5 for --tpm: want 0..1000000000 (0 removes the rate)`},
+		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
 		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},
 		{[]string{"watch", "api", "--count", "-1"}, 2, `fleetctl: watch: invalid value -1 for --count: want >= 0`},
 		{[]string{"demo", "--nodes", "0"}, 2, `fleetctl: demo: invalid value 0 for --nodes: want 1..32`},
@@ -511,4 +526,46 @@ func TestGrant(t *testing.T) {
 	res = run(t, dsn, "grant", "node", "no_such_role_xyz")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `role "no_such_role_xyz" does not exist`)
+}
+
+// heartbeatAPI sends one more round of seed's heartbeats on "api", each
+// acknowledging the node's newest grant.
+func heartbeatAPI(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	nodes, err := c.Nodes(ctx, "api")
+	require.NoError(t, err)
+	for _, n := range nodes {
+		_, err := c.Heartbeat(ctx, coord.Report{Key: "api", NodeID: n.NodeID, Instance: n.Instance, Seq: n.Seq + 1,
+			Epoch: n.Epoch, AppliedGen: n.GrantedGen, RateApplied: n.RateShare, LLocal: n.LLocal, Inflight: n.Inflight,
+			Demand: n.Demand, RateLocal: n.RateLocal, RateDemand: n.RateDemand, LeaseTTL: time.Hour, Labels: n.Labels})
+		require.NoError(t, err)
+	}
+}
+
+// TestRatesGolden: the operator's rates cap what the nodes learned from
+// the key's next heartbeat on, and the rate shares follow.
+func TestRatesGolden(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seed(t, dsn)
+
+	var out strings.Builder
+	step := func(args ...string) {
+		fmt.Fprintf(&out, "$ fleetctl %s\n%s", strings.Join(args, " "), mustRun(t, dsn, args...))
+	}
+	step("keys")
+	step("limits", "set", "api", "--rpm", "400", "--tpm", "60000")
+	fmt.Fprintf(&out, "# (the nodes of api heartbeat)\n")
+	heartbeatAPI(t, dsn)
+	step("keys")
+	step("nodes", "api")
+	step("limits", "set", "api", "--tpm", "0")
+	step("limits", "get", "api")
+	golden(t, "rates", out.String())
 }

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
@@ -65,6 +67,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--workers", "0"}, `fleetctl: demo: invalid value 0 for --workers: want 1..256`},
 		{[]string{"--connect-timeout", "0s", "keys"}, `fleetctl: keys: invalid value 0s for --connect-timeout: want > 0`},
 		{[]string{"version", "now"}, `fleetctl: version: unexpected argument "now"`},
+		{[]string{"limits", "set", "k", "--rpm", "-1"}, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
+		{[]string{"limits", "set", "k", "--tpm", "1000000001"}, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
+		{[]string{"limits", "set", "k", "--rpm", "many"}, `fleetctl: limits set: invalid value "many" for flag -rpm: parse error`},
+		{[]string{"keys", "create", "k", "--rpm", "99999999999"}, `fleetctl: keys create: invalid value 99999999999 for --rpm: want 0..1000000000 (0 removes the rate)`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -165,4 +171,80 @@ func TestVersionJSONAnyCase(t *testing.T) {
 		require.NotEmpty(t, v.Version)
 		require.True(t, strings.HasPrefix(v.Go, "go"))
 	}
+}
+
+// TestBadRatesWriteNothing: a bad value in any flag of limits set or keys
+// create is refused before anything is written, whichever flag comes
+// first, and a bound the coordinator refuses leaves the rates alone too.
+func TestBadRatesWriteNothing(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seedKey(t, dsn)
+	env := map[string]string{EnvFleetDatabaseURL: dsn}
+	_, stderr, code := runCLI(t, env, "limits", "set", "k", "--min", "2", "--max", "50", "--rpm", "100", "--tpm", "5000")
+	require.Equal(t, ExitOK, code, stderr)
+
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	admin, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	unchanged := func(msg string) {
+		t.Helper()
+		k, err := findKey(t.Context(), admin, "k")
+		require.NoError(t, err, msg)
+		require.Equal(t, 2, *k.MinLimit, msg)
+		require.Equal(t, 50, *k.MaxLimit, msg)
+		require.Equal(t, coord.Rates{Requests: 100, Tokens: 5000}, k.RateLimit, msg)
+	}
+	unchanged("the first change")
+
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string // in the first line of stderr
+	}{
+		{[]string{"--min", "3", "--rpm", "-1"}, ExitUsage, "invalid value -1 for --rpm"},
+		{[]string{"--rpm", "200", "--max", "0"}, ExitUsage, "invalid value 0 for --max"},
+		{[]string{"--rpm", "200", "--tpm", "2000000000"}, ExitUsage, "invalid value 2000000000 for --tpm"},
+		{[]string{"--tpm", "7", "--rpm", "x"}, ExitUsage, `invalid value "x" for flag -rpm`},
+		{[]string{"--max", "10", "--min", "20", "--rpm", "200"}, ExitUsage, "--max 10 is below --min 20"},
+		// The coordinator refuses a min above the unchanged max: the
+		// rates, given with it, are not written either.
+		{[]string{"--min", "60", "--rpm", "200", "--tpm", "0"}, ExitFailure, "60"},
+	} {
+		_, stderr, code := runCLI(t, env, append([]string{"limits", "set", "k"}, tt.args...)...)
+		require.Equal(t, tt.code, code, "%v: %s", tt.args, stderr)
+		first, _, _ := strings.Cut(stderr, "\n")
+		require.Contains(t, first, tt.want, tt.args)
+		unchanged(strings.Join(tt.args, " "))
+	}
+
+	// keys create refuses a bad rate before creating the key.
+	for _, args := range [][]string{
+		{"--rpm", "-5"},
+		{"--max", "5", "--tpm", "1000000001"},
+		{"--tpm", "lots"},
+	} {
+		_, stderr, code := runCLI(t, env, append([]string{"keys", "create", "fresh"}, args...)...)
+		require.Equal(t, ExitUsage, code, "%v: %s", args, stderr)
+		_, err := findKey(t.Context(), admin, "fresh")
+		require.ErrorContains(t, err, `unknown key "fresh"`, "%v created the key", args)
+	}
+
+	// A good one creates it with its rates.
+	stdout, stderr, code := runCLI(t, env, "keys", "create", "fresh", "--tpm", "9000", "--rpm", "0")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Equal(t, "key \"fresh\" created (min -, max -, rpm -, tpm 9000)\n", stdout)
+	k, err := findKey(t.Context(), admin, "fresh")
+	require.NoError(t, err)
+	require.Equal(t, coord.Rates{Tokens: 9000}, k.RateLimit)
+
+	// --rpm 0 removes the request rate and keeps the token rate.
+	stdout, stderr, code = runCLI(t, env, "limits", "set", "k", "--rpm", "0")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stdout, "RPM")
+	k, err = findKey(t.Context(), admin, "k")
+	require.NoError(t, err)
+	require.Equal(t, coord.Rates{Tokens: 5000}, k.RateLimit)
 }

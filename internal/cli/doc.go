@@ -13,17 +13,28 @@
 //	migrate reset [--yes] [--force] remove the whole schema (asks; refuses while nodes are live)
 //	migrate status [-o json]        list migrations and whether they are applied
 //	migrate validate                exit 3 when migrations are pending
-//	keys [-o json]                  every key with its ceiling, override and load
+//	keys [-o json]                  every key with its ceiling, override, load and rates
+//	keys create KEY [--min N] [--max N] [--rpm N] [--tpm N]
+//	keys delete KEY [--force]
 //	nodes KEY [-o json]             every node row of KEY
 //	drain KEY NODE [--wait] [--timeout 30s]
 //	undrain KEY NODE
 //	evict KEY NODE
 //	relearn KEY
 //	limits get KEY [-o json]
-//	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max]
+//	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max] [--rpm N] [--tpm N]
 //	watch KEY [--interval 1s] [--count N] [-o json]
 //	demo [--duration 40s] [--nodes 4] [--workers 32] [--interval D]
 //	version [-o json]
+//
+// --rpm and --tpm are the key's operator rates, requests and tokens per
+// minute, in 0..1000000000 (coord.MaxRate); 0 removes the rate. They are the
+// key's rate when its nodes learn none and a cap on what they learn, from
+// the key's next heartbeat on. limits set and keys create check every flag
+// before writing anything: a bad value in any of them (negative, above the
+// maximum, not a number) is a usage error naming the flag and the value,
+// and nothing changes. When limits set is given both a bound and a rate and
+// the coordinator refuses the bound, the rate is not written either.
 //
 // Flags may follow positional arguments (drain KEY NODE --wait) and the
 // global flags may follow the command (keys --database-url URL); "--" ends
@@ -57,7 +68,8 @@
 //	1  runtime failure: database unreachable, unknown key or node, a
 //	   coordinator refusal such as an invalid override
 //	2  usage error: unknown command, unknown flag, bad flag value, missing or
-//	   extra argument, --output other than table or json
+//	   extra argument, --output other than table or json, a --min, --max,
+//	   --rpm or --tpm out of range
 //	3  check failed: migrate validate found pending migrations, drain --wait
 //	   timed out
 //
@@ -69,6 +81,14 @@
 // and their names are snake_case. Times are RFC 3339 strings in UTC,
 // durations are integer milliseconds in fields ending in _ms, and an absent
 // optional value is null.
+//
+// In tables, a key's RPM and TPM are its rates as the newest heartbeat
+// computed them, with the operator's in parentheses when one is set
+// ("400 (max 400)"; "- (max 600)" before any heartbeat); the RATE_*
+// columns are requests/tokens per minute pairs ("275/30000"), "-" for none;
+// a rate share shows "-" on a dimension where the key has no rate (no
+// pacing) and 0 where it has one (the node may send nothing). keys and
+// nodes show the rate columns only when a key or row has a rate.
 //
 // keys prints an array of key objects:
 //
@@ -88,6 +108,10 @@
 //	held_reserve  int      Σ reserve of those rows
 //	learning_until time|null  end of the key's learning mode; null when not learning
 //	drains        array    node ids an operator drained, sorted
+//	rpm, tpm      int|null the key's request and token rates per minute as the
+//	                       newest heartbeat computed them; null for none
+//	rpm_limit, tpm_limit  int|null  the operator's rates per minute; null for none
+//	sum_rpm_share, sum_tpm_share  int  Σ rate share over members
 //
 // nodes prints an array of node objects:
 //
@@ -108,9 +132,14 @@
 //	draining, evicted, departed bool
 //	fenced                     bool    the lease has run out (lease_remaining_ms ≤ 0)
 //	labels                     object  string → string
+//	rpm_share, tpm_share       int     its rate share per minute (granted)
+//	rpm_demand, tpm_demand     int     its rate demand per minute, as last reported
+//	rpm_local, tpm_local       int|null  its own estimate of the key's rates; null for none
+//	rpm_reserve, tpm_reserve   int     what the row holds back from the others' rate shares now
+//	rpm_high, tpm_high         int     the largest rate share granted since its last acknowledgement
 //
 // limits get prints one object: key, min_limit, max_limit, l_global,
-// aggregate (as in keys).
+// aggregate, rpm_limit, tpm_limit, rpm, tpm (as in keys).
 //
 // migrate status prints an array: version (int), name (string, the file
 // name), state ("applied" or "pending"), applied_at (time|null).

@@ -183,15 +183,18 @@ func (r *runner) nodeOpCommand(name, usage, done string,
 func (r *runner) limitsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:   "limits",
-		Usage:  "show or set KEY's operator override of L_global",
+		Usage:  "show or set KEY's operator override of L_global and its rates",
 		Action: r.unknownCommand,
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "get",
-				Usage:     "show KEY's min/max override, L_global and aggregate",
+				Usage:     "show KEY's min/max override, L_global, aggregate and rates",
 				ArgsUsage: argsUsage("KEY"),
-				Description: `A "-" bound is unset. JSON fields: key, min_limit, max_limit (null when
-unset), l_global, aggregate.`,
+				Description: `A "-" bound or rate is unset. RPM and TPM are the key's request and token
+rates per minute as its newest heartbeat computed them, followed by the
+operator's in parentheses when one is set. JSON fields: key, min_limit,
+max_limit (null when unset), l_global, aggregate, rpm_limit, tpm_limit
+(the operator's rates), rpm, tpm (the key's; null for none).`,
 				Flags: []ucli.Flag{outputFlag()},
 				Action: r.action(func(c *ucli.Context) error {
 					format, err := outputFormat(c)
@@ -222,21 +225,31 @@ unset), l_global, aggregate.`,
 func (r *runner) limitsSetCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "set",
-		Usage:     "change KEY's min/max override of L_global",
+		Usage:     "change KEY's min/max override of L_global and its rates per minute",
 		ArgsUsage: argsUsage("KEY"),
 		Description: fmt.Sprintf(`L_global is clamped to [min, max] from the key's next heartbeat on.
 Only the bounds named change: --min N and --max N set a bound (N in
 1..%d), --clear-min and --clear-max remove one; the other bound keeps
 its value. A value out of range, or --max below --min, is a usage error
 (exit status 2); a bound that crosses the key's other, unchanged bound is
-refused by the coordinator (exit status 1). Prints the
-new limits. The change is one statement: two limits set on one key at the
-same moment, one on --min and one on --max, both stay.`, coord.MaxCount),
+refused by the coordinator (exit status 1). The change is one statement:
+two limits set on one key at the same moment, one on --min and one on
+--max, both stay.
+
+--rpm N and --tpm N set the key's request and token rates per minute
+(N in 0..%d; 0 removes the rate): the key's rate when its
+nodes learn none, and a cap on what they learn, from the key's next
+heartbeat on. The rate not named keeps its value. Every flag is checked before anything is
+written: a bad value in any of them changes nothing.
+
+Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxRate),
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "unchanged"},
 			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "unchanged"},
 			&ucli.BoolFlag{Name: "clear-min", Usage: "remove the lower bound"},
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
+			rpmFlag("unchanged"),
+			tpmFlag("unchanged"),
 		},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
@@ -251,28 +264,66 @@ same moment, one on --min and one on --max, both stay.`, coord.MaxCount),
 			if err != nil {
 				return err
 			}
-			if !minChange.set && !maxChange.set {
-				return usageErrorf("nothing to set: give --min, --max, --clear-min or --clear-max")
+			rates, err := readRatesChange(c)
+			if err != nil {
+				return err
+			}
+			setRates := rates.SetRequests || rates.SetTokens
+			if !minChange.set && !maxChange.set && !setRates {
+				return usageErrorf("nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm")
 			}
 			if minChange.value != nil && maxChange.value != nil && *maxChange.value < *minChange.value {
 				return usageErrorf("--max %d is below --min %d", *maxChange.value, *minChange.value)
 			}
 			key := args[0]
+			unknownKey := func() error {
+				return fmt.Errorf("unknown key %q (to cap a key before any node joins: fleetctl keys create %s --max N)",
+					key, quoteArg(key))
+			}
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
-				minLimit, maxLimit, err := admin.UpdateLimits(ctx, key, coord.LimitsChange{
-					SetMin: minChange.set, Min: minChange.value, SetMax: maxChange.set, Max: maxChange.value})
-				if errors.Is(err, coord.ErrUnknownKey) {
-					return fmt.Errorf("unknown key %q (to cap a key before any node joins: fleetctl keys create %s --max N)",
-						key, quoteArg(key))
+				// The limits first: the coordinator may refuse a bound
+				// that crosses the unchanged one, and then nothing is
+				// written. The rates are checked above and cannot be
+				// refused.
+				limitsChanged := false
+				var minLimit, maxLimit *int
+				if minChange.set || maxChange.set {
+					var err error
+					minLimit, maxLimit, err = admin.UpdateLimits(ctx, key, coord.LimitsChange{
+						SetMin: minChange.set, Min: minChange.value, SetMax: maxChange.set, Max: maxChange.value})
+					if errors.Is(err, coord.ErrUnknownKey) {
+						return unknownKey()
+					}
+					if err != nil {
+						return adminError(err, key, "")
+					}
+					limitsChanged = true
 				}
-				if err != nil {
-					return adminError(err, key, "")
+				var rateLimit coord.Rates
+				if setRates {
+					var err error
+					rateLimit, err = admin.SetRates(ctx, key, rates)
+					if err != nil {
+						if errors.Is(err, coord.ErrUnknownKey) && !limitsChanged {
+							return unknownKey()
+						}
+						err = adminError(err, key, "")
+						if limitsChanged {
+							return fmt.Errorf("the min/max change was made, but the rates were not changed: %w", err)
+						}
+						return err
+					}
 				}
 				k, err := findKey(ctx, admin, key)
 				if err != nil {
 					return err
 				}
-				k.MinLimit, k.MaxLimit = minLimit, maxLimit
+				if limitsChanged {
+					k.MinLimit, k.MaxLimit = minLimit, maxLimit
+				}
+				if setRates {
+					k.RateLimit = rateLimit
+				}
 				return writeLimitsTable(r.env.Stdout, newLimitsView(k))
 			})
 		}),
@@ -301,6 +352,37 @@ func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
 		return boundChange{set: true, value: &v}, nil
 	}
 	return boundChange{}, nil
+}
+
+// rpmFlag and tpmFlag set a key's operator rates per minute.
+func rpmFlag(defaultText string) ucli.Flag {
+	return &ucli.Int64Flag{Name: "rpm", Usage: "requests per minute of the key (0 removes the rate)", DefaultText: defaultText}
+}
+
+func tpmFlag(defaultText string) ucli.Flag {
+	return &ucli.Int64Flag{Name: "tpm", Usage: "tokens per minute of the key (0 removes the rate)", DefaultText: defaultText}
+}
+
+// readRatesChange reads --rpm and --tpm; a value outside 0..coord.MaxRate
+// is a usage error naming the flag and the value.
+func readRatesChange(c *ucli.Context) (coord.RatesChange, error) {
+	var rc coord.RatesChange
+	for _, f := range []struct {
+		name string
+		set  *bool
+		v    *int64
+	}{{"rpm", &rc.SetRequests, &rc.Requests}, {"tpm", &rc.SetTokens, &rc.Tokens}} {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		v := c.Int64(f.name)
+		if v < 0 || v > coord.MaxRate {
+			return coord.RatesChange{}, usageErrorf("invalid value %d for --%s: want 0..%d (0 removes the rate)",
+				v, f.name, coord.MaxRate)
+		}
+		*f.set, *f.v = true, v
+	}
+	return rc, nil
 }
 
 func (r *runner) relearnCommand() *ucli.Command {

@@ -78,15 +78,21 @@ func findKey(ctx context.Context, admin coord.Admin, key string) (coord.KeyInfo,
 func (r *runner) keysCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "keys",
-		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization",
+		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization, rates",
 		Description: `Utilization is Σ in-flight / L_global over the live members. HELD is the
 capacity still reserved for instances that are no members (expired,
-departed, evicted); MODE is learning after the database lost state. JSON
+departed, evicted); MODE is learning after the database lost state.
+
+When a key has a rate, RPM and TPM show its request and token rates per
+minute as the newest heartbeat computed them, with the operator's in
+parentheses when one is set ("540 (max 600)"), and RATE_SHARE the members'
+rate shares added up, as requests/tokens per minute; "-" is none. JSON
 fields: see 'fleetctl --help' and the package documentation.
 
-'keys create KEY [--min N] [--max N]' creates a key, so that a quota can be
-capped before any node joins; 'keys delete KEY' deletes one with all its
-rows, and refuses while nodes are live on it unless --force.`,
+'keys create KEY [--min N] [--max N] [--rpm N] [--tpm N]' creates a key, so
+that a quota can be capped before any node joins; 'keys delete KEY' deletes
+one with all its rows, and refuses while nodes are live on it unless
+--force.`,
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: []*ucli.Command{r.keysCreateCommand(), r.keysDeleteCommand()},
 		Action: r.action(func(c *ucli.Context) error {
@@ -118,11 +124,16 @@ rows, and refuses while nodes are live on it unless --force.`,
 func (r *runner) keysCreateCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "create",
-		Usage:     "create KEY with an optional min/max override, before any node joins",
+		Usage:     "create KEY with an optional min/max override and rates, before any node joins",
 		ArgsUsage: argsUsage("KEY"),
+		Description: `--min and --max bound L_global; --rpm and --tpm give the key request and
+token rates per minute (see 'fleetctl limits set --help'). Every flag is
+checked before the key is created.`,
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "none"},
 			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "none"},
+			rpmFlag("none"),
+			tpmFlag("none"),
 		},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
@@ -143,6 +154,10 @@ func (r *runner) keysCreateCommand() *ucli.Command {
 			if bounds[0] != nil && bounds[1] != nil && *bounds[1] < *bounds[0] {
 				return usageErrorf("--max %d is below --min %d", *bounds[1], *bounds[0])
 			}
+			rates, err := readRatesChange(c)
+			if err != nil {
+				return err
+			}
 			key := args[0]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				if err := admin.CreateKey(ctx, key, bounds[0], bounds[1]); err != nil {
@@ -151,7 +166,17 @@ func (r *runner) keysCreateCommand() *ucli.Command {
 					}
 					return adminError(err, key, "")
 				}
-				r.printf("key %q created (min %s, max %s)\n", key, optInt(bounds[0]), optInt(bounds[1]))
+				if !rates.SetRequests && !rates.SetTokens {
+					r.printf("key %q created (min %s, max %s)\n", key, optInt(bounds[0]), optInt(bounds[1]))
+					return nil
+				}
+				set, err := admin.SetRates(ctx, key, rates)
+				if err != nil {
+					return fmt.Errorf("key %q was created, but its rates were not set (fleetctl limits set %s --rpm N --tpm N): %w",
+						key, quoteArg(key), adminError(err, key, ""))
+				}
+				r.printf("key %q created (min %s, max %s, rpm %s, tpm %s)\n", key, optInt(bounds[0]), optInt(bounds[1]),
+					optInt64(optRate(set.Requests)), optInt64(optRate(set.Tokens)))
 				return nil
 			})
 		}),
@@ -192,10 +217,15 @@ func (r *runner) nodesCommand() *ucli.Command {
 		ArgsUsage: argsUsage("KEY"),
 		Description: `Every row of the key, expired ones not yet deleted included. GEN is
 granted/applied generation; FENCED is yes once the lease has run out.
+When a row has a rate, RATE_SHARE (granted), RATE_DEMAND and RATE_LOCAL
+(the node's own estimate of the key's rate) show requests/tokens per
+minute; "-" is none.
 JSON fields: key, node_id, instance, seq, l_local, share, inflight, demand,
-granted_gen, applied_gen, unacked_high, lease_remaining_ms,
-heartbeat_age_ms, lease_expires_at, heartbeat_at, joined_at, status,
-draining, evicted, fenced, labels.`,
+reserve, epoch, granted_gen, applied_gen, unacked_high, lease_remaining_ms,
+hold_remaining_ms, heartbeat_age_ms, lease_expires_at, hold_until,
+heartbeat_at, joined_at, status, draining, evicted, departed, fenced,
+labels, rpm_share, tpm_share, rpm_demand, tpm_demand, rpm_local, tpm_local,
+rpm_reserve, tpm_reserve, rpm_high, tpm_high.`,
 		Flags: []ucli.Flag{outputFlag()},
 		Action: r.action(func(c *ucli.Context) error {
 			format, err := outputFormat(c)
@@ -212,7 +242,13 @@ draining, evicted, fenced, labels.`,
 				if err != nil {
 					return adminError(err, key, "")
 				}
-				views := newNodeViews(nodes)
+				// The key's rates tell a share of 0 (send nothing)
+				// from no pacing.
+				k, err := findKey(ctx, admin, key)
+				if err != nil {
+					return err
+				}
+				views := newNodeViews(newKeyView(k), nodes)
 				if format == formatJSON {
 					return writeJSON(r.env.Stdout, views)
 				}

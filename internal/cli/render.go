@@ -41,6 +41,9 @@ func plainLine(f frame) string {
 	fmt.Fprintf(&b, "%s key=%s l_global=%d nodes=%d share=%d inflight=%d util=%s",
 		f.Time.UTC().Format("2006-01-02T15:04:05.000Z"), strconv.Quote(f.Key.Key), f.Key.LGlobal,
 		f.Key.LiveNodes, f.Key.SumShare, f.Key.SumInflight, percent(f.Key.Utilization))
+	if k := f.Key; k.hasRates() {
+		fmt.Fprintf(&b, " rpm=%s tpm=%s rate_share=%s", optInt64(k.RPM), optInt64(k.TPM), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))
+	}
 	if p := f.Provider; p != nil {
 		fmt.Fprintf(&b, " capacity=%s provider_inflight=%d ok=%d 429=%d",
 			fmtNum(p.Capacity), p.Current, p.Successes, p.Rejected)
@@ -106,6 +109,10 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	fmt.Fprintf(&b, "key %s  L_global %d (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
 		strconv.Quote(k.Key), k.LGlobal, optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,
 		k.LiveNodes, k.SumShare, k.SumInflight, percent(k.Utilization))
+	if k.hasRates() {
+		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",
+			rateWithLimit(k.RPM, k.RPMLimit), rateWithLimit(k.TPM, k.TPMLimit), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))
+	}
 	if p := f.Provider; p != nil {
 		fmt.Fprintf(&b, "provider: capacity %s (hidden from the nodes)  in flight %d  ok %d  429 %d\n",
 			fmtNum(p.Capacity), p.Current, p.Successes, p.Rejected)

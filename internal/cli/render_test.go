@@ -90,3 +90,28 @@ func TestLabelsAndCells(t *testing.T) {
 	require.Equal(t, `""`, cell(""))
 	require.Equal(t, "plain", cell("plain"))
 }
+
+func TestRateCells(t *testing.T) {
+	t.Parallel()
+	n := func(v int64) *int64 { return &v }
+	require.Equal(t, "-", rateWithLimit(nil, nil))
+	require.Equal(t, "500", rateWithLimit(n(500), nil))
+	require.Equal(t, "400 (max 400)", rateWithLimit(n(400), n(400)))
+	require.Equal(t, "- (max 600)", rateWithLimit(nil, n(600)), "before a heartbeat computed the key's rate")
+	require.Equal(t, "-", ratePair(0, 0))
+	require.Equal(t, "500/-", ratePair(500, 0))
+	require.Equal(t, "-", sharePair(0, 0, [2]bool{}), "no rate: no pacing")
+	require.Equal(t, "25/0", sharePair(25, 0, [2]bool{true, true}), "a token rate with a 0 share sends nothing")
+	require.Equal(t, "25/-", sharePair(25, 0, [2]bool{true, false}), "no token rate: tokens unpaced")
+	require.Equal(t, "0/0", sharePair(0, 0, [2]bool{true, true}))
+
+	k := keyView{Key: "k", LGlobal: 10, RPM: n(400), RPMLimit: n(400), SumRPMShare: 300}
+	f := frame{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Key: k}
+	require.Equal(t, `2026-01-02T03:04:05.000Z key="k" l_global=10 nodes=0 share=0 inflight=0 util=- rpm=400 tpm=- rate_share=300/-`,
+		plainLine(f))
+	var b bytes.Buffer
+	require.NoError(t, renderLive(&b, "t", f, newHistory(10)))
+	require.Contains(t, b.String(), "rates per minute: requests 400 (max 400)  tokens -  Σ rate share 300/-\n")
+	k.RPM, k.RPMLimit, k.SumRPMShare = nil, nil, 0
+	require.NotContains(t, plainLine(frame{Key: k}), "rpm=", "no rate, no rate fields")
+}

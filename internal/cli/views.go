@@ -2,6 +2,7 @@ package cli
 
 import (
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,6 +32,16 @@ type keyView struct {
 	// LearningUntil is set while the key is in learning mode.
 	LearningUntil *time.Time `json:"learning_until"`
 	Drains        []string   `json:"drains"`
+	// RPM and TPM are the key's request and token rates per minute as the
+	// newest heartbeat computed them, nil for none; RPMLimit and TPMLimit
+	// the operator's, nil for none; SumRPMShare and SumTPMShare the
+	// members' rate shares added up.
+	RPM         *int64 `json:"rpm"`
+	TPM         *int64 `json:"tpm"`
+	RPMLimit    *int64 `json:"rpm_limit"`
+	TPMLimit    *int64 `json:"tpm_limit"`
+	SumRPMShare int64  `json:"sum_rpm_share"`
+	SumTPMShare int64  `json:"sum_tpm_share"`
 }
 
 func newKeyView(k coord.KeyInfo) keyView {
@@ -49,6 +60,12 @@ func newKeyView(k coord.KeyInfo) keyView {
 		HeldRows:    k.HeldRows,
 		HeldReserve: k.HeldReserve,
 		Drains:      k.Drains,
+		RPM:         optRate(k.Rate.Requests),
+		TPM:         optRate(k.Rate.Tokens),
+		RPMLimit:    optRate(k.RateLimit.Requests),
+		TPMLimit:    optRate(k.RateLimit.Tokens),
+		SumRPMShare: k.SumRateShare.Requests,
+		SumTPMShare: k.SumRateShare.Tokens,
 	}
 	if v.Drains == nil {
 		v.Drains = []string{}
@@ -66,21 +83,50 @@ func newKeyView(k coord.KeyInfo) keyView {
 
 var keyColumns = []string{"KEY", "L_GLOBAL", "MIN", "MAX", "NODES", "SHARE", "INFLIGHT", "UTIL", "HELD", "MODE"}
 
-func (v keyView) cells() []string {
+// keyRateColumns go before MODE when a key has a rate.
+var keyRateColumns = []string{"RPM", "TPM", "RATE_SHARE"}
+
+// rateDims reports on which dimensions (requests, tokens) the key has a
+// rate: there a share of 0 paces a node to nothing; elsewhere it means no
+// pacing.
+func (v keyView) rateDims() [2]bool { return [2]bool{v.RPM != nil, v.TPM != nil} }
+
+// hasRates reports whether the key has a rate of its own, an operator's
+// rate or members with a rate share.
+func (v keyView) hasRates() bool {
+	return v.RPM != nil || v.TPM != nil || v.RPMLimit != nil || v.TPMLimit != nil ||
+		v.SumRPMShare != 0 || v.SumTPMShare != 0
+}
+
+func (v keyView) cells(rates bool) []string {
 	mode := "normal"
 	if v.LearningUntil != nil {
 		mode = "learning"
 	}
-	return []string{cell(v.Key), strconv.Itoa(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
+	out := []string{cell(v.Key), strconv.Itoa(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
 		strconv.Itoa(v.LiveNodes), strconv.Itoa(v.SumShare), strconv.Itoa(v.SumInflight), percent(v.Utilization),
-		strconv.Itoa(v.HeldReserve), mode}
+		strconv.Itoa(v.HeldReserve)}
+	if rates {
+		out = append(out, rateWithLimit(v.RPM, v.RPMLimit), rateWithLimit(v.TPM, v.TPMLimit),
+			sharePair(v.SumRPMShare, v.SumTPMShare, v.rateDims()))
+	}
+	return append(out, mode)
 }
 
-// writeKeysTable writes keys as a table.
+// writeKeysTable writes keys as a table; the rate columns appear when a key
+// has a rate.
 func writeKeysTable(w io.Writer, keys []keyView) error {
-	t := newTable(w, keyColumns...)
+	rates := false
 	for _, k := range keys {
-		t.row(k.cells()...)
+		rates = rates || k.hasRates()
+	}
+	columns := keyColumns
+	if rates {
+		columns = slices.Insert(slices.Clone(keyColumns), len(keyColumns)-1, keyRateColumns...)
+	}
+	t := newTable(w, columns...)
+	for _, k := range keys {
+		t.row(k.cells(rates)...)
 	}
 	return t.flush()
 }
@@ -114,6 +160,24 @@ type nodeView struct {
 	Departed         bool              `json:"departed"`
 	Fenced           bool              `json:"fenced"`
 	Labels           map[string]string `json:"labels"`
+	// The node's rates per minute, requests (rpm) and tokens (tpm): its
+	// rate share (granted), its rate demand, its own estimate of the key's
+	// rate (nil when it learned none), what the row holds back from the
+	// others' rate shares now, and the largest rate share granted since
+	// the node's last acknowledgement.
+	RPMShare   int64  `json:"rpm_share"`
+	TPMShare   int64  `json:"tpm_share"`
+	RPMDemand  int64  `json:"rpm_demand"`
+	TPMDemand  int64  `json:"tpm_demand"`
+	RPMLocal   *int64 `json:"rpm_local"`
+	TPMLocal   *int64 `json:"tpm_local"`
+	RPMReserve int64  `json:"rpm_reserve"`
+	TPMReserve int64  `json:"tpm_reserve"`
+	RPMHigh    int64  `json:"rpm_high"`
+	TPMHigh    int64  `json:"tpm_high"`
+
+	// keyRates is the key's rateDims, for the rate share cells.
+	keyRates [2]bool
 
 	leaseRemaining, holdRemaining, heartbeatAge time.Duration
 }
@@ -150,16 +214,28 @@ func newNodeView(n coord.NodeInfo) nodeView {
 		Departed:         n.Departed,
 		Fenced:           n.LeaseRemaining <= 0,
 		Labels:           labels,
+		RPMShare:         n.RateShare.Requests,
+		TPMShare:         n.RateShare.Tokens,
+		RPMDemand:        n.RateDemand.Requests,
+		TPMDemand:        n.RateDemand.Tokens,
+		RPMLocal:         optRate(n.RateLocal.Requests),
+		TPMLocal:         optRate(n.RateLocal.Tokens),
+		RPMReserve:       n.RateReserve.Requests,
+		TPMReserve:       n.RateReserve.Tokens,
+		RPMHigh:          n.RateHigh.Requests,
+		TPMHigh:          n.RateHigh.Tokens,
 		leaseRemaining:   n.LeaseRemaining,
 		holdRemaining:    n.HoldRemaining,
 		heartbeatAge:     n.HeartbeatAge,
 	}
 }
 
-func newNodeViews(nodes []coord.NodeInfo) []nodeView {
+// newNodeViews describes the rows of key k.
+func newNodeViews(k keyView, nodes []coord.NodeInfo) []nodeView {
 	out := make([]nodeView, len(nodes))
 	for i, n := range nodes {
 		out[i] = newNodeView(n)
+		out[i].keyRates = k.rateDims()
 	}
 	return out
 }
@@ -167,7 +243,18 @@ func newNodeViews(nodes []coord.NodeInfo) []nodeView {
 var nodeColumns = []string{"NODE", "INSTANCE", "L_LOCAL", "SHARE", "INFLIGHT", "DEMAND", "RESERVE", "GEN", "LEASE",
 	"HOLD", "HEARTBEAT", "STATUS", "FENCED", "LABELS"}
 
-func (v nodeView) cells() []string {
+// nodeRateColumns go after RESERVE when a row has a rate: each is
+// requests/tokens per minute.
+var nodeRateColumns = []string{"RATE_SHARE", "RATE_DEMAND", "RATE_LOCAL"}
+
+// hasRates reports whether the row has a rate share, a rate demand or a
+// rate estimate.
+func (v nodeView) hasRates() bool {
+	return v.RPMShare != 0 || v.TPMShare != 0 || v.RPMDemand != 0 || v.TPMDemand != 0 ||
+		v.RPMLocal != nil || v.TPMLocal != nil
+}
+
+func (v nodeView) cells(rates bool) []string {
 	lease := "expired"
 	if !v.Fenced {
 		lease = shortDuration(v.leaseRemaining)
@@ -184,19 +271,34 @@ func (v nodeView) cells() []string {
 	if v.Fenced {
 		fenced = "yes"
 	}
-	return []string{
+	out := []string{
 		cell(v.NodeID), cell(instance), strconv.Itoa(v.LLocal), strconv.Itoa(v.Share), strconv.Itoa(v.Inflight),
 		strconv.Itoa(v.Demand), strconv.Itoa(v.Reserve),
-		strconv.FormatInt(v.GrantedGen, 10) + "/" + strconv.FormatInt(v.AppliedGen, 10),
-		lease, hold, shortDuration(v.heartbeatAge) + " ago", v.Status, fenced, cell(labelsString(v.Labels)),
 	}
+	if rates {
+		out = append(out, sharePair(v.RPMShare, v.TPMShare, v.keyRates), ratePair(v.RPMDemand, v.TPMDemand),
+			ratePair(deref(v.RPMLocal), deref(v.TPMLocal)))
+	}
+	return append(out,
+		strconv.FormatInt(v.GrantedGen, 10)+"/"+strconv.FormatInt(v.AppliedGen, 10),
+		lease, hold, shortDuration(v.heartbeatAge)+" ago", v.Status, fenced, cell(labelsString(v.Labels)),
+	)
 }
 
-// writeNodesTable writes nodes as a table.
+// writeNodesTable writes nodes as a table; the rate columns appear when a
+// row has a rate.
 func writeNodesTable(w io.Writer, nodes []nodeView) error {
-	t := newTable(w, nodeColumns...)
+	rates := false
 	for _, n := range nodes {
-		t.row(n.cells()...)
+		rates = rates || n.hasRates()
+	}
+	columns := nodeColumns
+	if rates {
+		columns = slices.Insert(slices.Clone(nodeColumns), slices.Index(nodeColumns, "RESERVE")+1, nodeRateColumns...)
+	}
+	t := newTable(w, columns...)
+	for _, n := range nodes {
+		t.row(n.cells(rates)...)
 	}
 	return t.flush()
 }
@@ -208,14 +310,83 @@ type limitsView struct {
 	MaxLimit  *int   `json:"max_limit"`
 	LGlobal   int    `json:"l_global"`
 	Aggregate string `json:"aggregate"`
+	// RPMLimit and TPMLimit are the operator's rates per minute, RPM and
+	// TPM the key's as the newest heartbeat computed them; nil for none.
+	RPMLimit *int64 `json:"rpm_limit"`
+	TPMLimit *int64 `json:"tpm_limit"`
+	RPM      *int64 `json:"rpm"`
+	TPM      *int64 `json:"tpm"`
 }
 
 func newLimitsView(k coord.KeyInfo) limitsView {
-	return limitsView{Key: k.Key, MinLimit: k.MinLimit, MaxLimit: k.MaxLimit, LGlobal: k.LGlobal, Aggregate: string(k.Aggregate)}
+	return limitsView{Key: k.Key, MinLimit: k.MinLimit, MaxLimit: k.MaxLimit, LGlobal: k.LGlobal, Aggregate: string(k.Aggregate),
+		RPMLimit: optRate(k.RateLimit.Requests), TPMLimit: optRate(k.RateLimit.Tokens),
+		RPM: optRate(k.Rate.Requests), TPM: optRate(k.Rate.Tokens)}
 }
 
 func writeLimitsTable(w io.Writer, v limitsView) error {
-	t := newTable(w, "KEY", "MIN", "MAX", "L_GLOBAL", "AGGREGATE")
-	t.row(cell(v.Key), optInt(v.MinLimit), optInt(v.MaxLimit), strconv.Itoa(v.LGlobal), v.Aggregate)
+	t := newTable(w, "KEY", "MIN", "MAX", "L_GLOBAL", "AGGREGATE", "RPM", "TPM")
+	t.row(cell(v.Key), optInt(v.MinLimit), optInt(v.MaxLimit), strconv.Itoa(v.LGlobal), v.Aggregate,
+		rateWithLimit(v.RPM, v.RPMLimit), rateWithLimit(v.TPM, v.TPMLimit))
 	return t.flush()
+}
+
+// optRate is a rate per minute with 0 (none) as nil.
+func optRate(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func deref(v *int64) int64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+// rateWithLimit formats a key's rate and the operator's: "600", "540 (max
+// 600)", "- (max 600)" before a heartbeat has computed the key's rate, "-"
+// for none.
+func rateWithLimit(rate, limit *int64) string {
+	s := optInt64(rate)
+	if limit != nil {
+		s += " (max " + strconv.FormatInt(*limit, 10) + ")"
+	}
+	return s
+}
+
+// ratePair formats requests and tokens per minute as "600/90000", "600/-"
+// ("-" is none), or "-" when both are 0.
+func ratePair(requests, tokens int64) string {
+	if requests == 0 && tokens == 0 {
+		return "-"
+	}
+	return optInt64(optRate(requests)) + "/" + optInt64(optRate(tokens))
+}
+
+// sharePair formats rate shares as requests/tokens per minute: on a
+// dimension where the key has a rate (dims) the number, 0 included (the
+// node may send nothing); elsewhere "-" (no pacing). "-" alone when the key
+// has no rate.
+func sharePair(requests, tokens int64, dims [2]bool) string {
+	if !dims[0] && !dims[1] && requests == 0 && tokens == 0 {
+		return "-"
+	}
+	f := func(v int64, has bool) string {
+		if !has && v == 0 {
+			return "-"
+		}
+		return strconv.FormatInt(v, 10)
+	}
+	return f(requests, dims[0]) + "/" + f(tokens, dims[1])
+}
+
+// optInt64 formats an optional number: "-" for nil.
+func optInt64(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*v, 10)
 }

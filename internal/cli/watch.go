@@ -98,7 +98,8 @@ func readFrame(ctx context.Context, admin coord.Admin, key string) (frame, error
 	if err != nil {
 		return frame{}, adminError(err, key, "")
 	}
-	return frame{Time: time.Now(), Key: newKeyView(k), Nodes: newNodeViews(nodes)}, nil
+	kv := newKeyView(k)
+	return frame{Time: time.Now(), Key: kv, Nodes: newNodeViews(kv, nodes)}, nil
 }
 
 // view shows a sequence of frames: redrawn in place on a terminal, else
