@@ -89,7 +89,9 @@ func (n *Node) minEagerGap() time.Duration {
 
 // eagerDue reports whether an early heartbeat should go now: after a share
 // was lowered (to acknowledge it, and again once in-flight has drained
-// under it, so the coordinator frees the difference for others), or when
+// under it, so the coordinator frees the difference for others), when
+// requests wait for a rate share of 0 (the node had no rate demand at its
+// last report), or when
 // the share caps the node below both its demand and a fair split (once a
 // period, to claim capacity others have released).
 func (n *Node) eagerDue(now time.Time) bool {
@@ -99,7 +101,7 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.phase != phaseRunning || !n.joined || now.Sub(n.lastSend) < n.minEagerGap() {
 		return false
 	}
-	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
+	if n.ackDue || (n.lowered && snap.Inflight <= n.share) || n.rateStarved() {
 		return true
 	}
 	demand := min(snap.Inflight, coord.MaxCount) + min(snap.QueuedWeight, coord.MaxCount) + n.unmet

@@ -39,13 +39,21 @@ type RateConfig struct {
 	// key; with Learn, Learner.SeedRate is required.
 	Learner pace.LearnerConfig
 	// Burst is how long a node's share may be saved up and spent at once:
-	// its buckets hold share×Burst. Defaults to 1s. Must be in (0, Window].
+	// its buckets hold share×Burst. Defaults to Window/60 (1s for a quota
+	// per minute). Must be in (0, Window].
 	Burst time.Duration
 	// Window is the window of the provider's quota: 1m for a quota per
 	// minute (the default). The node paces to share × Window/(Window+Burst),
 	// so that what its buckets save up cannot carry any window past the
 	// share. Must be in [1s, 24h].
 	Window time.Duration
+	// Headroom is the fraction of its share a node leaves unused, for the
+	// jitter between when it sends a request and when the provider counts
+	// it: without it a fleet pacing exactly to the quota fills the window
+	// to the last request, and a request delayed on its way lands in the
+	// next window. Defaults to 0.01. Must be in [0, 0.5]; set a tiny
+	// positive value for none.
+	Headroom float64
 }
 
 func (c RateConfig) withDefaults() RateConfig {
@@ -53,7 +61,10 @@ func (c RateConfig) withDefaults() RateConfig {
 		c.Window = time.Minute
 	}
 	if c.Burst == 0 {
-		c.Burst = time.Second
+		c.Burst = c.Window / 60
+	}
+	if c.Headroom == 0 {
+		c.Headroom = 0.01
 	}
 	c.Learner.NeedSaturation = true
 	return c
@@ -63,6 +74,9 @@ func (c RateConfig) validate() error {
 	var errs []error
 	if c.Window < time.Second || c.Window > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Window = %v, want [1s, 24h]", c.Window))
+	}
+	if !(c.Headroom >= 0 && c.Headroom <= 0.5) {
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Headroom = %v, want [0, 0.5]", c.Headroom))
 	}
 	if c.Burst <= 0 || c.Burst > c.Window {
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want (0, Window] = (0, %v]", c.Burst, c.Window))
@@ -196,6 +210,18 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	return t, time.Now(), nil
 }
 
+// rateStarved reports whether requests wait for a rate of which the node
+// has no share: it had no rate demand when it last reported.
+func (n *Node) rateStarved() bool {
+	r := n.rate
+	if r.waiting.Load() == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keyRate.Requests > 0 && r.share.Requests == 0 || r.keyRate.Tokens > 0 && r.share.Tokens == 0
+}
+
 // saturated tells the learner that requests wanted more than the rate.
 func (n *Node) saturated(now time.Time) {
 	if !n.cfg.Rate.Learn {
@@ -253,6 +279,9 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range r.avgDemand {
+		if r.avgDemand[i] == 0 {
+			r.avgDemand[i] = want[i] // the first demand seen, not a ramp from nothing
+		}
 		r.avgDemand[i] = r.avgDemand[i]*keep + want[i]*(1-keep)
 		want[i] = max(want[i], r.avgDemand[i])
 	}
@@ -287,7 +316,7 @@ func (n *Node) applyRates(now time.Time, g coord.Grant) {
 		}
 	}
 	r.keyRate, r.share = g.Rate, g.RateShare
-	scale := float64(r.cfg.Window) / float64(r.cfg.Window+r.cfg.Burst)
+	scale := (1 - r.cfg.Headroom) * float64(r.cfg.Window) / float64(r.cfg.Window+r.cfg.Burst)
 	perSecond := func(key, share int64) float64 {
 		if key == 0 {
 			return pace.Unlimited

@@ -84,6 +84,7 @@ var sections = []section{
 	{name: "fleet-latency", title: "5. Fleet: a provider whose latency grows with its load", run: runFleetLatency},
 	{name: "liveness", title: "6. Liveness", run: runLiveness},
 	{name: "fleet400", title: "7. Fleet: four nodes at C = 400", run: runFleet400},
+	{name: "rates", title: "8. Rate budgets", run: runRates},
 }
 
 // SectionNames returns the names Options.Only accepts.
