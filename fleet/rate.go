@@ -27,7 +27,9 @@ import (
 type RateConfig struct {
 	// Learn makes the node learn the key's request rate from the 429s it
 	// sees — seed 001's loop, package pace's Learner, with
-	// LearnerConfig.NeedSaturation forced on — and report it as its
+	// LearnerConfig.NeedSaturation forced on and HoldAfterCut defaulting
+	// to Window (a sliding window's 429s lag the rate that caused them by
+	// up to a window) — and report it as its
 	// estimate of the key's whole rate; the key's rate is the aggregate of
 	// the nodes' estimates (its lower median, by default), capped by the
 	// operator's. The first grant warm-starts the learner at the key's
@@ -67,6 +69,9 @@ func (c RateConfig) withDefaults() RateConfig {
 		c.Headroom = 0.01
 	}
 	c.Learner.NeedSaturation = true
+	if c.Learner.HoldAfterCut == 0 {
+		c.Learner.HoldAfterCut = c.Window
+	}
 	return c
 }
 
@@ -224,14 +229,7 @@ func (n *Node) rateStarved() bool {
 
 // saturated tells the learner that requests wanted more than the rate.
 func (n *Node) saturated(now time.Time) {
-	if !n.cfg.Rate.Learn {
-		return
-	}
-	r := n.rate
-	r.mu.Lock()
-	l := r.learner
-	r.mu.Unlock()
-	if l != nil {
+	if l := n.learner(); l != nil {
 		l.Saturated(now)
 	}
 }
@@ -239,16 +237,21 @@ func (n *Node) saturated(now time.Time) {
 // observeRate records a request's outcome for the learner: whether the
 // upstream refused it for its rate (a 429, or a drop).
 func (n *Node) observeRate(now time.Time, limited bool) {
+	if l := n.learner(); l != nil {
+		l.Record(now, limited)
+	}
+}
+
+// learner is the node's learner, nil unless it learns; it costs nothing
+// then.
+func (n *Node) learner() *pace.Learner {
 	if !n.cfg.Rate.Learn {
-		return
+		return nil
 	}
 	r := n.rate
 	r.mu.Lock()
-	l := r.learner
-	r.mu.Unlock()
-	if l != nil {
-		l.Record(now, limited)
-	}
+	defer r.mu.Unlock()
+	return r.learner
 }
 
 // demandMemory is the time constant over which a node's rate demand

@@ -2,7 +2,8 @@
 // the 429s it causes (Learner), or one it is given, enforced locally for
 // requests and for tokens (Bucket, Pacer). It is the per-node half of
 // fleet-wide rate budgets; sharing a rate across a fleet — folding the
-// nodes' learned rates, handing each a share — is not done here.
+// nodes' learned rates, handing each a share — is package coord's, and
+// package fleet puts the two together (fleet.RateConfig).
 //
 // # Learning a rate
 //
@@ -79,8 +80,8 @@
 // node may go on with up to 10% of its requests refused; a lower
 // TargetErrorPct trades quota used for fewer 429s.
 //
-// These are the per-node pieces of sharing a rate quota across a fleet;
-// fleet.Node does not use them yet. The repository's design document,
-// docs/design.md, describes the protocol by which a fleet shares its
-// concurrency, which rate shares are to follow.
+// These are the per-node pieces of sharing a rate quota across a fleet:
+// fleet.Node paces to its share with a Pacer and learns with a Learner
+// (NeedSaturation on). The repository's design document, docs/design.md
+// §17, describes how a fleet shares its rates.
 package pace

@@ -53,6 +53,13 @@ type LearnerConfig struct {
 	// nodes need it: a node that sends less than its share would otherwise
 	// raise its estimate of the fleet's rate without ever testing it.
 	NeedSaturation bool
+	// HoldAfterCut, when > 0, holds the rate for this long after a cut:
+	// periods that end within it may cut again but not raise it. A quota
+	// counted over a sliding window answers 429 up to a window after the
+	// rate that filled it, so a rate raised at once after a cut is raised
+	// on stale evidence; set it to the quota's window. Must be >= 0.
+	// Defaults to 0.
+	HoldAfterCut time.Duration
 	// MinRequests is the fewest requests a period needs to be judged; a
 	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
 	// Defaults to 1.
@@ -107,6 +114,8 @@ func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
 		return cfg, fmt.Errorf("pace: LearnerConfig.BackoffMul must be > 1 and finite, got %v", cfg.BackoffMul)
 	case !(cfg.SpeedupStep > 0) || !finite(cfg.SpeedupStep):
 		return cfg, fmt.Errorf("pace: LearnerConfig.SpeedupStep must be > 0 and finite, got %v", cfg.SpeedupStep)
+	case cfg.HoldAfterCut < 0:
+		return cfg, fmt.Errorf("pace: LearnerConfig.HoldAfterCut must be >= 0, got %v", cfg.HoldAfterCut)
 	case cfg.MinRequests < 0:
 		return cfg, fmt.Errorf("pace: LearnerConfig.MinRequests must be >= 0, got %d", cfg.MinRequests)
 	}
@@ -190,6 +199,8 @@ type Learner struct {
 	// caps the rate when > 0 (SetCeiling).
 	saturated bool
 	ceiling   float64
+	cutAt     time.Time // end of the period of the last cut
+	cut       bool
 }
 
 // NewLearner returns a Learner whose first period starts at now. It
@@ -300,7 +311,9 @@ func (l *Learner) advanceLocked(now time.Time) {
 		case c.ErrorPct > l.cfg.TargetErrorPct:
 			c.Action = Decreased
 			l.rate = max(l.cfg.MinRate, l.rate/l.cfg.BackoffMul)
-		case c.ErrorPct < l.cfg.RecoverPct && (l.saturated || !l.cfg.NeedSaturation):
+			l.cut, l.cutAt = true, end
+		case c.ErrorPct < l.cfg.RecoverPct && (l.saturated || !l.cfg.NeedSaturation) &&
+			!(l.cut && end.Sub(l.cutAt) < l.cfg.HoldAfterCut):
 			c.Action = Increased
 			l.rate = min(l.cfg.MaxRate, l.rate+l.cfg.SpeedupStep)
 		default:

@@ -204,3 +204,20 @@ func TestLearnerCeiling(t *testing.T) {
 	}
 	require.Equal(t, 12.0, l.Rate(at(11*time.Second)))
 }
+
+// TestLearnerHoldAfterCut: after a cut, good periods within HoldAfterCut
+// hold the rate; a bad one still cuts; after it, the rate grows again.
+func TestLearnerHoldAfterCut(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30, HoldAfterCut: 10 * time.Second})
+	require.NoError(t, l.RecordN(at(time.Second), 100, 50))
+	require.Equal(t, 20.0, l.Rate(at(5*time.Second)), "cut at the period ending at 5s")
+	require.NoError(t, l.RecordN(at(6*time.Second), 100, 0))
+	require.Equal(t, 20.0, l.Rate(at(10*time.Second)), "5s after the cut: held")
+	c, _ := l.LastCheck(at(10 * time.Second))
+	require.Equal(t, Held, c.Action)
+	require.NoError(t, l.RecordN(at(11*time.Second), 100, 0))
+	require.Equal(t, 22.0, l.Rate(at(15*time.Second)), "10s after the cut: raised")
+	_, err := NewLearner(LearnerConfig{SeedRate: 1, HoldAfterCut: -time.Second}, epoch)
+	require.ErrorContains(t, err, "HoldAfterCut must be >= 0")
+}

@@ -64,7 +64,9 @@ heartbeat %v:
 
 **used** is the mean over the run's complete %v windows of the binding dimension's accepted ÷ quota;
 **429s** the share of requests answered 429; **peak** the fullest the sliding window got, as a
-multiple of the quota; **heartbeats** the fleetlimit nodes' heartbeats per node per heartbeat
+multiple of the quota (the provider refuses above it, so the overshoot of a way shows in its
+429s and in **sent ÷ accepted**, the requests it sent per request the provider took);
+**heartbeats** the fleetlimit nodes' heartbeats per node per heartbeat
 interval, whatever the request rate (%d requests a second asked for at most).
 
 `, len(sc.Workers), joinInts(sc.Workers), sc.Latency, sc.Window, sc.Tokens/2, 3*sc.Tokens/2, sc.Tokens,
@@ -73,14 +75,15 @@ interval, whatever the request rate (%d requests a second asked for at most).
 		sc.Learner.RecoverPct, sc.Learner.SeedRate,
 		sc.Learner.MinRate, sc.Learner.MaxRate, bench.RateStatic, len(sc.Workers), bench.RatePerPod,
 		sc.Window, sumInts(sc.Workers)*int(time.Second/sc.Latency))
-	t := &table{header: []string{"way", "used", "429s", "peak ÷ quota", "accepted", "refused", "heartbeats / node / interval"}, align: []byte("lrrrrrr")}
+	t := &table{header: []string{"way", "used", "429s", "peak ÷ quota", "accepted", "refused", "sent ÷ accepted", "heartbeats / node / interval"}, align: []byte("lrrrrrrr")}
 	for _, r := range results {
 		beats := "–"
 		if r.Heartbeats > 0 {
 			beats = fmt.Sprintf("%.2f", float64(r.Heartbeats)/float64(len(sc.Workers))/(r.Elapsed.Seconds()/sc.Heartbeat.Seconds()))
 		}
 		t.add(r.Way.String(), fmt.Sprintf("%.1f %%", 100*r.Used()), fmt.Sprintf("%.2f %%", 100*r.RefusedFraction()),
-			fmt.Sprintf("%.2f", r.PeakOver()), fmt.Sprint(r.Accepted.Requests), fmt.Sprint(r.Refused.Requests), beats)
+			fmt.Sprintf("%.2f", r.PeakOver()), fmt.Sprint(r.Accepted.Requests), fmt.Sprint(r.Refused.Requests),
+			fmt.Sprintf("%.2f", ratioOf(r.Accepted.Requests+r.Refused.Requests, r.Accepted.Requests)), beats)
 	}
 	b.WriteString(t.String())
 	b.WriteString("\nPer window (used of the binding dimension, 429s in the window):\n\n")
