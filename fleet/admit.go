@@ -97,10 +97,13 @@ func (n *Node) TryAcquire() (Lease, bool) {
 
 // TryAcquireRequest admits r if its weight fits under the node's limit
 // now and no waiter would be admitted before it (see
-// adaptive.Limiter.TryAcquireRequest). It never waits. The Lease's Context
-// ends at the request's hard bound. It returns adaptive.ErrWouldWait when
-// r does not fit now (counted, with r's weight, as demand the node could
-// not serve), adaptive.ErrPaused while admission is paused, errors
+// adaptive.Limiter.TryAcquireRequest) and, on a key with rates, the node's
+// rate shares allow one more request now (it debits no token estimate;
+// settle its tokens with Lease.SettleTokens). It never waits. The Lease's
+// Context ends at the request's hard bound. It returns
+// adaptive.ErrWouldWait when r does not fit now (counted, with r's weight,
+// as demand the node could not serve) or the rate share is spent,
+// adaptive.ErrPaused while admission is paused, errors
 // wrapping adaptive.ErrInvalidRequest for a weight below 1 and
 // adaptive.ErrTooHeavy for one above the limiter's MaxLimit or the key's
 // L_global (the latter counted as demand, as in AcquireRequest), and
