@@ -6,6 +6,8 @@
 #                                          exhaustively, then every mutant
 #   spec/run.sh full     (make spec-full)  the larger configuration
 #   spec/run.sh mutants                    the mutants only
+#   spec/run.sh rate                       the rate model only (rate.pml):
+#                                          its configurations and mutants
 #   spec/run.sh live     (make spec-live)  the liveness claims under weak
 #                                          fairness
 #
@@ -34,12 +36,25 @@ BASE="-DNN=2 -DLLO=1 -DLHI=1 -DOPMAX=1 -DOPTOGGLE=0 -DNREP=1 -DDUP=0 -DDSLACK=0
 # default: clocks that drift and freeze, leases that lapse, the fence,
 #          requests that outlive the lease (the node's clock stands still).
 # drain:   drain and undrain across lapses.
+# The rate model (rate.pml): two node ids, the key's rate R = 3 (two
+# nodes with demand are each targeted 2, so the targets overbook R and the
+# cap decides), rate demand 0..1, leases of 2 ticks, margin 1, clocks that
+# drift by 1 and stand still, one report of a node id in the network at a
+# time, heartbeats that issue a generation for the concurrency share only.
+# rate:        Stop and leave, crash, restart as a new instance; R fixed.
+# rate-change: the operator moves R within 1..3 (no Stop, no crash).
+RBASE="-DNN=2 -DRINIT=3 -DDMAX=1 -DTTL=2 -DMARGIN=1 -DDRIFT=1 -DNREP=1 -DCGEN=1"
 declare -A CONF=(
 	[default]="$BASE -DDRIFT=1"
 	[drain]="$BASE -DDRAIN=1"
 	[full]="$BASE -DDRIFT=1 -DDRAIN=1"
+	[rate]="$RBASE -DSTOP=1 -DCRASH=1"
+	[rate-change]="$RBASE -DSTOP=0 -DCRASH=0 -DRCHANGE=1 -DRLO=1 -DRHI=3"
 )
-SAFETY=(default drain)
+SAFETY=(default drain rate rate-change)
+RATESAFETY=(rate rate-change)
+# The model file of each configuration and mutant (default fleet.pml).
+declare -A MODEL=([rate]=rate.pml [rate-change]=rate.pml [MUT_RATE_EAGER]=rate.pml [MUT_RATE_HOLD_NONE]=rate.pml)
 # Extra pan compile flags: the full configuration's states are stored
 # compressed (-DCOLLAPSE, lossless) to fit in about 10 GB.
 declare -A CCONF=([full]="-DCOLLAPSE")
@@ -48,7 +63,8 @@ declare -A CCONF=([full]="-DCOLLAPSE")
 # searched in, and the search depth bound (a bounded depth-first search
 # finds a short counterexample quickly; a mutant only needs one).
 MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
-	MUT_LEAVE_SHORTENS)
+	MUT_LEAVE_SHORTENS MUT_RATE_EAGER MUT_RATE_HOLD_NONE)
+RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE)
 declare -A MCONF=(
 	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
 	[MUT_TIMER_FENCE]="$BASE -DDRIFT=1"
@@ -57,6 +73,8 @@ declare -A MCONF=(
 	[MUT_NO_EPOCH]="$BASE -DFMAX=1 -DKEYLOSS=0 -DLAGMAX=2"
 	[MUT_ACKED_RESERVE]="$BASE -DDRAIN=1"
 	[MUT_LEAVE_SHORTENS]="$BASE -DSTOP=1 -DDRIFT=1"
+	[MUT_RATE_EAGER]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
+	[MUT_RATE_HOLD_NONE]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 )
 declare -A MDEPTH=(
 	[MUT_NO_HOLD]=10000
@@ -66,7 +84,14 @@ declare -A MDEPTH=(
 	[MUT_NO_EPOCH]=200
 	[MUT_ACKED_RESERVE]=20000
 	[MUT_LEAVE_SHORTENS]=10000
+	[MUT_RATE_EAGER]=40
+	[MUT_RATE_HOLD_NONE]=40
 )
+# The rate mutants' searches look for the shortest counterexample within
+# their depth (pan -i, compiled with -DREACH); -DNOLEMMA above leaves the
+# per-node lemma out, so that the counterexample is one of the sum.
+declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
+declare -A MCC=([MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH")
 declare -A MDESC=(
 	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
 	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
@@ -75,6 +100,8 @@ declare -A MDESC=(
 	[MUT_NO_EPOCH]="(e) no new epoch after the database lost state"
 	[MUT_ACKED_RESERVE]="(f) the reserve is the acknowledged share only"
 	[MUT_LEAVE_SHORTENS]="(g) a departure's hold replaces the row's, and no padding for clock rates"
+	[MUT_RATE_EAGER]="(h) the rate reserve is the granted rate share only (no RateHigh)"
+	[MUT_RATE_HOLD_NONE]="(i) no fence margin for the rate: a node paces to its lease end on its own clock"
 )
 
 # Liveness (-DLIVE, fleet.pml's ltl claims), under weak fairness, after
@@ -100,17 +127,18 @@ declare -A LEXPECT=([share]=pass [partition]=pass [fall]=pass [share-evicted]=vi
 
 failed=0
 
-# search NAME FLAGS DEPTH [CFLAGS]: compiles and runs pan in work/NAME; the result
-# is in work/NAME/pan.out.
+# search NAME FLAGS DEPTH [CFLAGS [PANFLAGS]]: compiles and runs pan on
+# MODEL[NAME] (fleet.pml) in work/NAME; the result is in work/NAME/pan.out.
 search() {
-	local name=$1 flags=$2 depth=$3 cflags=${4:-} dir=work/$1
+	local name=$1 flags=$2 depth=$3 cflags=${4:-} panflags=${5:-} dir=work/$1 model=${MODEL[$1]:-fleet.pml}
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	cp ./*.pml "$dir"/
 	# shellcheck disable=SC2086
-	(cd "$dir" && spin -a $flags fleet.pml >spin.out 2>&1) || { cat "$dir/spin.out"; return 1; }
+	(cd "$dir" && spin -a $flags "$model" >spin.out 2>&1) || { cat "$dir/spin.out"; return 1; }
 	(cd "$dir" && $CC -O2 -w -DSAFETY -DMEMLIM="$MEMLIM" $cflags -o pan pan.c) || return 1
-	(cd "$dir" && ./pan -m"$depth" -w26 -c1 >pan.out 2>&1) || true
+	# shellcheck disable=SC2086
+	(cd "$dir" && ./pan -m"$depth" -w26 -c1 $panflags >pan.out 2>&1) || true
 }
 
 # stat FILE WHAT: a number from pan's report.
@@ -134,7 +162,7 @@ safety() {
 	if [ "$(stat "$out" errors)" != 0 ]; then
 		verdict=FAIL
 		grep -m3 -E 'assertion violated|VIOLATION|invalid end state' "$out" || true
-		echo "   replay: cd spec/work/$name && spin -t -p $(echo ${CONF[$name]}) fleet.pml"
+		echo "   replay: cd spec/work/$name && spin -t -p $(echo ${CONF[$name]}) ${MODEL[$name]:-fleet.pml}"
 	elif grep -q -e 'Search not completed' -e 'max search depth too small' -e 'out of memory' "$out"; then
 		verdict=FAIL
 		echo "$name: the search did not complete (see spec/work/$name/pan.out)"
@@ -144,9 +172,9 @@ safety() {
 }
 
 mutant() {
-	local m=$1 out=work/$1/pan.out flags
+	local m=$1 out=work/$1/pan.out flags model=${MODEL[$1]:-fleet.pml}
 	flags="-D$m -DNOSYM ${MCONF[$m]}"
-	search "$m" "$flags" "${MDEPTH[$m]}" || { echo "$m: build failed"; failed=1; return; }
+	search "$m" "$flags" "${MDEPTH[$m]}" "${MCC[$m]:-}" "${MPAN[$m]:-}" || { echo "$m: build failed"; failed=1; return; }
 	if [ "$(stat "$out" errors)" = 0 ]; then
 		report "$m" "NOT REFUTED" "$out"
 		failed=1
@@ -157,12 +185,17 @@ mutant() {
 	# shellcheck disable=SC2086
 	{
 		echo "# ${MDESC[$m]}"
-		echo "# spin -a -D$m -DNOSYM $(echo ${MCONF[$m]}) fleet.pml; pan -m${MDEPTH[$m]}"
+		echo "# spin -a -D$m -DNOSYM $(echo ${MCONF[$m]}) $model; pan -m${MDEPTH[$m]}${MPAN[$m]:+ ${MPAN[$m]}}"
 		echo "# $(grep -m1 -E 'assertion violated' "$out")"
-		(cd "work/$m" && spin -t $flags fleet.pml >replay.out 2>&1) || true
+		(cd "work/$m" && spin -t $flags "$model" >replay.out 2>&1) || true
 		echo "# $(grep -m1 'trail ends after' "work/$m/replay.out")"
-		echo "# The last steps (spin -t; t is the time in ticks; seqs, instances, epochs and generations"
-		echo "# are renamed by rank, see compress.pml):"
+		if [ "$model" = rate.pml ]; then
+			echo "# The last steps (spin -t; t is the time in ticks; seqs are renamed by rank, and a"
+			echo "# generation is 1 when it is the row's newest, 0 when older: see rate.pml, normalize):"
+		else
+			echo "# The last steps (spin -t; t is the time in ticks; seqs, instances, epochs and generations"
+			echo "# are renamed by rank, see compress.pml):"
+		fi
 		sed -n 's/^ *\(\(VIOLATION \)\{0,1\}t=[0-9].*\)$/\1/p' "work/$m/replay.out" |
 			grep -v ' ---- tick$' | tail -n 25
 	} >"trails/$m.txt"
@@ -203,8 +236,12 @@ spec)
 	;;
 full) safety full ;;
 mutants) for m in "${MUTANTS[@]}"; do mutant "$m"; done ;;
+rate)
+	for c in "${RATESAFETY[@]}"; do safety "$c"; done
+	for m in "${RATEMUTANTS[@]}"; do mutant "$m"; done
+	;;
 live) for c in "${LIVE[@]}"; do live "$c"; done ;;
-*) echo "usage: spec/run.sh [spec|full|mutants|live]" >&2; exit 2 ;;
+*) echo "usage: spec/run.sh [spec|full|mutants|rate|live]" >&2; exit 2 ;;
 esac
 if [ "$failed" != 0 ]; then
 	echo "spec: FAILED"
