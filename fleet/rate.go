@@ -343,15 +343,32 @@ func (n *Node) settleTokens(t pace.Ticket, actual int64) error {
 }
 
 // SettleTokens charges the actual token cost of the request behind resp,
-// a response returned by the node's Transport, as Lease.SettleTokens does.
-// It returns an error for a response that did not come through a
-// Transport (its body replaced), and for a negative actual.
+// a response returned through the node's Transport, as Lease.SettleTokens
+// does; it finds the request's debit through resp.Body or, when a client
+// wrapped the body (http.Client with a Timeout does), resp.Request. Call
+// it once per response. It is a no-op for a request that was not paced (a
+// key without rates), and returns an error for a response that came
+// through no fleet Transport, and for a negative actual.
 func SettleTokens(resp *http.Response, actual int64) error {
-	b, ok := resp.Body.(*leaseBody)
-	if !ok {
-		return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
+	if b, ok := resp.Body.(*leaseBody); ok {
+		return b.node.settleTokens(b.ticket, actual)
 	}
-	return b.node.settleTokens(b.ticket, actual)
+	if resp.Request != nil {
+		if ref, ok := resp.Request.Context().Value(ticketKey).(*ticketRef); ok {
+			return ref.node.settleTokens(ref.ticket, actual)
+		}
+	}
+	if actual < 0 {
+		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
+	}
+	return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
+}
+
+// ticketRef is a paced request's debit, kept in the context the Transport
+// sends it with.
+type ticketRef struct {
+	node   *Node
+	ticket pace.Ticket
 }
 
 // stopPacing ends every wait on the pacer: the node admits nothing more

@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"sync"
 	"testing"
@@ -233,4 +235,35 @@ func TestRateConfigValidation(t *testing.T) {
 		_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
 		require.ErrorContains(t, err, tt.want)
 	}
+}
+
+// TestRateSettleTokensThroughClientTimeout: an http.Client with a Timeout
+// wraps the response body; SettleTokens still finds the request's debit,
+// through resp.Request, and charges the actual cost.
+func TestRateSettleTokensThroughClientTimeout(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(srv.Close)
+	c := rateKey(t, 0, 6_000_000)
+	n := startNode(t, c, testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil), Timeout: 10 * time.Second}
+	send := func() *http.Response {
+		req, err := http.NewRequestWithContext(WithTokens(t.Context(), 10), http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	resp := send() // demand, so that the node gets a token share
+	resp.Body.Close()
+	eventually(t, func() bool { return n.Rates().Share.Tokens > 0 }, "a token share")
+	resp = send()
+	_, isLease := resp.Body.(*leaseBody)
+	require.False(t, isLease, "the client wrapped the body")
+	_, before := n.rate.pacer.Levels(time.Now())
+	require.NoError(t, SettleTokens(resp, 1_000_010))
+	_, after := n.rate.pacer.Levels(time.Now())
+	resp.Body.Close()
+	require.Less(t, after, before-900_000, "the under-estimate of 1,000,000 tokens is charged")
+	require.ErrorContains(t, SettleTokens(&http.Response{Body: http.NoBody}, 1), "did not come through a fleet Transport")
 }

@@ -83,6 +83,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithDeadline(req.Context(), bound)
 	var sent atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
+	// For SettleTokens, through resp.Request, should a client wrap the body.
+	ctx = context.WithValue(ctx, ticketKey, &ticketRef{node: t.node, ticket: a.ticket})
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
