@@ -162,6 +162,9 @@ type run struct {
 
 	drainMu  sync.Mutex
 	draining map[string]bool // node ids a drain-across-lapse fault drains now
+	evicting map[string]bool // node ids an evict-restart fault evicts now
+	// failedOver is when the last failover healed (unix nanoseconds).
+	failedOver atomic.Int64
 }
 
 func (r *run) uniform(lo, hi float64) float64 {
@@ -488,6 +491,7 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 
 	case faultEvict:
 		note := ""
+		r.setEvicting(id, true)
 		evictErr := r.db.exec(ctx, `SELECT fleetlimit.evict($1, $2)`, r.key, id)
 		if evictErr != nil {
 			// A node whose row is gone (it is rejoining after an outage
@@ -496,16 +500,24 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 		}
 		// The evicted process stops admitting for good, drains and
 		// leaves; an operator then restarts it. Watch it for a while:
-		// it must never be active again.
+		// it must never be active again. A failover loses the last
+		// second's writes, an eviction too; it evicts again when it
+		// heals, so the node is judged a lease after that.
 		watchUntil := time.Now().Add(r.p.lease + 2*time.Second)
 		for evictErr == nil && time.Now().Before(watchUntil) {
-			if st := proc.latest(); st.Status == "active" && !st.Fenced && st.Share > 0 && st.Time.After(inj.start.Add(r.p.lease)) {
+			since := inj.start
+			if f := time.Unix(0, r.failedOver.Load()); f.After(since) {
+				since = f
+				watchUntil = later(watchUntil, f.Add(r.p.lease+2*time.Second))
+			}
+			if st := proc.latest(); st.Status == "active" && !st.Fenced && st.Share > 0 && st.Time.After(since.Add(r.p.lease)) {
 				r.revived.Add(1)
 				r.find(kind, "%s admitting again after its eviction: %+v", id, st)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		r.setEvicting(id, false) // before the restart, which a failover must not evict
 		st := proc.latest()
 		row := r.rowFlag(ctx, "evicted", id)
 		proc.kill()
@@ -560,9 +572,39 @@ func (r *run) setDraining(id string, on bool) {
 	r.draining[id] = on
 }
 
-// reapplyDrains drains every running node id a fault drains on purpose
-// and undrains the others; an id without a row or a mark is fine.
+// setEvicting records whether a fault is evicting id.
+func (r *run) setEvicting(id string, on bool) {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	if r.evicting == nil {
+		r.evicting = map[string]bool{}
+	}
+	r.evicting[id] = on
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// reapplyDrains evicts every node id a fault is evicting, drains every
+// running node id a fault drains on purpose and undrains the others; an
+// id without a row or a mark is fine.
 func (r *run) reapplyDrains(ctx context.Context) {
+	r.drainMu.Lock()
+	var evict []string
+	for id, on := range r.evicting {
+		if on {
+			evict = append(evict, id)
+		}
+	}
+	r.drainMu.Unlock()
+	for _, id := range evict {
+		_ = r.db.exec(ctx, `SELECT fleetlimit.evict($1, $2)`, r.key, id)
+	}
 	for _, s := range r.slots {
 		id, _ := s.current()
 		r.drainMu.Lock()
@@ -621,9 +663,11 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 		}
 		r.check(r.db.failover(ctx, time.Second, proxies))
 		// Writes of the last second before the failover are lost, the
-		// operator's too: an undrain or a drain may be undone. Like an
-		// operator after a failover, apply the operator state again.
+		// operator's too: an undrain, a drain or an eviction may be
+		// undone. Like an operator after a failover, apply the operator
+		// state again.
 		r.reapplyDrains(ctx)
+		r.failedOver.Store(time.Now().UnixNano())
 		r.led.heal(inj, "now on %s", r.db.current().Addr())
 		begin := time.Now()
 		r.check(r.db.startReplica(ctx))
