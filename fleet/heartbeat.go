@@ -37,7 +37,7 @@ func (n *Node) loop(ctx context.Context) {
 			return
 		case <-period.C:
 			n.mu.Lock()
-			n.cappedBeat = false
+			n.claimed = false
 			n.mu.Unlock()
 		case <-poll.C:
 			if !n.eagerDue(time.Now()) {
@@ -51,6 +51,10 @@ func (n *Node) loop(ctx context.Context) {
 		if err := n.beat(ctx, n.cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
 			n.log.Debug("heartbeat failed", "err", err)
 		}
+		// Every heartbeat renews the lease, so the next periodic one is
+		// due a whole interval after it: an early heartbeat moves the
+		// period instead of adding to it.
+		period.Reset(n.cfg.HeartbeatInterval)
 	}
 }
 
@@ -87,13 +91,16 @@ func (n *Node) minEagerGap() time.Duration {
 	return n.cfg.HeartbeatInterval / 4
 }
 
-// eagerDue reports whether an early heartbeat should go now: after a share
-// was lowered (to acknowledge it, and again once in-flight has drained
-// under it, so the coordinator frees the difference for others), when
-// requests wait for a rate share of 0 (the node had no rate demand at its
-// last report), or when
-// the share caps the node below both its demand and a fair split (once a
-// period, to claim capacity others have released).
+// eagerDue reports whether an early heartbeat should go now, at least
+// minEagerGap after the last one: after a share was lowered while the key
+// was near its ceiling (to acknowledge it, and again once in-flight has
+// drained under it, so the coordinator frees the difference for others);
+// and, once per period, to claim capacity — when requests wait for a rate
+// share of 0 (the node had no rate demand at its last report), or when the
+// share caps the node below both its demand and a fair split. An early
+// heartbeat moves the next periodic one a whole interval after it (see
+// loop), so a node sends one heartbeat per interval unless one of these
+// calls for another.
 func (n *Node) eagerDue(now time.Time) bool {
 	snap := n.lim.Snapshot()
 	n.mu.Lock()
@@ -101,12 +108,15 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.phase != phaseRunning || !n.joined || now.Sub(n.lastSend) < n.minEagerGap() {
 		return false
 	}
-	if n.ackDue || (n.lowered && snap.Inflight <= n.share) || n.rateStarved() {
+	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
 		return true
+	}
+	if n.claimed {
+		return false
 	}
 	demand := min(snap.Inflight, coord.MaxCount) + min(snap.QueuedWeight, coord.MaxCount) + n.unmet
 	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
-	return !n.cappedBeat && n.share < min(demand, fair)
+	return n.rateStarved() || n.share < min(demand, fair)
 }
 
 // report samples the node's state for one heartbeat and records the send.
@@ -144,8 +154,8 @@ func (n *Node) report(now time.Time) coord.Report {
 	if n.lowered && snap.Inflight <= n.share {
 		n.lowered = false
 	}
-	if n.joined && n.share < demand {
-		n.cappedBeat = true
+	if n.joined && (n.share < demand || n.rateStarved()) {
+		n.claimed = true
 	}
 	return coord.Report{
 		Key:        n.cfg.Key,
@@ -246,7 +256,11 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.peerInflight, n.liveNodes = g.PeerInflight, g.LiveNodes
 	if g.Generation != n.generation || g.Epoch != n.epoch {
 		n.generation = g.Generation
-		if g.Share < oldShare && !first {
+		// A lowered share is acknowledged early only when a peer may be
+		// waiting for what it frees: the peers' in-flight and the node's
+		// former share reach the key's ceiling. Otherwise the next
+		// periodic heartbeat carries the acknowledgement.
+		if g.Share < oldShare && !first && g.PeerInflight+oldShare >= g.LGlobal {
 			n.ackDue = true
 		}
 	}
@@ -259,7 +273,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
 	}
 	n.applyCeilingLocked()
-	n.applyRates(now, g)
+	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {
 		n.stopPacing(now)
 	}

@@ -81,7 +81,7 @@ type Node struct {
 	unsentDemand int       // the largest demand of reports that failed since the last success
 	lowered      bool      // share fell below in-flight; beat once drained
 	ackDue       bool      // a lowered share was applied; beat to ack it
-	cappedBeat   bool      // an early beat for a capped share was sent this period
+	claimed      bool      // a heartbeat claimed capacity (share or rate) this period
 	left         bool      // an evicted node drained and left on its own
 	evictedAt    time.Time // when the node learned it was evicted
 	fenceTimer   *time.Timer

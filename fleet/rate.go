@@ -26,16 +26,21 @@ import (
 // key's rates when it has any and learns none.
 type RateConfig struct {
 	// Learn makes the node learn the key's request rate from the 429s it
-	// sees — seed 001's loop, package pace's Learner, with
-	// LearnerConfig.NeedSaturation forced on and HoldAfterCut defaulting
-	// to Window (a sliding window's 429s lag the rate that caused them by
-	// up to a window) — and report it as its
-	// estimate of the key's whole rate; the key's rate is the aggregate of
-	// the nodes' estimates (its lower median, by default), capped by the
-	// operator's. The first grant warm-starts the learner at the key's
-	// stored rate. A response's quota headers (x-ratelimit-limit-requests
-	// and the like) cap the learned request rate, and their token limit is
-	// reported as the node's estimate of the key's token rate.
+	// sees — seed 001's loop, package pace's Learner — and report it as
+	// its estimate of the key's whole rate; the key's rate is the
+	// aggregate of the nodes' estimates (its lower median, by default),
+	// capped by the operator's. The learner's configuration is Learner
+	// with NeedSaturation forced on, and these defaults for a quota
+	// counted over a window (docs/design.md §17): HoldAfterCut and Window
+	// = Window (a cut takes the rate to what the fleet got accepted over
+	// the window, scaling the node's accepted requests by the key's rate
+	// over its share), CutEarlyAfter 5 and ProbeFraction 0.5. Until a
+	// grant answers a report carrying a cut, the node paces to its share ×
+	// learned/key rate, so its cut acts before the fleet folds it in. The
+	// first grant warm-starts the learner at the key's stored rate. A
+	// response's quota headers (x-ratelimit-limit-requests and the like)
+	// cap the learned request rate, and their token limit is reported as
+	// the node's estimate of the key's token rate.
 	Learn bool
 	// Learner configures the learner, in requests per second of the whole
 	// key; with Learn, Learner.SeedRate is required.
@@ -71,6 +76,15 @@ func (c RateConfig) withDefaults() RateConfig {
 	c.Learner.NeedSaturation = true
 	if c.Learner.HoldAfterCut == 0 {
 		c.Learner.HoldAfterCut = c.Window
+	}
+	if c.Learner.Window == 0 {
+		c.Learner.Window = c.Window
+	}
+	if c.Learner.ProbeFraction == 0 {
+		c.Learner.ProbeFraction = 0.5
+	}
+	if c.Learner.CutEarlyAfter == 0 {
+		c.Learner.CutEarlyAfter = 5
 	}
 	return c
 }
@@ -156,6 +170,11 @@ type rateState struct {
 	share    coord.Rates
 	learned  coord.Rates
 	demand   coord.Rates
+	// cutFactor scales the request pacing below the share after the
+	// learner cut, until a grant answers a report sent after the cut
+	// (cutSince, zero when none); see setPacerLocked.
+	cutFactor float64
+	cutSince  time.Time
 	// avgDemand is the rate demand per minute averaged over demandMemory.
 	avgDemand [2]float64
 }
@@ -165,7 +184,7 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rateState{cfg: cfg, pacer: p}
+	r := &rateState{cfg: cfg, pacer: p, cutFactor: 1}
 	if cfg.Learn {
 		if r.learner, err = pace.NewLearner(cfg.Learner, now); err != nil {
 			return nil, err
@@ -237,8 +256,22 @@ func (n *Node) saturated(now time.Time) {
 // observeRate records a request's outcome for the learner: whether the
 // upstream refused it for its rate (a 429, or a drop).
 func (n *Node) observeRate(now time.Time, limited bool) {
-	if l := n.learner(); l != nil {
-		l.Record(now, limited)
+	if !n.cfg.Rate.Learn {
+		return
+	}
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	scale := 0.0
+	if r.share.Requests > 0 {
+		scale = float64(r.keyRate.Requests) / float64(r.share.Requests)
+	}
+	r.learner.RecordScaled(now, limited, scale)
+	if r.keyRate.Requests > 0 && r.learner.Rate(now)*60 < r.cutFactor*float64(r.keyRate.Requests) {
+		if r.cutSince.IsZero() {
+			r.cutSince = now
+		}
+		r.setPacerLocked(now)
 	}
 }
 
@@ -306,10 +339,13 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 // applyRates makes the pacer enforce a grant's rate shares, at once, before
 // the grant is acknowledged; the first grant with a rate warm-starts the
 // learner there.
-func (n *Node) applyRates(now time.Time, g coord.Grant) {
+func (n *Node) applyRates(sent, now time.Time, g coord.Grant) {
 	r := n.rate
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.cutSince.IsZero() && sent.After(r.cutSince) {
+		r.cutSince = time.Time{} // the key's rate has the cut
+	}
 	if r.learner != nil && !r.warmed && g.Rate.Requests > 0 {
 		r.warmed = true
 		cfg := r.learner.Config()
@@ -319,16 +355,30 @@ func (n *Node) applyRates(now time.Time, g coord.Grant) {
 		}
 	}
 	r.keyRate, r.share = g.Rate, g.RateShare
+	r.setPacerLocked(now)
+	r.paced.Store(!g.Rate.IsZero())
+}
+
+// setPacerLocked paces to the node's shares, scaled by the window bound
+// and the headroom, and — after its learner cut the rate, until a grant
+// answers a report that carried the cut — by the learned rate over the
+// key's: a node cuts its own pacing at once, before the key's rate can
+// fold in its new estimate. The caller holds r.mu.
+func (r *rateState) setPacerLocked(now time.Time) {
 	scale := (1 - r.cfg.Headroom) * float64(r.cfg.Window) / float64(r.cfg.Window+r.cfg.Burst)
-	perSecond := func(key, share int64) float64 {
+	perSecond := func(key, share int64, f float64) float64 {
 		if key == 0 {
 			return pace.Unlimited
 		}
-		return float64(share) / 60 * scale
+		return float64(share) / 60 * scale * f
+	}
+	r.cutFactor = 1
+	if !r.cutSince.IsZero() && r.keyRate.Requests > 0 {
+		r.cutFactor = min(r.learner.Rate(now)*60/float64(r.keyRate.Requests), 1)
 	}
 	// Both rates are finite and >= 0, which SetRate accepts.
-	_ = r.pacer.SetRate(now, perSecond(g.Rate.Requests, g.RateShare.Requests), perSecond(g.Rate.Tokens, g.RateShare.Tokens))
-	r.paced.Store(!g.Rate.IsZero())
+	_ = r.pacer.SetRate(now, perSecond(r.keyRate.Requests, r.share.Requests, r.cutFactor),
+		perSecond(r.keyRate.Tokens, r.share.Tokens, 1))
 }
 
 // settleTokens charges t's actual token cost; see Lease.SettleTokens.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -266,4 +267,125 @@ func TestRateSettleTokensThroughClientTimeout(t *testing.T) {
 	resp.Body.Close()
 	require.Less(t, after, before-900_000, "the under-estimate of 1,000,000 tokens is charged")
 	require.ErrorContains(t, SettleTokens(&http.Response{Body: http.NoBody}, 1), "did not come through a fleet Transport")
+}
+
+// beatCounter counts the heartbeats that reach a coordinator, by node.
+type beatCounter struct {
+	coord.Coordinator
+	mu    sync.Mutex
+	beats map[string]int
+}
+
+func (c *beatCounter) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	c.mu.Lock()
+	c.beats[r.NodeID]++
+	c.mu.Unlock()
+	return c.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestOneHeartbeatPerInterval: two nodes whose demand swaps every second, on
+// a key with a rate and a concurrency ceiling far above their in-flight,
+// send one heartbeat per interval: their shares move at every heartbeat,
+// but a lowered share that nobody waits for is acknowledged by the next
+// periodic heartbeat, and an early heartbeat moves the period.
+func TestOneHeartbeatPerInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &beatCounter{Coordinator: rateKey(t, 6000, 0), beats: map[string]int{}}
+		cfgA, cfgB := testConfig("k", "a"), testConfig("k", "b")
+		cfgA.Limiter.InitialLimit, cfgB.Limiter.InitialLimit = 100, 100
+		a, b := startNode(t, c, cfgA), startNode(t, c, cfgB)
+		const run = 20 * time.Second
+		var (
+			mu   sync.Mutex
+			sent []time.Time
+			wg   sync.WaitGroup
+		)
+		const phases = 20
+		start := time.Now()
+		for i := range phases {
+			ctx, cancel := context.WithTimeout(t.Context(), run/phases)
+			busy, idle := a, b
+			if i%2 == 1 {
+				busy, idle = b, a
+			}
+			closedLoop(ctx, busy, 8, 0, &sent, &mu, &wg)
+			closedLoop(ctx, idle, 1, 0, &sent, &mu, &wg)
+			wg.Wait()
+			cancel()
+		}
+		intervals := int(time.Since(start) / cfgA.HeartbeatInterval)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, id := range []string{"a", "b"} {
+			t.Logf("node %s: %d heartbeats in %d intervals", id, c.beats[id], intervals)
+			require.LessOrEqual(t, c.beats[id], intervals+3, "node %s: more than the joining heartbeats above one per interval", id)
+		}
+		require.Greater(t, len(sent), 1000)
+	})
+}
+
+// TestRateLearnerCutsAtOnce: a learning node whose requests start drawing
+// 429s paces below its share as soon as its learner cuts, without waiting
+// for the heartbeat that brings the key's new rate.
+func TestRateLearnerCutsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 10*time.Second, 30*time.Second, 5*time.Second
+		cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
+		a := startNode(t, c, cfg)
+
+		var (
+			mu      sync.Mutex
+			sent    []time.Time
+			limited atomic.Bool
+			wg      sync.WaitGroup
+		)
+		start := time.Now()
+		// The join heartbeat asks for no rate; the waiting requests call an
+		// early one (at 2.5 s, a quarter interval); the next is at 12.5 s.
+		ctx, cancel := context.WithTimeout(t.Context(), 10500*time.Millisecond)
+		defer cancel()
+		for range 4 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					le, err := a.Acquire(ctx)
+					if err != nil {
+						continue
+					}
+					mu.Lock()
+					sent = append(sent, time.Now())
+					mu.Unlock()
+					time.Sleep(10 * time.Millisecond)
+					if limited.Load() {
+						le.Drop()
+					} else {
+						le.Release()
+					}
+				}
+			})
+		}
+		time.Sleep(4 * time.Second)
+		share := a.Rates().Share.Requests
+		require.Equal(t, int64(600), share, "the whole learned rate")
+		time.Sleep(2500 * time.Millisecond)
+		limited.Store(true) // the upstream answers 429 from 6.5 s on
+		wg.Wait()
+		count := func(from, to time.Duration) int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, s := range sent {
+				if d := s.Sub(start); d >= from && d < to {
+					n++
+				}
+			}
+			return n
+		}
+		before, after := count(3500*time.Millisecond, 6500*time.Millisecond), count(7500*time.Millisecond, 10500*time.Millisecond)
+		t.Logf("requests sent in 3 s: %d before the 429s, %d after; share %d a minute, reported estimate %d",
+			before, after, a.Rates().Share.Requests, a.Rates().Learned.Requests)
+		require.Equal(t, int64(600), a.Rates().Share.Requests, "no heartbeat brought a new share")
+		require.Less(t, float64(after), 0.7*float64(before), "the node cut its own pacing")
+	})
 }

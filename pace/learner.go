@@ -60,6 +60,32 @@ type LearnerConfig struct {
 	// on stale evidence; set it to the quota's window. Must be >= 0.
 	// Defaults to 0.
 	HoldAfterCut time.Duration
+	// ProbeFraction is the fraction of SpeedupStep by which the rate grows
+	// in the first SpeedupStep above the rate a cut set: just after a cut
+	// the rate is near the most the upstream lets through, and probing
+	// above it by full steps overshoots a quota counted over a window by
+	// a step for up to a window. Above that band the rate grows by
+	// SpeedupStep again. Must be in (0, 1] when set. Defaults to 1, the
+	// seed's loop, which probes at full steps.
+	ProbeFraction float64
+	// Window, when > 0, is the upstream's quota window: the Learner then
+	// keeps the requests accepted over the last Window (RecordScaled), and
+	// a cut takes the rate to their rate — what the quota let through,
+	// which over a window that the quota filled is the quota — when that
+	// lies between rate/BackoffMul² and a cut of TargetErrorPct. Without
+	// it, or before a window of records, a cut divides by BackoffMul. A
+	// quota counted over a sliding window answers 429 only once the window
+	// is full, when a rising rate has passed the quota by up to the rise
+	// of half a window; the period's own 429s then understate or overstate
+	// the excess, the window's accepted requests do not. Must be >= 0.
+	Window time.Duration
+	// CutEarlyAfter, when > 0, judges a period before its end as soon as
+	// it holds this many 429s and they are above TargetErrorPct of its
+	// requests; the next period starts then. A quota counted over a window
+	// refuses everything above it once the window is full, so waiting out
+	// the period costs a period of 429s. Must be >= 0. Defaults to 0 (the
+	// seed's loop: periods are judged at their end).
+	CutEarlyAfter int64
 	// MinRequests is the fewest requests a period needs to be judged; a
 	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
 	// Defaults to 1.
@@ -95,6 +121,9 @@ func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
 	if cfg.MinRequests == 0 {
 		cfg.MinRequests = 1
 	}
+	if cfg.ProbeFraction == 0 {
+		cfg.ProbeFraction = 1
+	}
 	switch {
 	case !(cfg.MinRate > 0) || !finite(cfg.MinRate):
 		return cfg, fmt.Errorf("pace: LearnerConfig.MinRate must be > 0 and finite, got %v", cfg.MinRate)
@@ -116,6 +145,12 @@ func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
 		return cfg, fmt.Errorf("pace: LearnerConfig.SpeedupStep must be > 0 and finite, got %v", cfg.SpeedupStep)
 	case cfg.HoldAfterCut < 0:
 		return cfg, fmt.Errorf("pace: LearnerConfig.HoldAfterCut must be >= 0, got %v", cfg.HoldAfterCut)
+	case !(cfg.ProbeFraction > 0 && cfg.ProbeFraction <= 1):
+		return cfg, fmt.Errorf("pace: LearnerConfig.ProbeFraction must be in (0, 1], got %v", cfg.ProbeFraction)
+	case cfg.CutEarlyAfter < 0:
+		return cfg, fmt.Errorf("pace: LearnerConfig.CutEarlyAfter must be >= 0, got %d", cfg.CutEarlyAfter)
+	case cfg.Window < 0:
+		return cfg, fmt.Errorf("pace: LearnerConfig.Window must be >= 0, got %v", cfg.Window)
 	case cfg.MinRequests < 0:
 		return cfg, fmt.Errorf("pace: LearnerConfig.MinRequests must be >= 0, got %d", cfg.MinRequests)
 	}
@@ -200,6 +235,8 @@ type Learner struct {
 	saturated bool
 	ceiling   float64
 	cutAt     time.Time // end of the period of the last cut
+	cutTo     float64   // the rate the last cut set
+	accepted  windowSum // accepted requests over the last Window
 	cut       bool
 }
 
@@ -210,7 +247,7 @@ func NewLearner(cfg LearnerConfig, now time.Time) (*Learner, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Learner{cfg: cfg, rate: cfg.SeedRate, start: now}
+	l := &Learner{cfg: cfg, rate: cfg.SeedRate, start: now, accepted: windowSum{window: cfg.Window, since: now}}
 	if cfg.WarmRate != 0 {
 		l.rate = cfg.WarmRate
 	}
@@ -221,13 +258,32 @@ func NewLearner(cfg LearnerConfig, now time.Time) (*Learner, error) {
 func (l *Learner) Config() LearnerConfig { return l.cfg }
 
 // Record counts one request at now, and whether it was answered 429.
-func (l *Learner) Record(now time.Time, limited bool) {
+func (l *Learner) Record(now time.Time, limited bool) { l.RecordScaled(now, limited, 1) }
+
+// RecordScaled counts one request at now, as Record does; with
+// LearnerConfig.Window, an accepted one counts scale times among the
+// window's accepted requests. A fleet node that learns the whole fleet's
+// rate passes that rate over its own share of it, so that its accepted
+// requests stand for the fleet's. A scale that is not > 0 and finite
+// counts as 0.
+func (l *Learner) RecordScaled(now time.Time, limited bool, scale float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
 	l.requests++
-	if limited {
+	switch {
+	case limited:
 		l.errs++
+		if l.cfg.CutEarlyAfter > 0 && l.errs >= l.cfg.CutEarlyAfter &&
+			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) {
+			if now.Before(l.start) {
+				now = l.start
+			}
+			l.judgeLocked(now)
+			l.start = now
+		}
+	case l.cfg.Window > 0 && scale > 0 && !math.IsInf(scale, 0):
+		l.accepted.add(now, scale)
 	}
 }
 
@@ -302,6 +358,13 @@ func (l *Learner) advanceLocked(now time.Time) {
 	if now.Before(end) {
 		return
 	}
+	l.judgeLocked(end)
+	l.start = end.Add(now.Sub(end) / p * p)
+}
+
+// judgeLocked judges the period from l.start to end and clears its
+// counts; the caller starts the next period.
+func (l *Learner) judgeLocked(end time.Time) {
 	c := Check{Start: l.start, End: end, Requests: l.requests, Errors: l.errs, Action: Idle}
 	if c.Requests > 0 {
 		c.ErrorPct = 100 * float64(c.Errors) / float64(c.Requests)
@@ -310,12 +373,16 @@ func (l *Learner) advanceLocked(now time.Time) {
 		switch {
 		case c.ErrorPct > l.cfg.TargetErrorPct:
 			c.Action = Decreased
-			l.rate = max(l.cfg.MinRate, l.rate/l.cfg.BackoffMul)
-			l.cut, l.cutAt = true, end
+			cut := l.rate / l.cfg.BackoffMul
+			if acc, ok := l.accepted.rate(end); ok {
+				cut = max(cut/l.cfg.BackoffMul, min(acc, l.rate*(1-l.cfg.TargetErrorPct/100)))
+			}
+			l.rate = max(l.cfg.MinRate, cut)
+			l.cut, l.cutAt, l.cutTo = true, end, l.rate
 		case c.ErrorPct < l.cfg.RecoverPct && (l.saturated || !l.cfg.NeedSaturation) &&
 			!(l.cut && end.Sub(l.cutAt) < l.cfg.HoldAfterCut):
 			c.Action = Increased
-			l.rate = min(l.cfg.MaxRate, l.rate+l.cfg.SpeedupStep)
+			l.rate = min(l.cfg.MaxRate, l.raised())
 		default:
 			c.Action = Held
 		}
@@ -326,6 +393,56 @@ func (l *Learner) advanceLocked(now time.Time) {
 	c.Rate = l.rate
 	l.last, l.checked = c, true
 	l.saturated = false
-	l.start = end.Add(now.Sub(end) / p * p)
 	l.requests, l.errs = 0, 0
+}
+
+// raised is the rate after an increase: SpeedupStep more, or
+// ProbeFraction of it in the first SpeedupStep above the rate the last cut
+// set. The caller holds l.mu.
+func (l *Learner) raised() float64 {
+	step := l.cfg.SpeedupStep
+	if l.cut && l.rate >= l.cutTo && l.rate < l.cutTo+step {
+		return l.rate + step*l.cfg.ProbeFraction
+	}
+	return l.rate + step
+}
+
+// windowSlots is how many slots a windowSum divides its window into.
+const windowSlots = 60
+
+// windowSum sums values over a trailing window, in windowSlots slots.
+type windowSum struct {
+	window time.Duration
+	since  time.Time // the first time, whose window is then incomplete
+	slot   [windowSlots]float64
+	index  [windowSlots]int64 // the slot number each slot holds
+}
+
+func (w *windowSum) slotOf(t time.Time) int64 {
+	return max(int64(t.Sub(w.since)/max(w.window/windowSlots, 1)), 0)
+}
+
+func (w *windowSum) add(now time.Time, v float64) {
+	n := w.slotOf(now)
+	i := n % windowSlots
+	if w.index[i] != n {
+		w.index[i], w.slot[i] = n, 0
+	}
+	w.slot[i] += v
+}
+
+// rate returns the sum over the window ending at now, per second, and
+// false before a whole window has passed.
+func (w *windowSum) rate(now time.Time) (float64, bool) {
+	n := w.slotOf(now)
+	if w.window <= 0 || n < windowSlots {
+		return 0, false
+	}
+	var sum float64
+	for i := range w.slot {
+		if w.index[i] > n-windowSlots && w.index[i] <= n {
+			sum += w.slot[i]
+		}
+	}
+	return sum / w.window.Seconds(), true
 }

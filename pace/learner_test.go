@@ -133,7 +133,7 @@ func TestLearnerConfigDefaults(t *testing.T) {
 	l := newLearner(t, LearnerConfig{SeedRate: 3})
 	require.Equal(t, LearnerConfig{
 		SeedRate: 3, MinRate: 1.5, MaxRate: 6, CheckPeriod: 5 * time.Second,
-		TargetErrorPct: 10, RecoverPct: 5, BackoffMul: 1.5, SpeedupStep: 0.2, MinRequests: 1,
+		TargetErrorPct: 10, RecoverPct: 5, BackoffMul: 1.5, SpeedupStep: 0.2, MinRequests: 1, ProbeFraction: 1,
 	}, l.Config())
 	l = newLearner(t, LearnerConfig{SeedRate: 3, TargetErrorPct: 2})
 	require.Equal(t, 1.0, l.Config().RecoverPct, "half the target")
@@ -157,6 +157,10 @@ func TestLearnerConfigValidate(t *testing.T) {
 		{LearnerConfig{SeedRate: 2, BackoffMul: 0.9}, "LearnerConfig.BackoffMul must be > 1 and finite, got 0.9"},
 		{LearnerConfig{SeedRate: 2, SpeedupStep: -1}, "LearnerConfig.SpeedupStep must be > 0 and finite, got -1"},
 		{LearnerConfig{SeedRate: 2, MinRequests: -1}, "LearnerConfig.MinRequests must be >= 0, got -1"},
+		{LearnerConfig{SeedRate: 2, ProbeFraction: 1.5}, "LearnerConfig.ProbeFraction must be in (0, 1], got 1.5"},
+		{LearnerConfig{SeedRate: 2, ProbeFraction: math.NaN()}, "LearnerConfig.ProbeFraction must be in (0, 1], got NaN"},
+		{LearnerConfig{SeedRate: 2, CutEarlyAfter: -1}, "LearnerConfig.CutEarlyAfter must be >= 0, got -1"},
+		{LearnerConfig{SeedRate: 2, Window: -time.Second}, "LearnerConfig.Window must be >= 0, got -1s"},
 	}
 	for _, tt := range tests {
 		_, err := NewLearner(tt.cfg, epoch)
@@ -220,4 +224,100 @@ func TestLearnerHoldAfterCut(t *testing.T) {
 	require.Equal(t, 22.0, l.Rate(at(15*time.Second)), "10s after the cut: raised")
 	_, err := NewLearner(LearnerConfig{SeedRate: 1, HoldAfterCut: -time.Second}, epoch)
 	require.ErrorContains(t, err, "HoldAfterCut must be >= 0")
+}
+
+// TestLearnerCutToAccepted: with Window, a cut takes the rate to what the
+// window accepted (scaled), within rate/BackoffMul² and a cut of
+// TargetErrorPct; without a whole window of records it divides by
+// BackoffMul.
+func TestLearnerCutToAccepted(t *testing.T) {
+	t.Parallel()
+	// NeedSaturation holds the rate through the clean periods.
+	cfg := LearnerConfig{SeedRate: 100, MinRate: 10, MaxRate: 400, Window: 10 * time.Second, NeedSaturation: true}
+	tick := func(i int) time.Time { return at(time.Duration(i) * 100 * time.Millisecond) }
+
+	early := newLearner(t, cfg)
+	require.NoError(t, early.RecordN(at(time.Second), 100, 50))
+	require.InDelta(t, 100/1.5, early.Rate(at(5*time.Second)), 1e-9, "no whole window yet: the seed's cut")
+
+	// One accepted request every 100 ms, each standing for 6 of the
+	// fleet's: 60 a second; then 429s late in the period that ends at 10 s.
+	l := newLearner(t, cfg)
+	for i := range 100 {
+		l.RecordScaled(tick(i), false, 6)
+	}
+	for range 30 {
+		l.RecordScaled(at(9950*time.Millisecond), true, 6)
+	}
+	// The window ending at 10 s starts after its first slot (1/60 of it),
+	// which held the first two records.
+	require.InDelta(t, 98*6/10.0, l.Rate(at(10*time.Second)), 1e-9, "the accepted rate over the window")
+
+	// An accepted rate above a cut of TargetErrorPct takes that cut, one
+	// below rate/BackoffMul² takes that; scales that are not > 0 and
+	// finite count nothing.
+	hi, lo, bad := newLearner(t, cfg), newLearner(t, cfg), newLearner(t, cfg)
+	for i := range 100 {
+		hi.RecordScaled(tick(i), false, 50)
+		lo.RecordScaled(tick(i), false, 0.1)
+		bad.RecordScaled(tick(i), false, math.Inf(1))
+		bad.RecordScaled(tick(i), false, math.NaN())
+		bad.RecordScaled(tick(i), false, -3)
+	}
+	for _, x := range []*Learner{hi, lo, bad} {
+		require.NoError(t, x.RecordN(at(9950*time.Millisecond), 50, 50))
+	}
+	require.InDelta(t, 90, hi.Rate(at(10*time.Second)), 1e-9, "100 less TargetErrorPct (10 %)")
+	require.InDelta(t, 100/1.5/1.5, lo.Rate(at(10*time.Second)), 1e-9, "rate/BackoffMul²")
+	require.InDelta(t, 100/1.5/1.5, bad.Rate(at(10*time.Second)), 1e-9, "nothing accepted: the deepest cut")
+}
+
+// TestLearnerCutEarly: with CutEarlyAfter, the 429s that pass it cut the
+// rate at once, mid-period, and a new period starts there.
+func TestLearnerCutEarly(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30, CutEarlyAfter: 5})
+	require.NoError(t, l.RecordN(at(time.Second), 20, 0))
+	for range 4 {
+		l.Record(at(2*time.Second), true)
+	}
+	require.Equal(t, 30.0, l.Rate(at(2*time.Second)), "4 429s: not yet")
+	l.Record(at(2*time.Second), true)
+	require.Equal(t, 20.0, l.Rate(at(2*time.Second)), "the 5th (20 % of 25): cut at once")
+	c, ok := l.LastCheck(at(2 * time.Second))
+	require.True(t, ok)
+	require.Equal(t, Check{Start: epoch, End: at(2 * time.Second), Requests: 25, Errors: 5, ErrorPct: 20, Action: Decreased, Rate: 20}, c)
+	// The next period runs from 2 s to 7 s.
+	require.NoError(t, l.RecordN(at(3*time.Second), 100, 0))
+	require.Equal(t, 20.0, l.Rate(at(6900*time.Millisecond)))
+	require.Equal(t, 22.0, l.Rate(at(7*time.Second)), "a clean period from the cut on: raised")
+
+	// 429s under TargetErrorPct do not cut early, however many.
+	m := newLearner(t, LearnerConfig{SeedRate: 30, CutEarlyAfter: 5})
+	require.NoError(t, m.RecordN(at(time.Second), 1000, 0))
+	for range 50 {
+		m.Record(at(2*time.Second), true)
+	}
+	require.Equal(t, 30.0, m.Rate(at(2*time.Second)), "50 of 1050 is under 10 %")
+}
+
+// TestLearnerProbeBand: after a cut, the first SpeedupStep above the rate
+// it set is climbed by ProbeFraction of a step a period; above it, by
+// whole steps again.
+func TestLearnerProbeBand(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30, SpeedupStep: 4, ProbeFraction: 0.25})
+	clean := func(i int) float64 {
+		require.NoError(t, l.RecordN(at(time.Duration(5*i)*time.Second+time.Second), 100, 0))
+		return l.Rate(at(time.Duration(5*i+5) * time.Second))
+	}
+	require.Equal(t, 34.0, clean(0), "no cut yet: whole steps")
+	require.NoError(t, l.RecordN(at(6*time.Second), 100, 50))
+	require.InDelta(t, 34/1.5, l.Rate(at(10*time.Second)), 1e-9)
+	cut := 34 / 1.5
+	var got []float64
+	for i := 2; i < 8; i++ {
+		got = append(got, clean(i))
+	}
+	require.InDeltaSlice(t, []float64{cut + 1, cut + 2, cut + 3, cut + 4, cut + 8, cut + 12}, got, 1e-9)
 }
