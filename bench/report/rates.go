@@ -145,7 +145,7 @@ interval, whatever the request rate (%d requests a second asked for at most).
 		wt.add(row...)
 	}
 	b.WriteString(wt.String())
-	fmt.Fprintf(&b, "\n**Targets** (medians): quota given ≥ %.0f %% used with ≤ %.0f %% 429s; learned ≥ %.0f %% used with ≤ %.0f %% 429s; at most one heartbeat per node per interval.\n\n",
+	fmt.Fprintf(&b, "\n**Targets** (medians): quota given ≥ %.0f %% used with ≤ %.0f %% 429s; learned ≥ %.0f %% used with ≤ %.0f %% 429s; one heartbeat per node per interval (≤ 1.01: at its first requests a node claims a rate share once, early).\n\n",
 		100*rateGivenUsed, 100*rateGivenRefused, 100*rateLearnedUsed, 100*rateLearnedRefused)
 	for i, target := range [][2]float64{{rateGivenUsed, rateGivenRefused}, {rateLearnedUsed, rateLearnedRefused}} {
 		rs := runs[i]
