@@ -124,6 +124,7 @@ func (c *conformance) report() coord.Report {
 		r.RateLocal = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
 		r.RateDemand = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
 		r.RateApplied = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
+		r.RateUsed = coord.Rates{Requests: c.rate(), Tokens: c.rate()}
 	}
 	return r
 }
@@ -401,6 +402,8 @@ var badReports = []struct {
 	{"negative learned rate", func(r *coord.Report) { r.RateLocal.Requests = -1 }},
 	{"huge token demand", func(r *coord.Report) { r.RateDemand.Tokens = coord.MaxRate + 1 }},
 	{"negative applied rate", func(r *coord.Report) { r.RateApplied.Tokens = -5 }},
+	{"huge used rate", func(r *coord.Report) { r.RateUsed.Requests = coord.MaxRate + 1 }},
+	{"negative used tokens", func(r *coord.Report) { r.RateUsed.Tokens = -1 }},
 	{"long label", func(r *coord.Report) { r.Labels = map[string]string{"a": strings.Repeat("v", coord.MaxNameBytes+1)} }},
 	{"many labels", func(r *coord.Report) {
 		r.Labels = map[string]string{}

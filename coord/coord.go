@@ -54,6 +54,11 @@ type Report struct {
 	// RateApplied is the rate share the node's pacer enforces now (0
 	// before its first rate share). Only learning mode reads it.
 	RateApplied Rates
+	// RateUsed is what the node sent in the minute before the report, on
+	// each dimension: requests, and tokens as debited, corrected when
+	// settled. The coordinator stores it for operators and grants nothing
+	// by it.
+	RateUsed Rates
 }
 
 // Status is a node's operator state as the coordinator sees it.

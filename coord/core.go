@@ -231,6 +231,7 @@ func takeReport(n *NodeState, r Report, now time.Time) {
 	}
 	n.RateLocal = r.RateLocal
 	n.RateDemand = r.RateDemand
+	n.RateUsed = r.RateUsed
 	if r.Epoch == n.Epoch && r.AppliedGen >= n.GrantedGen {
 		n.UnackedHigh = n.Share
 		n.RateHigh = n.RateShare

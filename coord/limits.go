@@ -4,7 +4,7 @@ import "time"
 
 // SchemaVersion is the migration version of the fleetlimit schema this
 // library needs (package migrations embeds it).
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // The bounds a report must respect. The database enforces the same bounds
 // with CHECK constraints and checks in fleetlimit.heartbeat, so a raw SQL

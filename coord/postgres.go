@@ -112,7 +112,8 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 		sql, args := p.stmt(sqlHeartbeat,
 			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
-			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens)
+			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
+			r.RateUsed.Requests, r.RateUsed.Tokens)
 		err = p.pool.QueryRow(ctx, sql, args...).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
@@ -196,7 +197,8 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 			&n.Epoch, &n.GrantedGen, &n.AppliedGen, &n.UnackedHigh, &n.LeaseExpiresAt, &n.HoldUntil,
 			&n.Draining, &n.Evicted, &n.Departed, &n.JoinedAt, &n.HeartbeatAt, &n.Labels, &n.Measuring,
 			&n.RateLocal.Requests, &n.RateLocal.Tokens, &n.RateDemand.Requests, &n.RateDemand.Tokens,
-			&n.RateShare.Requests, &n.RateShare.Tokens, &n.RateHigh.Requests, &n.RateHigh.Tokens)
+			&n.RateShare.Requests, &n.RateShare.Tokens, &n.RateHigh.Requests, &n.RateHigh.Tokens,
+			&n.RateUsed.Requests, &n.RateUsed.Tokens)
 		return describe(key, n.NodeState, now), err
 	})
 	if err != nil {

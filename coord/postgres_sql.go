@@ -12,11 +12,12 @@ var (
 	sqlHeartbeat = timed{
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
        live_nodes, stale, rpm, tpm, rpm_share, tpm_share
-FROM fleetlimit.heartbeat_rates($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+FROM fleetlimit.heartbeat_rates($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                                $19, $20)`,
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
        live_nodes, stale, rpm, tpm, rpm_share, tpm_share
 FROM fleetlimit.heartbeat_rates_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                                   $19)`}
+                                   $19, $20, $21)`}
 	sqlLeave     = timed{`SELECT fleetlimit.leave($1, $2, $3, $4, $5)`, `SELECT fleetlimit.leave_at($1, $2, $3, $4, $5, $6)`}
 	sqlDrain     = timed{`SELECT fleetlimit.drain($1, $2)`, `SELECT fleetlimit.drain_at($1, $2, $3)`}
 	sqlUndrain   = timed{`SELECT fleetlimit.undrain($1, $2)`, `SELECT fleetlimit.undrain_at($1, $2, $3)`}
@@ -63,7 +64,8 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
 	sqlNodes = `SELECT coalesce($2::timestamptz, now()), n.node_id, n.instance, n.seq, n.l_local, n.inflight,
        n.demand, n.share, n.epoch, n.granted_gen, n.applied_gen, n.unacked_high, n.lease_expires_at,
        n.hold_until, n.draining, n.evicted, n.departed, n.joined_at, n.heartbeat_at, n.labels, n.measuring,
-       n.rpm_local, n.tpm_local, n.rpm_demand, n.tpm_demand, n.rpm_share, n.tpm_share, n.rpm_high, n.tpm_high
+       n.rpm_local, n.tpm_local, n.rpm_demand, n.tpm_demand, n.rpm_share, n.tpm_share, n.rpm_high, n.tpm_high,
+       n.rpm_used, n.tpm_used
   FROM fleetlimit.nodes AS n
  WHERE n.key = $1
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`

@@ -121,9 +121,9 @@ type NodeState struct {
 	JoinedAt    time.Time
 	HeartbeatAt time.Time
 	Labels      map[string]string
-	// RateLocal and RateDemand are the last report's (Report.RateLocal,
-	// Report.RateDemand).
-	RateLocal, RateDemand Rates
+	// RateLocal, RateDemand and RateUsed are the last report's
+	// (Report.RateLocal, Report.RateDemand, Report.RateUsed).
+	RateLocal, RateDemand, RateUsed Rates
 	// RateShare is the newest grant's rate share, issued with Share.
 	RateShare Rates
 	// RateHigh is, on each dimension, the largest rate share granted since

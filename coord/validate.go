@@ -11,12 +11,15 @@ import (
 
 // Validate reports whether r is within the bounds the coordinator accepts.
 // The error wraps ErrInvalidReport and names the first offending field and
-// its value. Fields are checked in a fixed order: rate_local, rate_demand,
-// rate_applied, key, node_id, instance, seq, l_local, inflight, demand,
+// its value. Fields are checked in a fixed order: rate_used, rate_local,
+// rate_demand, rate_applied, key, node_id, instance, seq, l_local, inflight, demand,
 // epoch, applied_gen, lease_ttl, max_request_duration, labels. LeaseTTL and
 // MaxRequestDuration are judged after truncation to whole microseconds, the
 // precision the coordinator keeps.
 func (r Report) Validate() error {
+	if err := checkRates("rate_used", r.RateUsed); err != nil {
+		return err
+	}
 	if err := checkRates("rate_local", r.RateLocal); err != nil {
 		return err
 	}

@@ -129,7 +129,7 @@ func (n *Node) report(now time.Time) coord.Report {
 	if !n.lastSend.IsZero() {
 		elapsed = now.Sub(n.lastSend)
 	}
-	rateLocal, rateDemand, rateApplied := n.rateReport(now, elapsed)
+	rateLocal, rateDemand, rateApplied, rateUsed := n.rateReport(now, elapsed)
 	n.lastSend = now
 	// Demand is the most the node had in flight and queued at any moment
 	// since its last report, plus what it refused: a node that served
@@ -174,6 +174,7 @@ func (n *Node) report(now time.Time) coord.Report {
 		RateLocal:          rateLocal,
 		RateDemand:         rateDemand,
 		RateApplied:        rateApplied,
+		RateUsed:           rateUsed,
 	}
 }
 

@@ -27,8 +27,8 @@ type metrics struct {
 	learning, quotaPauses                                                       *prometheus.Desc
 
 	// Rate budgets, labelled "dimension" (requests, tokens), per minute.
-	rateKey, rateShare, rateLearned, rateDemand *prometheus.Desc
-	rateWaiting, rateWaits                      *prometheus.Desc
+	rateKey, rateShare, rateLearned, rateDemand, rateUsed *prometheus.Desc
+	rateWaiting, rateWaits                                *prometheus.Desc
 
 	// Per priority, labelled "priority" (0–255), for the priorities that
 	// have seen a request: see adaptive.PriorityStats.
@@ -78,6 +78,7 @@ func newMetrics(n *Node) *metrics {
 		rateShare:          byDimension("share", "The node's share of the key's rate per minute, as last granted."),
 		rateLearned:        byDimension("learned", "The node's estimate of the key's rate per minute (0: it learns none)."),
 		rateDemand:         byDimension("demand", "The node's rate demand per minute, as last reported."),
+		rateUsed:           byDimension("used", "What the node sent in the minute before its last report."),
 		rateWaiting:        desc("rate_waiting", "Admitted requests waiting for the node's rate share now."),
 		rateWaits:          desc("rate_waits_total", "Requests that waited for the node's rate share."),
 		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
@@ -99,7 +100,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
 		m.outage, m.draining, m.learning, m.quotaPauses, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
 		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds, m.rateKey, m.rateShare,
-		m.rateLearned, m.rateDemand, m.rateWaiting, m.rateWaits} {
+		m.rateLearned, m.rateDemand, m.rateUsed, m.rateWaiting, m.rateWaits} {
 		ch <- d
 	}
 	m.heartbeat.Describe(ch)
@@ -135,7 +136,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range []struct {
 		d *prometheus.Desc
 		v coord.Rates
-	}{{m.rateKey, rs.Key}, {m.rateShare, rs.Share}, {m.rateLearned, rs.Learned}, {m.rateDemand, rs.Demand}} {
+	}{{m.rateKey, rs.Key}, {m.rateShare, rs.Share}, {m.rateLearned, rs.Learned}, {m.rateDemand, rs.Demand}, {m.rateUsed, rs.Used}} {
 		ch <- prometheus.MustNewConstMetric(r.d, prometheus.GaugeValue, float64(r.v.Requests), "requests")
 		ch <- prometheus.MustNewConstMetric(r.d, prometheus.GaugeValue, float64(r.v.Tokens), "tokens")
 	}

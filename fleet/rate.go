@@ -135,6 +135,10 @@ type RateStatus struct {
 	Learned coord.Rates
 	// Demand is the rate demand of its last report.
 	Demand coord.Rates
+	// Used is what the node sent in the minute before its last report
+	// (to within a heartbeat interval): requests, and tokens as debited,
+	// corrected when settled.
+	Used coord.Rates
 	// Waiting counts the requests waiting for the rate now.
 	Waiting int64
 }
@@ -145,7 +149,8 @@ func (n *Node) Rates() RateStatus {
 	r := n.rate
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RateStatus{Key: r.keyRate, Share: r.share, Learned: r.learned, Demand: r.demand, Waiting: r.waiting.Load()}
+	return RateStatus{Key: r.keyRate, Share: r.share, Learned: r.learned, Demand: r.demand, Used: r.used,
+		Waiting: r.waiting.Load()}
 }
 
 // rateState is the node's rate machinery: a pacer at its shares, the
@@ -161,6 +166,9 @@ type rateState struct {
 	arrivedReq, arrivedTok atomic.Int64
 	waiting, waitingTok    atomic.Int64
 	waits                  atomic.Uint64 // requests that waited, for the metrics
+	// sentReq and sentTok count the requests let go since the last
+	// report and their tokens: estimates, corrected when settled.
+	sentReq, sentTok atomic.Int64
 
 	mu       sync.Mutex
 	learner  *pace.Learner // nil unless cfg.Learn
@@ -170,6 +178,10 @@ type rateState struct {
 	share    coord.Rates
 	learned  coord.Rates
 	demand   coord.Rates
+	used     coord.Rates
+	// sentLog holds what was sent, by the second of the report that
+	// counted it, for the last minute.
+	sentLog [60]sentSecond
 	// cutFactor scales the request pacing below the share after the
 	// learner cut, until a grant answers a report sent after the cut
 	// (cutSince, zero when none); see setPacerLocked.
@@ -204,6 +216,7 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	r.arrivedReq.Add(1)
 	r.arrivedTok.Add(tokens)
 	if !r.paced.Load() {
+		r.sent(1, tokens)
 		return pace.Ticket{}, time.Time{}, nil
 	}
 	now := time.Now()
@@ -212,6 +225,7 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	case err != nil:
 		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
 	case ok:
+		r.sent(1, tokens)
 		return t, now, nil
 	case !wait:
 		n.saturated(now)
@@ -231,7 +245,41 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.pacer.Cancel(time.Now(), t)
 		return pace.Ticket{}, time.Time{}, err
 	}
+	r.sent(1, tokens)
 	return t, time.Now(), nil
+}
+
+// sent counts requests let go and their tokens, for the usage reported.
+func (r *rateState) sent(requests, tokens int64) {
+	r.sentReq.Add(requests)
+	r.sentTok.Add(tokens)
+}
+
+// sentSecond is what the reports of one second counted as sent.
+type sentSecond struct {
+	unix     int64
+	req, tok int64
+}
+
+// usedLocked moves what was sent since the last report into the log, at
+// now's second, and returns what the log holds for the minute up to now.
+// The caller holds r.mu.
+func (r *rateState) usedLocked(now time.Time) coord.Rates {
+	sec := now.Unix()
+	s := &r.sentLog[sec%int64(len(r.sentLog))]
+	if s.unix != sec {
+		*s = sentSecond{unix: sec}
+	}
+	s.req += r.sentReq.Swap(0)
+	s.tok += r.sentTok.Swap(0)
+	var req, tok int64
+	for _, s := range r.sentLog {
+		if s.unix > sec-int64(len(r.sentLog)) {
+			req += s.req
+			tok += s.tok
+		}
+	}
+	return coord.Rates{Requests: clampRate(float64(req)), Tokens: clampRate(float64(tok))}
 }
 
 // rateStarved reports whether requests wait for a rate of which the node
@@ -294,11 +342,11 @@ const demandMemory = 5 * time.Second
 
 // rateReport samples the rates for a report sent at now, elapsed after
 // the previous one: the node's estimate of the key's rate, its rate
-// demand, and the shares it applies. The demand on each dimension is the
+// demand, the shares it applies, and what it sent in the last minute. The demand on each dimension is the
 // larger of what the node was asked for since the last report, plus what
 // waits now and what it owes (a token bucket in debt), per minute, and
 // that amount averaged over demandMemory.
-func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied coord.Rates) {
+func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied, used coord.Rates) {
 	r := n.rate
 	elapsed = max(elapsed, 10*time.Millisecond)
 	per := float64(time.Minute) / float64(elapsed)
@@ -326,14 +374,15 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 		local.Requests = max(clampRate(r.learner.Rate(now)*60), 1)
 	}
 	local.Tokens = r.headerTP
-	r.learned, r.demand = local, demand
+	used = r.usedLocked(now)
+	r.learned, r.demand, r.used = local, demand, used
 	if r.keyRate.Requests > 0 {
 		applied.Requests = r.share.Requests
 	}
 	if r.keyRate.Tokens > 0 {
 		applied.Tokens = r.share.Tokens
 	}
-	return local, demand, applied
+	return local, demand, applied, used
 }
 
 // applyRates makes the pacer enforce a grant's rate shares, at once, before
@@ -388,6 +437,9 @@ func (n *Node) settleTokens(t pace.Ticket, actual int64) error {
 	}
 	if err := n.rate.pacer.Settle(time.Now(), t, actual); err != nil {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
+	}
+	if t != (pace.Ticket{}) {
+		n.rate.sent(0, actual-t.Estimate())
 	}
 	return nil
 }

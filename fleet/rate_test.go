@@ -128,6 +128,19 @@ func TestRateTokensSettled(t *testing.T) {
 		t.Logf("a minute at 6,000 tokens: %d requests of 100 tokens", sent)
 		require.LessOrEqual(t, sent, 61, "at most the rate plus the bucket")
 		require.GreaterOrEqual(t, sent, 54)
+
+		// The usage reported counts the settled cost, not the estimate,
+		// and is what operators read from the node's row.
+		synctest.Wait()
+		used := n.Rates().Used
+		t.Logf("used in the last minute: %+v", used)
+		require.InDelta(t, sent, used.Requests, 3, "the requests of the last minute")
+		require.GreaterOrEqual(t, used.Tokens, 50*used.Requests, "settled at 100, estimated at 10")
+		require.LessOrEqual(t, used.Tokens, 100*used.Requests)
+		rows, err := c.Nodes(t.Context(), "k")
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		require.Equal(t, used, rows[0].RateUsed)
 		le, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		require.ErrorContains(t, le.SettleTokens(-1), "actual = -1")

@@ -76,6 +76,8 @@ type nodeJSON struct {
 	Labels           map[string]string `json:"labels"`
 	RPMShare         int64             `json:"rpm_share"`
 	TPMShare         int64             `json:"tpm_share"`
+	RPMUsed          int64             `json:"rpm_used"`
+	TPMUsed          int64             `json:"tpm_used"`
 	RPMDemand        int64             `json:"rpm_demand"`
 	TPMDemand        int64             `json:"tpm_demand"`
 	RPMLocal         *int64            `json:"rpm_local"`
@@ -135,6 +137,8 @@ func TestJSONOutput(t *testing.T) {
 	require.GreaterOrEqual(t, a.HeartbeatAgeMS, int64(0))
 	require.Equal(t, int64(375), a.RPMShare, "500 rpm split 300:100 by demand")
 	require.Equal(t, int64(60000), a.TPMShare, "90000 tpm split 40000:20000 by demand")
+	require.Equal(t, int64(270), a.RPMUsed)
+	require.Equal(t, int64(28000), a.TPMUsed)
 	require.Equal(t, int64(300), a.RPMDemand)
 	require.Equal(t, int64(40000), a.TPMDemand)
 	require.Equal(t, ptr(int64(600)), a.RPMLocal)

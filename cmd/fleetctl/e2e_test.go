@@ -195,9 +195,11 @@ func seed(t *testing.T, dsn string) {
 	require.NoError(t, err)
 	api := []coord.Report{
 		{Key: "api", NodeID: "node-a", Instance: "i-a", LLocal: 40, Inflight: 3, Demand: 10, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "a"},
-			RateLocal: coord.Rates{Requests: 600, Tokens: 90000}, RateDemand: coord.Rates{Requests: 300, Tokens: 40000}},
+			RateLocal: coord.Rates{Requests: 600, Tokens: 90000}, RateDemand: coord.Rates{Requests: 300, Tokens: 40000},
+			RateUsed: coord.Rates{Requests: 270, Tokens: 28000}},
 		{Key: "api", NodeID: "node-b", Instance: "i-b", LLocal: 20, Inflight: 1, Demand: 5, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "b"},
-			RateLocal: coord.Rates{Requests: 500}, RateDemand: coord.Rates{Requests: 100, Tokens: 20000}},
+			RateLocal: coord.Rates{Requests: 500}, RateDemand: coord.Rates{Requests: 100, Tokens: 20000},
+			RateUsed: coord.Rates{Requests: 24}},
 	}
 	for round := int64(1); round <= 3; round++ {
 		for i := range api {
@@ -543,7 +545,7 @@ func heartbeatAPI(t *testing.T, dsn string) {
 	for _, n := range nodes {
 		_, err := c.Heartbeat(ctx, coord.Report{Key: "api", NodeID: n.NodeID, Instance: n.Instance, Seq: n.Seq + 1,
 			Epoch: n.Epoch, AppliedGen: n.GrantedGen, RateApplied: n.RateShare, LLocal: n.LLocal, Inflight: n.Inflight,
-			Demand: n.Demand, RateLocal: n.RateLocal, RateDemand: n.RateDemand, LeaseTTL: time.Hour, Labels: n.Labels})
+			Demand: n.Demand, RateLocal: n.RateLocal, RateDemand: n.RateDemand, RateUsed: n.RateUsed, LeaseTTL: time.Hour, Labels: n.Labels})
 		require.NoError(t, err)
 	}
 }

@@ -133,6 +133,7 @@
 //	fenced                     bool    the lease has run out (lease_remaining_ms ≤ 0)
 //	labels                     object  string → string
 //	rpm_share, tpm_share       int     its rate share per minute (granted)
+//	rpm_used, tpm_used         int     what it sent in the minute before its last report
 //	rpm_demand, tpm_demand     int     its rate demand per minute, as last reported
 //	rpm_local, tpm_local       int|null  its own estimate of the key's rates; null for none
 //	rpm_reserve, tpm_reserve   int     what the row holds back from the others' rate shares now

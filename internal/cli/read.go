@@ -217,14 +217,15 @@ func (r *runner) nodesCommand() *ucli.Command {
 		ArgsUsage: argsUsage("KEY"),
 		Description: `Every row of the key, expired ones not yet deleted included. GEN is
 granted/applied generation; FENCED is yes once the lease has run out.
-When a row has a rate, RATE_SHARE (granted), RATE_DEMAND and RATE_LOCAL
-(the node's own estimate of the key's rate) show requests/tokens per
-minute; "-" is none.
+When a row has a rate, RATE_SHARE (granted), RATE_USED (what the node
+sent in the minute before its last heartbeat; tokens as estimated,
+corrected when settled), RATE_DEMAND and RATE_LOCAL (the node's own
+estimate of the key's rate) show requests/tokens per minute; "-" is none.
 JSON fields: key, node_id, instance, seq, l_local, share, inflight, demand,
 reserve, epoch, granted_gen, applied_gen, unacked_high, lease_remaining_ms,
 hold_remaining_ms, heartbeat_age_ms, lease_expires_at, hold_until,
 heartbeat_at, joined_at, status, draining, evicted, departed, fenced,
-labels, rpm_share, tpm_share, rpm_demand, tpm_demand, rpm_local, tpm_local,
+labels, rpm_share, tpm_share, rpm_used, tpm_used, rpm_demand, tpm_demand, rpm_local, tpm_local,
 rpm_reserve, tpm_reserve, rpm_high, tpm_high.`,
 		Flags: []ucli.Flag{outputFlag()},
 		Action: r.action(func(c *ucli.Context) error {

@@ -161,12 +161,15 @@ type nodeView struct {
 	Fenced           bool              `json:"fenced"`
 	Labels           map[string]string `json:"labels"`
 	// The node's rates per minute, requests (rpm) and tokens (tpm): its
-	// rate share (granted), its rate demand, its own estimate of the key's
+	// rate share (granted), what it sent in the minute before its last
+	// heartbeat, its rate demand, its own estimate of the key's
 	// rate (nil when it learned none), what the row holds back from the
 	// others' rate shares now, and the largest rate share granted since
 	// the node's last acknowledgement.
 	RPMShare   int64  `json:"rpm_share"`
 	TPMShare   int64  `json:"tpm_share"`
+	RPMUsed    int64  `json:"rpm_used"`
+	TPMUsed    int64  `json:"tpm_used"`
 	RPMDemand  int64  `json:"rpm_demand"`
 	TPMDemand  int64  `json:"tpm_demand"`
 	RPMLocal   *int64 `json:"rpm_local"`
@@ -216,6 +219,8 @@ func newNodeView(n coord.NodeInfo) nodeView {
 		Labels:           labels,
 		RPMShare:         n.RateShare.Requests,
 		TPMShare:         n.RateShare.Tokens,
+		RPMUsed:          n.RateUsed.Requests,
+		TPMUsed:          n.RateUsed.Tokens,
 		RPMDemand:        n.RateDemand.Requests,
 		TPMDemand:        n.RateDemand.Tokens,
 		RPMLocal:         optRate(n.RateLocal.Requests),
@@ -245,7 +250,7 @@ var nodeColumns = []string{"NODE", "INSTANCE", "L_LOCAL", "SHARE", "INFLIGHT", "
 
 // nodeRateColumns go after RESERVE when a row has a rate: each is
 // requests/tokens per minute.
-var nodeRateColumns = []string{"RATE_SHARE", "RATE_DEMAND", "RATE_LOCAL"}
+var nodeRateColumns = []string{"RATE_SHARE", "RATE_USED", "RATE_DEMAND", "RATE_LOCAL"}
 
 // hasRates reports whether the row has a rate share, a rate demand or a
 // rate estimate.
@@ -276,7 +281,8 @@ func (v nodeView) cells(rates bool) []string {
 		strconv.Itoa(v.Demand), strconv.Itoa(v.Reserve),
 	}
 	if rates {
-		out = append(out, sharePair(v.RPMShare, v.TPMShare, v.keyRates), ratePair(v.RPMDemand, v.TPMDemand),
+		out = append(out, sharePair(v.RPMShare, v.TPMShare, v.keyRates), ratePair(v.RPMUsed, v.TPMUsed),
+			ratePair(v.RPMDemand, v.TPMDemand),
 			ratePair(deref(v.RPMLocal), deref(v.TPMLocal)))
 	}
 	return append(out,
