@@ -86,9 +86,10 @@ type KeyInfo struct {
 	// reports are answered "evicted" for as long as the key exists.
 	Evictions int
 	// RateLimit is the operator's rate per minute (0: none), Rate the
-	// key's rate as the newest heartbeat computed it, and SumRateShare the
-	// members' rate shares added up.
-	RateLimit, Rate, SumRateShare Rates
+	// key's rate as the newest heartbeat computed it, SumRateShare the
+	// members' rate shares added up, and SumRateUsed what they reported
+	// sending in the minute before their last heartbeats (NodeState.RateUsed).
+	RateLimit, Rate, SumRateShare, SumRateUsed Rates
 }
 
 // NodeInfo describes one node row for an operator: every column, plus what
@@ -144,6 +145,8 @@ func keyInfo(s State, now time.Time) KeyInfo {
 			ki.SumInflight += n.Inflight
 			ki.SumRateShare.Requests += n.RateShare.Requests
 			ki.SumRateShare.Tokens += n.RateShare.Tokens
+			ki.SumRateUsed.Requests += n.RateUsed.Requests
+			ki.SumRateUsed.Tokens += n.RateUsed.Tokens
 		case n.Holding(now):
 			ki.HeldRows++
 			ki.HeldReserve += n.Reserve(now)

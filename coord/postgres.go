@@ -163,7 +163,7 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Epoch, &ki.Generation,
 			&learning, &ki.Learning, &ki.CreatedAt, &ki.Drains, &evictions, &live, &share, &inflight, &heldRows, &heldReserve,
 			&ki.RateLimit.Requests, &ki.RateLimit.Tokens, &ki.Rate.Requests, &ki.Rate.Tokens,
-			&ki.SumRateShare.Requests, &ki.SumRateShare.Tokens)
+			&ki.SumRateShare.Requests, &ki.SumRateShare.Tokens, &ki.SumRateUsed.Requests, &ki.SumRateUsed.Tokens)
 		ki.Aggregate = Aggregate(agg)
 		if learning != nil {
 			ki.LearningUntil = *learning

@@ -54,7 +54,9 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
                           AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))), 0),
        k.rpm_limit, k.tpm_limit, k.rpm, k.tpm,
        coalesce(sum(n.rpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
-       coalesce(sum(n.tpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0)
+       coalesce(sum(n.tpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
+       coalesce(sum(n.rpm_used) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
+       coalesce(sum(n.tpm_used) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0)
   FROM t CROSS JOIN fleetlimit.keys AS k
   LEFT JOIN fleetlimit.nodes AS n ON n.key = k.key
  GROUP BY k.key, t.now

@@ -45,6 +45,8 @@ type keyJSON struct {
 	TPMLimit      *int64     `json:"tpm_limit"`
 	SumRPMShare   int64      `json:"sum_rpm_share"`
 	SumTPMShare   int64      `json:"sum_tpm_share"`
+	SumRPMUsed    int64      `json:"sum_rpm_used"`
+	SumTPMUsed    int64      `json:"sum_tpm_used"`
 }
 
 type nodeJSON struct {
@@ -153,6 +155,8 @@ func TestJSONOutput(t *testing.T) {
 	require.Nil(t, b.TPMLocal, "node-b learned no token rate")
 	require.Equal(t, api.SumRPMShare, a.RPMShare+b.RPMShare, "keys sums the rate shares")
 	require.Equal(t, api.SumTPMShare, a.TPMShare+b.TPMShare)
+	require.Equal(t, api.SumRPMUsed, a.RPMUsed+b.RPMUsed)
+	require.Equal(t, api.SumTPMUsed, a.TPMUsed+b.TPMUsed)
 	require.Equal(t, api.SumShare, nodes[0].Share+nodes[1].Share, "keys sums the shares")
 	require.Equal(t, 20, api.SumShare, "the shares have converged to L_global")
 

@@ -112,6 +112,7 @@
 //	                       newest heartbeat computed them; null for none
 //	rpm_limit, tpm_limit  int|null  the operator's rates per minute; null for none
 //	sum_rpm_share, sum_tpm_share  int  Σ rate share over members
+//	sum_rpm_used, sum_tpm_used    int  Σ over members of what each sent in the minute before its last report
 //
 // nodes prints an array of node objects:
 //

@@ -85,8 +85,9 @@ departed, evicted); MODE is learning after the database lost state.
 
 When a key has a rate, RPM and TPM show its request and token rates per
 minute as the newest heartbeat computed them, with the operator's in
-parentheses when one is set ("540 (max 600)"), and RATE_SHARE the members'
-rate shares added up, as requests/tokens per minute; "-" is none. JSON
+parentheses when one is set ("540 (max 600)"), RATE_SHARE the members'
+rate shares added up, and RATE_USED what they sent in the minute before
+their last heartbeats, as requests/tokens per minute; "-" is none. JSON
 fields: see 'fleetctl --help' and the package documentation.
 
 'keys create KEY [--min N] [--max N] [--rpm N] [--tpm N]' creates a key, so

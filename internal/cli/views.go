@@ -35,13 +35,16 @@ type keyView struct {
 	// RPM and TPM are the key's request and token rates per minute as the
 	// newest heartbeat computed them, nil for none; RPMLimit and TPMLimit
 	// the operator's, nil for none; SumRPMShare and SumTPMShare the
-	// members' rate shares added up.
+	// members' rate shares added up, SumRPMUsed and SumTPMUsed what they
+	// sent in the minute before their last heartbeats.
 	RPM         *int64 `json:"rpm"`
 	TPM         *int64 `json:"tpm"`
 	RPMLimit    *int64 `json:"rpm_limit"`
 	TPMLimit    *int64 `json:"tpm_limit"`
 	SumRPMShare int64  `json:"sum_rpm_share"`
 	SumTPMShare int64  `json:"sum_tpm_share"`
+	SumRPMUsed  int64  `json:"sum_rpm_used"`
+	SumTPMUsed  int64  `json:"sum_tpm_used"`
 }
 
 func newKeyView(k coord.KeyInfo) keyView {
@@ -66,6 +69,8 @@ func newKeyView(k coord.KeyInfo) keyView {
 		TPMLimit:    optRate(k.RateLimit.Tokens),
 		SumRPMShare: k.SumRateShare.Requests,
 		SumTPMShare: k.SumRateShare.Tokens,
+		SumRPMUsed:  k.SumRateUsed.Requests,
+		SumTPMUsed:  k.SumRateUsed.Tokens,
 	}
 	if v.Drains == nil {
 		v.Drains = []string{}
@@ -84,7 +89,7 @@ func newKeyView(k coord.KeyInfo) keyView {
 var keyColumns = []string{"KEY", "L_GLOBAL", "MIN", "MAX", "NODES", "SHARE", "INFLIGHT", "UTIL", "HELD", "MODE"}
 
 // keyRateColumns go before MODE when a key has a rate.
-var keyRateColumns = []string{"RPM", "TPM", "RATE_SHARE"}
+var keyRateColumns = []string{"RPM", "TPM", "RATE_SHARE", "RATE_USED"}
 
 // rateDims reports on which dimensions (requests, tokens) the key has a
 // rate: there a share of 0 paces a node to nothing; elsewhere it means no
@@ -108,7 +113,7 @@ func (v keyView) cells(rates bool) []string {
 		strconv.Itoa(v.HeldReserve)}
 	if rates {
 		out = append(out, rateWithLimit(v.RPM, v.RPMLimit), rateWithLimit(v.TPM, v.TPMLimit),
-			sharePair(v.SumRPMShare, v.SumTPMShare, v.rateDims()))
+			sharePair(v.SumRPMShare, v.SumTPMShare, v.rateDims()), ratePair(v.SumRPMUsed, v.SumTPMUsed))
 	}
 	return append(out, mode)
 }
