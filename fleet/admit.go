@@ -63,6 +63,10 @@ type admission struct {
 // slot is held while the request waits for the rate, so a request that
 // waited is sent at once; its latency sample starts when it is sent.
 func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wait bool) (admission, error) {
+	if tokens > MaxTokens {
+		n.metrics.rejected.Add(1)
+		return admission{}, fmt.Errorf("%w: token estimate = %d, want 0..%d", adaptive.ErrInvalidRequest, tokens, int64(MaxTokens))
+	}
 	if err := n.refusal(r); err != nil {
 		return admission{}, err
 	}

@@ -22,7 +22,8 @@ const (
 	// HoldLastShare keeps admitting at the last share however long the
 	// coordinator is unreachable. It trades the hard bound for availability:
 	// once the database evicts the node, its share may be granted to others
-	// while it still uses it. An evicted node is fenced under either policy.
+	// while it still uses it — its rate share as soon as its lease ends
+	// (docs/design.md §17). An evicted node is fenced under either policy.
 	HoldLastShare
 )
 

@@ -130,6 +130,11 @@ func (n *Node) report(now time.Time) coord.Report {
 		elapsed = now.Sub(n.lastSend)
 	}
 	rateLocal, rateDemand, rateApplied, rateUsed := n.rateReport(now, elapsed)
+	if fs := n.fence.State(); n.cfg.Outage == FailClosed && (fs.Fenced || !now.Before(fs.Deadline)) {
+		// A node whose lease ran out sends nothing: in learning mode the
+		// coordinator must not take its old shares as held.
+		rateApplied = coord.Rates{}
+	}
 	n.lastSend = now
 	// Demand is the most the node had in flight and queued at any moment
 	// since its last report, plus what it refused: a node that served

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
-	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Lease is one admitted request's hold on a slot of the node's share. Its
@@ -29,7 +28,7 @@ type Lease struct {
 	// after waiting for them (zero: not paced), and, when the node learns
 	// the key's rate, whether its outcome was recorded.
 	node     *Node
-	ticket   pace.Ticket
+	debit    *debit
 	sent     time.Time
 	recorded *atomic.Bool
 }
@@ -38,7 +37,7 @@ type Lease struct {
 // configuration.
 func (n *Node) bound(parent context.Context, a admission) Lease {
 	le := bound(parent, a.lease, &n.cfg)
-	le.node, le.ticket, le.sent = n, a.ticket, a.sent
+	le.node, le.debit, le.sent = n, &debit{node: n, ticket: a.ticket}, a.sent
 	if n.cfg.Rate.Learn {
 		le.recorded = new(atomic.Bool)
 	}
@@ -104,13 +103,15 @@ func (le Lease) Drop() {
 // response's usage) against the node's token rate share, correcting the
 // estimate it was admitted with (WithTokens): an under-estimate is charged
 // to later requests, an over-estimate given back. Call it once, when the
-// cost is known; it is a no-op on a key without a token rate. It returns
-// an error naming actual when it is negative.
+// cost is known; it is a no-op on a key without a token rate and on the
+// zero Lease. It returns an error naming actual when it is negative, and
+// an error, changing nothing, when the request's tokens were settled
+// already (by a copy of the Lease or through its response).
 func (le Lease) SettleTokens(actual int64) error {
-	if le.node == nil {
+	if le.debit == nil {
 		return nil
 	}
-	return le.node.settleTokens(le.ticket, actual)
+	return le.debit.settle(actual)
 }
 
 // record gives the request's outcome to the node's learner, once.

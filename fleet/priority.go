@@ -12,7 +12,7 @@ const (
 	priorityKey contextKey = iota
 	weightKey
 	tokensKey
-	ticketKey // *ticketRef: a request's debit from the rate shares (Transport)
+	ticketKey // *debit: a request's debit from the rate shares (Transport)
 )
 
 // WithPriority returns a copy of ctx that carries priority p, from 0 (the

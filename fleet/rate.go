@@ -39,8 +39,9 @@ type RateConfig struct {
 	// learned/key rate, so its cut acts before the fleet folds it in. The
 	// first grant warm-starts the learner at the key's stored rate. A
 	// response's quota headers (x-ratelimit-limit-requests and the like)
-	// cap the learned request rate, and their token limit is reported as
-	// the node's estimate of the key's token rate.
+	// cap the learned request rate with their tightest request limit, and
+	// their tightest token limit is reported as the node's estimate of the
+	// key's token rate; a node that does not learn ignores them.
 	Learn bool
 	// Learner configures the learner, in requests per second of the whole
 	// key; with Learn, Learner.SeedRate is required.
@@ -113,10 +114,15 @@ func (c RateConfig) validate() error {
 // rate share (a key with a token rate). Without it a request costs 0
 // tokens. Settle the actual cost when it is known (Lease.SettleTokens,
 // SettleTokens): an under-estimate is charged to later requests, not
-// forgiven. A negative estimate counts as 0.
+// forgiven. A negative estimate counts as 0; an admission with one above
+// MaxTokens fails with an error wrapping adaptive.ErrInvalidRequest.
 func WithTokens(ctx context.Context, tokens int64) context.Context {
 	return context.WithValue(ctx, tokensKey, max(tokens, 0))
 }
+
+// MaxTokens is the largest token estimate a request may carry
+// (WithTokens): the largest rate per minute a key can have.
+const MaxTokens = coord.MaxRate
 
 // TokensFrom returns the token estimate ctx carries (WithTokens), or 0.
 func TokensFrom(ctx context.Context) int64 {
@@ -430,16 +436,29 @@ func (r *rateState) setPacerLocked(now time.Time) {
 		perSecond(r.keyRate.Tokens, r.share.Tokens, 1))
 }
 
-// settleTokens charges t's actual token cost; see Lease.SettleTokens.
-func (n *Node) settleTokens(t pace.Ticket, actual int64) error {
+// debit is one request's debit from the node's rate shares, shared by its
+// Lease and its copies, its response's body and its request's context, so
+// that its tokens are settled once.
+type debit struct {
+	node    *Node
+	ticket  pace.Ticket
+	settled atomic.Bool
+}
+
+// settle charges the debit's actual token cost, once; see
+// Lease.SettleTokens.
+func (d *debit) settle(actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
 	}
-	if err := n.rate.pacer.Settle(time.Now(), t, actual); err != nil {
+	if !d.settled.CompareAndSwap(false, true) {
+		return errors.New("fleet: settle tokens: the request's tokens were settled already")
+	}
+	if err := d.node.rate.pacer.Settle(time.Now(), d.ticket, actual); err != nil {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
 	}
-	if t != (pace.Ticket{}) {
-		n.rate.sent(0, actual-t.Estimate())
+	if d.ticket != (pace.Ticket{}) {
+		d.node.rate.sent(0, actual-d.ticket.Estimate())
 	}
 	return nil
 }
@@ -448,29 +467,23 @@ func (n *Node) settleTokens(t pace.Ticket, actual int64) error {
 // a response returned through the node's Transport, as Lease.SettleTokens
 // does; it finds the request's debit through resp.Body or, when a client
 // wrapped the body (http.Client with a Timeout does), resp.Request. Call
-// it once per response. It is a no-op for a request that was not paced (a
-// key without rates), and returns an error for a response that came
-// through no fleet Transport, and for a negative actual.
+// it once per response: a second call returns an error and changes
+// nothing. It is a no-op for a request that was not paced (a key without
+// rates), and returns an error for a response that came through no fleet
+// Transport, and for a negative actual.
 func SettleTokens(resp *http.Response, actual int64) error {
 	if b, ok := resp.Body.(*leaseBody); ok {
-		return b.node.settleTokens(b.ticket, actual)
+		return b.debit.settle(actual)
 	}
 	if resp.Request != nil {
-		if ref, ok := resp.Request.Context().Value(ticketKey).(*ticketRef); ok {
-			return ref.node.settleTokens(ref.ticket, actual)
+		if d, ok := resp.Request.Context().Value(ticketKey).(*debit); ok {
+			return d.settle(actual)
 		}
 	}
 	if actual < 0 {
 		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
 	}
 	return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
-}
-
-// ticketRef is a paced request's debit, kept in the context the Transport
-// sends it with.
-type ticketRef struct {
-	node   *Node
-	ticket pace.Ticket
 }
 
 // stopPacing ends every wait on the pacer: the node admits nothing more
@@ -480,13 +493,19 @@ func (n *Node) stopPacing(now time.Time) {
 }
 
 // readRateQuota takes what a response's quota headers say of the key's
-// rates: a request limit caps the learned request rate, and a token limit
-// becomes the node's estimate of the key's token rate. Limits without a
-// window are taken as per minute, as OpenAI's and Anthropic's are.
+// rates, when the node learns them (RateConfig.Learn): the tightest
+// request limit caps the learned request rate, and the tightest token
+// limit becomes the node's estimate of the key's token rate. Limits
+// without a window are taken as per minute, as OpenAI's and Anthropic's
+// are; a limit over a longer window counts as its average per minute.
 func (n *Node) readRateQuota(info quota.Info, now time.Time) {
 	r := n.rate
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.learner == nil {
+		return
+	}
+	tightest := map[quota.Unit]float64{}
 	for _, p := range info.Policies {
 		if p.Limit <= 0 {
 			continue
@@ -496,14 +515,15 @@ func (n *Node) readRateQuota(info quota.Info, now time.Time) {
 			window = time.Minute
 		}
 		perMinute := float64(p.Limit) * float64(time.Minute) / float64(window)
-		switch p.Unit {
-		case quota.Requests:
-			if r.learner != nil {
-				_ = r.learner.SetCeiling(now, perMinute/60)
-			}
-		case quota.Tokens:
-			r.headerTP = clampRate(perMinute)
+		if v, ok := tightest[p.Unit]; !ok || perMinute < v {
+			tightest[p.Unit] = perMinute
 		}
+	}
+	if v, ok := tightest[quota.Requests]; ok {
+		_ = r.learner.SetCeiling(now, v/60)
+	}
+	if v, ok := tightest[quota.Tokens]; ok {
+		r.headerTP = clampRate(v)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
-	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Transport returns an http.RoundTripper that admits every request through
@@ -84,7 +83,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var sent atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
 	// For SettleTokens, through resp.Request, should a client wrap the body.
-	ctx = context.WithValue(ctx, ticketKey, &ticketRef{node: t.node, ticket: a.ticket})
+	d := &debit{node: t.node, ticket: a.ticket}
+	ctx = context.WithValue(ctx, ticketKey, d)
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
@@ -101,7 +101,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
-		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, node: t.node, ticket: a.ticket}
+		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: d}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
 	t.node.observeRate(now, resp.StatusCode == http.StatusTooManyRequests)
@@ -136,8 +136,7 @@ type leaseBody struct {
 	bound  time.Time
 	hold   time.Duration
 	once   sync.Once
-	node   *Node
-	ticket pace.Ticket // the request's debit from the node's rate shares
+	debit  *debit // the request's debit from the node's rate shares
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {

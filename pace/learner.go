@@ -83,8 +83,10 @@ type LearnerConfig struct {
 	// it holds this many 429s and they are above TargetErrorPct of its
 	// requests; the next period starts then. A quota counted over a window
 	// refuses everything above it once the window is full, so waiting out
-	// the period costs a period of 429s. Must be >= 0. Defaults to 0 (the
-	// seed's loop: periods are judged at their end).
+	// the period costs a period of 429s. The period that a cut starts is
+	// judged at its end only: its first 429s answer requests sent before
+	// the cut, which the cut has already taken into account. Must be >= 0.
+	// Defaults to 0 (the seed's loop: periods are judged at their end).
 	CutEarlyAfter int64
 	// MinRequests is the fewest requests a period needs to be judged; a
 	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
@@ -275,7 +277,7 @@ func (l *Learner) RecordScaled(now time.Time, limited bool, scale float64) {
 	case limited:
 		l.errs++
 		if l.cfg.CutEarlyAfter > 0 && l.errs >= l.cfg.CutEarlyAfter &&
-			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) {
+			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) && !(l.cut && !l.start.After(l.cutAt)) {
 			if now.Before(l.start) {
 				now = l.start
 			}

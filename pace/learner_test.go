@@ -321,3 +321,30 @@ func TestLearnerProbeBand(t *testing.T) {
 	}
 	require.InDeltaSlice(t, []float64{cut + 1, cut + 2, cut + 3, cut + 4, cut + 8, cut + 12}, got, 1e-9)
 }
+
+// TestLearnerEarlyCutOncePerOverload: the period a cut starts is judged
+// at its end only. When a sliding-window quota fills, every request in
+// flight comes back 429; thirty such 429s within 300 ms cut once, not once
+// per five of them (which took 600 a minute to 319).
+func TestLearnerEarlyCutOncePerOverload(t *testing.T) {
+	t.Parallel()
+	l, err := NewLearner(LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 40, Window: time.Minute,
+		HoldAfterCut: time.Minute, CutEarlyAfter: 5, ProbeFraction: 0.5, NeedSaturation: true}, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A minute at 10 a second, all accepted: the quota's window is full.
+	for i := range 600 {
+		l.RecordScaled(epoch.Add(time.Duration(i)*100*time.Millisecond), false, 1)
+	}
+	// Then the 30 requests in flight come back 429, 10 ms apart.
+	start := epoch.Add(time.Minute)
+	for i := range 30 {
+		l.RecordScaled(start.Add(time.Duration(i)*10*time.Millisecond), true, 1)
+	}
+	rate := l.Rate(start.Add(300*time.Millisecond)) * 60
+	t.Logf("after 30 429s within 300 ms of a full window at 600 a minute: %.0f a minute", rate)
+	if rate < 0.9*600*0.99 {
+		t.Fatalf("one overload cut %.0f%% off the rate (one cut takes at most 10%% here)", 100*(1-rate/600))
+	}
+}

@@ -256,7 +256,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("evict", "api", "node-b")
 	step("undrain", "api", "node-b")
 	step("relearn", "api")
-	step("keys", "create", "quota", "--max", "24", "--rpm", "600")
+	step("keys", "create", "quota", "--max", "024", "--rpm", "0600") // leading zeros are decimal
 	step("keys")
 	step("nodes", "api")
 	step("limits", "set", "api", "--clear-max")
@@ -303,11 +303,15 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"drain", "api", "node-a", "--timeout", "soon"}, 2, `fleetctl: drain: invalid value "soon" for flag -timeout: parse error`},
 		{[]string{"limits", "set", "api", "--max", "0"}, 2, `fleetctl: limits set: invalid value 0 for --max: want 1..1000000 (use --clear-max to remove the bound)`},
 		{[]string{"limits", "set", "api", "--min", "-3"}, 2, `fleetctl: limits set: invalid value -3 for --min: want 1..1000000 (use --clear-min to remove the bound)`},
-		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for flag -max: parse error`},
+		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for flag -max: want a decimal integer`},
 		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm`},
 		{[]string{"limits", "set", "api", "--rpm", "-1"}, 2, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--min", "5", "--tpm", "1000000001"}, 2, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
-		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for flag -rpm: parse error`},
+		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for flag -rpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--rpm", "0x600"}, 2, `fleetctl: limits set: invalid value "0x600" for flag -rpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--tpm", "6_000"}, 2, `fleetctl: limits set: invalid value "6_000" for flag -tpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for flag -tpm: out of range`},
+		{[]string{"keys", "create", "k9", "--min", "012", "--max", "0x10"}, 2, `fleetctl: keys create: invalid value "0x10" for flag -max: want a decimal integer`},
 		{[]string{"keys", "create", "fresh", "--tpm", "-5"}, 2, `fleetctl: keys create: invalid value -5 for --tpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
 		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},

@@ -69,7 +69,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "now"}, `fleetctl: version: unexpected argument "now"`},
 		{[]string{"limits", "set", "k", "--rpm", "-1"}, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "k", "--tpm", "1000000001"}, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
-		{[]string{"limits", "set", "k", "--rpm", "many"}, `fleetctl: limits set: invalid value "many" for flag -rpm: parse error`},
+		{[]string{"limits", "set", "k", "--rpm", "many"}, `fleetctl: limits set: invalid value "many" for flag -rpm: want a decimal integer`},
 		{[]string{"keys", "create", "k", "--rpm", "99999999999"}, `fleetctl: keys create: invalid value 99999999999 for --rpm: want 0..1000000000 (0 removes the rate)`},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,8 +245,8 @@ written: a bad value in any of them changes nothing.
 
 Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxRate),
 		Flags: []ucli.Flag{
-			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "unchanged"},
-			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "unchanged"},
+			decimalFlag("min", "lower bound of L_global", "unchanged"),
+			decimalFlag("max", "upper bound of L_global", "unchanged"),
 			&ucli.BoolFlag{Name: "clear-min", Usage: "remove the lower bound"},
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
 			rpmFlag("unchanged"),
@@ -345,22 +346,56 @@ func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
 	case c.Bool(clearFlag):
 		return boundChange{set: true}, nil
 	case c.IsSet(name):
-		v := c.Int(name)
+		v := decimalValue(c, name)
 		if v < 1 || v > coord.MaxCount {
 			return boundChange{}, usageErrorf("invalid value %d for --%s: want 1..%d (use --%s to remove the bound)", v, name, coord.MaxCount, clearFlag)
 		}
-		return boundChange{set: true, value: &v}, nil
+		n := int(v)
+		return boundChange{set: true, value: &n}, nil
 	}
 	return boundChange{}, nil
 }
 
 // rpmFlag and tpmFlag set a key's operator rates per minute.
 func rpmFlag(defaultText string) ucli.Flag {
-	return &ucli.Int64Flag{Name: "rpm", Usage: "requests per minute of the key (0 removes the rate)", DefaultText: defaultText}
+	return decimalFlag("rpm", "requests per minute of the key (0 removes the rate)", defaultText)
 }
 
 func tpmFlag(defaultText string) ucli.Flag {
-	return &ucli.Int64Flag{Name: "tpm", Usage: "tokens per minute of the key (0 removes the rate)", DefaultText: defaultText}
+	return decimalFlag("tpm", "tokens per minute of the key (0 removes the rate)", defaultText)
+}
+
+// decimal is a flag's value written in decimal digits only: a limit typed
+// as 0600 is 600, not the octal 384 that Go's integer flags read, and 0x600
+// or 6_00 are refused.
+type decimal struct{ v int64 }
+
+func (d *decimal) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return errors.New("out of range")
+	case err != nil:
+		return errors.New("want a decimal integer")
+	}
+	d.v = v
+	return nil
+}
+
+func (d *decimal) String() string { return strconv.FormatInt(d.v, 10) }
+
+// decimalFlag is an integer flag written in decimal; read it with
+// decimalValue.
+func decimalFlag(name, usage, defaultText string) ucli.Flag {
+	return &ucli.GenericFlag{Name: name, Usage: usage, DefaultText: defaultText, Value: &decimal{}}
+}
+
+// decimalValue is the value of the decimalFlag name, 0 when not set.
+func decimalValue(c *ucli.Context, name string) int64 {
+	if d, ok := c.Generic(name).(*decimal); ok {
+		return d.v
+	}
+	return 0
 }
 
 // readRatesChange reads --rpm and --tpm; a value outside 0..coord.MaxRate
@@ -375,7 +410,7 @@ func readRatesChange(c *ucli.Context) (coord.RatesChange, error) {
 		if !c.IsSet(f.name) {
 			continue
 		}
-		v := c.Int64(f.name)
+		v := decimalValue(c, f.name)
 		if v < 0 || v > coord.MaxRate {
 			return coord.RatesChange{}, usageErrorf("invalid value %d for --%s: want 0..%d (0 removes the rate)",
 				v, f.name, coord.MaxRate)

@@ -131,8 +131,8 @@ func (r *runner) keysCreateCommand() *ucli.Command {
 token rates per minute (see 'fleetctl limits set --help'). Every flag is
 checked before the key is created.`,
 		Flags: []ucli.Flag{
-			&ucli.IntFlag{Name: "min", Usage: "lower bound of L_global", DefaultText: "none"},
-			&ucli.IntFlag{Name: "max", Usage: "upper bound of L_global", DefaultText: "none"},
+			decimalFlag("min", "lower bound of L_global", "none"),
+			decimalFlag("max", "upper bound of L_global", "none"),
 			rpmFlag("none"),
 			tpmFlag("none"),
 		},
@@ -146,11 +146,12 @@ checked before the key is created.`,
 				if !c.IsSet(name) {
 					continue
 				}
-				v := c.Int(name)
+				v := decimalValue(c, name)
 				if v < 1 || v > coord.MaxCount {
 					return usageErrorf("invalid value %d for --%s: want 1..%d", v, name, coord.MaxCount)
 				}
-				bounds[i] = &v
+				n := int(v)
+				bounds[i] = &n
 			}
 			if bounds[0] != nil && bounds[1] != nil && *bounds[1] < *bounds[0] {
 				return usageErrorf("--max %d is below --min %d", *bounds[1], *bounds[0])
