@@ -45,7 +45,7 @@ fuzz: ## Fuzz the limiter's estimate for FUZZTIME (default 30s).
 	$(GO) test -run '^$$' -fuzz FuzzEstimate -fuzztime $(FUZZTIME) ./adaptive/
 
 .PHONY: spec
-spec: ## Model-check spec/ with spin: safety exhaustively, then every mutant must be refuted, and the rate model (about 11 minutes).
+spec: ## Model-check spec/ with spin: safety exhaustively, then every mutant must be refuted, and the rate model (about 13 minutes).
 	spec/run.sh
 
 .PHONY: spec-full

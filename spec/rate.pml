@@ -38,12 +38,25 @@
  *   - the lemma: a node that enforces a rate e > 0 has a row, of its
  *     instance, whose lease runs and whose rate reserve is >= e.
  *
+ * FAILOVER 1 adds failovers to a replica that lost rows, at any time, as
+ * many as may be: any non-empty set of the rows is gone (their newest
+ * grants with them; a row the replica has is as the primary left it), and
+ * the key is in learning mode for LEARNT ticks from then (coord.State.learn: the lease plus the request bound; here the
+ * lease alone, the least that covers every grant of the old primary).
+ * While learning, a grant is also at most what the node reports it paces
+ * to (Report.RateApplied): its rate share while its fence deadline runs,
+ * 0 once fenced or stopping (fleet.Node.report). The lemma is checked
+ * outside learning mode only: a lost row reserves nothing, and the nodes
+ * it covered keep pacing until their fence deadlines.
+ *
  * Left out, and why: a rate is spent when a request is sent, so requests
  * in flight, the request bound and holds (fleet.pml) play no part: the
  * rate reserve ends at the lease end. The concurrency share appears only
- * through the generations it issues (CGEN). Failovers, learning mode,
- * drain and eviction are fleet.pml's (for the rate rule, a drained node id
- * is one without demand, an evicted row one whose lease is never renewed).
+ * through the generations it issues (CGEN). Drain and eviction are
+ * fleet.pml's (for the rate rule, a drained node id is one without demand,
+ * an evicted row one whose lease is never renewed). A failover restores
+ * rows as they were or not at all, never an older version of a row: an
+ * older version reserves no less than none.
  * A new instance starts once its node id has no message of the instance
  * before in the network (a late report of a dead instance can only renew
  * a row nobody paces to, which reserves more, not less).
@@ -54,7 +67,11 @@
  *   MUT_RATE_HOLD_NONE  the node paces to its lease end on its own clock,
  *                       with no fence margin: a clock that stands still
  *                       outlives the reserve, which ends with the lease on
- *                       the database's clock.
+ *                       the database's clock;
+ *   MUT_RATE_STALE_APPLIED  (FAILOVER) a fenced node reports the rate share
+ *                       of its last grant as applied: in learning mode the
+ *                       coordinator grants it again, next to the share the
+ *                       lost row had let another node take.
  */
 
 #include "config.pml"
@@ -93,6 +110,18 @@
  * did not change (the concurrency share did). */
 #ifndef CGEN
 #define CGEN 1
+#endif
+
+/* FAILOVER 1: failovers that lose rows, each followed by learning mode for
+ * LEARNT ticks (NN 2 only). */
+#ifndef FAILOVER
+#define FAILOVER 0
+#endif
+#ifndef LEARNT
+#define LEARNT TTL
+#endif
+#if FAILOVER && NN != 2
+#error FAILOVER needs NN 2
 #endif
 
 /* The window of the property when R changes: the lease. */
@@ -152,6 +181,9 @@ typedef RRep {
 	unsigned seq : WV;
 	unsigned dem : 2;        /* rate demand */
 	unsigned ag : WV;        /* AppliedGen */
+#if FAILOVER
+	unsigned ap : WR;        /* RateApplied */
+#endif
 };
 
 typedef RNode {
@@ -169,11 +201,17 @@ typedef RNode {
 	unsigned ggen : WV;      /* ... and generation (and lease remaining TTL) */
 	bit lv;                  /* a departure in the network ... */
 	bit linst;               /* ... of this instance */
+#ifdef MUT_RATE_STALE_APPLIED
+	unsigned lrs : WR;       /* the rate share of its last grant, fenced or not */
+#endif
 };
 
 RRow row[NN];
 RNode nd[NN];
 unsigned rate : WR;          /* the key's rate R */
+#if FAILOVER
+unsigned learn : WT;         /* ticks of learning mode left */
+#endif
 
 /* Ghost: ticks since R was last >= v (WINR+1: not within the window). */
 byte rAge[RHI+1];
@@ -238,6 +276,12 @@ inline ratePath(I, J, BUMP) {
 	:: else
 	fi;
 	hx = MAX2(0, MIN2(htarget, rate - hpres));
+#if FAILOVER
+	if
+	:: learn > 0 -> hx = MIN2(hx, nd[I].rep[J].ap)
+	:: else
+	fi;
+#endif
 	if
 	:: !hfound || hx != row[I].rs || BUMP ->
 		/* A generation later than every one of the node id (only they
@@ -305,6 +349,12 @@ inline noteR() {
 	}
 }
 
+#if FAILOVER
+#define LEMMAON (learn == 0)
+#else
+#define LEMMAON true
+#endif
+
 inline check() {
 	hy = 0;
 	for (hk : 1 .. RHI) {
@@ -324,7 +374,7 @@ inline check() {
 #ifndef NOLEMMA
 	for (hj : 0 .. NN-1) {
 		if
-		:: ENF(hj) > 0 && !(row[hj].used && row[hj].inst == nd[hj].inst && RRESERVE(row[hj]) >= ENF(hj)) ->
+		:: LEMMAON && ENF(hj) > 0 && !(row[hj].used && row[hj].inst == nd[hj].inst && RRESERVE(row[hj]) >= ENF(hj)) ->
 			printf("VIOLATION t=%d: n%d paces to rate %d above its row's rate reserve\n", T, nm[hj], ENF(hj));
 			assert(false)
 		:: else
@@ -353,8 +403,13 @@ inline check() {
  *     replay without renaming). */
 #define MARK(x) pres[x] = 1; hm = MAX2(hm, x);
 #define REMAP(x) x = rk[x];
+#if FAILOVER
+#define REPF_AP(OP, i, a, b) OP(i, a, b, ap)
+#else
+#define REPF_AP(OP, i, a, b)
+#endif
 #define REPF(OP, i, a, b) OP(i, a, b, used) OP(i, a, b, aw) OP(i, a, b, inst) OP(i, a, b, seq) \
-	OP(i, a, b, dem) OP(i, a, b, ag)
+	OP(i, a, b, dem) OP(i, a, b, ag) REPF_AP(OP, i, a, b)
 #define SWAPREP(i, a, b, f) hx = nd[i].rep[a].f; nd[i].rep[a].f = nd[i].rep[b].f; nd[i].rep[b].f = hx;
 #define CLEARREP(i, a, b, f) nd[i].rep[a].f = 0;
 #define CMPREP(i, a, b, f) if :: hv == 0 && nd[i].rep[a].f < nd[i].rep[b].f -> hv = 1 \
@@ -372,18 +427,28 @@ inline check() {
 
 #define CMPX(x, y) if :: hv == 0 && x < y -> hv = 1 :: hv == 0 && x > y -> hv = 2 :: else fi;
 #define SWPX(x, y) hx = x; x = y; y = hx;
+#if FAILOVER
+#define PAIR_AP(OP, a, b) OP(nd[a].rep[hw].ap, nd[b].rep[hw].ap)
+#else
+#define PAIR_AP(OP, a, b)
+#endif
+#ifdef MUT_RATE_STALE_APPLIED
+#define PAIR_LRS(OP, a, b) OP(nd[a].lrs, nd[b].lrs)
+#else
+#define PAIR_LRS(OP, a, b)
+#endif
 #define NODE_PAIRS(OP, a, b) \
 	OP(nd[a].phase, nd[b].phase) OP(nd[a].inst, nd[b].inst) OP(nd[a].pend, nd[b].pend) \
 	OP(nd[a].rs, nd[b].rs) OP(nd[a].ag, nd[b].ag) OP(nd[a].dl, nd[b].dl) OP(nd[a].off, nd[b].off) \
 	OP(nd[a].gok, nd[b].gok) OP(nd[a].grs, nd[b].grs) OP(nd[a].ggen, nd[b].ggen) \
-	OP(nd[a].lv, nd[b].lv) OP(nd[a].linst, nd[b].linst) \
+	OP(nd[a].lv, nd[b].lv) OP(nd[a].linst, nd[b].linst) PAIR_LRS(OP, a, b) \
 	OP(row[a].used, row[b].used) OP(row[a].inst, row[b].inst) OP(row[a].dep, row[b].dep) \
 	OP(row[a].seq, row[b].seq) OP(row[a].dem, row[b].dem) OP(row[a].rs, row[b].rs) \
 	OP(row[a].rh, row[b].rh) OP(row[a].gen, row[b].gen) OP(row[a].lease, row[b].lease) \
 	for (hw : 0 .. NREP-1) { \
 		OP(nd[a].rep[hw].used, nd[b].rep[hw].used) OP(nd[a].rep[hw].aw, nd[b].rep[hw].aw) \
 		OP(nd[a].rep[hw].inst, nd[b].rep[hw].inst) OP(nd[a].rep[hw].seq, nd[b].rep[hw].seq) \
-		OP(nd[a].rep[hw].dem, nd[b].rep[hw].dem) OP(nd[a].rep[hw].ag, nd[b].rep[hw].ag) skip };
+		OP(nd[a].rep[hw].dem, nd[b].rep[hw].dem) OP(nd[a].rep[hw].ag, nd[b].rep[hw].ag) PAIR_AP(OP, a, b) skip };
 
 inline symSort2(a, b) {
 	hv = 0;
@@ -397,6 +462,12 @@ inline symSort2(a, b) {
 }
 
 #define GENOF(x) x = ((row[hq].gen != 0 && x == row[hq].gen) -> 1 : 0);
+
+#if FAILOVER
+#define CLEARAP(i, j) nd[i].rep[j].ap = 0
+#else
+#define CLEARAP(i, j) skip
+#endif
 
 inline normalize() {
 	for (hq : 0 .. NN-1) {
@@ -432,7 +503,8 @@ inline normalize() {
 		for (hj : 0 .. NREP-1) {
 			if
 			:: nd[hq].rep[hj].used && STALEREP(hq, hj) ->
-				nd[hq].rep[hj].seq = row[hq].seq; nd[hq].rep[hj].dem = 0; nd[hq].rep[hj].ag = 0
+				nd[hq].rep[hj].seq = row[hq].seq; nd[hq].rep[hj].dem = 0; nd[hq].rep[hj].ag = 0;
+				CLEARAP(hq, hj)
 			:: else
 			fi;
 			MARK(nd[hq].rep[hj].seq)
@@ -476,6 +548,15 @@ inline rankBuild() {
 
 /* ------------------------------------------------------------- the node */
 
+/* What a report carries as applied (Report.RateApplied): what the node
+ * paces to, 0 once fenced or stopping; MUT_RATE_STALE_APPLIED: its last
+ * grant's rate share, fenced or not. */
+#ifdef MUT_RATE_STALE_APPLIED
+#define APPLIED(i) nd[i].lrs
+#else
+#define APPLIED(i) ENF(i)
+#endif
+
 /* sendReport: a heartbeat with rate demand D; its seq is newer than every
  * seq of the node id. */
 inline sendReport(I, D) {
@@ -487,6 +568,9 @@ inline sendReport(I, D) {
 	nd[I].rep[NREP-1].seq = hv + 1;
 	nd[I].rep[NREP-1].dem = D;
 	nd[I].rep[NREP-1].ag = nd[I].ag;
+#if FAILOVER
+	nd[I].rep[NREP-1].ap = APPLIED(I);
+#endif
 	nd[I].pend = 1;
 	printf("t=%d n%d i%d sends report seq %d: rate demand %d, applied gen %d\n",
 		T, nm[I], nd[I].inst, hv + 1, D, nd[I].ag);
@@ -499,6 +583,14 @@ inline endCall(I) {
 	for (hk : 0 .. NREP-1) { nd[I].rep[hk].aw = 0 }
 }
 
+#ifdef MUT_RATE_STALE_APPLIED
+#define SETLRS(i) nd[i].lrs = nd[i].grs
+#define CLEARLRS(i) nd[i].lrs = 0
+#else
+#define SETLRS(i) skip
+#define CLEARLRS(i) skip
+#endif
+
 /* applyReply: the node paces to the granted rate share at once, until its
  * fence deadline: send time + lease remaining (TTL) − margin on its clock
  * (the reply comes within the tick of the send). A stopping node takes the
@@ -507,7 +599,8 @@ inline applyReply(I) {
 	if
 	:: nd[I].phase == RUN ->
 		nd[I].dl = MAX2(nd[I].dl, TTL - RMARGIN);
-		nd[I].rs = nd[I].grs
+		nd[I].rs = nd[I].grs;
+		SETLRS(I)
 	:: else
 	fi;
 	nd[I].ag = nd[I].ggen;
@@ -545,6 +638,7 @@ inline advance(I) {
 
 inline goDown(I) {
 	nd[I].phase = DOWN; nd[I].inst = 0; nd[I].rs = 0; nd[I].ag = 0; nd[I].dl = 0;
+	CLEARLRS(I);
 	endCall(I)
 }
 
@@ -693,6 +787,34 @@ end:
 }
 #endif
 
+/* --------------------------------------------------------- the failover */
+
+#if FAILOVER
+/* loseRow: the replica never had row I (or its instance's newest version
+ * is older than any it had: as good as none for the reserve). */
+inline loseRow(I) {
+	row[I].used = 0; row[I].inst = 0; row[I].dep = 0; row[I].lease = 0;
+	row[I].seq = 0; row[I].dem = 0; row[I].rs = 0; row[I].rh = 0; row[I].gen = 0
+}
+
+#define FAILOVER_TO(L0, L1) :: d_step { \
+	learn = LEARNT; \
+	if :: L0 -> loseRow(0) :: else fi; \
+	if :: L1 -> loseRow(1) :: else fi; \
+	printf("t=%d failover: rows lost n%d %d, n%d %d; learning mode for %d ticks\n", T, nm[0], L0, nm[1], L1, LEARNT); \
+	check(); \
+	normalize() }
+
+proctype failover() {
+end:
+	do
+	FAILOVER_TO(1, 0)
+	FAILOVER_TO(0, 1)
+	FAILOVER_TO(1, 1)
+	od
+}
+#endif
+
 /* ----------------------------------------------------------------- time */
 
 #define STALLOK(i, M) (((M) >> (i)) & 1 -> nd[i].off > 0 : true)
@@ -724,6 +846,12 @@ inline tick(M) {
 		:: else
 		fi
 	};
+#if FAILOVER
+	if
+	:: learn > 0 -> learn--
+	:: else
+	fi;
+#endif
 	noteR();
 	if
 	:: M == 0 -> printf("t=%d ---- tick\n", T)
@@ -769,6 +897,9 @@ init {
 		run clock();
 #if RCHANGE
 		run oper();
+#endif
+#if FAILOVER
+		run failover();
 #endif
 		run node(0); run net(0);
 		run node(1); run net(1);

@@ -43,6 +43,9 @@ BASE="-DNN=2 -DLLO=1 -DLHI=1 -DOPMAX=1 -DOPTOGGLE=0 -DNREP=1 -DDUP=0 -DDSLACK=0
 # time, heartbeats that issue a generation for the concurrency share only.
 # rate:        Stop and leave, crash, restart as a new instance; R fixed.
 # rate-change: the operator moves R within 1..3 (no Stop, no crash).
+# rate-failover: crash and restart (no Stop), and failovers to a replica
+#              that lost rows, each followed by learning mode (the
+#              RateApplied cap).
 RBASE="-DNN=2 -DRINIT=3 -DDMAX=1 -DTTL=2 -DMARGIN=1 -DDRIFT=1 -DNREP=1 -DCGEN=1"
 declare -A CONF=(
 	[default]="$BASE -DDRIFT=1"
@@ -50,11 +53,13 @@ declare -A CONF=(
 	[full]="$BASE -DDRIFT=1 -DDRAIN=1"
 	[rate]="$RBASE -DSTOP=1 -DCRASH=1"
 	[rate-change]="$RBASE -DSTOP=0 -DCRASH=0 -DRCHANGE=1 -DRLO=1 -DRHI=3"
+	[rate-failover]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1"
 )
-SAFETY=(default drain rate rate-change)
-RATESAFETY=(rate rate-change)
+SAFETY=(default drain rate rate-change rate-failover)
+RATESAFETY=(rate rate-change rate-failover)
 # The model file of each configuration and mutant (default fleet.pml).
-declare -A MODEL=([rate]=rate.pml [rate-change]=rate.pml [MUT_RATE_EAGER]=rate.pml [MUT_RATE_HOLD_NONE]=rate.pml)
+declare -A MODEL=([rate]=rate.pml [rate-change]=rate.pml [rate-failover]=rate.pml [MUT_RATE_EAGER]=rate.pml
+	[MUT_RATE_HOLD_NONE]=rate.pml [MUT_RATE_STALE_APPLIED]=rate.pml)
 # Extra pan compile flags: the full configuration's 49 million states do
 # not fit in 12 GB even compressed losslessly (-DCOLLAPSE), so they are
 # stored as hash-compacted signatures (-DHC4, about 4.5 GB): no bitstate
@@ -66,8 +71,8 @@ declare -A CCONF=([full]="-DHC4")
 # searched in, and the search depth bound (a bounded depth-first search
 # finds a short counterexample quickly; a mutant only needs one).
 MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
-	MUT_LEAVE_SHORTENS MUT_RATE_EAGER MUT_RATE_HOLD_NONE)
-RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE)
+	MUT_LEAVE_SHORTENS MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
+RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
 declare -A MCONF=(
 	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
 	[MUT_TIMER_FENCE]="$BASE -DDRIFT=1"
@@ -78,6 +83,7 @@ declare -A MCONF=(
 	[MUT_LEAVE_SHORTENS]="$BASE -DSTOP=1 -DDRIFT=1"
 	[MUT_RATE_EAGER]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_HOLD_NONE]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
+	[MUT_RATE_STALE_APPLIED]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1 -DNOLEMMA"
 )
 declare -A MDEPTH=(
 	[MUT_NO_HOLD]=10000
@@ -89,12 +95,15 @@ declare -A MDEPTH=(
 	[MUT_LEAVE_SHORTENS]=10000
 	[MUT_RATE_EAGER]=40
 	[MUT_RATE_HOLD_NONE]=40
+	[MUT_RATE_STALE_APPLIED]=36
 )
-# The rate mutants' searches look for the shortest counterexample within
-# their depth (pan -i, compiled with -DREACH); -DNOLEMMA above leaves the
-# per-node lemma out, so that the counterexample is one of the sum.
+# The rate mutants' searches look for a counterexample within their depth
+# (compiled with -DREACH, which makes a depth-bounded search complete; the
+# first two also shorten it, pan -i, which takes minutes for the
+# failover's); -DNOLEMMA above leaves the per-node lemma out, so that the
+# counterexample is one of the sum.
 declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
-declare -A MCC=([MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH")
+declare -A MCC=([MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
 declare -A MDESC=(
 	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
 	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
@@ -105,6 +114,7 @@ declare -A MDESC=(
 	[MUT_LEAVE_SHORTENS]="(g) a departure's hold replaces the row's, and no padding for clock rates"
 	[MUT_RATE_EAGER]="(h) the rate reserve is the granted rate share only (no RateHigh)"
 	[MUT_RATE_HOLD_NONE]="(i) no fence margin for the rate: a node paces to its lease end on its own clock"
+	[MUT_RATE_STALE_APPLIED]="(j) a fenced node reports its last grant's rate share as applied (learning mode)"
 )
 
 # Liveness (-DLIVE, fleet.pml's ltl claims), under weak fairness, after
