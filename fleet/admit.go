@@ -8,7 +8,6 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/pace"
 )
 
 // Acquire admits a request with the priority and weight ctx carries
@@ -53,9 +52,9 @@ func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, e
 // admission is an admitted request: its slot, and its debit from the
 // node's rate shares with when it may be sent (zero: the key has no rate).
 type admission struct {
-	lease  adaptive.Lease
-	ticket pace.Ticket
-	sent   time.Time
+	lease adaptive.Lease
+	debit *debit
+	sent  time.Time
 }
 
 // acquire is AcquireRequest without the bound context: a slot, then the
@@ -88,7 +87,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		n.metrics.rejected.Add(1)
 		return admission{}, err
 	}
-	return admission{lease: le, ticket: t, sent: sent}, nil
+	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
 }
 
 // TryAcquire admits a request of weight 1 at adaptive.DefaultPriority if

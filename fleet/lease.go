@@ -37,7 +37,7 @@ type Lease struct {
 // configuration.
 func (n *Node) bound(parent context.Context, a admission) Lease {
 	le := bound(parent, a.lease, &n.cfg)
-	le.node, le.debit, le.sent = n, &debit{node: n, ticket: a.ticket}, a.sent
+	le.node, le.debit, le.sent = n, a.debit, a.sent
 	if n.cfg.Rate.Learn {
 		le.recorded = new(atomic.Bool)
 	}
@@ -102,11 +102,12 @@ func (le Lease) Drop() {
 // SettleTokens charges the request's actual cost in tokens (an LLM
 // response's usage) against the node's token rate share, correcting the
 // estimate it was admitted with (WithTokens): an under-estimate is charged
-// to later requests, an over-estimate given back. Call it once, when the
-// cost is known; it is a no-op on a key without a token rate and on the
-// zero Lease. It returns an error naming actual when it is negative, and
-// an error, changing nothing, when the request's tokens were settled
-// already (by a copy of the Lease or through its response).
+// to later requests, an over-estimate given back; the usage the node
+// reports is corrected too. Call it once, when the cost is known: a
+// second call (on a copy of the Lease, or through its response) returns
+// an error and changes nothing. On a key without a token rate it paces
+// nothing and only corrects the usage; on the zero Lease it is a no-op. It
+// returns an error naming actual when it is negative.
 func (le Lease) SettleTokens(actual int64) error {
 	if le.debit == nil {
 		return nil
@@ -117,7 +118,11 @@ func (le Lease) SettleTokens(actual int64) error {
 // record gives the request's outcome to the node's learner, once.
 func (le Lease) record(limited bool) {
 	if le.recorded != nil && le.recorded.CompareAndSwap(false, true) {
-		le.node.observeRate(time.Now(), limited)
+		sent := le.sent
+		if sent.IsZero() {
+			sent = le.lease.Admitted()
+		}
+		le.node.observeRate(time.Now(), sent, limited)
 	}
 }
 

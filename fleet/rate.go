@@ -185,9 +185,13 @@ type rateState struct {
 	learned  coord.Rates
 	demand   coord.Rates
 	used     coord.Rates
-	// sentLog holds what was sent, by the second of the report that
-	// counted it, for the last minute.
+	newest   int64 // the newest second in sentLog
+	// sentLog holds what was sent over the last minute, by second since
+	// origin (monotonic): a request's estimate in the second of the
+	// report that counted it, its correction when settled in the second
+	// it was let go.
 	sentLog [60]sentSecond
+	origin  time.Time
 	// cutFactor scales the request pacing below the share after the
 	// learner cut, until a grant answers a report sent after the cut
 	// (cutSince, zero when none); see setPacerLocked.
@@ -202,7 +206,7 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rateState{cfg: cfg, pacer: p, cutFactor: 1}
+	r := &rateState{cfg: cfg, pacer: p, cutFactor: 1, origin: now}
 	if cfg.Learn {
 		if r.learner, err = pace.NewLearner(cfg.Learner, now); err != nil {
 			return nil, err
@@ -261,31 +265,67 @@ func (r *rateState) sent(requests, tokens int64) {
 	r.sentTok.Add(tokens)
 }
 
-// sentSecond is what the reports of one second counted as sent.
+// sentSecond is what the log holds for one second.
 type sentSecond struct {
-	unix     int64
+	sec      int64
 	req, tok int64
+}
+
+// second is now's second since the rate state's origin, on the monotonic
+// clock: a wall clock stepped back does not move it.
+func (r *rateState) second(now time.Time) int64 { return int64(now.Sub(r.origin) / time.Second) }
+
+// slotLocked returns the log's slot for second sec, emptied if it held an
+// older second, or nil when sec has left the log (or is ahead of it). The
+// caller holds r.mu.
+func (r *rateState) slotLocked(sec, newest int64) *sentSecond {
+	n := int64(len(r.sentLog))
+	if sec < 0 || sec <= newest-n || sec > newest {
+		return nil
+	}
+	s := &r.sentLog[sec%n]
+	if s.sec != sec {
+		*s = sentSecond{sec: sec}
+	}
+	return s
 }
 
 // usedLocked moves what was sent since the last report into the log, at
 // now's second, and returns what the log holds for the minute up to now.
 // The caller holds r.mu.
 func (r *rateState) usedLocked(now time.Time) coord.Rates {
-	sec := now.Unix()
-	s := &r.sentLog[sec%int64(len(r.sentLog))]
-	if s.unix != sec {
-		*s = sentSecond{unix: sec}
+	sec := r.second(now)
+	if sec < r.newest {
+		// The clock went backwards (times without a monotonic reading):
+		// start the log again rather than count its seconds as recent.
+		r.sentLog, r.origin, sec = [len(r.sentLog)]sentSecond{}, now, 0
 	}
+	r.newest = sec
+	s := r.slotLocked(sec, sec)
 	s.req += r.sentReq.Swap(0)
 	s.tok += r.sentTok.Swap(0)
 	var req, tok int64
 	for _, s := range r.sentLog {
-		if s.unix > sec-int64(len(r.sentLog)) {
+		if s.sec > sec-int64(len(r.sentLog)) && s.sec <= sec {
 			req += s.req
 			tok += s.tok
 		}
 	}
 	return coord.Rates{Requests: clampRate(float64(req)), Tokens: clampRate(float64(tok))}
+}
+
+// correctLocked adds a settled request's correction, actual − estimate,
+// to the log at the second the request was let go, so that the estimate
+// and its correction leave the minute together (the correction first, by
+// at most a heartbeat interval: the estimate went into the second of the
+// report after). A request let go before the log's minute is not
+// corrected. The caller holds r.mu.
+func (r *rateState) correctLocked(sec, diff int64) {
+	if s := r.slotLocked(sec, r.newest); s != nil {
+		s.tok += diff
+	} else if sec > r.newest {
+		r.sentTok.Add(diff) // let go since the last report: its estimate is not in the log yet
+	}
 }
 
 // rateStarved reports whether requests wait for a rate of which the node
@@ -307,9 +347,10 @@ func (n *Node) saturated(now time.Time) {
 	}
 }
 
-// observeRate records a request's outcome for the learner: whether the
-// upstream refused it for its rate (a 429, or a drop).
-func (n *Node) observeRate(now time.Time, limited bool) {
+// observeRate records the outcome of a request sent at sent for the
+// learner: whether the upstream refused it for its rate (a 429, or a
+// drop).
+func (n *Node) observeRate(now, sent time.Time, limited bool) {
 	if !n.cfg.Rate.Learn {
 		return
 	}
@@ -320,7 +361,7 @@ func (n *Node) observeRate(now time.Time, limited bool) {
 	if r.share.Requests > 0 {
 		scale = float64(r.keyRate.Requests) / float64(r.share.Requests)
 	}
-	r.learner.RecordScaled(now, limited, scale)
+	r.learner.RecordSent(now, sent, limited, scale)
 	if r.keyRate.Requests > 0 && r.learner.Rate(now)*60 < r.cutFactor*float64(r.keyRate.Requests) {
 		if r.cutSince.IsZero() {
 			r.cutSince = now
@@ -440,9 +481,17 @@ func (r *rateState) setPacerLocked(now time.Time) {
 // Lease and its copies, its response's body and its request's context, so
 // that its tokens are settled once.
 type debit struct {
-	node    *Node
-	ticket  pace.Ticket
-	settled atomic.Bool
+	node     *Node
+	ticket   pace.Ticket // zero when the request was not paced
+	estimate int64       // its token estimate
+	sec      int64       // the second it was let go (rateState.second)
+	settled  atomic.Bool
+}
+
+// newDebit returns the debit of a request let go at now with its ticket
+// and token estimate.
+func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate int64, now time.Time) *debit {
+	return &debit{node: n, ticket: t, estimate: estimate, sec: r.second(now)}
 }
 
 // settle charges the debit's actual token cost, once; see
@@ -454,12 +503,13 @@ func (d *debit) settle(actual int64) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return errors.New("fleet: settle tokens: the request's tokens were settled already")
 	}
-	if err := d.node.rate.pacer.Settle(time.Now(), d.ticket, actual); err != nil {
+	r := d.node.rate
+	if err := r.pacer.Settle(time.Now(), d.ticket, actual); err != nil {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
 	}
-	if d.ticket != (pace.Ticket{}) {
-		d.node.rate.sent(0, actual-d.ticket.Estimate())
-	}
+	r.mu.Lock()
+	r.correctLocked(d.sec, actual-d.estimate)
+	r.mu.Unlock()
 	return nil
 }
 
@@ -468,9 +518,9 @@ func (d *debit) settle(actual int64) error {
 // does; it finds the request's debit through resp.Body or, when a client
 // wrapped the body (http.Client with a Timeout does), resp.Request. Call
 // it once per response: a second call returns an error and changes
-// nothing. It is a no-op for a request that was not paced (a key without
-// rates), and returns an error for a response that came through no fleet
-// Transport, and for a negative actual.
+// nothing. On a key without a token rate it paces nothing and only
+// corrects the usage reported. It returns an error for a response that
+// came through no fleet Transport, and for a negative actual.
 func SettleTokens(resp *http.Response, actual int64) error {
 	if b, ok := resp.Body.(*leaseBody); ok {
 		return b.debit.settle(actual)

@@ -203,3 +203,75 @@ func TestRateFencedNodeReportsNoneApplied(t *testing.T) {
 		require.Zero(t, c.last.RateApplied.Requests, "a fenced node claims the rate share its lease no longer covers")
 	})
 }
+
+// TestRateUsedLateSettle: a stream estimated at 100,000 tokens that
+// settles at 1,000 after 90 s takes nothing off the usage of the minute
+// in which it settles: its correction goes to the second it was let go,
+// which has left the minute with its estimate. The 20 requests of 2,000
+// tokens sent in that minute show.
+func TestRateUsedLateSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 6000, 10_000_000)
+		n := startNode(t, c, testConfig("k", "a"))
+		time.Sleep(time.Second)
+		long, err := n.Acquire(WithTokens(t.Context(), 100_000))
+		require.NoError(t, err)
+		time.Sleep(61 * time.Second)
+		for range 20 {
+			le, err := n.Acquire(WithTokens(t.Context(), 2000))
+			require.NoError(t, err)
+			require.NoError(t, le.SettleTokens(2000))
+			le.Release()
+			time.Sleep(time.Second)
+		}
+		require.NoError(t, long.SettleTokens(1000))
+		long.Release()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		used := n.Rates().Used
+		rows, err := c.Nodes(t.Context(), "k")
+		require.NoError(t, err)
+		t.Logf("node reports %+v; row %+v; sent in the last minute: 20 requests, 40,000 tokens", used, rows[0].RateUsed)
+		require.Equal(t, coord.Rates{Requests: 20, Tokens: 40000}, used)
+		require.Equal(t, used, rows[0].RateUsed)
+	})
+}
+
+// TestRateUsedSettledInTheMinute: a request settled within the minute it
+// was let go counts at its actual cost, on a key without a token rate as
+// well; a second settle is refused there too.
+func TestRateUsedSettledInTheMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := startNode(t, rateKey(t, 6000, 0), testConfig("k", "a"))
+		time.Sleep(time.Second)
+		le, err := n.Acquire(WithTokens(t.Context(), 500))
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, le.SettleTokens(120))
+		require.ErrorContains(t, le.SettleTokens(120), "settled already")
+		le.Release()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, coord.Rates{Requests: 1, Tokens: 120}, n.Rates().Used)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.Equal(t, coord.Rates{}, n.Rates().Used, "a minute later it has left")
+	})
+}
+
+// TestRateUsedClockBack: a log fed times without a monotonic reading
+// whose clock steps back starts again instead of counting the seconds
+// before the step as recent for as long as the step.
+func TestRateUsedClockBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	r := &rateState{origin: t0}
+	for s := 0; s < 60; s += 5 {
+		r.sent(50, 5000)
+		r.usedLocked(t0.Add(time.Duration(s) * time.Second))
+	}
+	require.Equal(t, coord.Rates{Requests: 600, Tokens: 60000}, r.usedLocked(t0.Add(59*time.Second)))
+	back := t0.Add(-time.Hour)
+	require.Equal(t, coord.Rates{}, r.usedLocked(back), "nothing sent since the step")
+	r.sent(1, 10)
+	require.Equal(t, coord.Rates{Requests: 1, Tokens: 10}, r.usedLocked(back.Add(5*time.Second)))
+}

@@ -83,8 +83,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var sent atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
 	// For SettleTokens, through resp.Request, should a client wrap the body.
-	d := &debit{node: t.node, ticket: a.ticket}
-	ctx = context.WithValue(ctx, ticketKey, d)
+	ctx = context.WithValue(ctx, ticketKey, a.debit)
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
@@ -101,10 +100,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
-		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: d}
+		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
-	t.node.observeRate(now, resp.StatusCode == http.StatusTooManyRequests)
+	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		body.once.Do(le.Drop)

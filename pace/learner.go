@@ -83,10 +83,10 @@ type LearnerConfig struct {
 	// it holds this many 429s and they are above TargetErrorPct of its
 	// requests; the next period starts then. A quota counted over a window
 	// refuses everything above it once the window is full, so waiting out
-	// the period costs a period of 429s. The period that a cut starts is
-	// judged at its end only: its first 429s answer requests sent before
-	// the cut, which the cut has already taken into account. Must be >= 0.
-	// Defaults to 0 (the seed's loop: periods are judged at their end).
+	// the period costs a period of 429s. Must be >= 0. Defaults to 0 (the
+	// seed's loop: periods are judged at their end). Record requests with
+	// RecordSent so that the 429s of requests sent before a cut, which
+	// the cut has already taken into account, do not cut again.
 	CutEarlyAfter int64
 	// MinRequests is the fewest requests a period needs to be judged; a
 	// period with fewer leaves the rate unchanged (Idle). Must be >= 0.
@@ -269,15 +269,27 @@ func (l *Learner) Record(now time.Time, limited bool) { l.RecordScaled(now, limi
 // requests stand for the fleet's. A scale that is not > 0 and finite
 // counts as 0.
 func (l *Learner) RecordScaled(now time.Time, limited bool, scale float64) {
+	l.RecordSent(now, now, limited, scale)
+}
+
+// RecordSent counts one request sent at sent and answered at now, as
+// RecordScaled does, except that a 429 of a request sent before the last
+// cut is not counted: it answers the rate the cut lowered, not the rate
+// since. When a quota counted over a window fills, every request in
+// flight comes back 429; one cut answers them all.
+func (l *Learner) RecordSent(now, sent time.Time, limited bool, scale float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
+	if limited && l.cut && sent.Before(l.cutAt) {
+		return
+	}
 	l.requests++
 	switch {
 	case limited:
 		l.errs++
 		if l.cfg.CutEarlyAfter > 0 && l.errs >= l.cfg.CutEarlyAfter &&
-			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) && !(l.cut && !l.start.After(l.cutAt)) {
+			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) {
 			if now.Before(l.start) {
 				now = l.start
 			}

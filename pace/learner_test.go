@@ -322,10 +322,11 @@ func TestLearnerProbeBand(t *testing.T) {
 	require.InDeltaSlice(t, []float64{cut + 1, cut + 2, cut + 3, cut + 4, cut + 8, cut + 12}, got, 1e-9)
 }
 
-// TestLearnerEarlyCutOncePerOverload: the period a cut starts is judged
-// at its end only. When a sliding-window quota fills, every request in
-// flight comes back 429; thirty such 429s within 300 ms cut once, not once
-// per five of them (which took 600 a minute to 319).
+// TestLearnerEarlyCutOncePerOverload: when a sliding-window quota fills,
+// every request in flight comes back 429. Recorded with their send times,
+// thirty such 429s within 300 ms cut once (counted as new, they cut 600 a
+// minute to 319), and the period the cut starts, in which every request
+// sent after it is accepted, does not cut again at its end.
 func TestLearnerEarlyCutOncePerOverload(t *testing.T) {
 	t.Parallel()
 	l, err := NewLearner(LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 40, Window: time.Minute,
@@ -335,16 +336,37 @@ func TestLearnerEarlyCutOncePerOverload(t *testing.T) {
 	}
 	// A minute at 10 a second, all accepted: the quota's window is full.
 	for i := range 600 {
-		l.RecordScaled(epoch.Add(time.Duration(i)*100*time.Millisecond), false, 1)
+		at := epoch.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.RecordSent(at, at, false, 1)
 	}
-	// Then the 30 requests in flight come back 429, 10 ms apart.
+	// Then the 30 requests in flight, sent in the last 3 s, come back 429,
+	// 10 ms apart.
 	start := epoch.Add(time.Minute)
 	for i := range 30 {
-		l.RecordScaled(start.Add(time.Duration(i)*10*time.Millisecond), true, 1)
+		l.RecordSent(start.Add(time.Duration(i)*10*time.Millisecond), start.Add(-3*time.Second+time.Duration(i)*100*time.Millisecond), true, 1)
 	}
-	rate := l.Rate(start.Add(300*time.Millisecond)) * 60
-	t.Logf("after 30 429s within 300 ms of a full window at 600 a minute: %.0f a minute", rate)
-	if rate < 0.9*600*0.99 {
-		t.Fatalf("one overload cut %.0f%% off the rate (one cut takes at most 10%% here)", 100*(1-rate/600))
+	after := l.Rate(start.Add(300*time.Millisecond)) * 60
+	t.Logf("after 30 429s within 300 ms of a full window at 600 a minute: %.0f a minute", after)
+	if after < 0.9*600*0.99 {
+		t.Fatalf("one overload cut %.0f%% off the rate (one cut takes at most 10%% here)", 100*(1-after/600))
+	}
+	if after >= 600 {
+		t.Fatalf("no cut: %.0f a minute", after)
+	}
+	// Every request at the new rate is accepted: the overload is over.
+	at := start.Add(300 * time.Millisecond)
+	for at.Before(start.Add(6 * time.Second)) {
+		l.RecordSent(at, at.Add(-200*time.Millisecond), false, 1)
+		at = at.Add(time.Duration(float64(time.Second) / (after / 60)))
+	}
+	end := l.Rate(start.Add(6*time.Second)) * 60
+	t.Logf("after the period the cut started: %.0f a minute", end)
+	if end < after {
+		t.Fatalf("the 429s of requests sent before the cut cut again at the period's end: %.0f -> %.0f a minute", after, end)
+	}
+	// The period after the cut counted none of the stale 429s.
+	c, _ := l.LastCheck(start.Add(6 * time.Second))
+	if c.Errors != 0 {
+		t.Fatalf("the period after the cut counted %d stale 429s", c.Errors)
 	}
 }

@@ -113,19 +113,22 @@ REVOKE ALL ON FUNCTION fleetlimit.heartbeat_rates(text, text, text, bigint, bigi
     bigint, bigint, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;
 
 -- +goose StatementBegin
--- The roles already granted a node's rights (by grant_role of 00004 or
--- 00005: they may run fleetlimit.heartbeat) get the heartbeats that carry
--- rates, so that nodes keep heartbeating once they run the version that
--- needs this schema.
+-- The roles that may already heartbeat (fleetlimit.heartbeat or the
+-- heartbeat_rates of 00005, by grant_role or by hand; PUBLIC too, if a
+-- deployment opened them to it) get both heartbeats that carry rates, so
+-- that nodes keep heartbeating once they run the version that needs this
+-- schema.
 DO $$
 DECLARE
     r text;
 BEGIN
-    FOR r IN SELECT DISTINCT a.grantee::regrole::text
+    FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
                FROM pg_proc AS p CROSS JOIN LATERAL aclexplode(p.proacl) AS a
-              WHERE p.oid = 'fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, '
-                            'bigint, bigint, jsonb)'::regprocedure
-                AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner LOOP
+              WHERE p.oid IN ('fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, '
+                              'bigint, bigint, jsonb)'::regprocedure,
+                              'fleetlimit.heartbeat_rates(text, text, text, bigint, bigint, bigint, bigint, bigint, '
+                              'bigint, bigint, bigint, jsonb, bigint, bigint, bigint, bigint, bigint, bigint)'::regprocedure)
+                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION fleetlimit.heartbeat_rates(text, text, text, bigint, bigint, bigint, '
                        'bigint, bigint, bigint, bigint, bigint, jsonb, bigint, bigint, bigint, bigint, bigint, bigint), '
                        'fleetlimit.heartbeat_rates(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, '
