@@ -16,7 +16,6 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleettest"
-	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
 // roleDSN creates a login role with kind's rights ("node", "operator", or
@@ -156,33 +155,6 @@ func TestRoles(t *testing.T) {
 		_, err := noneDB.Exec(ctx, sql)
 		denied(t, err, "no grant: "+what)
 	}
-}
-
-// TestNodeRoleSurvivesUpgrade: a role given a node's rights at schema
-// version 5 still heartbeats, with rates and usage, once the schema is
-// migrated to the newest version.
-func TestNodeRoleSurvivesUpgrade(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	dsn := fleettest.EmptyDSN(t)
-	admin := connectAs(t, dsn)
-	require.NoError(t, migrations.Up(ctx, admin))
-	require.NoError(t, migrations.DownTo(ctx, admin, 5))
-	nodeDB := connectAs(t, roleDSN(t, admin, dsn, "node"))
-	require.NoError(t, migrations.Up(ctx, admin))
-
-	node, err := coord.NewPostgres(nodeDB)
-	require.NoError(t, err)
-	require.NoError(t, node.CheckSchema(ctx))
-	_, err = node.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "a", Instance: "a-1", Seq: 1, LLocal: 8, Demand: 1,
-		LeaseTTL: time.Minute, RateDemand: coord.Rates{Requests: 60}, RateUsed: coord.Rates{Requests: 42, Tokens: 7}})
-	require.NoError(t, err)
-	owner, err := coord.NewPostgres(admin)
-	require.NoError(t, err)
-	nodes, err := owner.Nodes(ctx, "k")
-	require.NoError(t, err)
-	require.Len(t, nodes, 1)
-	require.Equal(t, coord.Rates{Requests: 42, Tokens: 7}, nodes[0].RateUsed)
 }
 
 func containsParam(sql string) bool {
