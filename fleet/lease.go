@@ -24,9 +24,10 @@ type Lease struct {
 	bound  time.Time     // admission + Config.MaxRequestDuration
 	hold   time.Duration // Config.AbandonedHold
 
-	// The request's debit from the node's rate shares, when it was sent
-	// after waiting for them (zero: not paced), and, when the node learns
-	// the key's rate, whether its outcome was recorded.
+	// The request's debit from the node's rate shares (nil for the zero
+	// Lease), when it was let go after waiting for them (zero: it did not
+	// wait), and, when the node learns the key's rate, whether its outcome
+	// was recorded.
 	node     *Node
 	debit    *debit
 	sent     time.Time

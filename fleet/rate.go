@@ -389,10 +389,10 @@ const demandMemory = 5 * time.Second
 
 // rateReport samples the rates for a report sent at now, elapsed after
 // the previous one: the node's estimate of the key's rate, its rate
-// demand, the shares it applies, and what it sent in the last minute. The demand on each dimension is the
-// larger of what the node was asked for since the last report, plus what
-// waits now and what it owes (a token bucket in debt), per minute, and
-// that amount averaged over demandMemory.
+// demand, the shares it applies, and what it sent in the last minute. The
+// demand on each dimension is the larger of what the node was asked for
+// since the last report, plus what waits now and what it owes (a token
+// bucket in debt), per minute, and that amount averaged over demandMemory.
 func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied, used coord.Rates) {
 	r := n.rate
 	elapsed = max(elapsed, 10*time.Millisecond)
