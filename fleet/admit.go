@@ -87,6 +87,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		n.metrics.rejected.Add(1)
 		return admission{}, err
 	}
+	n.rate.sent(1, tokens)
 	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
 }
 

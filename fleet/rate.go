@@ -226,7 +226,6 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	r.arrivedReq.Add(1)
 	r.arrivedTok.Add(tokens)
 	if !r.paced.Load() {
-		r.sent(1, tokens)
 		return pace.Ticket{}, time.Time{}, nil
 	}
 	now := time.Now()
@@ -235,7 +234,6 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	case err != nil:
 		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
 	case ok:
-		r.sent(1, tokens)
 		return t, now, nil
 	case !wait:
 		n.saturated(now)
@@ -255,11 +253,11 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.pacer.Cancel(time.Now(), t)
 		return pace.Ticket{}, time.Time{}, err
 	}
-	r.sent(1, tokens)
 	return t, time.Now(), nil
 }
 
-// sent counts requests let go and their tokens, for the usage reported.
+// sent counts requests let go and their tokens, for the usage reported
+// (Node.acquire, once a request has passed pace).
 func (r *rateState) sent(requests, tokens int64) {
 	r.sentReq.Add(requests)
 	r.sentTok.Add(tokens)
