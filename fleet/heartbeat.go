@@ -16,8 +16,12 @@ import (
 // flight, and the loop ends there.
 func (n *Node) loop(ctx context.Context) {
 	defer close(n.done)
-	period := time.NewTicker(n.cfg.HeartbeatInterval)
-	defer period.Stop()
+	// The period is a fresh timer after every heartbeat rather than one
+	// ticker reset each time: Reset on a timer inside a testing/synctest
+	// bubble has crashed the Go 1.26 runtime (golang/go#76052 is a
+	// relative), and a new timer per heartbeat costs one allocation.
+	period := time.NewTimer(n.cfg.HeartbeatInterval)
+	defer func() { period.Stop() }()
 	poll := time.NewTicker(n.pollInterval())
 	defer poll.Stop()
 	for {
@@ -54,7 +58,8 @@ func (n *Node) loop(ctx context.Context) {
 		// Every heartbeat renews the lease, so the next periodic one is
 		// due a whole interval after it: an early heartbeat moves the
 		// period instead of adding to it.
-		period.Reset(n.cfg.HeartbeatInterval)
+		period.Stop()
+		period = time.NewTimer(n.cfg.HeartbeatInterval)
 	}
 }
 
