@@ -1,33 +1,52 @@
 package adaptive
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // aimdSample applies one clean sample under AIMD: back off when it was
-// slower than LatencyTarget, otherwise add AIMDIncrease (subject to the
-// utilization guard). The caller holds l.mu.
+// slower than LatencyTarget, otherwise add the step (subject to the
+// utilization guard). With AIMDProbe set, until the first drop the
+// estimate grows by half instead, whenever the load reached the estimate
+// it grew from or the whole limit (see propose), as in TCP's slow start
+// (which doubles: half as much overshoots the capacity less when the
+// first drop comes). A warm start (SetEstimate) does not end it: a fresh
+// key's first limit is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
 	if l.cfg.LatencyTarget > 0 && rtt > l.cfg.LatencyTarget {
-		l.backoff(now, rec, l.cfg.AIMDBackoff)
+		l.backoff(now, rec, l.cfg.AIMDBackoff, math.Inf(1))
+		return
+	}
+	if l.cfg.AIMDProbe > 0 && l.drops == 0 {
+		if slowStart*float64(load) >= l.estimate || load >= int(l.estimate) {
+			l.estimate = l.clampEstimate(slowStart * l.estimate)
+		}
 		return
 	}
 	l.propose(l.estimate+l.aimdStep(), load)
 }
 
-// aimdStep is what AIMD adds on this round trip: AIMDIncrease, doubled
-// once for every AIMDProbe round trips since the last drop or backoff
-// when AIMDProbe is set (every round trip until the first drop), and at
-// most a quarter of the estimate (but never less than AIMDIncrease). It
-// counts the round trip. The caller holds l.mu.
+// aimdStep is what AIMD adds on this round trip. Without AIMDProbe it is
+// AIMDIncrease. With AIMDProbe it starts at the larger of AIMDIncrease and
+// estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
+// win back one backoff at any scale, and it doubles every AIMDProbe round
+// trips without a drop or backoff, at most to a quarter of the estimate.
+// Near the capacity last hit the probe is thus small, and a capacity that
+// grew is found in a few more round trips. It counts the round trip. The
+// caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
 	step := l.cfg.AIMDIncrease
 	if l.cfg.AIMDProbe > 0 {
-		period := uint64(l.cfg.AIMDProbe)
-		if l.drops == 0 {
-			period = 1 // no capacity hit yet: double every round trip
-		}
-		doublings := min(l.calmRounds/period, 30)
-		step = max(min(step*float64(uint64(1)<<doublings), l.estimate/4), l.cfg.AIMDIncrease)
 		l.calmRounds++
+		probe := uint64(l.cfg.AIMDProbe)
+		step = max(step, l.estimate*(1-l.cfg.BackoffRatio)/float64(probe))
+		step *= float64(uint64(1) << min((l.calmRounds-1)/probe, 30))
+		step = max(min(step, l.estimate/4), l.cfg.AIMDIncrease)
 	}
 	return step
 }
+
+// slowStart is what the estimate is multiplied by on each round trip
+// before the first drop when AIMDProbe is set (see aimdSample).
+const slowStart = 1.5

@@ -126,16 +126,20 @@ type Config struct {
 	// slower than LatencyTarget, at most once per round trip.
 	// Defaults to 0.9. Must be in (0, 1).
 	AIMDBackoff float64
-	// AIMDProbe, when positive, makes AIMD probe faster the longer it goes
-	// without a decrease: after AIMDProbe round trips with no drop and no
-	// backoff the increase doubles, and doubles again every AIMDProbe round
-	// trips after that, up to a quarter of the estimate per round trip. A
-	// drop or a backoff starts it again at AIMDIncrease. Near the capacity
-	// it last hit, AIMD then adds AIMDIncrease per round trip, so its
-	// probes above that capacity are small; after the capacity grows it
-	// finds the new one in a number of round trips that grows with the
-	// logarithm of the difference, not with the difference itself.
-	// Defaults to 0 (off): a constant AIMDIncrease. Must be in [0, 1<<20].
+	// AIMDProbe, when positive, makes AIMD start fast and probe faster the
+	// longer it goes without a decrease. Until the first drop the estimate
+	// grows by half on every round trip whose load reached the estimate it
+	// grew from (a slow start). After it, the increase per round trip
+	// starts at the larger of AIMDIncrease and
+	// estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
+	// win back one backoff whatever the scale, and doubles every AIMDProbe
+	// round trips with no drop and no backoff, up to a quarter of the
+	// estimate per round trip; a drop or a backoff starts it again. Near
+	// the capacity it last hit AIMD's probes above it are thus small, and
+	// after the capacity grows it finds the new one in a number of round
+	// trips that grows with the logarithm of the difference, not with the
+	// difference itself. Defaults to 0 (off): a constant AIMDIncrease from
+	// the start. Must be in [0, 1<<20].
 	AIMDProbe int
 	// LatencyTarget is the round-trip time above which AIMD backs off.
 	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
@@ -354,13 +358,14 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // round-trip time carries no sign of the capacity — any rise is noise,
 // which Gradient2 would read as queueing and settle below the capacity —
 // and the refusals are the only signal. The law is AIMD on drops alone
-// (LatencyTarget 0): AIMDIncrease 0.25 per round trip, doubling every
-// AIMDProbe = 5 round trips without a drop (every round trip before the
-// first drop); a drop backs off by BackoffRatio 0.95, at most once per
-// round trip, and, under a ceiling, takes a slot off it at once (see
-// SetCeiling). UtilizationThreshold 0.8 lets the estimate rise only while
-// the load is within 80 % of it, so the estimate cannot run far ahead of
-// what was tried. Every other field is the zero value, so its default
+// (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
+// then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
+// per round trip, doubling every 5 round trips without a drop; a drop
+// backs off by BackoffRatio 0.95, at most once per round trip, and, under
+// a ceiling, takes a slot off it at once (see SetCeiling and
+// SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
+// while the load is within 80 % of it, so the estimate cannot run far
+// ahead of what was tried. Every other field is the zero value, so its default
 // applies; set MaxQueued, the limits and the clock on the result as for
 // any Config. docs/benchmarks.md measures it against a static split.
 func FlatLatency() Config {

@@ -37,6 +37,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	n = max(n, 0)
 	if l.hasCeiling && n < l.ceiling {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
+		l.cutWait = cutRecovery
 	}
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.dispatch(now)
@@ -51,6 +52,22 @@ func (l *Limiter) ClearCeiling() {
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
 	l.dispatch(now)
+	l.mu.Unlock()
+}
+
+// SetFleetLimit tells the limiter the limit of the whole fleet that its
+// ceiling is a share of (a fleet node's L_global), as of the ceiling's last
+// update. While drops have cut slots off the ceiling (see SetCeiling), a
+// drop's backoff then also takes the estimate down to at most n less the
+// slots cut, but not below half of what the backoff alone leaves: the
+// fleet's limit was too high by at least what this node had to cut, so
+// its estimate of the whole upstream is too. Backoffs alone would take
+// one BackoffRatio per round trip to get there. 0, the default, turns it
+// off, as for a lone process; a negative n counts as 0. Safe for
+// concurrent use.
+func (l *Limiter) SetFleetLimit(n int) {
+	l.mu.Lock()
+	l.fleetLimit = max(n, 0)
 	l.mu.Unlock()
 }
 

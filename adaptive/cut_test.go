@@ -81,12 +81,49 @@ func TestNoCutWithoutACeiling(t *testing.T) {
 	require.Equal(t, 90, l.Limit())
 }
 
-// TestAIMDProbeDoubles: the increase doubles every AIMDProbe clean round
-// trips (every round trip before the first drop), is capped at a quarter
-// of the estimate, and starts again at AIMDIncrease after a drop.
+// TestAIMDSlowStart: with AIMDProbe set, until the first drop the
+// estimate grows by half on every round trip whose load reached the
+// estimate it grew from, and not at all on one that did not; a drop ends
+// it, a warm start does not.
+func TestAIMDSlowStart(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Law: AIMD, InitialLimit: 8, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
+	full := func(l *Limiter, clk interface{ Advance(time.Duration) }) {
+		leases := acquireN(t, l, l.Limit())
+		clk.Advance(time.Millisecond)
+		for _, le := range leases {
+			le.Release()
+		}
+	}
+	l, clk := newTestLimiter(t, cfg)
+	for _, want := range []float64{12, 18, 27, 40.5} {
+		full(l, clk)
+		require.InDelta(t, want, l.Estimate(), 1e-9)
+	}
+	le, _ := l.TryAcquire()
+	clk.Advance(time.Millisecond)
+	le.Release()
+	require.InDelta(t, 40.5, l.Estimate(), 1e-9, "one request in flight of 40 proves nothing")
+
+	le, _ = l.TryAcquire()
+	clk.Advance(time.Millisecond)
+	le.Drop()
+	after := l.Estimate()
+	full(l, clk)
+	require.InDelta(t, after+after*(1-0.9)/2, l.Estimate(), 1e-9, "after a drop the probe's step (estimate·(1 − BackoffRatio)/AIMDProbe), not half the estimate")
+
+	warm, clk := newTestLimiter(t, cfg)
+	warm.SetEstimate(30)
+	full(warm, clk)
+	require.InDelta(t, 45, warm.Estimate(), 1e-9, "a warm start slow-starts from where it was put")
+}
+
+// TestAIMDProbeDoubles: after a drop the step starts at the larger of
+// AIMDIncrease and estimate·(1 − BackoffRatio)/AIMDProbe, doubles every
+// AIMDProbe clean round trips, and is capped at a quarter of the estimate.
 func TestAIMDProbeDoubles(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Law: AIMD, InitialLimit: 100, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
+	cfg := Config{Law: AIMD, InitialLimit: 15, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
 	l, clk := newTestLimiter(t, cfg)
 	round := func() float64 {
 		before := l.Estimate()
@@ -95,22 +132,105 @@ func TestAIMDProbeDoubles(t *testing.T) {
 		le.Release()
 		return l.Estimate() - before
 	}
-	require.Equal(t, []float64{1, 2, 4, 8}, []float64{round(), round(), round(), round()},
-		"before the first drop the step doubles every round trip")
-	require.Equal(t, 115.0, l.Estimate())
-
-	le, _ := l.TryAcquire()
-	clk.Advance(time.Millisecond)
-	le.Drop()
-	require.InDelta(t, 103.5, l.Estimate(), 1e-9)
-	steps := []float64{round(), round(), round(), round(), round(), round()}
-	require.Equal(t, []float64{1, 1, 2, 2, 4, 4}, steps, "after a drop: doubling every AIMDProbe round trips")
+	drop := func() {
+		le, _ := l.TryAcquire()
+		clk.Advance(time.Millisecond)
+		le.Drop()
+	}
+	l.SetEstimate(15)
+	drop()
+	require.InDelta(t, 13.5, l.Estimate(), 1e-9)
+	steps := []float64{round(), round(), round(), round()}
+	require.Equal(t, []float64{1, 1, 2, 2}, steps, "a small estimate: AIMDIncrease, doubling every AIMDProbe round trips")
 
 	for range 30 {
 		round()
 	}
 	d := round()
 	require.InDelta(t, 0.25, d/(l.Estimate()-d), 1e-9, "at most a quarter of the estimate per round trip")
+
+	// At a large estimate the step scales with it: AIMDProbe round trips
+	// win back about one backoff.
+	l.SetEstimate(1000)
+	drop()
+	require.InDelta(t, 900, l.Estimate(), 1e-9)
+	require.InDelta(t, 45, round(), 1e-9)    // 900·0.1/2
+	require.InDelta(t, 47.25, round(), 1e-9) // 945·0.1/2
+	require.InDelta(t, 99.225, round(), 1e-9, "doubled after AIMDProbe round trips")
+}
+
+// TestFleetLimitBoundsBackoff: under a fleet limit, a drop's backoff takes
+// the estimate down to the fleet limit less the slots cut, but not below
+// half of what the ratio leaves; without a fleet limit or a cut, the
+// ratio alone.
+func TestFleetLimitBoundsBackoff(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		estimate    float64
+		fleet       int
+		ceiling     bool
+		want        float64
+		explanation string
+	}{
+		{"bound", 60, 40, true, 39, "0.9·60 = 54 > 40 − 1 cut = 39"},
+		{"floor", 100, 40, true, 45, "0.9·100 = 90; 39 is below half of it"},
+		{"ratio below the bound", 40, 100, true, 36, "0.9·40 = 36 < 99"},
+		{"no fleet limit", 60, 0, true, 54, "the ratio alone"},
+		{"no ceiling, no cut", 60, 40, false, 54, "a lone limiter cuts nothing"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+			l.SetEstimate(c.estimate)
+			if c.ceiling {
+				l.SetCeiling(10)
+			}
+			l.SetFleetLimit(c.fleet)
+			le, _ := l.TryAcquire()
+			clk.Advance(time.Millisecond)
+			le.Drop()
+			require.InDelta(t, c.want, l.Estimate(), 1e-9, c.explanation)
+		})
+	}
+}
+
+// TestCutWaitDoublesOnRehit: a slot given back and refused again within
+// the wait makes the next wait twice as long; a lower ceiling, which
+// absorbs the cut, starts the wait again at cutRecovery.
+func TestCutWaitDoublesOnRehit(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	clean := func(n int) {
+		for range n {
+			le, ok := l.TryAcquire()
+			require.True(t, ok)
+			clk.Advance(time.Millisecond)
+			le.Release()
+		}
+	}
+	drop := func() {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		le.Drop()
+	}
+	drop()
+	require.Equal(t, 9, l.Limit())
+	clean(cutRecovery)
+	require.Equal(t, 10, l.Limit(), "given back after cutRecovery round trips")
+	drop() // the slot given back is refused again
+	clean(2*cutRecovery - 1)
+	require.Equal(t, 9, l.Limit(), "now the wait is twice as long")
+	clean(1)
+	require.Equal(t, 10, l.Limit())
+
+	drop()
+	l.SetCeiling(9) // absorbs the cut and resets the wait
+	drop()
+	require.Equal(t, 8, l.Limit())
+	clean(cutRecovery)
+	require.Equal(t, 9, l.Limit(), "a lower share started the wait again")
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

@@ -59,10 +59,13 @@
 // A drop multiplies the estimate by Config.BackoffRatio under every law,
 // at most once per round trip: a drop of a request admitted before the
 // last decrease does not decrease again. Under a ceiling, every drop also
-// takes one slot off the ceiling at once (never its last), and every 5
-// round trips without a drop give one back: a fleet node whose share has
-// become too large for the upstream stops refilling its excess slots with
-// requests that will be refused too, without waiting for its next share.
+// takes one slot off the ceiling at once (never its last), and 5 round
+// trips without a drop give one back, twice as many each time a slot
+// given back is refused again: a fleet node whose share has become too
+// large for the upstream stops refilling its excess slots with requests
+// that will be refused too, without waiting for its next share. With
+// SetFleetLimit, the backoff also takes the estimate down to the fleet's
+// limit less the slots cut.
 // With Config.MaxHealthyRTT set, a released sample slower than it counts
 // as a drop. RetryAfter and PauseUntil refuse all admission until the
 // given time.
@@ -73,8 +76,9 @@
 // is as fast at its capacity as when idle, gives the round-trip time no
 // signal: Gradient2 then reads timing jitter as queueing and settles below
 // the capacity. FlatLatency returns the configuration for such an
-// upstream: AIMD on drops alone, whose step doubles after every
-// Config.AIMDProbe round trips without a drop.
+// upstream: AIMD on drops alone, with a slow start, and a step that
+// scales with the estimate and doubles after every Config.AIMDProbe round
+// trips without a drop.
 //
 // # Admission
 //

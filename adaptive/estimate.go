@@ -39,12 +39,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			l.round++
 			l.window.push(l.roundMin)
 			l.roundMin = 0
-			if l.cut > 0 {
-				if l.cutCalm++; l.cutCalm >= cutRecovery {
-					l.cut--
-					l.cutCalm = 0
-				}
-			}
+			l.recoverCut()
 			switch l.cfg.Law {
 			case AIMD:
 				l.aimdSample(now, rec, rtt, load)
@@ -61,17 +56,48 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. The ceiling, if any, loses
 // one slot at once (see SetCeiling), so a node whose share is too large
 // for the upstream stops sending its excess before its next share
-// arrives; the slot comes back after cutRecovery round trips without a
-// drop. The estimate is multiplied by BackoffRatio, at most once per round
-// trip (see backoff). The caller holds l.mu.
+// arrives. The estimate is multiplied by BackoffRatio, at most once per
+// round trip, and, with a fleet limit set, capped at that limit less the
+// cut (see SetFleetLimit and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	l.calmRounds = 0
 	if l.hasCeiling {
 		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
+		if l.cutGiven < l.cutWait {
+			// The slot given back last was refused again: wait longer.
+			l.cutWait = min(2*l.cutWait, maxCutWait)
+		} else {
+			l.cutWait = cutRecovery
+		}
+		l.cutGiven = noneGiven
 		l.cutCalm = 0
 	}
-	l.backoff(now, rec, l.cfg.BackoffRatio)
+	bound := math.Inf(1)
+	if l.fleetLimit > 0 && l.cut > 0 {
+		bound = float64(l.fleetLimit - l.cut)
+	}
+	l.backoff(now, rec, l.cfg.BackoffRatio, bound)
+}
+
+// recoverCut counts a round trip without a drop and gives back one slot
+// that drops cut from the ceiling once cutWait such round trips have
+// passed since the last drop and since the last slot given back.
+// cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
+// drop comes less than cutWait round trips after a slot was given back:
+// a fleet limit that stays too high then costs fewer and fewer refusals,
+// while a lower share absorbs the cut (see SetCeiling). The caller holds
+// l.mu.
+func (l *Limiter) recoverCut() {
+	if l.cut == 0 {
+		return
+	}
+	l.cutCalm++
+	l.cutGiven = min(l.cutGiven+1, noneGiven)
+	if l.cutCalm >= l.cutWait && l.cutGiven >= l.cutWait {
+		l.cut--
+		l.cutGiven = 0
+	}
 }
 
 // propose moves the estimate to next, subject to the utilization guard:
@@ -95,9 +121,12 @@ func (l *Limiter) propose(next float64, load int) {
 // rttNoload after it. The second rule matters when overload is signalled
 // instantly (a 429 answered at once): requests admitted just after a
 // backoff meet the upstream still busy with what was admitted before it,
-// and their fast rejections say nothing yet about the lowered limit. The
-// caller holds l.mu.
-func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio float64) {
+// and their fast rejections say nothing yet about the lowered limit.
+//
+// The result is also capped at bound, but never below half of
+// estimate·ratio, so that one backoff takes at most half of what the
+// ratio leaves. math.Inf(1) means no cap. The caller holds l.mu.
+func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
 	if rec.backoffEpoch != l.backoffEpoch {
 		return
 	}
@@ -107,7 +136,11 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio float64) {
 	l.backoffEpoch++
 	l.lastBackoff = now
 	l.calmRounds = 0
-	l.estimate = l.clampEstimate(l.estimate * ratio)
+	next := l.estimate * ratio
+	if bound < next {
+		next = max(bound, next/2)
+	}
+	l.estimate = l.clampEstimate(next)
 }
 
 func (l *Limiter) clampEstimate(v float64) float64 {

@@ -24,11 +24,14 @@ type Limiter struct {
 	hasCeiling   bool
 	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
 	cut          int       // slots drops have taken off the ceiling; < ceiling unless 0
-	cutCalm      int       // round trips without a drop since cut last changed
+	cutCalm      int       // round trips without a drop since the last one, while cut > 0
+	cutWait      int       // round trips between slots given back (see recoverCut)
+	cutGiven     int       // round trips since a slot was given back; noneGiven if none since the last drop
 	inflight     int       // Σ weight of the leases not yet settled
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
 	peerInflight int
+	fleetLimit   int // the fleet limit the ceiling is a share of (SetFleetLimit); 0: none
 	pausedUntil  time.Time
 	drops        uint64
 	backoffEpoch uint64        // bumped by every multiplicative decrease
@@ -63,6 +66,8 @@ func New(cfg Config) (*Limiter, error) {
 		cfg:      cfg,
 		estimate: float64(cfg.InitialLimit),
 		window:   newMinWindow(cfg.RTTWindow),
+		cutWait:  cutRecovery,
+		cutGiven: noneGiven,
 
 		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
 	}
@@ -247,6 +252,13 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 	l.mu.Unlock()
 }
 
-// cutRecovery is how many round trips without a drop give back one slot
-// that a drop cut from the ceiling.
-const cutRecovery = 5
+// cutRecovery is how many round trips without a drop pass before a slot
+// that a drop cut from the ceiling comes back, and maxCutWait the most
+// that wait grows to when slots given back are refused again (see
+// recoverCut). noneGiven stands for "no slot given back since the last
+// drop".
+const (
+	cutRecovery = 5
+	maxCutWait  = 64
+	noneGiven   = 1 << 30
+)

@@ -284,6 +284,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
 	}
 	n.applyCeilingLocked()
+	n.lim.SetFleetLimit(g.LGlobal)
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {
 		n.stopPacing(now)

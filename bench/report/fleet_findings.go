@@ -39,7 +39,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      SetCeiling). Every drop takes one slot off the node's ceiling (its
      share) before the next grant, so an excess slot is not refilled by
      a queued request that the provider will refuse too; 5 clean round
-     trips give the slot back, and a lower share absorbs the cut.`)
+     trips give the slot back (twice as many after a slot given back is
+     refused again), and a lower share absorbs the cut. The same 429
+     takes the node's estimate down to L_global less its cut, so the
+     lower median, and with it every share, follows.`)
 	if d, ok := diags[bench.Fleetlimit]; ok {
 		fmt.Fprintf(&b, " In the plotted run the 429s came in %d of %d 100-ms intervals, at most %d in one.", d.binsWith429, d.bins, d.max429)
 	}
@@ -51,9 +54,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      table above: AIMD's estimate is the same at every σ). AIMD on drops
      alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
-     is room.** After a 429 the step starts at 0.25 per round trip and
-     doubles every 5 round trips without one, so the fleet's probes above
-     C cost a few 429s while a doubling of C is found in about a second.`)
+     is room.** After a 429 the step starts at 1 % of the estimate per
+     round trip (at least 0.25) and doubles every 5 round trips without
+     one, so the fleet's probes above C cost a few 429s while a doubling
+     of C is found in about a second.`)
 	if d, ok := diags[bench.Fleetlimit]; ok {
 		fmt.Fprintf(&b, " In the plotted run's last third the mean estimate went from %.1f to %.1f, with %d drops.",
 			d.atDoubling, d.atEnd, d.dropsLastThird)
