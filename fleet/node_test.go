@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -512,4 +513,26 @@ func TestDemandSurvivesAnOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, nodes, 1)
 	require.GreaterOrEqual(t, nodes[0].Demand, 3, "the outage's demand was lost: %+v", nodes[0].NodeState)
+}
+
+// TestDropTakesEstimateToFleetLimitLessCut: a node passes its limiter the
+// L_global of every grant (adaptive.Limiter.SetFleetLimit), so a 429 that
+// cuts a slot takes the node's estimate of the whole upstream down to
+// L_global less the cut at once, where the backoff ratio alone would leave
+// it above L_global.
+func TestDropTakesEstimateToFleetLimitLessCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.Limiter.InitialLimit = 40
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		synctest.Wait()
+		lg := n.State().LGlobal
+		require.Equal(t, 40, lg)
+		n.lim.SetEstimate(60) // as after probing above the fleet's limit
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		le.Drop()
+		require.InDelta(t, float64(lg-1), n.lim.Estimate(), 1e-9,
+			"L_global 40 less one slot cut, not 0.9·60 = 54")
+	})
 }
