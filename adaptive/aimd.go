@@ -7,9 +7,11 @@ import (
 
 // aimdSample applies one clean sample under AIMD: back off when it was
 // slower than LatencyTarget, otherwise add the step (subject to the
-// utilization guard). With AIMDProbe set, until the first drop the
-// estimate grows by half instead, whenever the load reached the estimate
-// it grew from or the whole limit (see propose), as in TCP's slow start
+// utilization guard). With AIMDProbe set, until the first decrease (a
+// drop's or a slow sample's backoff) the estimate grows by half instead,
+// whenever the load reached the estimate it grew from — two thirds of
+// the estimate, so at most 1.5 times the load tried — or the whole limit
+// (see propose), as in TCP's slow start
 // (which doubles: half as much overshoots the capacity less when the
 // first drop comes). A warm start (SetEstimate) does not end it: a fresh
 // key's first limit is a node's InitialLimit. The caller holds l.mu.
@@ -18,7 +20,7 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 		l.backoff(now, rec, l.cfg.AIMDBackoff, math.Inf(1))
 		return
 	}
-	if l.cfg.AIMDProbe > 0 && l.drops == 0 {
+	if l.cfg.AIMDProbe > 0 && l.backoffEpoch == 0 {
 		if slowStart*float64(load) >= l.estimate || load >= int(l.estimate) {
 			l.estimate = l.clampEstimate(slowStart * l.estimate)
 		}
@@ -48,5 +50,5 @@ func (l *Limiter) aimdStep() float64 {
 }
 
 // slowStart is what the estimate is multiplied by on each round trip
-// before the first drop when AIMDProbe is set (see aimdSample).
+// before the first decrease when AIMDProbe is set (see aimdSample).
 const slowStart = 1.5

@@ -364,8 +364,9 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // backs off by BackoffRatio 0.95, at most once per round trip, and, under
 // a ceiling, takes a slot off it at once (see SetCeiling and
 // SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
-// while the load is within 80 % of it, so the estimate cannot run far
-// ahead of what was tried. Every other field is the zero value, so its default
+// while the load is within 80 % of it (during the slow start, two thirds:
+// at most 1.5 times the load), so the estimate cannot run far ahead of
+// what was tried. Every other field is the zero value, so its default
 // applies; set MaxQueued, the limits and the clock on the result as for
 // any Config. docs/benchmarks.md measures it against a static split.
 func FlatLatency() Config {

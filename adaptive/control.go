@@ -8,10 +8,11 @@ import (
 // SetCeiling caps the effective limit at n, on top of the estimate: the
 // limit becomes min(n − cut, floor(estimate)). Every drop adds one to cut
 // at once, so a node whose share is too large for the upstream stops
-// sending its excess before its next share arrives; every 5 round trips
-// without a drop give one slot back. The cut never takes the last slot of
+// sending its excess before its next share arrives; 5 round trips
+// without a drop give one slot back, and twice as many after a slot given
+// back is refused again (up to 64). The cut never takes the last slot of
 // a non-zero ceiling, and a new ceiling lower than the last absorbs as
-// much of the cut as it lowers. The ceiling is also the hard bound (up to
+// much of the cut as it lowers and starts the wait at 5 again. The ceiling is also the hard bound (up to
 // MaxLimit): no admission takes the weight in flight above it, not even
 // that of a request admitted alone above the limit, and a waiter heavier
 // than it waits without blocking the others (see the package
@@ -37,7 +38,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	n = max(n, 0)
 	if l.hasCeiling && n < l.ceiling {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
-		l.cutWait = cutRecovery
+		l.cutWait, l.cutGiven = cutRecovery, noneGiven
 	}
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.dispatch(now)
@@ -51,6 +52,7 @@ func (l *Limiter) ClearCeiling() {
 	l.mu.Lock()
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
+	l.cutWait, l.cutGiven = cutRecovery, noneGiven
 	l.dispatch(now)
 	l.mu.Unlock()
 }

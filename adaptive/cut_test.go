@@ -112,6 +112,31 @@ func TestAIMDSlowStart(t *testing.T) {
 	full(l, clk)
 	require.InDelta(t, after+after*(1-0.9)/2, l.Estimate(), 1e-9, "after a drop the probe's step (estimate·(1 − BackoffRatio)/AIMDProbe), not half the estimate")
 
+	part, clk := newTestLimiter(t, cfg)
+	part.SetEstimate(30)
+	leases := acquireN(t, part, 19)
+	clk.Advance(time.Millisecond)
+	for _, le := range leases {
+		le.Release()
+	}
+	require.InDelta(t, 30, part.Estimate(), 1e-9, "19 of 30 is under two thirds")
+	leases = acquireN(t, part, 20)
+	clk.Advance(time.Millisecond)
+	for _, le := range leases {
+		le.Release()
+	}
+	require.InDelta(t, 45, part.Estimate(), 1e-9, "20 of 30 is the estimate it grew from")
+
+	slow := cfg
+	slow.LatencyTarget = 10 * time.Millisecond
+	ls, clk := newTestLimiter(t, slow)
+	le, _ = ls.TryAcquire()
+	clk.Advance(20 * time.Millisecond)
+	le.Release()
+	require.InDelta(t, 8*0.9, ls.Estimate(), 1e-9, "a slow sample backs off")
+	full(ls, clk)
+	require.InDelta(t, 8*0.9+1, ls.Estimate(), 1e-9, "and ends the slow start as a drop does")
+
 	warm, clk := newTestLimiter(t, cfg)
 	warm.SetEstimate(30)
 	full(warm, clk)
@@ -196,8 +221,10 @@ func TestFleetLimitBoundsBackoff(t *testing.T) {
 }
 
 // TestCutWaitDoublesOnRehit: a slot given back and refused again within
-// the wait makes the next wait twice as long; a lower ceiling, which
-// absorbs the cut, starts the wait again at cutRecovery.
+// the wait makes the next wait twice as long, up to maxCutWait; more drops
+// of the same burst keep it; a slot that held for a whole wait, a lower
+// ceiling (which absorbs the cut) and ClearCeiling start it again at
+// cutRecovery.
 func TestCutWaitDoublesOnRehit(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
@@ -215,22 +242,40 @@ func TestCutWaitDoublesOnRehit(t *testing.T) {
 		require.True(t, ok)
 		le.Drop()
 	}
+	// backAfter drops once, then counts the clean round trips until the
+	// slot comes back.
+	backAfter := func() int {
+		drop()
+		limit := l.Limit()
+		for n := 1; n <= 2*maxCutWait; n++ {
+			clean(1)
+			if l.Limit() > limit {
+				return n
+			}
+		}
+		return -1
+	}
+	require.Equal(t, cutRecovery, backAfter())
+	require.Equal(t, 2*cutRecovery, backAfter(), "refused again at once: twice the wait")
 	drop()
-	require.Equal(t, 9, l.Limit())
-	clean(cutRecovery)
-	require.Equal(t, 10, l.Limit(), "given back after cutRecovery round trips")
-	drop() // the slot given back is refused again
-	clean(2*cutRecovery - 1)
-	require.Equal(t, 9, l.Limit(), "now the wait is twice as long")
-	clean(1)
-	require.Equal(t, 10, l.Limit())
+	drop() // a second drop of the same burst keeps the doubling
+	require.Equal(t, 4*cutRecovery, l.cutWait)
 
+	l.ClearCeiling()
+	l.SetCeiling(10)
+	require.Equal(t, cutRecovery, backAfter(), "a new ceiling after ClearCeiling starts afresh")
+	for range 5 {
+		backAfter()
+	}
+	require.Equal(t, maxCutWait, backAfter(), "at most maxCutWait")
+
+	clean(maxCutWait) // the slot given back held for a whole wait
+	require.Equal(t, cutRecovery, backAfter(), "a calm stretch starts the wait again")
+
+	require.Equal(t, 2*cutRecovery, backAfter())
 	drop()
-	l.SetCeiling(9) // absorbs the cut and resets the wait
-	drop()
-	require.Equal(t, 8, l.Limit())
-	clean(cutRecovery)
-	require.Equal(t, 9, l.Limit(), "a lower share started the wait again")
+	l.SetCeiling(9) // absorbs the cut and starts the wait again
+	require.Equal(t, cutRecovery, backAfter(), "a lower share started the wait again")
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

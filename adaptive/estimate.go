@@ -64,10 +64,12 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.calmRounds = 0
 	if l.hasCeiling {
 		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
-		if l.cutGiven < l.cutWait {
+		switch {
+		case l.cutGiven < l.cutWait:
 			// The slot given back last was refused again: wait longer.
 			l.cutWait = min(2*l.cutWait, maxCutWait)
-		} else {
+		case l.cutGiven != noneGiven:
+			// The last slot given back held for a whole wait.
 			l.cutWait = cutRecovery
 		}
 		l.cutGiven = noneGiven
@@ -84,17 +86,20 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // that drops cut from the ceiling once cutWait such round trips have
 // passed since the last drop and since the last slot given back.
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
-// drop comes less than cutWait round trips after a slot was given back:
-// a fleet limit that stays too high then costs fewer and fewer refusals,
-// while a lower share absorbs the cut (see SetCeiling). The caller holds
-// l.mu.
+// drop comes less than cutWait round trips after a slot was given back;
+// it starts again at cutRecovery when a drop comes after a slot given
+// back held for a whole wait, or when a lower share absorbs the cut (see
+// SetCeiling). A fleet limit that stays too high then costs fewer and
+// fewer refusals. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
+	if l.cutGiven != noneGiven {
+		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
+	}
 	if l.cut == 0 {
 		return
 	}
 	l.cutCalm++
-	l.cutGiven = min(l.cutGiven+1, noneGiven)
-	if l.cutCalm >= l.cutWait && l.cutGiven >= l.cutWait {
+	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.cutWait) {
 		l.cut--
 		l.cutGiven = 0
 	}

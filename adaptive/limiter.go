@@ -255,8 +255,8 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 // cutRecovery is how many round trips without a drop pass before a slot
 // that a drop cut from the ceiling comes back, and maxCutWait the most
 // that wait grows to when slots given back are refused again (see
-// recoverCut). noneGiven stands for "no slot given back since the last
-// drop".
+// recoverCut). cutGiven is noneGiven when no slot was given back since
+// the last drop.
 const (
 	cutRecovery = 5
 	maxCutWait  = 64

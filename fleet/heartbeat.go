@@ -283,8 +283,8 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	if first && g.LGlobal > 0 {
 		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
 	}
+	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
 	n.applyCeilingLocked()
-	n.lim.SetFleetLimit(g.LGlobal)
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {
 		n.stopPacing(now)

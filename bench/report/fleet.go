@@ -269,7 +269,8 @@ AIMD on drops alone: until the first 429 a slow start (×1.5 per round
 trip); after it a step of 1 %% of the estimate (at least 0.25) per round
 trip, doubling every 5 round trips without a 429, at most a quarter of
 the estimate; a 429 backs off by 0.95 at most once per round trip; the
-estimate rises only while the load is within 80 %% of it. Under a ceiling
+estimate rises only while the load is within 80 %% of it (two thirds in
+the slow start). Under a ceiling
 (a fleet node's share) every 429 also takes one slot off the ceiling at
 once, and 5 clean round trips give it back (twice as many each time a
 slot given back is refused again); a fleet node's 429 also takes its
