@@ -127,9 +127,10 @@ type Config struct {
 	// Defaults to 0.9. Must be in (0, 1).
 	AIMDBackoff float64
 	// AIMDProbe, when positive, makes AIMD start fast and probe faster the
-	// longer it goes without a decrease. Until the first drop the estimate
-	// grows by half on every round trip whose load reached the estimate it
-	// grew from (a slow start). After it, the increase per round trip
+	// longer it goes without a decrease. Until the first decrease (a drop,
+	// or a sample slower than LatencyTarget) the estimate grows by half on
+	// every round trip whose load reached the estimate it grew from (a
+	// slow start). After it, the increase per round trip
 	// starts at the larger of AIMDIncrease and
 	// estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
 	// win back one backoff whatever the scale, and doubles every AIMDProbe
