@@ -12,8 +12,9 @@ import (
 // without a drop give one slot back, and twice as many after a slot given
 // back is refused again (up to 64). The cut never takes the last slot of
 // a non-zero ceiling, and a new ceiling lower than the last absorbs as
-// much of the cut as it lowers and starts the wait at 5 again. The ceiling is also the hard bound (up to
-// MaxLimit): no admission takes the weight in flight above it, not even
+// much of the cut as it lowers and starts the wait at 5 again. The
+// ceiling is also the hard bound (up to MaxLimit): no admission takes
+// the weight in flight above it, not even
 // that of a request admitted alone above the limit, and a waiter heavier
 // than it waits without blocking the others (see the package
 // documentation, Admission). 0 admits nothing and a negative n counts
