@@ -6,18 +6,17 @@ import (
 )
 
 // aimdSample applies one clean sample under AIMD: back off when it was
-// slower than LatencyTarget or when round, the round trip it ends, queued
-// (see queued); otherwise add the step, subject to the utilization guard.
-// With AIMDProbe set, until the first decrease (a drop's backoff or one
-// of these) the estimate grows by half instead, whenever the load reached
-// the estimate it grew from — two thirds of the estimate, so at most 1.5
-// times the load tried — or the whole limit (see propose), as in TCP's
-// slow start (which doubles: half as much overshoots the capacity less
-// when the first drop comes). A warm start (SetEstimate) does not end it:
-// a fresh key's first limit is a node's InitialLimit. The caller holds
-// l.mu.
-func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int, round roundStats) {
-	if (l.cfg.LatencyTarget > 0 && rtt > l.cfg.LatencyTarget) || l.queued(round) {
+// slower than LatencyTarget, otherwise add the step (subject to the
+// utilization guard). With AIMDProbe set, until the first decrease (a
+// drop's or a slow sample's backoff) the estimate grows by half instead,
+// whenever the load reached the estimate it grew from — two thirds of
+// the estimate, so at most 1.5 times the load tried — or the whole limit
+// (see propose), as in TCP's slow start
+// (which doubles: half as much overshoots the capacity less when the
+// first drop comes). A warm start (SetEstimate) does not end it: a fresh
+// key's first limit is a node's InitialLimit. The caller holds l.mu.
+func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
+	if l.cfg.LatencyTarget > 0 && rtt > l.cfg.LatencyTarget {
 		l.backoff(now, rec, l.cfg.AIMDBackoff, math.Inf(1))
 		return
 	}
@@ -53,26 +52,3 @@ func (l *Limiter) aimdStep() float64 {
 // slowStart is what the estimate is multiplied by on each round trip
 // before the first decrease when AIMDProbe is set (see aimdSample).
 const slowStart = 1.5
-
-// roundStats is what the clean samples of one round trip — those settled
-// since the estimate last moved — say together.
-type roundStats struct {
-	fastest time.Duration // the fastest sample
-	samples int           // how many there were
-}
-
-// minRoundSamples is how many clean samples a round trip needs for
-// LatencyRise to judge it.
-const minRoundSamples = 5
-
-// queued reports whether round's requests all waited: LatencyRise is set,
-// the round had at least minRoundSamples samples, and even the fastest
-// took more than (1 + LatencyRise)·rttNoload. The caller holds l.mu and
-// has pushed round into the window.
-func (l *Limiter) queued(round roundStats) bool {
-	if l.cfg.LatencyRise <= 0 || round.samples < minRoundSamples {
-		return false
-	}
-	noload, ok := l.window.min()
-	return ok && float64(round.fastest) > float64(noload)*(1+l.cfg.LatencyRise)
-}

@@ -123,13 +123,12 @@ type Config struct {
 	// utilized sample. Defaults to 1. Must be in (0, MaxLimit].
 	AIMDIncrease float64
 	// AIMDBackoff multiplies the estimate, under AIMD, when a sample is
-	// slower than LatencyTarget or a round trip's samples rose by more than
-	// LatencyRise, at most once per round trip.
+	// slower than LatencyTarget, at most once per round trip.
 	// Defaults to 0.9. Must be in (0, 1).
 	AIMDBackoff float64
 	// AIMDProbe, when positive, makes AIMD start fast and probe faster the
 	// longer it goes without a decrease. Until the first decrease (a drop,
-	// or a backoff for LatencyTarget or LatencyRise) the estimate grows by half on
+	// or a sample slower than LatencyTarget) the estimate grows by half on
 	// every round trip whose load reached the estimate it grew from (a
 	// slow start). After it, the increase per round trip
 	// starts at the larger of AIMDIncrease and
@@ -146,15 +145,6 @@ type Config struct {
 	// LatencyTarget is the round-trip time above which AIMD backs off.
 	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
 	LatencyTarget time.Duration
-	// LatencyRise, when positive, makes AIMD back off by AIMDBackoff, at
-	// most once per round trip, on a round trip whose fastest clean
-	// sample took more than (1 + LatencyRise)·rttNoload: when even the
-	// fastest request of a round waited, requests are queueing — at an
-	// upstream whose latency grows with its load, that is the capacity,
-	// reached before any refusal. Only a round of at least 5 clean samples
-	// is judged; the fastest of fewer says little. 0.05 means 5 % slower.
-	// Defaults to 0 (off). Must be in [0, 1e6].
-	LatencyRise float64
 
 	// MaxHealthyRTT, when positive, makes every released sample slower than
 	// it count as a drop, under every law. Defaults to 0 (off). Must be ≥ 0.
@@ -315,9 +305,6 @@ func (cfg Config) validate() error {
 	if cfg.LatencyTarget < 0 {
 		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off)")
 	}
-	if !(cfg.LatencyRise >= 0 && cfg.LatencyRise <= maxTolerance) {
-		bad("LatencyRise", cfg.LatencyRise, "[0, 1e6] (0 = off)")
-	}
 	if cfg.MaxHealthyRTT < 0 {
 		bad("MaxHealthyRTT", cfg.MaxHealthyRTT, "≥ 0 (0 = off)")
 	}
@@ -371,31 +358,24 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // above a capacity it does not announce, as most API quotas do. There the
 // round-trip time carries no sign of the capacity — any rise is noise,
 // which Gradient2 would read as queueing and settle below the capacity —
-// and the refusals are the only signal. The law is AIMD with AIMDProbe 5:
-// a slow start until the first decrease, then a step of at least
-// AIMDIncrease 0.25 and of 1 % of the estimate per round trip, doubling
-// every 5 round trips without one; a drop backs off by BackoffRatio 0.95,
-// at most once per round trip, and, under a ceiling, takes a slot off it
-// at once (see SetCeiling and SetFleetLimit). LatencyRise 0.05 with
-// AIMDBackoff 0.95 also backs off when even the fastest request of a
-// round trip was 5 % slower than rttNoload, so that an upstream which
-// does slow down under load (queues instead of refusing) is held near its
-// capacity rather than filled to the callers' demand; at a flat upstream
-// that rarely fires. UtilizationThreshold 0.8 lets the estimate rise only
+// and the refusals are the only signal. The law is AIMD on drops alone
+// (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
+// then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
+// per round trip, doubling every 5 round trips without a drop; a drop
+// backs off by BackoffRatio 0.95, at most once per round trip, and, under
+// a ceiling, takes a slot off it at once (see SetCeiling and
+// SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
 // while the load is within 80 % of it (during the slow start, two thirds:
 // at most 1.5 times the load), so the estimate cannot run far ahead of
 // what was tried. Every other field is the zero value, so its default
 // applies; set MaxQueued, the limits and the clock on the result as for
-// any Config. docs/benchmarks.md measures it against a static split, and
-// at an upstream whose latency grows with its load.
+// any Config. docs/benchmarks.md measures it against a static split.
 func FlatLatency() Config {
 	return Config{
 		Law:                  AIMD,
 		AIMDIncrease:         0.25,
 		AIMDProbe:            5,
 		BackoffRatio:         0.95,
-		AIMDBackoff:          0.95,
-		LatencyRise:          0.05,
 		UtilizationThreshold: 0.8,
 	}
 }

@@ -38,10 +38,7 @@
 //
 // The AIMD law (Config.Law) is the simpler alternative: add
 // Config.AIMDIncrease on every clean sample, back off by
-// Config.AIMDBackoff on a sample slower than Config.LatencyTarget, or on a
-// round trip whose fastest sample rose more than Config.LatencyRise above
-// rttNoload (the requests queued). FlatLatency is its preset for an
-// upstream that refuses above its capacity.
+// Config.AIMDBackoff on a sample slower than Config.LatencyTarget.
 //
 // # The utilization guard
 //
@@ -79,12 +76,9 @@
 // is as fast at its capacity as when idle, gives the round-trip time no
 // signal: Gradient2 then reads timing jitter as queueing and settles below
 // the capacity. FlatLatency returns the configuration for such an
-// upstream: AIMD on drops, with a slow start, and a step that scales with
-// the estimate and doubles after every Config.AIMDProbe round trips
-// without a drop. It reads the round-trip time only through
-// Config.LatencyRise: a round trip whose fastest sample was 5 % slower
-// than rttNoload backs off too, so that the preset also holds an upstream
-// that queues instead of refusing near its capacity.
+// upstream: AIMD on drops alone, with a slow start, and a step that
+// scales with the estimate and doubles after every Config.AIMDProbe round
+// trips without a drop.
 //
 // # Admission
 //

@@ -35,16 +35,14 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		if l.roundMin == 0 || rtt < l.roundMin {
 			l.roundMin = rtt
 		}
-		l.roundSamples++
 		if rec.round == l.round {
-			round := roundStats{fastest: l.roundMin, samples: l.roundSamples}
 			l.round++
 			l.window.push(l.roundMin)
-			l.roundMin, l.roundSamples = 0, 0
+			l.roundMin = 0
 			l.recoverCut()
 			switch l.cfg.Law {
 			case AIMD:
-				l.aimdSample(now, rec, rtt, load, round)
+				l.aimdSample(now, rec, rtt, load)
 			default:
 				l.gradientSample(rtt, load)
 			}

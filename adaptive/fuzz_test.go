@@ -36,7 +36,6 @@ func FuzzEstimate(f *testing.F) {
 		if setup&4 != 0 {
 			cfg.MaxHealthyRTT = 50 * time.Millisecond
 			cfg.LatencyTarget = 20 * time.Millisecond
-			cfg.LatencyRise = 0.05
 		}
 		if setup&128 != 0 {
 			cfg.Recalibration = Recalibration{Interval: time.Second, Jitter: time.Millisecond}

@@ -39,7 +39,6 @@ type Limiter struct {
 	calmRounds   uint64        // AIMD round trips since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
-	roundSamples int           // clean samples since the last update
 	window       minWindow
 	recal        recalState
 	free         *leaseRecord

@@ -47,15 +47,12 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 		fmt.Fprintf(&b, " In the plotted run the 429s came in %d of %d 100-ms intervals, at most %d in one.", d.binsWith429, d.bins, d.max429)
 	}
 	b.WriteString(`
-  2. **The law ignores timing jitter** (adaptive.FlatLatency). In 429
+  2. **The law ignores round-trip time** (adaptive.FlatLatency). In 429
      mode the provider's latency is flat, so any rise in the round trip is
      timing jitter on the client machine; Gradient2 would read it as
-     queueing and stop at a ceiling set by the jitter, not by C. The
-     preset's AIMD backs off on drops, and on a round trip only when even
-     its fastest of at least 5 samples was 5 % slower than the windowed
-     minimum (LatencyRise), which jitter on some requests does not reach
-     (the jitter table above: its estimate is the same at every σ) while
-     queueing, which slows every request, does (section 5).
+     queueing and stop at a ceiling set by the jitter, not by C (the jitter
+     table above: AIMD's estimate is the same at every σ). AIMD on drops
+     alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per
      round trip (at least 0.25) and doubles every 5 round trips without
