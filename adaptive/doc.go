@@ -31,7 +31,12 @@
 //
 // The minimum is windowed (a monotonic deque over a ring buffer), so the
 // baseline can rise after a deploy instead of staying pinned at an
-// all-time low. Optionally (Config.Recalibration) the limiter refreshes it
+// all-time low. Gradient2 thus assumes requests of similar latency: when
+// their sizes differ widely, the windowed minimum lies far below a
+// typical sample and the spread reads as queueing (docs/benchmarks.md,
+// section 3, measures the estimate falling to about 5 at a lognormal
+// spread of σ = 0.5 with nothing queued); FlatLatency does not read
+// latency. Optionally (Config.Recalibration) the limiter refreshes it
 // Envoy-style: every interval, with jitter, it pins the limit to MinLimit,
 // waits for the leases admitted before the pin to settle, empties the
 // window, takes fresh samples at that low concurrency and resumes.

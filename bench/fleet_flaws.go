@@ -69,8 +69,26 @@ func DropBurst(cfg adaptive.Config, estimate float64, ceiling, drops int, gap ti
 // of the rounds: with a Gradient2 law and a headroom that does not grow
 // with the estimate, a value set by the jitter, not by any capacity.
 func JitterCeiling(cfg adaptive.Config, base time.Duration, jitter float64, rounds int, seed uint64) (float64, error) {
+	return flatCeiling("JitterCeiling", cfg, rounds, seed, func(rng *rand.Rand) time.Duration {
+		return time.Duration(float64(base) * (1 + jitter*math.Abs(rng.NormFloat64())))
+	})
+}
+
+// SpreadCeiling is JitterCeiling for requests of unequal size: the round
+// trips spread both ways around a median of base, base·exp(spread·Z) (a
+// lognormal), as the latencies of completions of unequal length do. The
+// upstream is just as flat: nothing queues, nothing is refused.
+func SpreadCeiling(cfg adaptive.Config, base time.Duration, spread float64, rounds int, seed uint64) (float64, error) {
+	return flatCeiling("SpreadCeiling", cfg, rounds, seed, func(rng *rand.Rand) time.Duration {
+		return time.Duration(float64(base) * math.Exp(spread*rng.NormFloat64()))
+	})
+}
+
+// flatCeiling runs JitterCeiling's loop with round-trip times drawn by
+// rtt; fn names the caller in errors.
+func flatCeiling(fn string, cfg adaptive.Config, rounds int, seed uint64, rtt func(*rand.Rand) time.Duration) (float64, error) {
 	if cfg.Clock != nil {
-		return 0, errClockSet("JitterCeiling")
+		return 0, errClockSet(fn)
 	}
 	clock := sim.NewManualClock(simEpoch)
 	cfg.Clock = clock
@@ -93,9 +111,9 @@ func JitterCeiling(cfg adaptive.Config, base time.Duration, jitter float64, roun
 		}
 		var longest time.Duration
 		for _, le := range leases {
-			rtt := time.Duration(float64(base) * (1 + jitter*math.Abs(rng.NormFloat64())))
-			le.ReleaseRTT(rtt)
-			longest = max(longest, rtt)
+			d := rtt(rng)
+			le.ReleaseRTT(d)
+			longest = max(longest, d)
 		}
 		clock.Advance(longest)
 		if r >= rounds-rounds/10 {

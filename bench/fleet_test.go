@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
 	"github.com/fleetlimit/fleetlimit/internal/sim"
 )
@@ -233,6 +234,25 @@ func TestDropBurst(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Clock must be nil")
 	_, err = JitterCeiling(cfg, time.Millisecond, 0, 10, 1)
 	require.ErrorContains(t, err, "Config.Clock must be nil")
+	_, err = SpreadCeiling(cfg, time.Millisecond, 0, 10, 1)
+	require.ErrorContains(t, err, "SpreadCeiling: Config.Clock must be nil")
+}
+
+func TestSpreadCeiling(t *testing.T) {
+	t.Parallel()
+	base := 20 * time.Millisecond
+	flat, err := SpreadCeiling(FleetLimiterConfig(30), base, 1, 3000, 1)
+	require.NoError(t, err)
+	require.InDelta(t, 1000, flat, 1e-9, "AIMD on drops does not read the spread")
+	narrow, err := SpreadCeiling(adaptive.Config{}, base, 0.05, 3000, 1)
+	require.NoError(t, err)
+	require.InDelta(t, 1000, narrow, 1e-9)
+	wide, err := SpreadCeiling(adaptive.Config{}, base, 0.5, 3000, 1)
+	require.NoError(t, err)
+	require.Less(t, wide, 50.0, "Gradient2 reads a wide spread as queueing")
+	again, err := SpreadCeiling(adaptive.Config{}, base, 0.5, 3000, 1)
+	require.NoError(t, err)
+	require.Equal(t, wide, again, "deterministic")
 }
 
 func TestJitterCeiling(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/bench"
 )
 
@@ -180,7 +181,7 @@ would allow about that many backoffs per heartbeat for each node.
 }
 
 // Parameters of the lone-limiter reproductions (bench.DropBurst,
-// bench.JitterCeiling).
+// bench.JitterCeiling, bench.SpreadCeiling).
 const (
 	burstEstimate = 30
 	burstShare    = 7
@@ -193,6 +194,11 @@ const (
 // jitterSigmas are the σ of the jitter table: median RTT ÷ fastest − 1 is
 // about 0.674·σ, so they give about 0, 1, 2, 5 and 10 %.
 var jitterSigmas = []float64{0, 0.015, 0.03, 0.075, 0.15}
+
+// spreadSigmas are the σ of the spread table, the lognormal's: the
+// fastest of a round trip's samples then lies well below the median, and
+// the windowed minimum of those further still.
+var spreadSigmas = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 1}
 
 // renderLimiterProperties reproduces the two limiter properties the
 // findings rely on, on a lone limiter with a simulated clock, and relates
@@ -230,16 +236,47 @@ machine's timing:
   upstream whose latency is flat at any load (no queueing, no drops), with
   the whole limit in flight each time. The measured round trips carry
   timing jitter, %v·(1 + σ·|Z|), Z standard normal. The limiter starts at
-  20 and its MaxLimit is 1000.
+  20 and its MaxLimit is 1000; the estimate is the mean over the last 300
+  round trips, for this section's configuration and for the library's
+  defaults (Gradient2).
 
 `, jitterRounds, sc.BaseLatency, sc.BaseLatency)
-	t := &table{header: []string{"σ", "median RTT ÷ fastest − 1", "estimate over the last 300 round trips"}, align: []byte("rrr")}
+	defaults := adaptive.Config{MaxQueued: sc.WorkersPerNode}
+	t := &table{header: []string{"σ", "median RTT ÷ fastest − 1", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
 	for _, sigma := range jitterSigmas {
 		v, err := bench.JitterCeiling(cfg, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
 		if err != nil {
 			return "", err
 		}
-		t.add(fmt.Sprintf("%.3f", sigma), fmt.Sprintf("%.1f %%", 100*0.674*sigma), fmt.Sprintf("%.1f", v))
+		d, err := bench.JitterCeiling(defaults, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
+		if err != nil {
+			return "", err
+		}
+		t.add(fmt.Sprintf("%.3f", sigma), fmt.Sprintf("%.1f %%", 100*0.674*sigma), fmt.Sprintf("%.1f", v), fmt.Sprintf("%.1f", d))
+	}
+	b.WriteString(t.String())
+	fmt.Fprintf(&b, `
+- *Requests of unequal size* (`+"`bench.SpreadCeiling`"+`): the same, but the
+  round trips spread both ways around a median of %v, %v·exp(σ·Z) — as
+  completions of unequal length do — where the upstream is just as flat.
+  Gradient2 compares one sample per round trip with the windowed minimum
+  of the rounds' fastest samples, which a wide spread puts far below a
+  typical sample: it reads the spread as queueing and shrinks the
+  estimate, and the fewer samples a round trip then has, the lower its
+  fastest. AIMD on drops does not read latency at all.
+
+`, sc.BaseLatency, sc.BaseLatency)
+	t = &table{header: []string{"σ", "p90 ÷ p10 of the round trips", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
+	for _, sigma := range spreadSigmas {
+		v, err := bench.SpreadCeiling(cfg, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
+		if err != nil {
+			return "", err
+		}
+		d, err := bench.SpreadCeiling(defaults, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
+		if err != nil {
+			return "", err
+		}
+		t.add(fmt.Sprintf("%.2f", sigma), fmt.Sprintf("%.2f", math.Exp(2*1.2816*sigma)), fmt.Sprintf("%.1f", v), fmt.Sprintf("%.1f", d))
 	}
 	b.WriteString(t.String())
 	if j, ok := fleetJitter(runs); ok {

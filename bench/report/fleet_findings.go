@@ -51,7 +51,8 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      mode the provider's latency is flat, so any rise in the round trip is
      timing jitter on the client machine; Gradient2 would read it as
      queueing and stop at a ceiling set by the jitter, not by C (the jitter
-     table above: AIMD's estimate is the same at every σ). AIMD on drops
+     table above: AIMD's estimate is the same at every σ), and requests of
+     unequal size would take it far lower (the spread table). AIMD on drops
      alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per

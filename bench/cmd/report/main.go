@@ -8,7 +8,8 @@
 //	-out DIR     where benchmarks.md and img/ go (default ../docs)
 //	-seeds N     seeds of the model comparison (default 100)
 //	-quick       a smoke run for CI: 20 seeds, short benchmarks
-//	-only NAME   run one section: model, overhead or fleet
+//	-only NAME   run one section: model, overhead, fleet, fleet8,
+//	             fleet-latency, liveness, fleet400 or rates
 package main
 
 import (
