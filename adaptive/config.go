@@ -13,8 +13,8 @@ import (
 type Law int
 
 const (
-	// Gradient2 compares each sample's round-trip time with the windowed
-	// minimum (rttNoload) and moves the estimate toward
+	// Gradient2 compares one sample's round-trip time per round trip with
+	// the windowed minimum (rttNoload) and moves the estimate toward
 	// estimate·gradient + QueueSize(estimate). It is the default.
 	Gradient2 Law = iota
 	// AIMD adds Config.AIMDIncrease on every clean, utilized sample and

@@ -21,8 +21,9 @@
 // # Gradient2
 //
 // The default law, after Netflix's Gradient2Limit and Envoy's adaptive
-// concurrency filter, compares each sample's round-trip time rtt with
-// rttNoload, the minimum over the last Config.RTTWindow samples:
+// concurrency filter, compares the round-trip time rtt of one sample per
+// round trip (see Config.RTTWindow) with rttNoload, the minimum of the
+// last Config.RTTWindow round trips' fastest samples:
 //
 //	gradient  = clamp(tolerance · rttNoload / rtt, 0.5, 1.0)
 //	newLimit  = estimate · gradient + queueSize(estimate)
@@ -31,12 +32,14 @@
 //
 // The minimum is windowed (a monotonic deque over a ring buffer), so the
 // baseline can rise after a deploy instead of staying pinned at an
-// all-time low. Gradient2 thus assumes requests of similar latency: when
-// their sizes differ widely, the windowed minimum lies far below a
-// typical sample and the spread reads as queueing (docs/benchmarks.md,
-// section 3, measures the estimate falling to about 5 at a lognormal
-// spread of σ = 0.5 with nothing queued); FlatLatency does not read
-// latency. Optionally (Config.Recalibration) the limiter refreshes it
+// all-time low. Comparing with a minimum assumes requests of similar
+// latency: when their sizes differ, the minimum lies below a typical
+// sample by more than the spread of the samples, which Gradient2 reads as
+// queueing (docs/benchmarks.md, section 3: with nothing queued, a
+// lognormal spread whose p90 is 1.7 times its p10 cuts the defaults'
+// estimate to tens, and at 3.6 times it sits near Gradient2's floor,
+// where estimate·0.5 + √estimate = estimate: 4). FlatLatency does not
+// read latency. Optionally (Config.Recalibration) the limiter refreshes it
 // Envoy-style: every interval, with jitter, it pins the limit to MinLimit,
 // waits for the leases admitted before the pin to settle, empties the
 // window, takes fresh samples at that low concurrency and resumes.

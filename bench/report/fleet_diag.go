@@ -200,7 +200,7 @@ var jitterSigmas = []float64{0, 0.015, 0.03, 0.075, 0.15}
 // the windowed minimum of those further still.
 var spreadSigmas = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 1}
 
-// renderLimiterProperties reproduces the two limiter properties the
+// renderLimiterProperties reproduces the three limiter properties the
 // findings rely on, on a lone limiter with a simulated clock, and relates
 // the second to the jitter measured in the fleetlimit run.
 func renderLimiterProperties(sc bench.FleetScenario, runs []fleetRun) (string, error) {
@@ -211,10 +211,10 @@ func renderLimiterProperties(sc bench.FleetScenario, runs []fleetRun) (string, e
 		return "", err
 	}
 	fmt.Fprintf(&b, `
-**Two properties of the limiter behind these numbers**, reproduced on a
-lone `+"`adaptive.Limiter`"+` with this section's configuration and a simulated clock
-(`+"`bench.DropBurst`, `bench.JitterCeiling`"+`), so they do not depend on this
-machine's timing:
+**Three properties of the limiter behind these numbers**, reproduced on a
+lone `+"`adaptive.Limiter`"+` with this section's configuration (and the library's
+defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCeiling`"+`,
+`+"`bench.SpreadCeiling`"+`), so they do not depend on this machine's timing:
 
 - *A 429 burst* (`+"`bench.DropBurst`"+`): estimate %d (a node's view of the whole
   provider), ceiling %d (its share), %d requests accepted and in flight, and
@@ -260,10 +260,11 @@ machine's timing:
   round trips spread both ways around a median of %v, %v·exp(σ·Z) — as
   completions of unequal length do — where the upstream is just as flat.
   Gradient2 compares one sample per round trip with the windowed minimum
-  of the rounds' fastest samples, which a wide spread puts far below a
-  typical sample: it reads the spread as queueing and shrinks the
-  estimate, and the fewer samples a round trip then has, the lower its
-  fastest. AIMD on drops does not read latency at all.
+  of the rounds' fastest samples, which a spread puts below a typical
+  sample by more than the tolerance of 2 allows: it reads the spread as
+  queueing, and once the gradient is clamped at 0.5 the estimate settles
+  near the floor of its law, where estimate·0.5 + √estimate = estimate
+  (4). AIMD on drops does not read latency at all.
 
 `, sc.BaseLatency, sc.BaseLatency)
 	t = &table{header: []string{"σ", "p90 ÷ p10 of the round trips", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}

@@ -50,10 +50,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
   2. **The law ignores round-trip time** (adaptive.FlatLatency). In 429
      mode the provider's latency is flat, so any rise in the round trip is
      timing jitter on the client machine; Gradient2 would read it as
-     queueing and stop at a ceiling set by the jitter, not by C (the jitter
-     table above: AIMD's estimate is the same at every σ), and requests of
-     unequal size would take it far lower (the spread table). AIMD on drops
-     alone has no such ceiling.
+     queueing once it exceeds the tolerance (the defaults' 2 absorbs the
+     jitter table's σ, but not the spread of requests of unequal size: the
+     spread table) and stop at a ceiling set by the latency, not by C. AIMD
+     on drops alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per
      round trip (at least 0.25) and doubles every 5 round trips without
