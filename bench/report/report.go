@@ -264,7 +264,7 @@ This file is generated: every table and plot below comes from one run of
 
 ` + "```sh\ncd bench && go run ./cmd/report -out ../docs\n```" + `
 
-(about twenty minutes on 2 cores; the fleet and liveness sections start a
+(about 30 minutes on 2 cores; the fleet, liveness and rate sections start a
 throwaway Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and use
 only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a
