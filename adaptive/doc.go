@@ -34,15 +34,16 @@
 // baseline can rise after a deploy instead of staying pinned at an
 // all-time low. Comparing with a minimum assumes requests of similar
 // latency: when their sizes differ, the minimum lies below a typical
-// sample by more than the spread of the samples, which Gradient2 reads as
-// queueing (docs/benchmarks.md, section 3: with nothing queued, a
-// lognormal spread whose p90 is 1.7 times its p10 cuts the defaults'
-// estimate to tens, and at 3.6 times it sits near Gradient2's floor,
-// where estimate·0.5 + √estimate = estimate: 4). FlatLatency does not
-// read latency. Optionally (Config.Recalibration) the limiter refreshes it
-// Envoy-style: every interval, with jitter, it pins the limit to MinLimit,
-// waits for the leases admitted before the pin to settle, empties the
-// window, takes fresh samples at that low concurrency and resumes.
+// sample by a factor that grows with their spread, and beyond Tolerance
+// Gradient2 reads it as queueing (docs/benchmarks.md, section 3: with
+// nothing queued, a lognormal spread whose p90 is 1.7 times its p10 cuts
+// the defaults' estimate to tens, and at 3.6 times it sits near
+// Gradient2's floor, where estimate·0.5 + √estimate = estimate: 4).
+// FlatLatency does not read latency. Optionally (Config.Recalibration)
+// the limiter refreshes the minimum Envoy-style: every interval, with
+// jitter, it pins the limit to MinLimit, waits for the leases admitted
+// before the pin to settle, empties the window, takes fresh samples at
+// that low concurrency and resumes.
 //
 // The AIMD law (Config.Law) is the simpler alternative: add
 // Config.AIMDIncrease on every clean sample, back off by
