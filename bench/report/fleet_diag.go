@@ -241,18 +241,26 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
   defaults (Gradient2).
 
 `, jitterRounds, sc.BaseLatency, sc.BaseLatency)
+	// addCeilings adds the row of one σ: its two labels, then the
+	// estimate ceiling leaves for this section's configuration and for
+	// the defaults.
 	defaults := adaptive.Config{MaxQueued: sc.WorkersPerNode}
+	addCeilings := func(t *table, ceiling func(adaptive.Config, time.Duration, float64, int, uint64) (float64, error), sigma float64, labels ...string) error {
+		for _, c := range []adaptive.Config{cfg, defaults} {
+			v, err := ceiling(c, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
+			if err != nil {
+				return err
+			}
+			labels = append(labels, fmt.Sprintf("%.1f", v))
+		}
+		t.add(labels...)
+		return nil
+	}
 	t := &table{header: []string{"σ", "median RTT ÷ fastest − 1", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
 	for _, sigma := range jitterSigmas {
-		v, err := bench.JitterCeiling(cfg, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
-		if err != nil {
+		if err := addCeilings(t, bench.JitterCeiling, sigma, fmt.Sprintf("%.3f", sigma), fmt.Sprintf("%.1f %%", 100*0.674*sigma)); err != nil {
 			return "", err
 		}
-		d, err := bench.JitterCeiling(defaults, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
-		if err != nil {
-			return "", err
-		}
-		t.add(fmt.Sprintf("%.3f", sigma), fmt.Sprintf("%.1f %%", 100*0.674*sigma), fmt.Sprintf("%.1f", v), fmt.Sprintf("%.1f", d))
 	}
 	b.WriteString(t.String())
 	fmt.Fprintf(&b, `
@@ -269,15 +277,9 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
 `, sc.BaseLatency, sc.BaseLatency)
 	t = &table{header: []string{"σ", "p90 ÷ p10 of the round trips", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
 	for _, sigma := range spreadSigmas {
-		v, err := bench.SpreadCeiling(cfg, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
-		if err != nil {
+		if err := addCeilings(t, bench.SpreadCeiling, sigma, fmt.Sprintf("%.2f", sigma), fmt.Sprintf("%.2f", math.Exp(2*1.2816*sigma))); err != nil {
 			return "", err
 		}
-		d, err := bench.SpreadCeiling(defaults, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
-		if err != nil {
-			return "", err
-		}
-		t.add(fmt.Sprintf("%.2f", sigma), fmt.Sprintf("%.2f", math.Exp(2*1.2816*sigma)), fmt.Sprintf("%.1f", v), fmt.Sprintf("%.1f", d))
 	}
 	b.WriteString(t.String())
 	if j, ok := fleetJitter(runs); ok {
