@@ -270,6 +270,12 @@ type FleetResult struct {
 	// SteadyPeakRatio is PeakRatio outside the Settle after the start
 	// and after each capacity step.
 	SteadyPeakRatio float64
+	// OuterPeakRatio is PeakRatio outside the first Heartbeat after each
+	// step that lowers the capacity: the start and the climbs count, and
+	// only the moments no limiter could have avoided do not. OuterPeakAt
+	// is when it happened.
+	OuterPeakRatio float64
+	OuterPeakAt    time.Duration
 	// OverCapacity is the total time the attempted in-flight count was
 	// above the capacity.
 	OverCapacity time.Duration

@@ -15,6 +15,7 @@ type meter struct {
 	sc    FleetScenario
 	now   func() time.Time
 	steps []time.Duration // offsets of the start and of the capacity steps
+	drops []time.Duration // offsets of the steps that lower the capacity
 
 	mu          sync.Mutex
 	start       time.Time
@@ -26,6 +27,8 @@ type meter struct {
 	peakRatio   float64
 	peakAt      time.Duration
 	steadyRatio float64
+	outerRatio  float64
+	outerAt     time.Duration
 	series      []FleetSample
 
 	sent, succeeded, rejected, failed int64
@@ -35,8 +38,13 @@ type meter struct {
 
 func newMeter(sc FleetScenario) *meter {
 	m := &meter{sc: sc, now: time.Now, nodeSucceeded: make([]int64, sc.Nodes)}
-	for _, st := range sc.Steps() {
+	prev := 0
+	for i, st := range sc.Steps() {
 		m.steps = append(m.steps, st.At)
+		if i > 0 && st.Capacity < prev {
+			m.drops = append(m.drops, st.At)
+		}
+		prev = st.Capacity
 	}
 	return m
 }
@@ -85,6 +93,22 @@ func (m *meter) inc() {
 	if !m.settling(at) {
 		m.steadyRatio = max(m.steadyRatio, ratio)
 	}
+	if !m.justDropped(at) {
+		if ratio > m.outerRatio {
+			m.outerRatio, m.outerAt = ratio, at
+		}
+	}
+}
+
+// justDropped reports whether at lies within one heartbeat after a step
+// that lowers the capacity: the fleet cannot know of the drop sooner.
+func (m *meter) justDropped(at time.Duration) bool {
+	for _, s := range m.drops {
+		if at >= s && at < s+m.sc.Heartbeat {
+			return true
+		}
+	}
+	return false
 }
 
 // settling reports whether at lies within sc.Settle after the start or a
@@ -184,6 +208,8 @@ func (m *meter) result(way FleetWay, sc FleetScenario) FleetResult {
 		PeakRatio:       m.peakRatio,
 		PeakAt:          m.peakAt,
 		SteadyPeakRatio: m.steadyRatio,
+		OuterPeakRatio:  m.outerRatio,
+		OuterPeakAt:     m.outerAt,
 		OverCapacity:    m.overCap,
 		Series:          append([]FleetSample(nil), m.series...),
 	}

@@ -161,9 +161,42 @@ func TestMeter(t *testing.T) {
 	require.InDelta(t, 3.0, r.PeakRatio, 1e-12)
 	require.Equal(t, 7*time.Second, r.PeakAt)
 	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "the peak at the halving is in its settle window")
+	require.InDelta(t, 1.5, r.OuterPeakRatio, 1e-12, "the peak at the halving is in its first heartbeat")
 	// Over C: 0.5 s at 3 > 2, then 1 s at 3 > 1 after the halving.
 	require.Equal(t, 1500*time.Millisecond, r.OverCapacity)
 	require.Equal(t, 9*time.Second, r.Elapsed)
+}
+
+// TestMeterOuterPeak: only the first heartbeat after a capacity drop is
+// excused; the start and the rest of the drop's settle window count.
+func TestMeterOuterPeak(t *testing.T) {
+	t.Parallel()
+	sc := DefaultFleetScenario()
+	sc.Capacity, sc.Nodes = 2, 2
+	sc.Duration, sc.Settle = 21*time.Second, 2*time.Second // C halves at 7 s, doubles at 14 s
+	start := time.Unix(1000, 0)
+	now := start
+	m := newMeter(sc)
+	m.now = func() time.Time { return now }
+	m.begin(start)
+
+	m.inc()
+	m.inc()
+	m.inc() // 3 at the start: 1.5·C, in the settle window but not after a drop
+	m.dec(0, outcomeRejected, 0)
+	m.dec(0, outcomeRejected, 0)
+	now = start.Add(7*time.Second + sc.Heartbeat - time.Millisecond)
+	m.inc()
+	m.inc()
+	m.inc() // 4 > 1 within the drop's first heartbeat: excused
+	now = now.Add(2 * time.Millisecond)
+	r := m.result(Fleetlimit, sc)
+	require.InDelta(t, 1.5, r.OuterPeakRatio, 1e-12)
+	m.inc() // 5 > 1 a heartbeat after the drop: counts
+	r = m.result(Fleetlimit, sc)
+	require.InDelta(t, 5.0, r.OuterPeakRatio, 1e-12)
+	require.Equal(t, 7*time.Second+sc.Heartbeat+time.Millisecond, r.OuterPeakAt)
+	require.Zero(t, r.SteadyPeakRatio, "every send fell in a settle window")
 }
 
 func TestRunFleetWayStatic(t *testing.T) {

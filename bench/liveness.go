@@ -194,6 +194,18 @@ type RestartResult struct {
 // NodeID), waiting settle after each, and reports L_global before and
 // its lowest value during the restarts.
 func MeasureRollingRestart(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, warmup, settle time.Duration) (RestartResult, error) {
+	return measureRestarts(ctx, pool, key, sc, warmup, settle, true)
+}
+
+// MeasureHold is MeasureRollingRestart's control: the same fleet, watched
+// for as long, with no restart. What it reports is how far L_global
+// moves by itself (the law's own probing and backoffs), which a rolling
+// restart's lowest value includes too.
+func MeasureHold(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, warmup, settle time.Duration) (RestartResult, error) {
+	return measureRestarts(ctx, pool, key, sc, warmup, settle, false)
+}
+
+func measureRestarts(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, warmup, settle time.Duration, restart bool) (RestartResult, error) {
 	if warmup < 2*time.Second {
 		return RestartResult{}, errors.New("bench: liveness: warmup must be ≥ 2s")
 	}
@@ -217,9 +229,11 @@ func MeasureRollingRestart(ctx context.Context, pool *pgxpool.Pool, key string, 
 		}
 	}
 	for i := range sc.Nodes {
-		f.stopNode(i)
-		if err := f.startNode(ctx, i); err != nil {
-			return res, err
+		if restart {
+			f.stopNode(i)
+			if err := f.startNode(ctx, i); err != nil {
+				return res, err
+			}
 		}
 		watch(settle)
 	}

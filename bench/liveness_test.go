@@ -39,4 +39,10 @@ func TestLiveness(t *testing.T) {
 	require.Positive(t, res.Before)
 	require.LessOrEqual(t, res.Low, res.Before)
 	require.Positive(t, res.Low)
+
+	hold, err := MeasureHold(ctx, pg.Pool, "test-hold", sc, 2*time.Second, 500*time.Millisecond)
+	require.NoError(t, err)
+	require.Positive(t, hold.Before)
+	require.LessOrEqual(t, hold.Low, hold.Before)
+	require.Positive(t, hold.Low)
 }

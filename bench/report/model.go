@@ -14,15 +14,16 @@ import (
 
 // Targets of the model comparison.
 const (
-	targetRatioVsAIMD  = 1.25
-	targetRateLimited  = 0.10
-	traceSeed          = 0
-	tuneFirstSeed      = 1000
-	scaleCapacity      = 200
-	modelTraceImage    = "model-trace.png"
-	modelGridImage     = "model-grid.png"
-	gridTopPerLaw      = 5
-	scaleCheckMaxLimit = 10000
+	targetRatioVsAIMD    = 1.25
+	targetDefaultsVsAIMD = 1.30 // for the library's defaults, what a user gets without choosing
+	targetRateLimited    = 0.10
+	traceSeed            = 0
+	tuneFirstSeed        = 1000
+	scaleCapacity        = 200
+	modelTraceImage      = "model-trace.png"
+	modelGridImage       = "model-grid.png"
+	gridTopPerLaw        = 5
+	scaleCheckMaxLimit   = 10000
 )
 
 // modelResults holds everything the model section measures.
@@ -257,6 +258,14 @@ next step's start.
 		}
 		fmt.Fprintf(&b, "- %s: %.2f× AIMD, %s rate-limited — %s.\n", res.Name,
 			res.Throughput.Median/aimd.Throughput.Median, pct(res.RateLimited.Median), verdict)
+	}
+	for _, res := range r.eval {
+		if res.Name != bench.NameFleetDefaults {
+			continue
+		}
+		ratio := res.Throughput.Median / aimd.Throughput.Median
+		fmt.Fprintf(&b, "\n**Target for the defaults**, what a user gets without choosing: median ≥ %.2f× AIMD's (≥ %.2f req/s) — %.2f×, %s.\n",
+			targetDefaultsVsAIMD, targetDefaultsVsAIMD*aimd.Throughput.Median, ratio, verdict(ratio >= targetDefaultsVsAIMD))
 	}
 
 	fmt.Fprintf(&b, "\n![Capacity and k over time, seed %d](%s/%s)\n\n", traceSeed, ImgDir, modelTraceImage)

@@ -66,7 +66,7 @@ func fakeFleetResult(way bench.FleetWay) bench.FleetResult {
 	r := bench.FleetResult{Way: way, Scenario: sc, Elapsed: sc.Duration,
 		Sent: 1000, Succeeded: 900, Rejected: 90, Failed: 10, NodeSucceeded: []int64{200, 200, 250, 250},
 		Latencies:    []time.Duration{20 * time.Millisecond, 21 * time.Millisecond, 30 * time.Millisecond},
-		PeakInflight: 42, PeakRatio: 2.1, PeakAt: time.Second, SteadyPeakRatio: 1.05, OverCapacity: 150 * time.Millisecond,
+		PeakInflight: 42, PeakRatio: 2.1, PeakAt: time.Second, SteadyPeakRatio: 1.05, OuterPeakRatio: 1.08, OverCapacity: 150 * time.Millisecond,
 		ServerSuccesses: 901, ServerRejected: 90}
 	for at := 10 * time.Millisecond; at <= sc.Duration; at += 10 * time.Millisecond {
 		c := sc.CapacityAt(at - 1)
@@ -104,7 +104,7 @@ func TestRenderFleet(t *testing.T) {
 	md := renderFleet(e, sc, runs, fleetSection{prefix: "fleet", title: "3. Fleet: four nodes sharing one provider", full: true, props: props, load: "1.00"}, 5*time.Second)
 	require.Contains(t, md, "## 3. Fleet: four nodes sharing one provider")
 	require.Contains(t, md, "Measured 2026-11-22 on test machine")
-	require.Contains(t, md, "| static C/N | 300 | 18.0 % | 9.00 | 2.10 | 1.05 | 5 | 21.0 | 29.8 | 0.988 | not within the phase | not within the phase |")
+	require.Contains(t, md, "| static C/N | 300 | 18.0 % | 9.00 | 2.10 | 1.08 | 1.05 | 5 | 21.0 | 29.8 | 0.988 | not within the phase | not within the phase |")
 	require.Contains(t, md, "| fleetlimit | not measured |")
 	require.Contains(t, md, "- not measured: Postgres is not installed here.")
 	require.Contains(t, md, "| independent adaptive | 30 of 30 | 10 | 10 | 40.0 → 20.0 after 100 ms (13.5) | 40.0 → 20.0 at 1.00 s (13.5) | 20.0 → 38.2 | 10 |", "the diagnosis table")
