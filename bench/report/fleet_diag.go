@@ -51,11 +51,6 @@ func (d fleetDiag) impliedBackoffs() float64 {
 	return max(0, math.Log(d.lowest/d.atHalving)/math.Log(backoffRatio))
 }
 
-// growthPerSecond is the mean estimate's growth over the last third.
-func (d fleetDiag) growthPerSecond(third time.Duration) float64 {
-	return (d.atEnd - d.atDoubling) / (third - 500*time.Millisecond).Seconds()
-}
-
 // diagWindow is how far after the halving diagnose looks for the lowest
 // estimate.
 const diagWindow = time.Second

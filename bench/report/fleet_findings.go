@@ -13,7 +13,6 @@ import (
 // runs, through the diagnosis.
 func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 	diags := adaptiveDiags(runs)
-	third := sc.Duration / 3
 	var b strings.Builder
 	b.WriteString(`
 ### What the numbers say
@@ -64,7 +63,6 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 		fmt.Fprintf(&b, " In the plotted run's last third the mean estimate went from %.1f to %.1f, with %d drops.",
 			d.atDoubling, d.atEnd, d.dropsLastThird)
 	}
-	_ = third
 	b.WriteString(`
 - **What the numbers do not show.** The fleet's l_local values vote in a
   lower median, so a node whose probe has not yet met a 429 can hold an
