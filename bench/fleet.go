@@ -97,7 +97,8 @@ type FleetScenario struct {
 	// the "steady state" measures (SteadyPeakRatio) ignore.
 	Settle time.Duration
 	// Heartbeat is the fleet nodes' heartbeat interval; their lease TTL is
-	// 4× and their fence margin 1× that.
+	// 4× and their fence margin 1× that. It is also the grace after a
+	// capacity drop that OuterPeakRatio excuses.
 	Heartbeat time.Duration
 	// SampleEvery is the resolution of the in-flight time series.
 	SampleEvery time.Duration
@@ -270,10 +271,11 @@ type FleetResult struct {
 	// SteadyPeakRatio is PeakRatio outside the Settle after the start
 	// and after each capacity step.
 	SteadyPeakRatio float64
-	// OuterPeakRatio is PeakRatio outside the first Heartbeat after each
-	// step that lowers the capacity: the start and the climbs count, and
-	// only the moments no limiter could have avoided do not. OuterPeakAt
-	// is when it happened.
+	// OuterPeakRatio is PeakRatio outside [s, s+Heartbeat) for each step
+	// s that lowers the capacity, the grace the fleet's peak target
+	// allows: the start and the climbs count. OuterPeakAt is when it
+	// happened. All three peaks are checked at every send and at every
+	// step and window end, so a count that stays up counts too.
 	OuterPeakRatio float64
 	OuterPeakAt    time.Duration
 	// OverCapacity is the total time the attempted in-flight count was

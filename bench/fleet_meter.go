@@ -12,10 +12,11 @@ import (
 // together, integrates it exactly over time (event by event) and keeps the
 // outcome counts. It is safe for concurrent use.
 type meter struct {
-	sc    FleetScenario
-	now   func() time.Time
-	steps []time.Duration // offsets of the start and of the capacity steps
-	drops []time.Duration // offsets of the steps that lower the capacity
+	sc     FleetScenario
+	now    func() time.Time
+	steps  []time.Duration // offsets of the start and of the capacity steps
+	drops  []time.Duration // offsets of the steps that lower the capacity
+	bounds []time.Duration // where the peaks' rules change: steps, and the ends of their windows
 
 	mu          sync.Mutex
 	start       time.Time
@@ -41,8 +42,10 @@ func newMeter(sc FleetScenario) *meter {
 	prev := 0
 	for i, st := range sc.Steps() {
 		m.steps = append(m.steps, st.At)
+		m.bounds = append(m.bounds, st.At, st.At+sc.Settle)
 		if i > 0 && st.Capacity < prev {
 			m.drops = append(m.drops, st.At)
+			m.bounds = append(m.bounds, st.At+sc.Heartbeat)
 		}
 		prev = st.Capacity
 	}
@@ -57,12 +60,14 @@ func (m *meter) begin(start time.Time) {
 }
 
 // advanceLocked integrates the in-flight count up to now, splitting the
-// interval at capacity steps.
+// interval at capacity steps and at the ends of the peaks' windows, where
+// it also checks the peaks: a count that stays up while the capacity
+// falls, or past a window's end, counts without a new request.
 func (m *meter) advanceLocked(now time.Time) {
 	for m.last.Before(now) {
 		at := m.last.Sub(m.start)
 		end := now
-		for _, s := range m.steps {
+		for _, s := range m.bounds {
 			if b := m.start.Add(s); s > at && b.Before(end) {
 				end = b
 			}
@@ -73,6 +78,23 @@ func (m *meter) advanceLocked(now time.Time) {
 			m.overCap += dt
 		}
 		m.last = end
+		if end.Before(now) {
+			m.notePeakLocked(end.Sub(m.start))
+		}
+	}
+}
+
+// notePeakLocked updates the peaks with the count in flight at at.
+func (m *meter) notePeakLocked(at time.Duration) {
+	ratio := float64(m.cur) / float64(max(m.sc.CapacityAt(at), 1))
+	if ratio > m.peakRatio {
+		m.peakRatio, m.peakAt = ratio, at
+	}
+	if !m.settling(at) {
+		m.steadyRatio = max(m.steadyRatio, ratio)
+	}
+	if !m.justDropped(at) && ratio > m.outerRatio {
+		m.outerRatio, m.outerAt = ratio, at
 	}
 }
 
@@ -84,24 +106,12 @@ func (m *meter) inc() {
 	m.advanceLocked(now)
 	m.cur++
 	m.sent++
-	at := now.Sub(m.start)
-	ratio := float64(m.cur) / float64(max(m.sc.CapacityAt(at), 1))
 	m.peak = max(m.peak, m.cur)
-	if ratio > m.peakRatio {
-		m.peakRatio, m.peakAt = ratio, at
-	}
-	if !m.settling(at) {
-		m.steadyRatio = max(m.steadyRatio, ratio)
-	}
-	if !m.justDropped(at) {
-		if ratio > m.outerRatio {
-			m.outerRatio, m.outerAt = ratio, at
-		}
-	}
+	m.notePeakLocked(now.Sub(m.start))
 }
 
-// justDropped reports whether at lies within one heartbeat after a step
-// that lowers the capacity: the fleet cannot know of the drop sooner.
+// justDropped reports whether at lies in [s, s+Heartbeat) for a step s
+// that lowers the capacity: the grace the fleet's peak target allows.
 func (m *meter) justDropped(at time.Duration) bool {
 	for _, s := range m.drops {
 		if at >= s && at < s+m.sc.Heartbeat {

@@ -161,42 +161,78 @@ func TestMeter(t *testing.T) {
 	require.InDelta(t, 3.0, r.PeakRatio, 1e-12)
 	require.Equal(t, 7*time.Second, r.PeakAt)
 	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "the peak at the halving is in its settle window")
-	require.InDelta(t, 1.5, r.OuterPeakRatio, 1e-12, "the peak at the halving is in its first heartbeat")
+	require.InDelta(t, 3.0, r.OuterPeakRatio, 1e-12, "the 3 in flight at C = 1 outlast the halving's first heartbeat")
+	require.Equal(t, 7*time.Second+sc.Heartbeat, r.OuterPeakAt)
 	// Over C: 0.5 s at 3 > 2, then 1 s at 3 > 1 after the halving.
 	require.Equal(t, 1500*time.Millisecond, r.OverCapacity)
 	require.Equal(t, 9*time.Second, r.Elapsed)
 }
 
-// TestMeterOuterPeak: only the first heartbeat after a capacity drop is
-// excused; the start and the rest of the drop's settle window count.
+// TestMeterOuterPeak: only [s, s+Heartbeat) after a capacity drop s is
+// excused; the start, the doubling and a count that stays up past the
+// window all count.
 func TestMeterOuterPeak(t *testing.T) {
 	t.Parallel()
 	sc := DefaultFleetScenario()
 	sc.Capacity, sc.Nodes = 2, 2
-	sc.Duration, sc.Settle = 21*time.Second, 2*time.Second // C halves at 7 s, doubles at 14 s
+	sc.Duration, sc.Settle = 21*time.Second, 2*time.Second // C = 2, 1 at 7 s, 2 at 14 s
 	start := time.Unix(1000, 0)
-	now := start
-	m := newMeter(sc)
-	m.now = func() time.Time { return now }
-	m.begin(start)
+	halving, doubling := 7*time.Second, 14*time.Second
+	run := func(events func(m *meter, at func(time.Duration))) FleetResult {
+		now := start
+		m := newMeter(sc)
+		m.now = func() time.Time { return now }
+		m.begin(start)
+		events(m, func(d time.Duration) { now = start.Add(d) })
+		now = now.Add(time.Second)
+		return m.result(Fleetlimit, sc)
+	}
+	incs := func(m *meter, n int) {
+		for range n {
+			m.inc()
+		}
+	}
+	decs := func(m *meter, n int) {
+		for range n {
+			m.dec(0, outcomeRejected, 0)
+		}
+	}
 
-	m.inc()
-	m.inc()
-	m.inc() // 3 at the start: 1.5·C, in the settle window but not after a drop
-	m.dec(0, outcomeRejected, 0)
-	m.dec(0, outcomeRejected, 0)
-	now = start.Add(7*time.Second + sc.Heartbeat - time.Millisecond)
-	m.inc()
-	m.inc()
-	m.inc() // 4 > 1 within the drop's first heartbeat: excused
-	now = now.Add(2 * time.Millisecond)
-	r := m.result(Fleetlimit, sc)
+	r := run(func(m *meter, at func(time.Duration)) {
+		incs(m, 3) // 1.5·C at the start, in its settle window: counts
+		decs(m, 3)
+		at(halving + 50*time.Millisecond)
+		incs(m, 4) // 4·C within the drop's first heartbeat, ended within it: excused
+		decs(m, 4)
+	})
 	require.InDelta(t, 1.5, r.OuterPeakRatio, 1e-12)
-	m.inc() // 5 > 1 a heartbeat after the drop: counts
-	r = m.result(Fleetlimit, sc)
-	require.InDelta(t, 5.0, r.OuterPeakRatio, 1e-12)
-	require.Equal(t, 7*time.Second+sc.Heartbeat+time.Millisecond, r.OuterPeakAt)
+	require.Equal(t, time.Duration(0), r.OuterPeakAt)
+	require.InDelta(t, 4.0, r.PeakRatio, 1e-12)
 	require.Zero(t, r.SteadyPeakRatio, "every send fell in a settle window")
+
+	r = run(func(m *meter, at func(time.Duration)) {
+		at(halving + sc.Heartbeat)
+		incs(m, 2) // at the window's end exactly: counts
+	})
+	require.InDelta(t, 2.0, r.OuterPeakRatio, 1e-12)
+	require.Equal(t, halving+sc.Heartbeat, r.OuterPeakAt)
+
+	r = run(func(m *meter, at func(time.Duration)) {
+		at(halving - time.Millisecond)
+		incs(m, 3) // 1.5·C before the halving, 3·C after it, with no send
+	})
+	require.InDelta(t, 3.0, r.OuterPeakRatio, 1e-12, "a count that outlasts the window counts at its end")
+	require.Equal(t, halving+sc.Heartbeat, r.OuterPeakAt)
+	require.InDelta(t, 3.0, r.PeakRatio, 1e-12, "the halving itself lifts the whole-run peak")
+	require.Equal(t, halving, r.PeakAt)
+	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "sent before the halving, out of any settle window")
+
+	r = run(func(m *meter, at func(time.Duration)) {
+		at(doubling + time.Millisecond)
+		incs(m, 5) // a rise is no drop: 2.5·C right after the doubling counts
+	})
+	require.InDelta(t, 2.5, r.OuterPeakRatio, 1e-12)
+	require.Equal(t, doubling+time.Millisecond, r.OuterPeakAt)
 }
 
 func TestRunFleetWayStatic(t *testing.T) {

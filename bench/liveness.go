@@ -181,11 +181,12 @@ func MeasureClimb(ctx context.Context, pool *pgxpool.Pool, key string, sc Livene
 	return res, nil
 }
 
-// RestartResult is what MeasureRollingRestart measured.
+// RestartResult is what MeasureRollingRestart or MeasureHold measured.
 type RestartResult struct {
 	// Before is the median L_global over the second before the first
 	// restart; Low the lowest any running node heard from the first
-	// restart until settle after the last.
+	// restart until settle after the last (for MeasureHold: over the
+	// same watches, with no restart between them).
 	Before, Low int
 }
 

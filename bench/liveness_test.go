@@ -43,6 +43,5 @@ func TestLiveness(t *testing.T) {
 	hold, err := MeasureHold(ctx, pg.Pool, "test-hold", sc, 2*time.Second, 500*time.Millisecond)
 	require.NoError(t, err)
 	require.Positive(t, hold.Before)
-	require.LessOrEqual(t, hold.Low, hold.Before)
-	require.Positive(t, hold.Low)
+	require.Positive(t, hold.Low, "L_global stays up with no restart")
 }

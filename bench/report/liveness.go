@@ -89,19 +89,24 @@ func runLiveness(ctx context.Context, e *env) (string, error) {
 			sc := base
 			sc.Nodes, sc.WorkersPerNode, sc.Limiter = restartNodes, restartWorkers, c.cfg
 			key := fmt.Sprintf("bench-restart-%d-%s-%d", start.UnixNano(), strings.Trim(c.name, "()"), run)
-			res, err := bench.MeasureRollingRestart(ctx, pg.Pool, key, sc, restartWarmup, restartSettle)
-			if err != nil {
-				return "", err
+			// The restarts and their control alternate which goes first, so
+			// a drift in the machine's load favours neither.
+			var res, hold bench.RestartResult
+			var err error
+			for i := range 2 {
+				if (i+run)%2 == 0 {
+					res, err = bench.MeasureRollingRestart(ctx, pg.Pool, key, sc, restartWarmup, restartSettle)
+				} else {
+					hold, err = bench.MeasureHold(ctx, pg.Pool, key+"-hold", sc, restartWarmup, restartSettle)
+				}
+				if err != nil {
+					return "", err
+				}
 			}
 			e.logf("liveness: rolling restart %s run %d: L_global %d before, lowest %d", c.name, run+1, res.Before, res.Low)
 			row.before = append(row.before, float64(res.Before))
 			row.low = append(row.low, float64(res.Low))
 			row.frac = append(row.frac, float64(res.Low)/float64(max(res.Before, 1)))
-
-			hold, err := bench.MeasureHold(ctx, pg.Pool, key+"-hold", sc, restartWarmup, restartSettle)
-			if err != nil {
-				return "", err
-			}
 			e.logf("liveness: hold (no restart) %s run %d: L_global %d before, lowest %d", c.name, run+1, hold.Before, hold.Low)
 			row.hold = append(row.hold, float64(hold.Low)/float64(max(hold.Before, 1)))
 		}

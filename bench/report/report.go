@@ -260,7 +260,7 @@ func sectionCommand(name string, opts Options) string {
 
 const header = `# Benchmarks
 
-This file is generated: every table and plot below comes from one run of
+This file is generated: every table and plot below comes from
 
 ` + "```sh\ncd bench && go run ./cmd/report -out ../docs\n```" + `
 
@@ -269,7 +269,8 @@ throwaway Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and u
 only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a
 section measured on its own (` + "`-only NAME`" + `) replaces just its part of
-this file. ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter
+this file, so sections may come from different runs: within a section,
+every way ran in the same run. ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter
 benchmarks, whose numbers are rough. The code is in ` + "`bench/`" + `, a
 separate Go module so that the peer libraries and the plotting library stay
 out of fleetlimit's own go.mod.

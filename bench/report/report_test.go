@@ -177,3 +177,23 @@ func TestTable(t *testing.T) {
 	tb.add("z")
 	require.Equal(t, "| a | b |\n|---|---:|\n| x\\|y | 1 |\n| z |  |\n", tb.String())
 }
+
+func TestFleetFindingsOuterPeak(t *testing.T) {
+	sc := bench.DefaultFleetScenario()
+	require.Equal(t, "0.46 s, after the start", phaseOf(sc, 460*time.Millisecond))
+	require.Equal(t, "6.15 s, 0.15 s after the halving", phaseOf(sc, 6150*time.Millisecond))
+	require.Equal(t, "13.00 s, 1.00 s after the doubling", phaseOf(sc, 13*time.Second))
+
+	runs := func(ratios ...float64) []fleetRun {
+		r := fleetRun{way: bench.Fleetlimit}
+		for i, x := range ratios {
+			r.runs = append(r.runs, bench.FleetResult{Way: bench.Fleetlimit, Scenario: sc, OuterPeakRatio: x, OuterPeakAt: time.Duration(i+1) * 6100 * time.Millisecond})
+		}
+		return []fleetRun{r}
+	}
+	md := fleetFindings(sc, runs(1.2, 1.25, 1.05))
+	require.Contains(t, md, "Why the outer peak stays above 1.10·C")
+	require.Contains(t, md, "At C = 20, 3 slots over C at once are 1.15·C.")
+	require.Contains(t, md, "fleetlimit's outer peak in each run: 1.20·C at 6.10 s, 0.10 s after the halving; 1.25·C at 12.20 s, 0.20 s after the doubling; 1.05·C at 18.30 s, 6.30 s after the doubling.")
+	require.NotContains(t, fleetFindings(sc, runs(1.1, 1.05, 1.2)), "Why the outer peak", "a median within the bound needs no explanation")
+}
