@@ -294,9 +294,9 @@ What the columns mean:
   the largest ratio of attempted in-flight to the capacity at that instant,
   over the whole run, which includes the moment the capacity halves under a
   full fleet; **outer peak ÷ C**: the same outside the first heartbeat
-  (%v) after the capacity halves, the only moment no limiter could avoid
-  (the fleet cannot know of the drop sooner): the start and the climb
-  after the doubling count; **steady peak ÷ C**: the same outside the first
+  (%v) after the capacity halves, the grace the target allows
+  the fleet to hear of the drop: the start and the climb after the
+  doubling count; **steady peak ÷ C**: the same outside the first
   %v of the run and the %v after each capacity step. **time over C**: how long
   attempted in-flight exceeded the capacity, integrated request by request.
 - **p50, p99**: round trip of the successful requests, from send to the
