@@ -51,6 +51,16 @@ func (r fleetRun) rep() int {
 	return idx[(len(idx)-1)/2]
 }
 
+// measured returns the runs of way, if it was measured.
+func measured(runs []fleetRun, way bench.FleetWay) (fleetRun, bool) {
+	for _, r := range runs {
+		if r.way == way && r.skipped == "" {
+			return r, true
+		}
+	}
+	return fleetRun{}, false
+}
+
 // convergence is the time to settle after one capacity step.
 type convergence struct {
 	after time.Duration

@@ -286,17 +286,15 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
 // fleetJitter returns median ÷ fastest − 1 of the successful round trips
 // of the plotted fleetlimit run.
 func fleetJitter(runs []fleetRun) (float64, bool) {
-	for _, r := range runs {
-		if r.way != bench.Fleetlimit || r.skipped != "" {
-			continue
-		}
-		res := r.runs[r.rep()]
-		if len(res.Latencies) == 0 {
-			return 0, false
-		}
-		fastest := slices.Min(res.Latencies)
-		p50 := bench.DurationPercentile(res.Latencies, 0.5)
-		return float64(p50)/float64(fastest) - 1, true
+	r, ok := measured(runs, bench.Fleetlimit)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	res := r.runs[r.rep()]
+	if len(res.Latencies) == 0 {
+		return 0, false
+	}
+	fastest := slices.Min(res.Latencies)
+	p50 := bench.DurationPercentile(res.Latencies, 0.5)
+	return float64(p50)/float64(fastest) - 1, true
 }

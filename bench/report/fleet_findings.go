@@ -72,14 +72,8 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
   C in flight when the capacity becomes C/2: the whole-run peak counts
   that moment, which no limiter can avoid.
 `)
-	for _, r := range runs {
-		if r.way != bench.Fleetlimit || r.skipped != "" {
-			continue
-		}
-		outer := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.OuterPeakRatio }))
-		if outer <= targetFleetPeak {
-			break
-		}
+	r, ok := measured(runs, bench.Fleetlimit)
+	if ok && median(metric(r.runs, func(x bench.FleetResult) float64 { return x.OuterPeakRatio })) > targetFleetPeak {
 		low := sc.Capacity / 2
 		over := int(targetFleetPeak*float64(low)) + 1 // the least in flight above the bound at C = low
 		fmt.Fprintf(&b, `
