@@ -13,15 +13,23 @@ import (
 // the estimate, so at most 1.5 times the load tried — or the whole limit
 // (see propose), as in TCP's slow start
 // (which doubles: half as much overshoots the capacity less when the
-// first drop comes). A warm start (SetEstimate) does not end it: a fresh
-// key's first limit is a node's InitialLimit. The caller holds l.mu.
+// first drop comes). With PaceGrowth the load need only reach half the
+// estimate: the in-flight climbs to a raised limit as leases settle, so
+// the estimate may run further ahead of it without the excess going out
+// in one burst, and the first refusal comes before most of it is sent.
+// A warm start (SetEstimate) does not end it: a fresh key's first limit
+// is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
 	if l.cfg.LatencyTarget > 0 && rtt > l.cfg.LatencyTarget {
 		l.backoff(now, rec, l.cfg.AIMDBackoff, math.Inf(1))
 		return
 	}
 	if l.cfg.AIMDProbe > 0 && l.backoffEpoch == 0 {
-		if slowStart*float64(load) >= l.estimate || load >= int(l.estimate) {
+		reach := slowStart
+		if l.cfg.PaceGrowth {
+			reach = pacedSlowStartReach
+		}
+		if reach*float64(load) >= l.estimate || load >= int(l.estimate) {
 			l.estimate = l.clampEstimate(slowStart * l.estimate)
 		}
 		return
@@ -50,5 +58,10 @@ func (l *Limiter) aimdStep() float64 {
 }
 
 // slowStart is what the estimate is multiplied by on each round trip
-// before the first decrease when AIMDProbe is set (see aimdSample).
-const slowStart = 1.5
+// before the first decrease when AIMDProbe is set, and
+// pacedSlowStartReach how many times the load the estimate may then be
+// and still grow under PaceGrowth (slowStart without it; see aimdSample).
+const (
+	slowStart           = 1.5
+	pacedSlowStartReach = 2
+)

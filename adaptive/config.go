@@ -186,6 +186,18 @@ type Config struct {
 	// least 1, so a value at or below 1/MaxLimit switches the guard off.
 	UtilizationThreshold float64
 
+	// PaceGrowth, when set, lets the weight in flight climb to a raised
+	// limit only as leases settle: each clean release lets it go one unit
+	// of weight higher than before, so it at most doubles per round trip,
+	// as TCP's window grows with its acknowledgements. Half the limit is
+	// always admitted at once. A limit that jumps — a fleet node's share
+	// raised, a slow start's step — is then taken up over about a round
+	// trip instead of sent in one burst, and against an upstream that
+	// refuses at once above its capacity, the first refusals cut the
+	// limit before the rest of the excess is sent. Defaults to false:
+	// the whole limit is admitted at once. FlatLatency sets it.
+	PaceGrowth bool
+
 	// Clock supplies the time. Defaults to the system clock (time.Now).
 	Clock Clock
 	// Rand supplies the recalibration jitter. Defaults to math/rand/v2's
@@ -365,11 +377,14 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // backs off by BackoffRatio 0.95, at most once per round trip, and, under
 // a ceiling, takes a slot off it at once (see SetCeiling and
 // SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
-// while the load is within 80 % of it (during the slow start, two thirds:
-// at most 1.5 times the load), so the estimate cannot run far ahead of
-// what was tried. Every other field is the zero value, so its default
-// applies; set MaxQueued, the limits and the clock on the result as for
-// any Config. docs/benchmarks.md measures it against a static split.
+// while the load is within 80 % of it (during the slow start, half), so
+// the estimate cannot run far ahead of what was tried; PaceGrowth lets
+// the in-flight climb to a raised limit only as requests succeed, so
+// that a share or a slow-start step that jumps is not sent in one burst
+// and the first 429 comes before most of an excess is sent. Every other
+// field is the zero value, so its default applies; set MaxQueued, the
+// limits and the clock on the result as for any Config.
+// docs/benchmarks.md measures it against a static split.
 func FlatLatency() Config {
 	return Config{
 		Law:                  AIMD,
@@ -377,5 +392,6 @@ func FlatLatency() Config {
 		AIMDProbe:            5,
 		BackoffRatio:         0.95,
 		UtilizationThreshold: 0.8,
+		PaceGrowth:           true,
 	}
 }

@@ -41,7 +41,9 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
 		l.cutWait, l.cutGiven = cutRecovery, noneGiven
 	}
+	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
+	l.pace(now)
 	l.dispatch(now)
 	l.mu.Unlock()
 }

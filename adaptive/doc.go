@@ -87,7 +87,9 @@
 // the capacity. FlatLatency returns the configuration for such an
 // upstream: AIMD on drops alone, with a slow start, and a step that
 // scales with the estimate and doubles after every Config.AIMDProbe round
-// trips without a drop.
+// trips without a drop; Config.PaceGrowth takes every rise of the limit
+// up as leases settle, so that the first refusal comes before most of an
+// excess is sent.
 //
 // # Admission
 //

@@ -28,6 +28,7 @@ type Limiter struct {
 	cutWait      int       // round trips between slots given back (see recoverCut)
 	cutGiven     int       // round trips since a slot was given back; noneGiven if none since the last drop
 	inflight     int       // Σ weight of the leases not yet settled
+	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
 	peerInflight int
@@ -68,6 +69,7 @@ func New(cfg Config) (*Limiter, error) {
 		window:   newMinWindow(cfg.RTTWindow),
 		cutWait:  cutRecovery,
 		cutGiven: noneGiven,
+		paced:    cfg.InitialLimit,
 
 		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
 	}
@@ -152,7 +154,18 @@ func (l *Limiter) room(now time.Time) int {
 	case l.inflight == 0:
 		return l.hardBound(now)
 	}
-	return l.limit(now) - l.inflight // both in [0, MaxLimit]: no overflow
+	n := l.limit(now)
+	if l.cfg.PaceGrowth {
+		n = min(n, max(l.paced, n/2))
+	}
+	return n - l.inflight // both in [0, MaxLimit]: no overflow
+}
+
+// pace lowers paced to the limit at now, so that a later rise of the
+// limit is taken up as leases settle (see Config.PaceGrowth). The caller
+// holds l.mu.
+func (l *Limiter) pace(now time.Time) {
+	l.paced = min(l.paced, l.limit(now))
 }
 
 // fits reports whether a lease of the given weight may be admitted now,
@@ -246,6 +259,7 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 		o = ignored // its drop was counted when observed
 	}
 	l.observe(now, rec, o, load, rtt)
+	l.pace(now)
 	l.freeRecord(rec)
 	l.tick(now)
 	l.dispatch(now)

@@ -276,11 +276,13 @@ every worker can wait. In 429 mode the provider's latency is flat — a
 request over capacity is refused, not slowed — so the round-trip time
 carries no capacity signal and the 429s are the only one. The preset is
 AIMD on drops alone: until the first 429 a slow start (×1.5 per round
-trip); after it a step of 1 %% of the estimate (at least 0.25) per round
+trip, while the load reached half the estimate); after it a step of 1 %% of the estimate (at least 0.25) per round
 trip, doubling every 5 round trips without a 429, at most a quarter of
 the estimate; a 429 backs off by 0.95 at most once per round trip; the
-estimate rises only while the load is within 80 %% of it (two thirds in
-the slow start). Under a ceiling
+estimate rises only while the load is within 80 %% of it. The in-flight
+climbs to a raised limit only as requests succeed, one more per success
+(PaceGrowth), so a share or a slow-start step that jumps is taken up over
+about a round trip, not sent in one burst. Under a ceiling
 (a fleet node's share) every 429 also takes one slot off the ceiling at
 once, and 5 clean round trips give it back (twice as many each time a
 slot given back is refused again); a fleet node's 429 also takes its
