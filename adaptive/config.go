@@ -159,8 +159,9 @@ type Config struct {
 	// no slot is free. Must be in [0, 1<<30].
 	//
 	// It is the fast-rejecting gate of two-phase admission: a burst of up to
-	// Limit() + MaxQueued unit requests is absorbed — Limit() admitted, the
-	// rest queued, each waiting patiently for its turn (bounded only by its
+	// Limit() + MaxQueued unit requests is absorbed — Limit() admitted
+	// (under PaceGrowth, just after a raise, only what it has taken up, so
+	// less of the burst is absorbed), the rest queued, each waiting patiently for its turn (bounded only by its
 	// context and TimeoutFactor) — and a request beyond that is refused at
 	// once with ErrQueueFull instead of waiting for a slot that running
 	// requests will not free in time. Size it as the expected burst less
@@ -194,8 +195,10 @@ type Config struct {
 	// raised, a slow start's step — is then taken up over about a round
 	// trip instead of sent in one burst, and against an upstream that
 	// refuses at once above its capacity, the first refusals cut the
-	// limit before the rest of the excess is sent. Defaults to false:
-	// the whole limit is admitted at once. FlatLatency sets it.
+	// limit before the rest of the excess is sent. A burst that arrives
+	// just after a raise finds fewer slots than Limit() free, and the
+	// rest wait in the queue (see MaxQueued). Defaults to false: the
+	// whole limit is admitted at once. FlatLatency sets it.
 	PaceGrowth bool
 
 	// Clock supplies the time. Defaults to the system clock (time.Now).

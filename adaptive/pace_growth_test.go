@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -99,5 +100,42 @@ func TestPacedSlowStartGrowsAtHalfTheEstimate(t *testing.T) {
 			le.Release()
 		}
 		require.InDelta(t, tc.want, l.Estimate(), 1e-9, "%d in flight of 30", tc.load)
+	}
+}
+
+// TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle: queued callers get
+// a raised share as releases let it in — two per clean release — and all
+// of it in the end.
+func TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100, MaxQueued: 10, PaceGrowth: true})
+	l.SetCeiling(4)
+	leases := acquireN(t, l, 4)
+	admitted := make(chan Lease, 10)
+	for range 10 {
+		go func() {
+			le, err := l.Acquire(context.Background())
+			if err == nil {
+				admitted <- le
+			}
+		}()
+	}
+	waitUntil(t, func() bool { return l.Queued() == 10 })
+	l.SetCeiling(14)
+	require.Equal(t, 7, l.Inflight(), "half of 14 goes out at once")
+	require.Equal(t, 7, l.Queued())
+	for i, le := range leases {
+		clk.Advance(time.Millisecond)
+		le.Release()
+		require.Equal(t, max(4+i+1, 7), l.Inflight(), "after %d clean releases", i+1)
+	}
+	require.Equal(t, 2, l.Queued())
+	le := <-admitted
+	clk.Advance(time.Millisecond)
+	le.Release()
+	require.Equal(t, 9, l.Inflight(), "the fifth release lets in two")
+	require.Zero(t, l.Queued(), "every waiter admitted")
+	for range 9 {
+		(<-admitted).Release()
 	}
 }

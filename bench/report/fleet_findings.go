@@ -79,9 +79,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 		fmt.Fprintf(&b, `
 - **Why the outer peak stays above %.2f·C.** Attempted in-flight never
   exceeds what the nodes admitted, so every request above C is a slot
-  granted above C, and the provider refuses it. At the start the slow
-  start's last step grows the limit by half over one round trip, since
-  nobody knows C. After the halving the shares add up to L_global, which
+  granted above C, and the provider refuses it. At the start each
+  slow-start step goes out as requests succeed (PaceGrowth), so the first
+  429s cut it before most of its excess is sent. After the halving the
+  shares add up to L_global, which
   stays above the new C until the drops have cut enough slots and the
   lower median has followed: longer than the first heartbeat (see the
   convergence column). Later a slot given back, or a share that grows,
