@@ -14,9 +14,10 @@ import (
 // (see propose), as in TCP's slow start
 // (which doubles: half as much overshoots the capacity less when the
 // first drop comes). With PaceGrowth the load need only reach half the
-// estimate: the in-flight climbs to a raised limit as leases settle, so
-// the estimate may run further ahead of it without the excess going out
-// in one burst, and the first refusal comes before most of it is sent.
+// estimate, so the estimate may reach three times the load tried: the
+// in-flight climbs to a raised limit as leases settle, so the excess is
+// taken up over a round trip rather than sent at once, and the first
+// refusal comes before most of it is sent.
 // A warm start (SetEstimate) does not end it: a fresh key's first limit
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {

@@ -160,8 +160,8 @@ type Config struct {
 	//
 	// It is the fast-rejecting gate of two-phase admission: a burst of up to
 	// Limit() + MaxQueued unit requests is absorbed — Limit() admitted
-	// (under PaceGrowth, just after a raise, only what it has taken up, so
-	// less of the burst is absorbed), the rest queued, each waiting patiently for its turn (bounded only by its
+	// (under PaceGrowth, after a raise, only what it has taken up, so less
+	// of the burst is absorbed), the rest queued, each waiting patiently for its turn (bounded only by its
 	// context and TimeoutFactor) — and a request beyond that is refused at
 	// once with ErrQueueFull instead of waiting for a slot that running
 	// requests will not free in time. Size it as the expected burst less
@@ -188,17 +188,23 @@ type Config struct {
 	UtilizationThreshold float64
 
 	// PaceGrowth, when set, lets the weight in flight climb to a raised
-	// limit only as leases settle: each clean release lets it go one unit
-	// of weight higher than before, so it at most doubles per round trip,
-	// as TCP's window grows with its acknowledgements. Half the limit is
-	// always admitted at once. A limit that jumps — a fleet node's share
-	// raised, a slow start's step — is then taken up over about a round
-	// trip instead of sent in one burst, and against an upstream that
-	// refuses at once above its capacity, the first refusals cut the
-	// limit before the rest of the excess is sent. A burst that arrives
-	// just after a raise finds fewer slots than Limit() free, and the
-	// rest wait in the queue (see MaxQueued). Defaults to false: the
-	// whole limit is admitted at once. FlatLatency sets it.
+	// limit only as leases settle: each clean release lets it go the
+	// lease's weight higher than before, so a flight that fills the limit
+	// at most doubles per round trip, as TCP's window grows with its
+	// acknowledgements. Half the limit is admitted at once. A limit that
+	// jumps — a fleet node's share raised, a slow start's step — is then
+	// taken up over about a round trip instead of sent in one burst, and
+	// against an upstream that refuses at once above its capacity, the
+	// first refusals cut the limit before the rest of the excess is sent.
+	// The pacing holds only while leases keep settling clean, one at
+	// least every no-load round trip: long requests, such as streams,
+	// carry no such clock, and without one the whole limit is admitted.
+	// The releases count whatever the weight in flight, so after a spell
+	// of few requests in flight a raise can still go out whole; those
+	// during a recalibration do not count. A burst that arrives just
+	// after a raise finds fewer slots than Limit() free, and the rest wait
+	// in the queue (see MaxQueued). Defaults to false: the whole limit is
+	// admitted at once. FlatLatency sets it.
 	PaceGrowth bool
 
 	// Clock supplies the time. Defaults to the system clock (time.Now).
@@ -380,11 +386,12 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // backs off by BackoffRatio 0.95, at most once per round trip, and, under
 // a ceiling, takes a slot off it at once (see SetCeiling and
 // SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
-// while the load is within 80 % of it (during the slow start, half), so
-// the estimate cannot run far ahead of what was tried; PaceGrowth lets
-// the in-flight climb to a raised limit only as requests succeed, so
-// that a share or a slow-start step that jumps is not sent in one burst
-// and the first 429 comes before most of an excess is sent. Every other
+// while the load is within 80 % of it (during the slow start, half: so
+// at most three times the load tried), so the estimate cannot run far
+// ahead of what was tried; PaceGrowth lets the in-flight climb to a
+// raised limit only as requests succeed, so that a share or a
+// slow-start step that jumps is taken up over about a round trip and
+// the first 429 comes before most of an excess is sent. Every other
 // field is the zero value, so its default applies; set MaxQueued, the
 // limits and the clock on the result as for any Config.
 // docs/benchmarks.md measures it against a static split.

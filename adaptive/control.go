@@ -53,6 +53,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 func (l *Limiter) ClearCeiling() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
+	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
 	l.cutWait, l.cutGiven = cutRecovery, noneGiven
@@ -98,7 +99,9 @@ func (l *Limiter) SetEstimate(v float64) {
 	}
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
+	l.pace(now)
 	l.estimate = l.clampEstimate(v)
+	l.pace(now)
 	l.dispatch(now)
 	l.mu.Unlock()
 }

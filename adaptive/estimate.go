@@ -26,6 +26,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		l.recalObserve(now, rec, o, rtt)
 	} else if o == released {
 		l.paced = addCounts(l.paced, rec.weight)
+		l.lastClean = now
 		// The law moves the estimate once per round trip: on the first
 		// clean sample of a request admitted since the last move. Moving
 		// on every sample would compound a round trip's worth of samples,

@@ -53,6 +53,7 @@ func (le Lease) ObserveDrop() {
 	}
 	le.rec.dropSeen = true
 	l.drop(now, le.rec)
+	l.pace(now)
 }
 
 // Admitted returns when the lease was admitted, by the limiter's clock; the

@@ -29,6 +29,7 @@ type Limiter struct {
 	cutGiven     int       // round trips since a slot was given back; noneGiven if none since the last drop
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
+	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
 	peerInflight int
@@ -155,15 +156,28 @@ func (l *Limiter) room(now time.Time) int {
 		return l.hardBound(now)
 	}
 	n := l.limit(now)
-	if l.cfg.PaceGrowth {
+	if l.pacing(now) {
 		n = min(n, max(l.paced, n/2))
 	}
 	return n - l.inflight // both in [0, MaxLimit]: no overflow
 }
 
+// pacing reports whether PaceGrowth holds the in-flight to paced at now:
+// only while leases keep settling clean, at least one within the last
+// no-load round trip. Without such releases there is no clock to pace
+// by — the leases in flight are long ones, or none has settled yet —
+// and the whole limit is admitted. The caller holds l.mu.
+func (l *Limiter) pacing(now time.Time) bool {
+	if !l.cfg.PaceGrowth {
+		return false
+	}
+	noload, ok := l.window.min()
+	return ok && now.Sub(l.lastClean) < noload
+}
+
 // pace lowers paced to the limit at now, so that a later rise of the
 // limit is taken up as leases settle (see Config.PaceGrowth). The caller
-// holds l.mu.
+// holds l.mu and calls it after anything that may lower the limit.
 func (l *Limiter) pace(now time.Time) {
 	l.paced = min(l.paced, l.limit(now))
 }

@@ -8,12 +8,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newPacedLimiter returns a limiter with PaceGrowth on and one clean round
+// trip of 10ms behind it, so that it paces: releases keep the clock as
+// long as the tests advance it by less than 10ms between them.
+func newPacedLimiter(t *testing.T, cfg Config) (*Limiter, *fakeClock) {
+	t.Helper()
+	cfg.PaceGrowth = true
+	l, clk := newTestLimiter(t, cfg)
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	clk.Advance(10 * time.Millisecond)
+	le.Release()
+	return l, clk
+}
+
 // TestPaceGrowthTakesARaisedLimitAsLeasesSettle: with PaceGrowth, a share
 // raised from 10 to 20 is taken up two admissions per clean release —
 // the slot it frees and one more — not in one burst of ten.
 func TestPaceGrowthTakesARaisedLimitAsLeasesSettle(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100, PaceGrowth: true})
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
 	l.SetCeiling(10)
 	leases := acquireN(t, l, 10)
 	l.SetCeiling(20)
@@ -49,21 +63,42 @@ func TestWithoutPaceGrowthARaiseIsAdmittedAtOnce(t *testing.T) {
 }
 
 // TestPaceGrowthAdmitsHalfTheLimitAtOnce: however low the paced level
-// fell — a share of 0 — half of a new limit goes out at once, so a lease
-// that never settles, a long stream, cannot hold admission to itself.
+// fell — a share of 0 — half of a new limit goes out at once.
 func TestPaceGrowthAdmitsHalfTheLimitAtOnce(t *testing.T) {
 	t.Parallel()
-	l, _ := newTestLimiter(t, Config{InitialLimit: 100, PaceGrowth: true})
+	l, _ := newPacedLimiter(t, Config{InitialLimit: 100})
 	l.SetCeiling(4)
-	stream, ok := l.TryAcquire()
+	held, ok := l.TryAcquire()
 	require.True(t, ok)
 	l.SetCeiling(0)
 	l.SetCeiling(30)
 	leases := acquireN(t, l, 14)
 	_, ok = l.TryAcquire()
 	require.False(t, ok, "15 in flight: half of 30, and nothing settled since the share was 0")
-	stream.Release()
+	held.Release()
 	for _, le := range leases {
+		le.Release()
+	}
+}
+
+// TestPaceGrowthLapsesWithoutReleases: long requests carry no clock. Once
+// no lease has settled clean for a no-load round trip, the whole limit is
+// admitted, so leases that hold half a regranted share — streams — do not
+// hold admission until one of them ends.
+func TestPaceGrowthLapsesWithoutReleases(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	streams := acquireN(t, l, 5)
+	l.SetCeiling(0)
+	l.SetCeiling(10)
+	_, ok := l.TryAcquire()
+	require.False(t, ok, "half of 10 is in flight, and a release came within the no-load round trip")
+	clk.Advance(10 * time.Millisecond)
+	leases := acquireN(t, l, 5)
+	_, ok = l.TryAcquire()
+	require.False(t, ok, "the limit, 10, is in flight")
+	for _, le := range append(streams, leases...) {
 		le.Release()
 	}
 }
@@ -72,7 +107,7 @@ func TestPaceGrowthAdmitsHalfTheLimitAtOnce(t *testing.T) {
 // nothing more in, and an abandoned lease neither.
 func TestPaceGrowthOnlyCleanReleasesCount(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100, MinLimit: 1, PaceGrowth: true})
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MinLimit: 1})
 	l.SetCeiling(10)
 	leases := acquireN(t, l, 10)
 	l.SetCeiling(20)
@@ -104,11 +139,12 @@ func TestPacedSlowStartGrowsAtHalfTheEstimate(t *testing.T) {
 }
 
 // TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle: queued callers get
-// a raised share as releases let it in — two per clean release — and all
-// of it in the end.
+// a raised share as releases let it in — half of it at once, then one
+// more per clean release once the in-flight passes half — and all of it
+// in the end.
 func TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100, MaxQueued: 10, PaceGrowth: true})
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MaxQueued: 10})
 	l.SetCeiling(4)
 	leases := acquireN(t, l, 4)
 	admitted := make(chan Lease, 10)
