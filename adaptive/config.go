@@ -161,10 +161,10 @@ type Config struct {
 	// It is the fast-rejecting gate of two-phase admission: a burst of up to
 	// Limit() + MaxQueued unit requests is absorbed — Limit() admitted
 	// (under PaceGrowth, after a raise, only what it has taken up, so less
-	// of the burst is absorbed), the rest queued, each waiting patiently for its turn (bounded only by its
-	// context and TimeoutFactor) — and a request beyond that is refused at
-	// once with ErrQueueFull instead of waiting for a slot that running
-	// requests will not free in time. Size it as the expected burst less
+	// of the burst is absorbed), the rest queued, each waiting patiently
+	// for its turn (bounded only by its context and TimeoutFactor) — and a
+	// request beyond that is refused at once with ErrQueueFull instead of
+	// waiting for a slot that running requests will not free in time. Size it as the expected burst less
 	// the limit. A full queue refuses the request that would be admitted
 	// last: an arrival that would be admitted before the last waiter
 	// evicts it (see Limiter.AcquireRequest), so under overload the lowest

@@ -43,9 +43,7 @@ func TestPaceGrowthTakesARaisedLimitAsLeasesSettle(t *testing.T) {
 		require.False(t, ok, "after %d releases, %d in flight is as high as they allow", inflight-9, inflight+1)
 	}
 	require.Len(t, leases, 20)
-	for _, le := range leases {
-		le.Release()
-	}
+	releaseAll(leases)
 }
 
 // TestWithoutPaceGrowthARaiseIsAdmittedAtOnce is the control: the whole
@@ -57,9 +55,7 @@ func TestWithoutPaceGrowthARaiseIsAdmittedAtOnce(t *testing.T) {
 	leases := acquireN(t, l, 10)
 	l.SetCeiling(20)
 	leases = append(leases, acquireN(t, l, 10)...)
-	for _, le := range leases {
-		le.Release()
-	}
+	releaseAll(leases)
 }
 
 // TestPaceGrowthAdmitsHalfTheLimitAtOnce: however low the paced level
@@ -75,10 +71,7 @@ func TestPaceGrowthAdmitsHalfTheLimitAtOnce(t *testing.T) {
 	leases := acquireN(t, l, 14)
 	_, ok = l.TryAcquire()
 	require.False(t, ok, "15 in flight: half of 30, and nothing settled since the share was 0")
-	held.Release()
-	for _, le := range leases {
-		le.Release()
-	}
+	releaseAll(append(leases, held))
 }
 
 // TestPaceGrowthLapsesWithoutReleases: long requests carry no clock. Once
@@ -98,9 +91,7 @@ func TestPaceGrowthLapsesWithoutReleases(t *testing.T) {
 	leases := acquireN(t, l, 5)
 	_, ok = l.TryAcquire()
 	require.False(t, ok, "the limit, 10, is in flight")
-	for _, le := range append(streams, leases...) {
-		le.Release()
-	}
+	releaseAll(append(streams, leases...))
 }
 
 // TestPaceGrowthOnlyCleanReleasesCount: a drop frees its slot but lets
@@ -131,9 +122,7 @@ func TestPacedSlowStartGrowsAtHalfTheEstimate(t *testing.T) {
 		l, clk := newTestLimiter(t, cfg)
 		leases := acquireN(t, l, tc.load)
 		clk.Advance(time.Millisecond)
-		for _, le := range leases {
-			le.Release()
-		}
+		releaseAll(leases)
 		require.InDelta(t, tc.want, l.Estimate(), 1e-9, "%d in flight of 30", tc.load)
 	}
 }
@@ -173,5 +162,12 @@ func TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle(t *testing.T) {
 	require.Zero(t, l.Queued(), "every waiter admitted")
 	for range 9 {
 		(<-admitted).Release()
+	}
+}
+
+// releaseAll releases every lease, cleanly.
+func releaseAll(leases []Lease) {
+	for _, le := range leases {
+		le.Release()
 	}
 }
