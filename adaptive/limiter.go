@@ -176,10 +176,13 @@ func (l *Limiter) pacing(now time.Time) bool {
 }
 
 // pace lowers paced to the limit at now, so that a later rise of the
-// limit is taken up as leases settle (see Config.PaceGrowth). The caller
-// holds l.mu and calls it after anything that may lower the limit.
+// limit is taken up as leases settle (see Config.PaceGrowth); without
+// PaceGrowth it does nothing, so settling costs no extra limit. The
+// caller holds l.mu and calls it after anything that may lower the limit.
 func (l *Limiter) pace(now time.Time) {
-	l.paced = min(l.paced, l.limit(now))
+	if l.cfg.PaceGrowth {
+		l.paced = min(l.paced, l.limit(now))
+	}
 }
 
 // fits reports whether a lease of the given weight may be admitted now,
