@@ -11,7 +11,9 @@
 //
 // TestChaos injects about a hundred faults of every kind, overlapping;
 // TestChaosFreeze freezes one node process at a time (SIGSTOP for longer
-// than its lease, then SIGCONT), twelve times. Run them with
+// than its lease, then SIGCONT), twelve times. TestEvictDuringRestart,
+// in process, evicts a busy node at offsets into a database restart: from
+// a lease after the evict returned, the node admits nothing. Run them with
 //
 //	go test -count=1 -v -run TestChaos ./test/chaos/
 //
