@@ -492,12 +492,11 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 	case faultEvict:
 		note := ""
 		r.setEvicting(id, true)
-		evictErr := r.db.exec(ctx, `SELECT fleetlimit.evict($1, $2)`, r.key, id)
-		// The eviction took effect at the latest when exec returned; it
-		// may return long after the fault began when the database is
-		// restarting (exec retries), and the node's heartbeats until the
-		// commit are rightly answered 'active'.
-		evicted := time.Now()
+		// The eviction takes effect when it commits, which may be long
+		// after the fault began when the database is restarting (the
+		// evict is retried): the node's heartbeats until then are
+		// rightly answered 'active'.
+		evicted, evictErr := r.db.evict(ctx, r.key, id, inj.id)
 		if evictErr != nil {
 			// A node whose row is gone (it is rejoining after an outage
 			// longer than its lease and request bound) cannot be evicted.
@@ -508,7 +507,7 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 		// it must never be active again. A failover loses the last
 		// second's writes, an eviction too; it evicts again when it
 		// heals, so the node is judged a lease after that.
-		watchUntil := evicted.Add(r.p.lease + 2*time.Second)
+		watchUntil := time.Now().Add(r.p.lease + 2*time.Second)
 		for evictErr == nil && time.Now().Before(watchUntil) {
 			since := evicted
 			if f := time.Unix(0, r.failedOver.Load()); f.After(since) {
@@ -517,7 +516,7 @@ func (r *run) nodeFault(ctx context.Context, s *slot, kind string) {
 			}
 			if st := proc.latest(); st.Status == "active" && !st.Fenced && st.Share > 0 && st.Time.After(since.Add(r.p.lease)) {
 				r.revived.Add(1)
-				r.find(kind, "%s admitting again after its eviction (committed by %s): %+v", id, r.led.since(evicted), st)
+				r.find(kind, "%s admitting again after its eviction (committed at %s): %+v", id, r.led.since(evicted), st)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -62,13 +62,51 @@ func startDatabase(ctx context.Context, tox *toxiproxy.ApiServer, key string, ma
 	if d.pool, err = pgxpool.New(ctx, primary.DSN("postgres")); err != nil {
 		return d, err
 	}
-	if err := migrations.Up(ctx, d.pool); err != nil {
-		return d, err
-	}
-	if err := createKey(ctx, d.pool, key, max); err != nil {
+	if err := prepare(ctx, d.pool, key, max); err != nil {
 		return d, err
 	}
 	return d, d.startReplica(ctx)
+}
+
+// prepare migrates a new database, creates the key and the table where
+// database.evict records its commits.
+func prepare(ctx context.Context, pool *pgxpool.Pool, key string, max int) error {
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	if err := createKey(ctx, pool, key, max); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `CREATE TABLE chaos_evictions (fault integer PRIMARY KEY, at timestamptz NOT NULL)`)
+	return err
+}
+
+// evict evicts the node id on key for the numbered fault, retrying as exec
+// does, and returns when the eviction committed by the database's clock:
+// each attempt records the time in the eviction's own transaction, after
+// the key's lock is taken, and the first attempt that commits keeps its
+// record. exec's return can come long after the commit, when an attempt
+// committed but its reply was lost. A record lost in a failover reads as
+// now.
+func (d *database) evict(ctx context.Context, key, id string, fault int) (time.Time, error) {
+	err := d.retry(ctx, func(ctx context.Context, pool *pgxpool.Pool) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT fleetlimit.evict($1, $2)`, key, id); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO chaos_evictions (fault, at) VALUES ($1, clock_timestamp())
+			                         ON CONFLICT DO NOTHING`, fault)
+			return err
+		})
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	var at time.Time
+	if err := d.queryRow(ctx, `SELECT at FROM chaos_evictions WHERE fault = $1`, []any{fault}, &at); err != nil {
+		return time.Now(), nil
+	}
+	return at, nil
 }
 
 // startReplica starts a replica of the primary through a new replication

@@ -12,10 +12,11 @@
 // TestChaos injects about a hundred faults of every kind, overlapping;
 // TestChaosFreeze freezes one node process at a time (SIGSTOP for longer
 // than its lease, then SIGCONT), twelve times. TestEvictDuringRestart,
-// in process, evicts a busy node at offsets into a database restart: from
-// a lease after the evict returned, the node admits nothing. Run them with
+// in process, evicts a busy node inside a database restart and just after
+// it: from a lease after the eviction committed, the node admits nothing.
+// Run them with
 //
-//	go test -count=1 -v -run TestChaos ./test/chaos/
+//	go test -count=1 -v -run 'TestChaos|TestEvictDuringRestart' ./test/chaos/
 //
 // FLEET_CHAOS_FAULTS sets how many faults to inject (default 100, about three
 // minutes), FLEET_CHAOS_SEED replays a schedule, FLEET_CHAOS_LOGDIR keeps

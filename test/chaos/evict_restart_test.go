@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,20 +18,22 @@ import (
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
 	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
-	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
-// TestEvictDuringRestart: an operator evicts a busy node while the
-// database restarts (pg_ctl restart -m fast), at offsets from the
-// restart's start to after it. The evict is retried until the database
-// takes it, as an operator's tool would. From a lease after the evict
-// returned, the node must admit nothing, and it must learn that it was
-// evicted. A node whose heartbeat the database answered before the
-// evict committed is rightly still active until then: the check counts
-// from the evict's return.
+// TestEvictDuringRestart: an operator evicts a busy node around a fast
+// restart of the database (a SIGINT, then a start on the same port, as
+// pg_ctl restart -m fast does), the evict retried until the database
+// takes it, as an operator's tool would. The evict is sent at offsets
+// from the restart's start, most inside it, and from its end, when the
+// node has just been answered 'active' again on a new connection. The
+// node has its own pool, so every restart cuts its connections and it
+// goes through the outage. From a lease after the eviction committed (by
+// the database's clock), the node must admit nothing, and it must learn
+// that it was evicted. Its heartbeats before the commit are rightly
+// answered 'active'.
 func TestEvictDuringRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("five database restarts take about twenty seconds")
+		t.Skip("eight database restarts take about twenty seconds")
 	}
 	requirePostgres(t)
 	ctx := t.Context()
@@ -42,18 +45,28 @@ func TestEvictDuringRestart(t *testing.T) {
 	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = primary.Stop() })
-	pool, err := pgxpool.New(ctx, primary.DSN("postgres"))
+	admin, err := pgxpool.New(ctx, primary.DSN("postgres"))
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	require.NoError(t, migrations.Up(ctx, pool))
-	require.NoError(t, createKey(ctx, pool, key, 100))
-	db := &database{primary: primary, pool: pool}
+	t.Cleanup(admin.Close)
+	require.NoError(t, prepare(ctx, admin, key, 100))
+	db := &database{primary: primary, pool: admin}
 
-	// A restart takes about 0.1s here: four offsets fall inside it, the
-	// last after it, on connections the restart closed.
-	for i, offset := range []time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond,
-		60 * time.Millisecond, 200 * time.Millisecond} {
+	cases := []struct {
+		fromEnd bool // offset from the restart's end, not its start
+		offset  time.Duration
+	}{
+		{false, 0}, {false, 20 * time.Millisecond}, {false, 40 * time.Millisecond}, {false, 60 * time.Millisecond},
+		{true, 0}, {true, 50 * time.Millisecond}, {true, 150 * time.Millisecond}, {true, 300 * time.Millisecond},
+	}
+	for i, c := range cases {
 		id := fmt.Sprintf("node-%d", i)
+		when := fmt.Sprintf("%v after the restart began", c.offset)
+		if c.fromEnd {
+			when = fmt.Sprintf("%v after the restart ended", c.offset)
+		}
+		pool, err := pgxpool.New(ctx, primary.DSN("postgres"))
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
 		node, err := fleet.New(pool, fleet.Config{
 			Key:               key,
 			NodeID:            id,
@@ -69,10 +82,18 @@ func TestEvictDuringRestart(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.NoError(t, node.Start(ctx))
-		load := busy(node, 2*limit)
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = node.Stop(stopCtx)
+		})
+		load := busy(ctx, node, 2*limit)
+		t.Cleanup(load.stop)
 		require.Eventually(t, func() bool { return node.State().Inflight > 0 }, 10*time.Second, 10*time.Millisecond,
 			"%s never admitted", id)
 
+		var outage atomic.Bool
+		watching := watch(node, &outage)
 		restarted := make(chan error, 1)
 		var took time.Duration
 		began := time.Now()
@@ -81,33 +102,54 @@ func TestEvictDuringRestart(t *testing.T) {
 			took = time.Since(began)
 			restarted <- err
 		}()
-		time.Sleep(offset)
-		attempts := 0
-		require.NoError(t, db.retry(ctx, func(ctx context.Context, pool *pgxpool.Pool) error {
-			attempts++
-			_, err := pool.Exec(ctx, `SELECT fleetlimit.evict($1, $2)`, key, id)
-			return err
-		}), "evict %s", id)
-		evicted := time.Now()
+		if c.fromEnd {
+			require.NoError(t, <-restarted)
+			restarted <- nil
+		}
+		time.Sleep(c.offset)
+		evicted, err := db.evict(ctx, key, id, i)
+		require.NoError(t, err, "evict %s", id)
 
 		for time.Since(evicted) < lease+time.Second {
 			if st := node.State(); time.Since(evicted) > lease {
-				require.Zero(t, st.Limit, "%s admits %.2fs after its eviction, %v into a restart: %+v",
-					id, time.Since(evicted).Seconds(), offset, st)
+				require.Zero(t, st.Limit, "%s admits %.2fs after its eviction committed (sent %s): %+v",
+					id, time.Since(evicted).Seconds(), when, st)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		require.NoError(t, <-restarted)
-		t.Logf("%s: restart took %.2fs; evict sent %v into it, returned after %.2fs, attempts: %d",
-			id, took.Seconds(), offset, evicted.Sub(began).Seconds(), attempts)
 		require.Eventually(t, func() bool { return node.State().Status == coord.StatusEvicted }, 5*time.Second,
 			10*time.Millisecond, "%s never learned of its eviction", id)
 		_, err = node.Acquire(ctx)
 		require.ErrorIs(t, err, fleet.ErrEvicted)
+		watching()
+		require.True(t, outage.Load(), "%s never lost the database in its restart: the case tests nothing", id)
+		t.Logf("%s: restart took %.2fs; evict sent %s, committed %.2fs after the restart began",
+			id, took.Seconds(), when, evicted.Sub(began).Seconds())
 		load.stop()
-		stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		require.NoError(t, node.Stop(stopCtx))
-		cancel()
+	}
+}
+
+// watch polls node's state every 2 ms and sets outage once the node
+// reports one, until the returned function is called.
+func watch(node *fleet.Node, outage *atomic.Bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			if node.State().Outage {
+				outage.Store(true)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }
 
@@ -118,9 +160,9 @@ type loadLoop struct {
 }
 
 // busy starts n goroutines, each acquiring a slot of node, holding it for
-// 20 ms and releasing it, until stop.
-func busy(node *fleet.Node, n int) *loadLoop {
-	ctx, cancel := context.WithCancel(context.Background())
+// 20 ms and releasing it, until stop or ctx ends.
+func busy(ctx context.Context, node *fleet.Node, n int) *loadLoop {
+	ctx, cancel := context.WithCancel(ctx)
 	l := &loadLoop{cancel: cancel}
 	for range n {
 		l.wg.Go(func() {
@@ -141,7 +183,7 @@ func busy(node *fleet.Node, n int) *loadLoop {
 	return l
 }
 
-// stop ends the goroutines and waits for them.
+// stop ends the goroutines and waits for them; it may be called again.
 func (l *loadLoop) stop() {
 	l.cancel()
 	l.wg.Wait()
