@@ -94,6 +94,7 @@ func TestEvictDuringRestart(t *testing.T) {
 
 		var outage atomic.Bool
 		watching := watch(node, &outage)
+		t.Cleanup(watching)
 		restarted := make(chan error, 1)
 		var took time.Duration
 		began := time.Now()
@@ -131,7 +132,8 @@ func TestEvictDuringRestart(t *testing.T) {
 }
 
 // watch polls node's state every 2 ms and sets outage once the node
-// reports one, until the returned function is called.
+// reports one, until the returned function is called; it may be called
+// again.
 func watch(node *fleet.Node, outage *atomic.Bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -147,10 +149,10 @@ func watch(node *fleet.Node, outage *atomic.Bool) (stop func()) {
 			}
 		}
 	})
-	return func() {
+	return sync.OnceFunc(func() {
 		close(done)
 		wg.Wait()
-	}
+	})
 }
 
 // loadLoop is a set of goroutines that keep a node's slots taken.
