@@ -164,11 +164,12 @@ type Config struct {
 	// of the burst is absorbed), the rest queued, each waiting patiently
 	// for its turn (bounded only by its context and TimeoutFactor) — and a
 	// request beyond that is refused at once with ErrQueueFull instead of
-	// waiting for a slot that running requests will not free in time. Size it as the expected burst less
-	// the limit. A full queue refuses the request that would be admitted
-	// last: an arrival that would be admitted before the last waiter
-	// evicts it (see Limiter.AcquireRequest), so under overload the lowest
-	// priorities are refused first.
+	// waiting for a slot that running requests will not free in time.
+	// Size it as the expected burst less the limit. A full queue refuses
+	// the request that would be admitted last: an arrival that would be
+	// admitted before the last waiter evicts it (see
+	// Limiter.AcquireRequest), so under overload the lowest priorities are
+	// refused first.
 	MaxQueued int
 
 	// TimeoutFactor bounds each queued request's wait: a request of weight
