@@ -17,6 +17,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
 )
 
@@ -67,7 +68,9 @@ func TestEvictDuringRestart(t *testing.T) {
 		pool, err := pgxpool.New(ctx, primary.DSN("postgres"))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		node, err := fleet.New(pool, fleet.Config{
+		coordinator, err := coord.NewPostgres(pool)
+		require.NoError(t, err)
+		node := fleettest.StartNode(t, coordinator, fleet.Config{
 			Key:               key,
 			NodeID:            id,
 			HeartbeatInterval: 100 * time.Millisecond,
@@ -79,13 +82,6 @@ func TestEvictDuringRestart(t *testing.T) {
 			MaxRequestDuration: 300 * time.Millisecond,
 			Limiter:            adaptive.Config{InitialLimit: limit, MinLimit: limit, MaxLimit: limit},
 			Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		require.NoError(t, err)
-		require.NoError(t, node.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = node.Stop(stopCtx)
 		})
 		load := busy(ctx, node, 2*limit)
 		t.Cleanup(load.stop)
