@@ -145,7 +145,9 @@ func TestAIMDSlowStart(t *testing.T) {
 
 // TestAIMDProbeDoubles: after a drop the step starts at the larger of
 // AIMDIncrease and estimate·(1 − BackoffRatio)/AIMDProbe, doubles every
-// AIMDProbe clean round trips, and is capped at a quarter of the estimate.
+// AIMDProbe clean round trips while the estimate is at most the level the
+// backoff came down from and every round trip above it, and is capped at
+// a quarter of the estimate.
 func TestAIMDProbeDoubles(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, InitialLimit: 15, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
@@ -166,7 +168,8 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	drop()
 	require.InDelta(t, 13.5, l.Estimate(), 1e-9)
 	steps := []float64{round(), round(), round(), round()}
-	require.Equal(t, []float64{1, 1, 2, 2}, steps, "a small estimate: AIMDIncrease, doubling every AIMDProbe round trips")
+	require.Equal(t, []float64{1, 1, 2, 4}, steps,
+		"a small estimate: AIMDIncrease, doubled after AIMDProbe round trips, and again on the next above 15")
 
 	for range 30 {
 		round()
@@ -182,6 +185,21 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	require.InDelta(t, 45, round(), 1e-9)    // 900·0.1/2
 	require.InDelta(t, 47.25, round(), 1e-9) // 945·0.1/2
 	require.InDelta(t, 99.225, round(), 1e-9, "doubled after AIMDProbe round trips")
+	// Above 1000, the level the backoff came down from, it doubles on
+	// every round trip.
+	require.InDelta(t, 109.1475, round(), 1e-9)            // 1091.475·0.05·2
+	require.InDelta(t, 240.12450, round(), 1e-9)           // 1200.6225·0.05·4
+	require.InDelta(t, (1440.74700)/4, round(), 1e-9)      // capped at a quarter
+	require.InDelta(t, (1440.74700*1.25)/4, round(), 1e-9) // and stays there
+
+	// A drop below the level starts it again: every AIMDProbe round trips.
+	l.SetEstimate(1000)
+	drop()
+	l.SetEstimate(500)
+	require.InDelta(t, 25, round(), 1e-9) // 500·0.1/2
+	require.InDelta(t, 26.25, round(), 1e-9)
+	require.InDelta(t, 55.125, round(), 1e-9, "below 1000: doubled only after AIMDProbe round trips")
+	require.InDelta(t, 60.6375, round(), 1e-9) // 606.375·0.05·2
 }
 
 // TestFleetLimitBoundsBackoff: under a fleet limit, a drop's backoff takes

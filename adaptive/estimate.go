@@ -63,7 +63,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // cut (see SetFleetLimit and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
-	l.calmRounds = 0
+	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
 		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
 		switch {
@@ -132,7 +132,9 @@ func (l *Limiter) propose(next float64, load int) {
 //
 // The result is also capped at bound, but never below half of
 // estimate·ratio, so that one backoff takes at most half of what the
-// ratio leaves. math.Inf(1) means no cap. The caller holds l.mu.
+// ratio leaves. math.Inf(1) means no cap. The level the estimate came
+// down from, for AIMD's probe (see aimdStep), is the result over ratio:
+// under a bound, the level the bound stands for. The caller holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
 	if rec.backoffEpoch != l.backoffEpoch {
 		return
@@ -142,12 +144,13 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	}
 	l.backoffEpoch++
 	l.lastBackoff = now
-	l.calmRounds = 0
+	l.calmRounds, l.pastRounds = 0, 0
 	next := l.estimate * ratio
 	if bound < next {
 		next = max(bound, next/2)
 	}
 	l.estimate = l.clampEstimate(next)
+	l.backedFrom = l.estimate / ratio
 }
 
 func (l *Limiter) clampEstimate(v float64) float64 {
