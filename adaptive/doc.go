@@ -178,7 +178,9 @@
 // SetPeerInflight with the peers' in-flight, and reports Snapshot's
 // Estimate as l_local and Inflight as its in-flight. It warm-starts the
 // estimate at the key's global limit with Config.InitialLimit or
-// SetEstimate, and turns a Retry-After into RetryAfter.
+// SetEstimate (at every grant until the limiter has a sample of its own:
+// Snapshot's RTTNoload or Drops), and turns a Retry-After into
+// RetryAfter.
 //
 // The repository's design document, docs/design.md §3 and §3.1, gives the
 // reasons behind the law, the guard and the admission order.

@@ -104,7 +104,11 @@ type Config struct {
 	Outage OutagePolicy
 
 	// Limiter configures the local adaptive limiter whose estimate is this
-	// node's inference of the whole upstream's capacity. Its Clock must be
+	// node's inference of the whole upstream's capacity. Its InitialLimit
+	// starts a new key's L_global; on a key that has one, the node's
+	// estimate starts at L_global instead, and follows it at every grant
+	// until the node's own samples (a clean round trip or a drop) back
+	// it. Its Clock must be
 	// left nil or be a real clock: the node's heartbeats and fence run on
 	// real time. MaxQueued decides whether Acquire waits for a slot (see
 	// adaptive.Config).

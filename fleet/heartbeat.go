@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fence"
 )
@@ -280,8 +281,11 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lowered = true
 	}
 	n.lim.SetPeerInflight(g.PeerInflight)
-	if first && g.LGlobal > 0 {
-		n.lim.SetEstimate(float64(g.LGlobal)) // warm start at the fleet's limit
+	if g.LGlobal > 0 && (first || !measured(n.lim.Snapshot())) {
+		// A warm start at the fleet's limit, at every grant until the
+		// node's own samples back its estimate: an estimate still at
+		// InitialLimit would vote L_global back down once the node votes.
+		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
 	n.applyCeilingLocked()
@@ -311,6 +315,13 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		default:
 		}
 	}
+}
+
+// measured reports whether a limiter's estimate rests on its own
+// samples: a clean round trip (in the min-RTT window, or a recalibration
+// under way) or a drop.
+func measured(s adaptive.Snapshot) bool {
+	return s.RTTNoload > 0 || s.Drops > 0 || s.Recalibrating
 }
 
 // armFenceLocked makes the fence timer fire after d. The caller holds n.mu.

@@ -130,6 +130,43 @@ func TestWarmStartFromGlobalLimit(t *testing.T) {
 	require.Equal(t, float64(st.LGlobal), st.Estimate)
 }
 
+// TestUnmeasuredNodeFollowsGlobalLimit: a node that has taken no sample
+// yet takes L_global as its estimate at every grant, not only at the
+// first: once it votes, an estimate left at its initial limit would pull
+// the lower median down while its peers climb. Its own samples end that.
+func TestUnmeasuredNodeFollowsGlobalLimit(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	// a and d stay busy, so they vote, with one request at a time: AIMD
+	// without drops then holds their estimates where the test puts them.
+	voter := func(id string) *Node {
+		cfg := testConfig("k", id)
+		cfg.Limiter.Law = adaptive.AIMD
+		n := startNode(t, c, cfg)
+		t.Cleanup(busy(n, 1, time.Millisecond))
+		return n
+	}
+	a, d := voter("a"), voter("d")
+	b := startNode(t, c, testConfig("k", "b"))
+	require.Equal(t, 10.0, b.State().Estimate)
+
+	a.lim.SetEstimate(30) // two of three vote 30: L_global = 30
+	d.lim.SetEstimate(30)
+	eventually(t, func() bool { return b.State().LGlobal == 30 }, "L_global rose to 30")
+	eventually(t, func() bool { return b.State().Estimate == 30 },
+		"b, with no sample yet, follows L_global: %+v", b.State())
+
+	le, err := b.Acquire(t.Context())
+	require.NoError(t, err)
+	le.Release() // a clean sample: b's estimate is its own from now on
+	own := b.State().Estimate
+	a.lim.SetEstimate(50)
+	d.lim.SetEstimate(50)
+	eventually(t, func() bool { return b.State().LGlobal == 50 }, "L_global rose to 50")
+	time.Sleep(5 * testConfig("k", "b").HeartbeatInterval)
+	require.Equal(t, own, b.State().Estimate, "a measured node keeps its own estimate")
+}
+
 // busy runs workers on n that acquire, hold for hold, and release, until
 // the returned stop function is called.
 func busy(n *Node, workers int, hold time.Duration) (stop func()) {
