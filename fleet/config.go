@@ -108,10 +108,9 @@ type Config struct {
 	// starts a new key's L_global; on a key that has one, the node's
 	// estimate starts at L_global instead, and follows it at every grant
 	// until the node's own samples (a clean round trip or a drop) back
-	// it. Its Clock must be
-	// left nil or be a real clock: the node's heartbeats and fence run on
-	// real time. MaxQueued decides whether Acquire waits for a slot (see
-	// adaptive.Config).
+	// it. Its Clock must be left nil or be a real clock: the node's
+	// heartbeats and fence run on real time. MaxQueued decides whether
+	// Acquire waits for a slot (see adaptive.Config).
 	Limiter adaptive.Config
 
 	// Rate configures the node's part in the key's rate budgets: pacing
