@@ -43,12 +43,12 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 // estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
 // win back one backoff at any scale, and it doubles every AIMDProbe round
 // trips without a drop or backoff, and on every round trip once the
-// estimate is above the level the last backoff came down from (the
-// estimate it left over its ratio), at most to a quarter of the estimate.
-// Near the capacity last hit the probe is thus small; past it the
-// upstream has shown no limit yet, and a capacity that grew is found in
-// about as many round trips as the estimate doubles. It counts the round
-// trip. The caller holds l.mu.
+// estimate has been above the level the last backoff came down from (the
+// estimate it left over its ratio) for AIMDProbe round trips, at most to
+// a quarter of the estimate. Near the capacity last hit the probe is thus
+// small; well past it the upstream has shown no limit for a while, and a
+// capacity that grew is found in about as many round trips as the
+// estimate doubles. It counts the round trip. The caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
 	step := l.cfg.AIMDIncrease
 	if l.cfg.AIMDProbe > 0 {
@@ -57,7 +57,9 @@ func (l *Limiter) aimdStep() float64 {
 		doublings := (l.calmRounds - 1) / probe
 		if l.estimate > l.backedFrom {
 			l.pastRounds++
-			doublings = max(doublings, l.pastRounds)
+			if l.pastRounds > probe {
+				doublings = max(doublings, l.pastRounds-probe)
+			}
 		}
 		step = max(step, l.estimate*(1-l.cfg.BackoffRatio)/float64(probe))
 		step *= float64(uint64(1) << min(doublings, 30))

@@ -145,9 +145,7 @@ func TestAIMDSlowStart(t *testing.T) {
 
 // TestAIMDProbeDoubles: after a drop the step starts at the larger of
 // AIMDIncrease and estimate·(1 − BackoffRatio)/AIMDProbe, doubles every
-// AIMDProbe clean round trips while the estimate is at most the level the
-// backoff came down from and every round trip above it, and is capped at
-// a quarter of the estimate.
+// AIMDProbe clean round trips, and is capped at a quarter of the estimate.
 func TestAIMDProbeDoubles(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, InitialLimit: 15, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
@@ -168,8 +166,7 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	drop()
 	require.InDelta(t, 13.5, l.Estimate(), 1e-9)
 	steps := []float64{round(), round(), round(), round()}
-	require.Equal(t, []float64{1, 1, 2, 4}, steps,
-		"a small estimate: AIMDIncrease, doubled after AIMDProbe round trips, and again on the next above 15")
+	require.Equal(t, []float64{1, 1, 2, 2}, steps, "a small estimate: AIMDIncrease, doubling every AIMDProbe round trips")
 
 	for range 30 {
 		round()
@@ -185,21 +182,40 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	require.InDelta(t, 45, round(), 1e-9)    // 900·0.1/2
 	require.InDelta(t, 47.25, round(), 1e-9) // 945·0.1/2
 	require.InDelta(t, 99.225, round(), 1e-9, "doubled after AIMDProbe round trips")
-	// Above 1000, the level the backoff came down from, it doubles on
-	// every round trip.
-	require.InDelta(t, 109.1475, round(), 1e-9)            // 1091.475·0.05·2
-	require.InDelta(t, 240.12450, round(), 1e-9)           // 1200.6225·0.05·4
-	require.InDelta(t, (1440.74700)/4, round(), 1e-9)      // capped at a quarter
-	require.InDelta(t, (1440.74700*1.25)/4, round(), 1e-9) // and stays there
+}
 
-	// A drop below the level starts it again: every AIMDProbe round trips.
-	l.SetEstimate(1000)
-	drop()
-	l.SetEstimate(500)
-	require.InDelta(t, 25, round(), 1e-9) // 500·0.1/2
-	require.InDelta(t, 26.25, round(), 1e-9)
-	require.InDelta(t, 55.125, round(), 1e-9, "below 1000: doubled only after AIMDProbe round trips")
-	require.InDelta(t, 60.6375, round(), 1e-9) // 606.375·0.05·2
+// TestAIMDProbeFasterPastTheLastBackoff: once the estimate has been above
+// the level the last backoff came down from for AIMDProbe round trips,
+// the step doubles on every round trip, up to a quarter of the estimate;
+// until then it doubles every AIMDProbe round trips.
+func TestAIMDProbeFasterPastTheLastBackoff(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Law: AIMD, InitialLimit: 1000, MaxLimit: 100000, AIMDIncrease: 0.25, AIMDProbe: 5,
+		BackoffRatio: 0.95, UtilizationThreshold: 1e-5}
+	l, clk := newTestLimiter(t, cfg)
+	le, _ := l.TryAcquire()
+	clk.Advance(time.Millisecond)
+	le.Drop()
+	require.InDelta(t, 950, l.Estimate(), 1e-9, "backed off from 1000")
+
+	var got []float64
+	for range 16 {
+		before := l.Estimate()
+		le, _ := l.TryAcquire()
+		clk.Advance(time.Millisecond)
+		le.Release()
+		got = append(got, (l.Estimate()-before)/before)
+	}
+	// 1 % of the estimate (its 5 % backoff over 5 round trips); doubled
+	// after 5 round trips; from the 7th round trip the estimate is above
+	// 1000, and from the 12th it has been there for 5: the step then
+	// doubles on each, to the cap of a quarter.
+	want := []float64{
+		0.01, 0.01, 0.01, 0.01, 0.01,
+		0.02, 0.02, 0.02, 0.02, 0.02,
+		0.04, 0.04, 0.04, 0.08, 0.16, 0.25,
+	}
+	require.InDeltaSlice(t, want, got, 1e-9)
 }
 
 // TestFleetLimitBoundsBackoff: under a fleet limit, a drop's backoff takes
