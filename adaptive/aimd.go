@@ -42,10 +42,12 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 // AIMDIncrease. With AIMDProbe it starts at the larger of AIMDIncrease and
 // estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
 // win back one backoff at any scale, and it doubles every AIMDProbe round
-// trips without a drop or backoff, and on every round trip once the
-// estimate has been above the level the last backoff came down from (the
-// estimate it left over its ratio) for AIMDProbe round trips, at most to
-// a quarter of the estimate. Near the capacity last hit the probe is thus
+// trips without a drop or backoff. After k consecutive round trips with
+// the estimate above the level the last backoff came down from (the
+// estimate it left over its ratio), k > AIMDProbe, it is also at least
+// 2^(k − AIMDProbe) times that start: from the point where this count
+// overtakes the other it doubles on every round trip. It is at most a
+// quarter of the estimate. Near the capacity last hit the probe is thus
 // small; well past it the upstream has shown no limit for a while, and a
 // capacity that grew is found in about as many round trips as the
 // estimate doubles. It counts the round trip. The caller holds l.mu.
@@ -60,6 +62,8 @@ func (l *Limiter) aimdStep() float64 {
 			if l.pastRounds > probe {
 				doublings = max(doublings, l.pastRounds-probe)
 			}
+		} else {
+			l.pastRounds = 0
 		}
 		step = max(step, l.estimate*(1-l.cfg.BackoffRatio)/float64(probe))
 		step *= float64(uint64(1) << min(doublings, 30))

@@ -134,14 +134,17 @@ type Config struct {
 	// starts at the larger of AIMDIncrease and
 	// estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
 	// win back one backoff whatever the scale, and doubles every AIMDProbe
-	// round trips with no drop and no backoff, and on every round trip
-	// once the estimate has been above the level the last backoff came
-	// down from for AIMDProbe round trips, up to a quarter of the
-	// estimate per round trip; a drop or a backoff starts it again. Near the capacity it last hit AIMD's probes
-	// above it are thus small, and after the capacity grows it finds the
-	// new one in a number of round trips that grows with the logarithm of
-	// the difference, not with the difference itself. Defaults to 0 (off):
-	// a constant AIMDIncrease from the start. Must be in [0, 1<<20].
+	// round trips with no drop and no backoff; after k consecutive round
+	// trips with the estimate above the level the last backoff came down
+	// from, k > AIMDProbe, it is also at least 2^(k − AIMDProbe) times its
+	// start, so once that bound overtakes the other it doubles on every
+	// round trip. It is at most a quarter of the estimate per round trip;
+	// a drop or a backoff starts it again. Near the capacity it last hit
+	// AIMD's probes above it are thus small, and after the capacity grows
+	// it finds the new one in a number of round trips that grows with the
+	// logarithm of the difference, not with the difference itself.
+	// Defaults to 0 (off): a constant AIMDIncrease from the start. Must be
+	// in [0, 1<<20].
 	AIMDProbe int
 	// LatencyTarget is the round-trip time above which AIMD backs off.
 	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
@@ -384,9 +387,9 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // and the refusals are the only signal. The law is AIMD on drops alone
 // (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
-// per round trip, doubling every 5 round trips without a drop, and every
-// round trip once 5 have passed above the level of the last backoff; a
-// drop backs off by BackoffRatio 0.95, at most once per round trip, and,
+// per round trip, doubling every 5 round trips without a drop, and on
+// every round trip once the estimate has stayed above the level the last
+// backoff came down from for more than 5 (see AIMDProbe); a drop backs off by BackoffRatio 0.95, at most once per round trip, and,
 // under a ceiling, takes a slot off it at once (see SetCeiling and
 // SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only
 // while the load is within 80 % of it (during the slow start, half: so

@@ -207,9 +207,10 @@ func TestAIMDProbeFasterPastTheLastBackoff(t *testing.T) {
 		got = append(got, (l.Estimate()-before)/before)
 	}
 	// 1 % of the estimate (its 5 % backoff over 5 round trips); doubled
-	// after 5 round trips; from the 7th round trip the estimate is above
-	// 1000, and from the 12th it has been there for 5: the step then
-	// doubles on each, to the cap of a quarter.
+	// after 5 round trips and again after 10; from the 7th round trip the
+	// estimate is above 1000, so on the 14th it has been there for 7 and
+	// the step, 2^(7−5) times its start, overtakes the slower doubling:
+	// from there it doubles on each round trip, to the cap of a quarter.
 	want := []float64{
 		0.01, 0.01, 0.01, 0.01, 0.01,
 		0.02, 0.02, 0.02, 0.02, 0.02,

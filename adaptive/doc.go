@@ -179,7 +179,7 @@
 // Estimate as l_local and Inflight as its in-flight. It warm-starts the
 // estimate at the key's global limit with Config.InitialLimit or
 // SetEstimate (at every grant until the limiter has a sample of its own:
-// Snapshot's RTTNoload or Drops), and turns a Retry-After into
+// Snapshot's Rounds or Drops above 0), and turns a Retry-After into
 // RetryAfter.
 //
 // The repository's design document, docs/design.md §3 and §3.1, gives the

@@ -40,7 +40,7 @@ type Limiter struct {
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
 	calmRounds   uint64        // AIMD round trips since the last drop or backoff
 	backedFrom   float64       // AIMD: the level the last backoff came down from (see aimdStep)
-	pastRounds   uint64        // AIMD round trips above backedFrom since the last drop or backoff
+	pastRounds   uint64        // consecutive AIMD round trips above backedFrom since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	window       minWindow

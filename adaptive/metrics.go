@@ -40,6 +40,11 @@ type Snapshot struct {
 	// Drops is the number of leases settled as drops, including samples
 	// slower than MaxHealthyRTT.
 	Drops uint64
+	// Rounds is how many times the law has moved on a clean sample since
+	// New: about one per round trip, 0 before the first clean sample
+	// (samples taken while recalibrating do not count). With Drops it
+	// tells whether the estimate rests on the limiter's own samples.
+	Rounds uint64
 	// PausedUntil is when the latest pause ends; admission is paused while
 	// the clock is before it.
 	PausedUntil time.Time
@@ -66,6 +71,7 @@ func (l *Limiter) Snapshot() Snapshot {
 		CeilingUntil:  l.ceilingUntil,
 		RTTNoload:     noload,
 		Drops:         l.drops,
+		Rounds:        l.round,
 		PausedUntil:   l.pausedUntil,
 		Recalibrating: l.recal.active(),
 	}

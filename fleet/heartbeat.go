@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fence"
 )
@@ -281,10 +280,18 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lowered = true
 	}
 	n.lim.SetPeerInflight(g.PeerInflight)
-	if g.LGlobal > 0 && (first || !measured(n.lim.Snapshot())) {
+	warm := first
+	if !n.measured {
+		snap := n.lim.Snapshot()
+		n.measured = snap.Rounds > 0 || snap.Drops > 0 || snap.RTTNoload > 0
+		warm = warm || !n.measured && !snap.Recalibrating
+	}
+	if warm && g.LGlobal > 0 {
 		// A warm start at the fleet's limit, at every grant until the
 		// node's own samples back its estimate: an estimate still at
-		// InitialLimit would vote L_global back down once the node votes.
+		// InitialLimit would vote L_global down once the node votes. A
+		// drop that settles between the snapshot and this call is
+		// overwritten, once: the next grant sees it.
 		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
@@ -315,13 +322,6 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		default:
 		}
 	}
-}
-
-// measured reports whether a limiter's estimate rests on its own
-// samples: a clean round trip (in the min-RTT window, or a recalibration
-// under way) or a drop.
-func measured(s adaptive.Snapshot) bool {
-	return s.RTTNoload > 0 || s.Drops > 0 || s.Recalibrating
 }
 
 // armFenceLocked makes the fence timer fire after d. The caller holds n.mu.

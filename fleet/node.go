@@ -64,6 +64,7 @@ type Node struct {
 	phase        phase
 	seq          int64
 	joined       bool // a first grant arrived
+	measured     bool // the limiter has had a clean round trip or a drop: its estimate is its own
 	share        int
 	lGlobal      int
 	epoch        int64 // the epoch of the newest grant applied

@@ -147,7 +147,9 @@ func TestUnmeasuredNodeFollowsGlobalLimit(t *testing.T) {
 		return n
 	}
 	a, d := voter("a"), voter("d")
-	b := startNode(t, c, testConfig("k", "b"))
+	cfg := testConfig("k", "b")
+	cfg.Limiter.Recalibration = adaptive.Recalibration{Interval: 300 * time.Millisecond, MaxPinned: 5 * time.Millisecond}
+	b := startNode(t, c, cfg)
 	require.Equal(t, 10.0, b.State().Estimate)
 
 	a.lim.SetEstimate(30) // two of three vote 30: L_global = 30
@@ -159,6 +161,16 @@ func TestUnmeasuredNodeFollowsGlobalLimit(t *testing.T) {
 	le, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	le.Release() // a clean sample: b's estimate is its own from now on
+	require.Positive(t, b.lim.Snapshot().Rounds, "b has a sample of its own (before its first recalibration)")
+	// A recalibration that finds no request to sample empties the min-RTT
+	// window and is abandoned: b's estimate is still its own.
+	eventually(t, func() bool {
+		if le, ok := b.lim.TryAcquire(); ok {
+			le.Ignore()
+		}
+		s := b.lim.Snapshot()
+		return s.RTTNoload == 0 && !s.Recalibrating
+	}, "b's recalibration emptied the window and ended")
 	own := b.State().Estimate
 	a.lim.SetEstimate(50)
 	d.lim.SetEstimate(50)

@@ -58,9 +58,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per
      round trip (at least 0.25) and doubles every 5 round trips without
-     one, and every round trip once the estimate has been above the level
-     the last backoff came down from for 5, so the fleet's probes above C
-     cost a few 429s while a doubling of C is found in about a second.`)
+     one, and on every round trip once the estimate has stayed above the
+     level the last backoff came down from for more than 5, so the fleet's
+     probes above C cost a few 429s while a doubling of C is found in
+     about a second.`)
 	if d, ok := diags[bench.Fleetlimit]; ok {
 		fmt.Fprintf(&b, " In the plotted run's last third the mean estimate went from %.1f to %.1f, with %d drops.",
 			d.atDoubling, d.atEnd, d.dropsLastThird)
