@@ -184,10 +184,11 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	require.InDelta(t, 99.225, round(), 1e-9, "doubled after AIMDProbe round trips")
 }
 
-// TestAIMDProbeFasterPastTheLastBackoff: once the estimate has been above
-// the level the last backoff came down from for AIMDProbe round trips,
-// the step doubles on every round trip, up to a quarter of the estimate;
-// until then it doubles every AIMDProbe round trips.
+// TestAIMDProbeFasterPastTheLastBackoff: after k consecutive round trips
+// with the estimate above the level the last backoff came down from,
+// k > AIMDProbe, the step is at least 2^(k − AIMDProbe) times its start,
+// so from where that overtakes the doubling every AIMDProbe round trips
+// it doubles on every round trip, up to a quarter of the estimate.
 func TestAIMDProbeFasterPastTheLastBackoff(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, InitialLimit: 1000, MaxLimit: 100000, AIMDIncrease: 0.25, AIMDProbe: 5,
