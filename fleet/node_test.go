@@ -179,7 +179,7 @@ func TestUnmeasuredNodeFollowsGlobalLimit(t *testing.T) {
 	a.lim.SetEstimate(50)
 	d.lim.SetEstimate(50)
 	eventually(t, func() bool { return b.State().LGlobal == 50 }, "L_global rose to 50")
-	time.Sleep(5 * testConfig("k", "b").HeartbeatInterval)
+	time.Sleep(5 * cfg.HeartbeatInterval)
 	require.Equal(t, own, b.State().Estimate, "a measured node keeps its own estimate")
 }
 
