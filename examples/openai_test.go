@@ -313,13 +313,9 @@ func TestOpenAIStreamCancelled(t *testing.T) {
 // through a node whose estimate may rise to 8, waits for it to get there,
 // then has the provider answer the next 20 requests with 429 and
 // retry-after-ms: 20 while the SDK retries them. Every 429 is one drop and
-// nothing else is, the estimate falls, and every slot comes back.
-//
-// Recovery after the burst is not asserted: an estimate in (2.5, 3) or
-// (3.75, 4) never rises again under adaptive.FlatLatency, however high the
-// demand, because its limit (the floor) stays below the 80 % load its
-// utilization guard asks for — a defect in package adaptive, and this
-// burst ends there in about two runs out of three.
+// nothing else is, the estimate falls, every slot comes back, and the
+// limit is back at its value before the burst within 10 s of the answers
+// resuming.
 func TestOpenAI429Burst(t *testing.T) {
 	t.Parallel()
 	const workers, maxLimit, burst = 12, 8, 20
