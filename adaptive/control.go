@@ -10,9 +10,10 @@ import (
 // at once, so a node whose share is too large for the upstream stops
 // sending its excess before its next share arrives; 5 round trips
 // without a drop give one slot back, and twice as many after a slot given
-// back is refused again (up to 64). The cut never takes the last slot of
-// a non-zero ceiling, and a new ceiling lower than the last absorbs as
-// much of the cut as it lowers and starts the wait at 5 again. The
+// back is refused again (up to 64), until a slot given back holds for a
+// whole wait, which starts the wait at 5 again. The cut never takes the
+// last slot of a non-zero ceiling, and a new ceiling lower than the last
+// absorbs as much of the cut as it lowers and starts the wait at 5 again. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes
 // the weight in flight above it, not even
 // that of a request admitted alone above the limit, and a waiter heavier

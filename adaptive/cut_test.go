@@ -314,6 +314,43 @@ func TestCutWaitDoublesOnRehit(t *testing.T) {
 	require.Equal(t, cutRecovery, backAfter(), "a lower share started the wait again")
 }
 
+// TestCutWaitRestartsOnceASlotHolds: after a doubled wait, a slot given
+// back that holds for that whole wait brings the rest of the cut back at
+// the cutRecovery pace, without waiting for another drop to say so.
+func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	clean := func(n int) {
+		for range n {
+			le, ok := l.TryAcquire()
+			require.True(t, ok)
+			clk.Advance(time.Millisecond)
+			le.Release()
+		}
+	}
+	drop := func() {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		le.Drop()
+	}
+	drop()
+	clean(cutRecovery)
+	require.Equal(t, 10, l.Limit())
+	for range 3 {
+		drop() // the slot given back was refused at once: the wait doubles
+	}
+	require.Equal(t, 2*cutRecovery, l.cutWait)
+	require.Equal(t, 7, l.Limit())
+	clean(2 * cutRecovery)
+	require.Equal(t, 8, l.Limit(), "one slot back after the doubled wait")
+	clean(2 * cutRecovery)
+	require.Equal(t, 9, l.Limit(), "the slot given back held for the whole wait")
+	require.Equal(t, cutRecovery, l.cutWait)
+	clean(cutRecovery)
+	require.Equal(t, 10, l.Limit(), "so the next comes after cutRecovery, not another doubled wait")
+}
+
 func TestFlatLatencyIsValid(t *testing.T) {
 	t.Parallel()
 	l, err := New(FlatLatency())

@@ -89,13 +89,17 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // passed since the last drop and since the last slot given back.
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
 // drop comes less than cutWait round trips after a slot was given back;
-// it starts again at cutRecovery when a drop comes after a slot given
-// back held for a whole wait, or when a lower share absorbs the cut (see
-// SetCeiling). A fleet limit that stays too high then costs fewer and
-// fewer refusals. The caller holds l.mu.
+// it starts again at cutRecovery once a slot given back has held for a
+// whole wait, or when a lower share absorbs the cut (see SetCeiling). A
+// fleet limit that stays too high then costs fewer and fewer refusals,
+// and one that came right gets the rest of its cut back at the short
+// pace. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
+		if l.cutGiven == l.cutWait {
+			l.cutWait = cutRecovery // the slot given back held
+		}
 	}
 	if l.cut == 0 {
 		return

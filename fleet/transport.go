@@ -25,8 +25,11 @@ import (
 // cancelled, body included. Its slot is freed when the request has ended
 // at the upstream:
 //
-//   - A 429 or 503 is a drop (the node's estimate backs off) and frees the
-//     slot at once; a Retry-After or retry-after-ms header pauses the node's
+//   - A 429 or 503 is a drop (the node's estimate backs off) at once; its
+//     slot stays held until a served request would have ended, the
+//     limiter's RTTNoload after it was sent (no longer than the bound),
+//     so refusals answered at once turn a slot over no faster than
+//     answers do. A Retry-After or retry-after-ms header pauses the node's
 //     admission until it passes (at most quota.MaxRetryAfter, 10 minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
@@ -106,7 +109,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		body.once.Do(le.Drop)
+		// A refusal counts as a drop now, but its slot turns over no
+		// faster than a served request's: a node cut to its last slots
+		// would otherwise send its queue to be refused at loopback speed.
+		hold := t.node.lim.RTTNoload() - body.rtt
+		body.once.Do(func() { abandon(le, true, bound, hold) })
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of

@@ -52,7 +52,7 @@ func TestTransportRetryAfterPausesAdmission(t *testing.T) {
 	resp.Body.Close()
 	st := n.State()
 	require.Equal(t, uint64(1), st.Drops, "a 429 is a drop")
-	require.Equal(t, 0, st.Inflight, "a 429 frees its slot at once")
+	require.Equal(t, 0, st.Inflight, "a 429 with no latency sample yet frees its slot at once")
 
 	_, err = get(t, client, srv.URL)
 	require.ErrorContains(t, err, "admission paused")
@@ -220,6 +220,72 @@ func TestTransportAbandonedRequestKeepsItsSlot(t *testing.T) {
 	resp.Body.Close()
 	require.GreaterOrEqual(t, time.Since(gaveUp), 300*time.Millisecond)
 	require.Equal(t, int64(1), peak.Load(), "the provider had more in flight than L_global")
+}
+
+// TestTransportRefusalHoldsItsSlot: a 429 answered at once counts as a
+// drop at once but keeps its slot until a served request would have
+// ended, so a node whose queue meets nothing but refusals sends them no
+// faster than its slots turn over at the upstream's no-load latency. The
+// provider serves its first requests in 20 ms, then refuses everything at
+// once; 8 workers send 40 requests through at most 4 slots.
+func TestTransportRefusalHoldsItsSlot(t *testing.T) {
+	t.Parallel()
+	const warm, total, slots = 3, 40, 4
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= warm {
+			time.Sleep(20 * time.Millisecond)
+			return
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: slots, MaxLimit: slots, MaxQueued: total}
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(base)}
+	for range warm {
+		resp, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	noload := n.Limiter().RTTNoload()
+	require.GreaterOrEqual(t, noload, 20*time.Millisecond, "the served requests set RTTNoload")
+
+	var refused atomic.Int64
+	jobs := make(chan struct{}, total)
+	for range total {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range jobs {
+				resp, err := get(t, client, srv.URL)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				if resp.StatusCode == http.StatusTooManyRequests {
+					refused.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	span := time.Since(start)
+	require.Equal(t, int64(total), refused.Load())
+	require.Equal(t, uint64(total), n.State().Drops, "every refusal counts as a drop at once")
+	require.LessOrEqual(t, float64(total), slots*(float64(span)/float64(noload)+1),
+		"%d refusals in %v with RTTNoload %v and at most %d slots", total, span, noload, slots)
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "held slots come back: %+v", n.State())
+	require.Equal(t, uint64(total), n.State().Drops, "freeing a held slot counts no drop")
 }
 
 func TestTransportRefusesWhenNotStarted(t *testing.T) {
