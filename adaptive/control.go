@@ -10,10 +10,11 @@ import (
 // at once, so a node whose share is too large for the upstream stops
 // sending its excess before its next share arrives; 5 round trips
 // without a drop give one slot back, and twice as many after a slot given
-// back is refused again (up to 64), until a slot given back holds for a
-// whole wait, which starts the wait at 5 again. The cut never takes the
-// last slot of a non-zero ceiling, and a new ceiling lower than the last
-// absorbs as much of the cut as it lowers and starts the wait at 5 again. The
+// back is refused again (up to 64), until a slot given back to the cut
+// at which one was last refused, or below it, holds for a whole wait,
+// which starts the wait at 5 again. The cut never takes the last slot of
+// a non-zero ceiling, and a new ceiling lower than the last absorbs as
+// much of the cut as it lowers and starts the wait at 5 again. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes
 // the weight in flight above it, not even
 // that of a request admitted alone above the limit, and a waiter heavier
@@ -40,7 +41,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	n = max(n, 0)
 	if l.hasCeiling && n < l.ceiling {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
-		l.cutWait, l.cutGiven = cutRecovery, noneGiven
+		l.cutWait, l.cutGiven, l.cutHit = cutRecovery, noneGiven, -1
 	}
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
@@ -57,7 +58,7 @@ func (l *Limiter) ClearCeiling() {
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
-	l.cutWait, l.cutGiven = cutRecovery, noneGiven
+	l.cutWait, l.cutGiven, l.cutHit = cutRecovery, noneGiven, -1
 	l.dispatch(now)
 	l.mu.Unlock()
 }

@@ -314,41 +314,82 @@ func TestCutWaitDoublesOnRehit(t *testing.T) {
 	require.Equal(t, cutRecovery, backAfter(), "a lower share started the wait again")
 }
 
+// cutDriver drives l, under a ceiling, one round trip at a time.
+type cutDriver struct {
+	t   *testing.T
+	l   *Limiter
+	clk interface{ Advance(time.Duration) }
+}
+
+// clean runs n round trips without a drop.
+func (d cutDriver) clean(n int) {
+	for range n {
+		le, ok := d.l.TryAcquire()
+		require.True(d.t, ok)
+		d.clk.Advance(time.Millisecond)
+		le.Release()
+	}
+}
+
+// drop refuses n requests.
+func (d cutDriver) drop(n int) {
+	for range n {
+		le, ok := d.l.TryAcquire()
+		require.True(d.t, ok)
+		le.Drop()
+	}
+}
+
 // TestCutWaitRestartsOnceASlotHolds: after a doubled wait, a slot given
-// back that holds for that whole wait brings the rest of the cut back at
-// the cutRecovery pace, without waiting for another drop to say so.
+// back to the cut at which one was refused that holds for the whole wait
+// brings the rest of the cut back at the cutRecovery pace, without
+// waiting for another drop to say so.
 func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	d := cutDriver{t, l, clk}
 	l.SetCeiling(10)
-	clean := func(n int) {
-		for range n {
-			le, ok := l.TryAcquire()
-			require.True(t, ok)
-			clk.Advance(time.Millisecond)
-			le.Release()
-		}
-	}
-	drop := func() {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		le.Drop()
-	}
-	drop()
-	clean(cutRecovery)
-	require.Equal(t, 10, l.Limit())
-	for range 3 {
-		drop() // the slot given back was refused at once: the wait doubles
-	}
+	d.drop(3)
+	d.clean(cutRecovery)
+	require.Equal(t, 8, l.Limit())
+	d.drop(1) // the slot given back, at a cut of 2, is refused: the wait doubles
 	require.Equal(t, 2*cutRecovery, l.cutWait)
 	require.Equal(t, 7, l.Limit())
-	clean(2 * cutRecovery)
-	require.Equal(t, 8, l.Limit(), "one slot back after the doubled wait")
-	clean(2 * cutRecovery)
-	require.Equal(t, 9, l.Limit(), "the slot given back held for the whole wait")
+	d.clean(2 * cutRecovery)
+	require.Equal(t, 8, l.Limit(), "one slot back after the doubled wait, to the cut refused")
+	d.clean(2 * cutRecovery)
+	require.Equal(t, 9, l.Limit(), "it held for the whole wait")
 	require.Equal(t, cutRecovery, l.cutWait)
-	clean(cutRecovery)
+	d.clean(cutRecovery)
 	require.Equal(t, 10, l.Limit(), "so the next comes after cutRecovery, not another doubled wait")
+}
+
+// TestCutWaitKeepsGrowingAboveTheRefusedCut: a slot that holds above the
+// cut at which one was refused proves nothing new, so it does not start
+// the wait again. Without that rule a refusal that costs two drops would
+// take the wait back and forth between cutRecovery and twice it, and a
+// fleet limit that stays too high would be refused every few waits
+// instead of ever more rarely.
+func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	d := cutDriver{t, l, clk}
+	l.SetCeiling(10)
+	d.drop(1)
+	d.clean(cutRecovery)
+	require.Equal(t, 10, l.Limit())
+	wait := cutRecovery
+	for range 3 {
+		d.drop(2) // the slot given back, at a cut of 0, is refused twice
+		wait = min(2*wait, maxCutWait)
+		require.Equal(t, wait, l.cutWait)
+		require.Equal(t, 8, l.Limit())
+		d.clean(wait)
+		require.Equal(t, 9, l.Limit())
+		d.clean(wait) // holds at a cut of 1, above the refused 0
+		require.Equal(t, 10, l.Limit())
+	}
+	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

@@ -70,8 +70,8 @@
 // last decrease does not decrease again. Under a ceiling, every drop also
 // takes one slot off the ceiling at once (never its last), and 5 round
 // trips without a drop give one back, twice as many each time a slot
-// given back is refused again and 5 again once one holds for a whole
-// wait: a fleet node whose share has become too
+// given back is refused again and 5 again once one given back to the
+// cut last refused holds for a whole wait: a fleet node whose share has become too
 // large for the upstream stops refilling its excess slots with requests
 // that will be refused too, without waiting for its next share. With
 // SetFleetLimit, the backoff also takes the estimate down to the fleet's

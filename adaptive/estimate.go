@@ -65,6 +65,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
+		if l.cutGiven < l.cutWait {
+			l.cutHit = l.cut
+		}
 		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
 		switch {
 		case l.cutGiven < l.cutWait:
@@ -89,16 +92,20 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // passed since the last drop and since the last slot given back.
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
 // drop comes less than cutWait round trips after a slot was given back;
-// it starts again at cutRecovery once a slot given back has held for a
-// whole wait, or when a lower share absorbs the cut (see SetCeiling). A
+// it starts again at cutRecovery when a drop comes after a slot given
+// back held for a whole wait, as soon as a slot given back to the cut
+// at which one was last refused (cutHit), or below it, has held for a
+// whole wait, and when a lower share absorbs the cut (see SetCeiling). A
 // fleet limit that stays too high then costs fewer and fewer refusals,
-// and one that came right gets the rest of its cut back at the short
-// pace. The caller holds l.mu.
+// and one that came right again gets the rest of its cut back at the
+// short pace. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
-		if l.cutGiven == l.cutWait {
-			l.cutWait = cutRecovery // the slot given back held
+		if l.cutGiven == l.cutWait && l.cut <= l.cutHit {
+			// A slot given back to the cut last refused, or below it,
+			// held: the ceiling is not too high there any more.
+			l.cutWait = cutRecovery
 		}
 	}
 	if l.cut == 0 {

@@ -27,6 +27,7 @@ type Limiter struct {
 	cutCalm      int       // round trips without a drop since the last one, while cut > 0
 	cutWait      int       // round trips between slots given back (see recoverCut)
 	cutGiven     int       // round trips since a slot was given back; noneGiven if none since the last drop
+	cutHit       int       // the cut a slot given back left when it was refused within its wait; -1 if none
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
@@ -72,6 +73,7 @@ func New(cfg Config) (*Limiter, error) {
 		window:   newMinWindow(cfg.RTTWindow),
 		cutWait:  cutRecovery,
 		cutGiven: noneGiven,
+		cutHit:   -1,
 		paced:    cfg.InitialLimit,
 
 		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),

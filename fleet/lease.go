@@ -93,8 +93,11 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 }
 
 // Drop settles the lease as an overload signal (a 429, a 503, a timeout);
-// see adaptive.Lease.Drop. A node that learns the key's rate
-// (RateConfig.Learn) counts it as a request refused for the rate.
+// see adaptive.Lease.Drop. It frees the slot at once; Transport instead
+// keeps a refusal's slot for the node's no-load latency, so that a queue
+// meeting refusals answered at once is not sent at loopback speed. A node
+// that learns the key's rate (RateConfig.Learn) counts it as a request
+// refused for the rate.
 func (le Lease) Drop() {
 	le.settle(le.lease.Drop)
 	le.record(true)

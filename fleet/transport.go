@@ -23,13 +23,14 @@ import (
 // nothing. Once admitted it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
 // cancelled, body included. Its slot is freed when the request has ended
-// at the upstream:
+// at the upstream, a refusal's no sooner than a served request's headers
+// would have come:
 //
 //   - A 429 or 503 is a drop (the node's estimate backs off) at once; its
-//     slot stays held until a served request would have ended, the
-//     limiter's RTTNoload after it was sent (no longer than the bound),
-//     so refusals answered at once turn a slot over no faster than
-//     answers do. A Retry-After or retry-after-ms header pauses the node's
+//     slot stays held until a served request's headers would have come,
+//     the limiter's RTTNoload after it was sent (no longer than the
+//     bound), so refusals answered at once turn a slot over no faster
+//     than answers do. A Retry-After or retry-after-ms header pauses the node's
 //     admission until it passes (at most quota.MaxRetryAfter, 10 minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's

@@ -286,7 +286,9 @@ climbs to a raised limit only as requests succeed, one more per success
 about a round trip, not sent in one burst. Under a ceiling
 (a fleet node's share) every 429 also takes one slot off the ceiling at
 once, and 5 clean round trips give it back (twice as many each time a
-slot given back is refused again); a fleet node's 429 also takes its
+slot given back is refused again, 5 again once a slot given back to the
+cut last refused holds); a 429 keeps its slot until a served request's
+headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut (SetFleetLimit).
 InitialLimit is the library default (20) because neither C nor N is known
 to an adaptive node.

@@ -214,7 +214,8 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
 - *A 429 burst* (`+"`bench.DropBurst`"+`): estimate %d (a node's view of the whole
   provider), ceiling %d (its share), %d requests accepted and in flight, and
   one excess slot whose every request is answered 429 after %v and
-  replaced at once by a queued one. The estimate after each 429: `,
+  replaced at once by a queued one (a limiter driven directly, without
+  Transport's hold of a refused slot). The estimate after each 429: `,
 		burstEstimate, burstShare, burstShare-1, burstGap)
 	for i, v := range after {
 		if i > 0 {
