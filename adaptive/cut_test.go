@@ -264,20 +264,9 @@ func TestFleetLimitBoundsBackoff(t *testing.T) {
 func TestCutWaitDoublesOnRehit(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	d := cutDriver{t, l, clk}
 	l.SetCeiling(10)
-	clean := func(n int) {
-		for range n {
-			le, ok := l.TryAcquire()
-			require.True(t, ok)
-			clk.Advance(time.Millisecond)
-			le.Release()
-		}
-	}
-	drop := func() {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		le.Drop()
-	}
+	clean, drop := d.clean, func() { d.drop(1) }
 	// backAfter drops once, then counts the clean round trips until the
 	// slot comes back.
 	backAfter := func() int {

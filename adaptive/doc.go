@@ -71,9 +71,10 @@
 // takes one slot off the ceiling at once (never its last), and 5 round
 // trips without a drop give one back, twice as many each time a slot
 // given back is refused again and 5 again once one given back to the
-// cut last refused holds for a whole wait: a fleet node whose share has become too
-// large for the upstream stops refilling its excess slots with requests
-// that will be refused too, without waiting for its next share. With
+// cut last refused holds for a whole wait: a fleet node whose share has
+// become too large for the upstream stops refilling its excess slots
+// with requests that will be refused too, without waiting for its next
+// share. With
 // SetFleetLimit, the backoff also takes the estimate down to the fleet's
 // limit less the slots cut.
 // With Config.MaxHealthyRTT set, a released sample slower than it counts

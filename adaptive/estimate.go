@@ -65,18 +65,16 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
-		if l.cutGiven < l.cutWait {
-			l.cutHit = l.cut
-		}
-		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
 		switch {
 		case l.cutGiven < l.cutWait:
 			// The slot given back last was refused again: wait longer.
 			l.cutWait = min(2*l.cutWait, maxCutWait)
+			l.cutHit = l.cut
 		case l.cutGiven != noneGiven:
 			// The last slot given back held for a whole wait.
 			l.cutWait = cutRecovery
 		}
+		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
 	}

@@ -30,8 +30,9 @@ import (
 //     slot stays held until a served request's headers would have come,
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
-//     than answers do. A Retry-After or retry-after-ms header pauses the node's
-//     admission until it passes (at most quota.MaxRetryAfter, 10 minutes).
+//     than answers do. A Retry-After or retry-after-ms header pauses the
+//     node's admission until it passes (at most quota.MaxRetryAfter, 10
+//     minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
 //     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
