@@ -180,9 +180,9 @@ func runFleetSection(ctx context.Context, e *env, sc bench.FleetScenario, prefix
 			if err != nil {
 				return "", err
 			}
-			e.logf("fleet: round %d/%d %-22s goodput %6.0f req/s (%3.0f %% of ideal), 429s %5.2f %%, peak %.2f×C (outer %.2f×C, steady %.2f×C), over C %v",
+			e.logf("fleet: round %d/%d %-22s goodput %6.0f req/s (%3.0f %% of ideal), 429s %5.2f %%, peak %.2f×C (outer %.2f×C at %v, steady %.2f×C), over C %v",
 				round+1, e.opts.FleetRuns, r.way, res.Goodput(), 100*res.Goodput()/sc.IdealGoodput(), 100*res.RejectedFraction(),
-				res.PeakRatio, res.OuterPeakRatio, res.SteadyPeakRatio, res.OverCapacity.Round(time.Millisecond))
+				res.PeakRatio, res.OuterPeakRatio, res.OuterPeakAt.Round(time.Millisecond), res.SteadyPeakRatio, res.OverCapacity.Round(time.Millisecond))
 			r.runs = append(r.runs, res)
 		}
 	}
