@@ -263,9 +263,7 @@ func TestFleetLimitBoundsBackoff(t *testing.T) {
 // cutRecovery.
 func TestCutWaitDoublesOnRehit(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
-	d := cutDriver{t, l, clk}
-	l.SetCeiling(10)
+	d, l := newCutDriver(t)
 	clean, drop := d.clean, func() { d.drop(1) }
 	// backAfter drops once, then counts the clean round trips until the
 	// slot comes back.
@@ -310,6 +308,14 @@ type cutDriver struct {
 	clk interface{ Advance(time.Duration) }
 }
 
+// newCutDriver returns a driver of a limiter whose estimate, 100, stands
+// above its ceiling, 10, and that limiter.
+func newCutDriver(t *testing.T) (cutDriver, *Limiter) {
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	return cutDriver{t, l, clk}, l
+}
+
 // clean runs n round trips without a drop.
 func (d cutDriver) clean(n int) {
 	for range n {
@@ -335,9 +341,7 @@ func (d cutDriver) drop(n int) {
 // waiting for another drop to say so.
 func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
-	d := cutDriver{t, l, clk}
-	l.SetCeiling(10)
+	d, l := newCutDriver(t)
 	d.drop(3)
 	d.clean(cutRecovery)
 	require.Equal(t, 8, l.Limit())
@@ -361,9 +365,7 @@ func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 // instead of ever more rarely.
 func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
-	d := cutDriver{t, l, clk}
-	l.SetCeiling(10)
+	d, l := newCutDriver(t)
 	d.drop(1)
 	d.clean(cutRecovery)
 	require.Equal(t, 10, l.Limit())
