@@ -26,16 +26,63 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 		return
 	}
 	if l.cfg.AIMDProbe > 0 && l.backoffEpoch == 0 {
-		reach := slowStart
-		if l.cfg.PaceGrowth {
-			reach = pacedSlowStartReach
-		}
-		if reach*float64(load) >= l.estimate || load >= int(l.estimate) {
-			l.estimate = l.clampEstimate(slowStart * l.estimate)
-		}
+		l.slowStartStep(load)
 		return
 	}
 	l.propose(l.estimate+l.aimdStep(), load)
+}
+
+// slowStartStep grows the estimate by half if load reached the estimate
+// it grows from (two thirds of it, or half under PaceGrowth) or the whole
+// limit; see aimdSample. The caller holds l.mu.
+func (l *Limiter) slowStartStep(load int) {
+	reach := slowStart
+	if l.cfg.PaceGrowth {
+		reach = pacedSlowStartReach
+	}
+	if reach*float64(load) >= l.estimate || load >= int(l.estimate) {
+		l.estimate = l.clampEstimate(slowStart * l.estimate)
+	}
+}
+
+// ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
+// node calls it at every grant. Under AIMD with AIMDProbe set, when no
+// drop came since the previous call, the estimate moves as on a clean
+// round trip at the current load (own in-flight plus peers', see
+// SetPeerInflight): during the slow start it grows by half if that load
+// reached the estimate it grows from; after it, it takes one probe step
+// (see AIMDProbe), which counts as a round trip for the step's doublings,
+// but only while the estimate is above the level the last backoff came
+// down from — where the upstream has shown no limit yet. Near the
+// capacity last hit the probes stay clocked by round trips alone. A drop
+// since the previous call, another law, AIMDProbe 0 or a recalibration
+// under way make it do nothing.
+//
+// The round trip is the only clock of the law otherwise, and it can be
+// long — a request that takes seconds — while an upstream that refuses
+// above its capacity answers the refusal at once: a probe step needs no
+// round trip to be refused. The utilization guard still holds the
+// estimate near the load tried, and PaceGrowth still lets the in-flight
+// climb only as leases settle. Safe for concurrent use.
+func (l *Limiter) ProbeTick() {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	calm := l.drops == l.tickDrops
+	l.tickDrops = l.drops
+	if !calm || l.cfg.Law != AIMD || l.cfg.AIMDProbe == 0 || l.recal.active() {
+		return
+	}
+	l.pace(now)
+	load := addCounts(l.inflight, l.peerInflight)
+	switch {
+	case l.backoffEpoch == 0:
+		l.slowStartStep(load)
+	case l.estimate > l.backedFrom:
+		l.propose(l.estimate+l.aimdStep(), load)
+	}
+	l.pace(now)
+	l.dispatch(now)
 }
 
 // aimdStep is what AIMD adds on this round trip. Without AIMDProbe it is

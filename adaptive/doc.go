@@ -91,7 +91,9 @@
 // scales with the estimate and doubles after every Config.AIMDProbe round
 // trips without a drop; Config.PaceGrowth takes every rise of the limit
 // up as leases settle, so that the first refusal comes before most of an
-// excess is sent.
+// excess is sent. A fleet node also calls ProbeTick at every grant, a
+// clock for the slow start and for probes above the last backoff's level
+// that does not wait for round trips as long as a slow request.
 //
 // # Admission
 //

@@ -37,6 +37,7 @@ type Limiter struct {
 	fleetLimit   int // the fleet limit the ceiling is a share of (SetFleetLimit); 0: none
 	pausedUntil  time.Time
 	drops        uint64
+	tickDrops    uint64        // drops at the last ProbeTick
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
 	calmRounds   uint64        // AIMD round trips since the last drop or backoff
