@@ -46,17 +46,20 @@ func (l *Limiter) slowStartStep(load int) {
 }
 
 // ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
-// node calls it at every grant. Under AIMD with AIMDProbe set, when no
-// drop came since the previous call, the estimate moves as on a clean
-// round trip at the current load (own in-flight plus peers', see
-// SetPeerInflight): during the slow start it grows by half if that load
-// reached the estimate it grows from; after it, it takes one probe step
-// (see AIMDProbe), which counts as a round trip for the step's doublings,
-// but only while the estimate is above the level the last backoff came
-// down from — where the upstream has shown no limit yet. Near the
-// capacity last hit the probes stay clocked by round trips alone. A drop
-// since the previous call, another law, AIMDProbe 0 or a recalibration
-// under way make it do nothing.
+// node calls it at every grant once its estimate rests on its own
+// samples. Under AIMD with AIMDProbe set, when this limiter admitted a
+// request since the previous call and no drop came since then, the
+// estimate moves as on a clean round trip at the current load (own
+// in-flight plus peers', see SetPeerInflight): during the slow start it
+// grows by half if that load reached the estimate it grows from; after
+// it, it takes one probe step (see AIMDProbe), which counts as a round
+// trip for the step's doublings, but only while the estimate is above
+// the level the last backoff came down from — where the upstream has
+// shown no limit yet. Near the capacity last hit the probes stay clocked
+// by round trips alone. No admission or a drop since the previous call,
+// a pause (PauseUntil), another law, AIMDProbe 0 or a recalibration under
+// way make it do nothing: only requests this limiter sent, and that were
+// not refused, say there was room.
 //
 // The round trip is the only clock of the law otherwise, and it can be
 // long — a request that takes seconds — while an upstream that refuses
@@ -68,9 +71,9 @@ func (l *Limiter) ProbeTick() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	calm := l.drops == l.tickDrops
-	l.tickDrops = l.drops
-	if !calm || l.cfg.Law != AIMD || l.cfg.AIMDProbe == 0 || l.recal.active() {
+	calm := l.drops == l.tickDrops && l.tickAdmitted
+	l.tickDrops, l.tickAdmitted = l.drops, false
+	if !calm || l.cfg.Law != AIMD || l.cfg.AIMDProbe == 0 || l.recal.active() || l.paused(now) {
 		return
 	}
 	l.pace(now)
@@ -97,7 +100,8 @@ func (l *Limiter) ProbeTick() {
 // quarter of the estimate. Near the capacity last hit the probe is thus
 // small; well past it the upstream has shown no limit for a while, and a
 // capacity that grew is found in about as many round trips as the
-// estimate doubles. It counts the round trip. The caller holds l.mu.
+// estimate doubles. It counts the round trip (or the calm ProbeTick).
+// The caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
 	step := l.cfg.AIMDIncrease
 	if l.cfg.AIMDProbe > 0 {

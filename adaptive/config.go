@@ -392,7 +392,8 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
 // per round trip, doubling every 5 round trips without a drop, and on
 // every round trip once the estimate has stayed above the level the last
-// backoff came down from for more than 5 (see AIMDProbe); a drop backs
+// backoff came down from for more than 5 (see AIMDProbe; a fleet node's
+// grants clock the slow start and that probe too, see ProbeTick); a drop backs
 // off by BackoffRatio 0.95, at most once per round trip, and, under a
 // ceiling, takes a slot off it at once (see SetCeiling and
 // SetFleetLimit). UtilizationThreshold 0.8 lets the estimate rise only

@@ -38,11 +38,12 @@ type Limiter struct {
 	pausedUntil  time.Time
 	drops        uint64
 	tickDrops    uint64        // drops at the last ProbeTick
+	tickAdmitted bool          // a lease was admitted since the last ProbeTick
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
-	calmRounds   uint64        // AIMD round trips since the last drop or backoff
+	calmRounds   uint64        // AIMD round trips (and calm ProbeTicks) since the last drop or backoff
 	backedFrom   float64       // AIMD: the level the last backoff came down from (see aimdStep)
-	pastRounds   uint64        // consecutive AIMD round trips above backedFrom since the last drop or backoff
+	pastRounds   uint64        // consecutive AIMD round trips (and calm ProbeTicks) above backedFrom since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	window       minWindow
@@ -208,6 +209,7 @@ func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	rec := l.newRecord()
 	l.inflight += weight
 	l.leases++
+	l.tickAdmitted = true
 	c := &l.queue.stats[p]
 	c.admitted++
 	c.admittedWeight += uint64(weight)

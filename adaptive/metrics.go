@@ -43,7 +43,8 @@ type Snapshot struct {
 	// Rounds is how many times the law has moved on a clean sample since
 	// New: about one per round trip, 0 before the first clean sample
 	// (samples taken while recalibrating do not count). With Drops it
-	// tells whether the estimate rests on the limiter's own samples.
+	// tells whether the estimate rests on the limiter's own samples
+	// (ProbeTick can also move it, after this limiter's own admissions).
 	Rounds uint64
 	// PausedUntil is when the latest pause ends; admission is paused while
 	// the clock is before it.

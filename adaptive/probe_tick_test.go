@@ -2,9 +2,20 @@ package adaptive
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// tickWithOneAdmitted admits one request, ticks with it in flight and
+// settles it without a sample.
+func tickWithOneAdmitted(t *testing.T, l *Limiter) {
+	t.Helper()
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	l.ProbeTick()
+	le.Ignore()
+}
 
 // TestProbeTickSlowStartGrowsWithoutARoundTrip: during the slow start a
 // tick grows the estimate by half when the load, peers' in-flight
@@ -31,8 +42,10 @@ func TestProbeTickSlowStartGrowsWithoutARoundTrip(t *testing.T) {
 // after a drop, and never beyond what the utilization guard allows.
 func TestProbeTickStepsOnlyAboveTheLastBackoffAndAfterACalmTick(t *testing.T) {
 	t.Parallel()
-	l, _ := newTestLimiter(t, Config{Law: AIMD, AIMDProbe: 5, AIMDIncrease: 0.25, BackoffRatio: 0.95, InitialLimit: 20})
-	l.ProbeTick() // no drop yet: the tick after this one is calm
+	l, _ := newTestLimiter(t, Config{
+		Law: AIMD, AIMDProbe: 5, AIMDIncrease: 0.25, BackoffRatio: 0.95,
+		UtilizationThreshold: 0.8, InitialLimit: 20,
+	})
 	le, ok := l.TryAcquire()
 	require.True(t, ok)
 	le.Drop() // 20 → 19; the backoff came down from 20
@@ -40,38 +53,72 @@ func TestProbeTickStepsOnlyAboveTheLastBackoffAndAfterACalmTick(t *testing.T) {
 
 	l.SetEstimate(30)
 	l.SetPeerInflight(30)
-	l.ProbeTick()
+	tickWithOneAdmitted(t, l)
 	require.InDelta(t, 30.0, l.Estimate(), 1e-9, "a drop came since the last tick")
-	l.ProbeTick()
+	tickWithOneAdmitted(t, l)
 	// The first step after the backoff: max(0.25, 30·(1−0.95)/5) = 0.3.
 	require.InDelta(t, 30.3, l.Estimate(), 1e-9)
 
 	le, ok = l.TryAcquire()
 	require.True(t, ok)
 	le.Drop() // 30.3 → 28.785; the backoff came down from 30.3
-	l.ProbeTick()
-	l.ProbeTick()
+	tickWithOneAdmitted(t, l)
+	tickWithOneAdmitted(t, l)
 	require.InDelta(t, 0.95*30.3, l.Estimate(), 1e-9, "at or under the level the last backoff came down from, round trips clock the probe")
 
 	l.SetEstimate(32)
 	l.SetPeerInflight(10)
-	l.ProbeTick()
-	require.InDelta(t, 32.0, l.Estimate(), 1e-9, "a load of 10 is under 0.8·32: the guard holds")
+	tickWithOneAdmitted(t, l)
+	require.InDelta(t, 32.0, l.Estimate(), 1e-9, "a load of 11 is under 0.8·32: the guard holds")
 	l.SetPeerInflight(30)
-	l.ProbeTick()
-	require.Greater(t, l.Estimate(), 32.0, "a load of 30 passes the guard")
+	tickWithOneAdmitted(t, l)
+	// max(0.25, 32·(1−0.95)/5) = 0.32, not yet doubled.
+	require.InDelta(t, 32.32, l.Estimate(), 1e-9, "a load of 31 passes the guard")
 }
 
-// TestProbeTickLeavesOtherLawsAlone: Gradient2, and AIMD without
-// AIMDProbe, move only on round trips.
+// TestProbeTickNeedsARequestOfItsOwn: peers' load alone, or a pause, says
+// nothing about room at the upstream, so a tick with no admission since
+// the last one, or during a pause, leaves the estimate alone.
+func TestProbeTickNeedsARequestOfItsOwn(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true}
+	l, clk := newTestLimiter(t, cfg)
+	l.SetPeerInflight(30)
+	l.ProbeTick()
+	require.InDelta(t, 30.0, l.Estimate(), 1e-9, "nothing admitted yet")
+
+	leases := acquireN(t, l, 2)
+	l.ProbeTick()
+	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "two admitted since the last tick")
+	l.ProbeTick()
+	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "nothing admitted since the last tick, though two are still in flight")
+
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	l.RetryAfter(time.Second)
+	l.ProbeTick()
+	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "paused")
+	clk.Advance(2 * time.Second)
+	tickWithOneAdmitted(t, l)
+	require.InDelta(t, 67.5, l.Estimate(), 1e-9, "the pause is over")
+	le.Release()
+	releaseAll(leases)
+}
+
+// TestProbeTickLeavesOtherLawsAlone: Gradient2, even with AIMDProbe set,
+// and AIMD without AIMDProbe move only on round trips.
 func TestProbeTickLeavesOtherLawsAlone(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []Config{{InitialLimit: 10}, {Law: AIMD, InitialLimit: 10}} {
+	for _, cfg := range []Config{
+		{InitialLimit: 10},
+		{AIMDProbe: 5, InitialLimit: 10},
+		{Law: AIMD, InitialLimit: 10},
+	} {
 		l, _ := newTestLimiter(t, cfg)
 		leases := acquireN(t, l, 10)
 		l.ProbeTick()
 		l.ProbeTick()
-		require.InDelta(t, 10.0, l.Estimate(), 1e-9, "%v", cfg.Law)
+		require.InDelta(t, 10.0, l.Estimate(), 1e-9, "%v, AIMDProbe %d", cfg.Law, cfg.AIMDProbe)
 		releaseAll(leases)
 	}
 }

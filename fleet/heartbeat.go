@@ -295,7 +295,9 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
-	n.lim.ProbeTick()
+	if !warm {
+		n.lim.ProbeTick() // a warm estimate is L_global's, not the node's: nothing to probe from
+	}
 	n.applyCeilingLocked()
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {
