@@ -589,3 +589,62 @@ func TestDropTakesEstimateToFleetLimitLessCut(t *testing.T) {
 			"L_global 40 less one slot cut, not 0.9·60 = 54")
 	})
 }
+
+// TestGrantsClockTheProbeOfLongRequests: with requests longer than a
+// heartbeat, a node on the flat-latency law still probes upward between
+// round trips: a grant after an admission of its own and no drop takes a
+// probe step (adaptive.Limiter.ProbeTick), and one after a drop does not.
+func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.FlatLatency()
+		cfg.Limiter.PaceGrowth = false
+		cfg.Limiter.InitialLimit = 40
+		cfg.Limiter.MaxQueued = 100
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		synctest.Wait()
+		le, ok := n.lim.TryAcquire()
+		require.True(t, ok)
+		le.Drop()             // the slow start is over; the backoff came down from 40
+		n.lim.SetEstimate(50) // as after a probe above that level
+
+		// 45 requests that take longer than the whole test: a load of at
+		// least 0.8·50, and no round trip.
+		const requests = 45
+		admitted := make(chan adaptive.Lease, requests)
+		for range requests {
+			go func() {
+				le, err := n.lim.Acquire(t.Context())
+				if err == nil {
+					admitted <- le
+				}
+			}()
+		}
+		for len(admitted) < requests {
+			time.Sleep(cfg.HeartbeatInterval)
+			synctest.Wait()
+		}
+		held := make([]adaptive.Lease, 0, requests)
+		for range requests {
+			held = append(held, <-admitted)
+		}
+		for i := range 3 { // one admission per heartbeat, in-flight unchanged
+			held[i].Ignore()
+			held[i], ok = n.lim.TryAcquire()
+			require.True(t, ok)
+			time.Sleep(cfg.HeartbeatInterval)
+			synctest.Wait()
+		}
+		require.Greater(t, n.lim.Estimate(), 50.0, "grants with admissions and no drop probed upward")
+		require.Zero(t, n.lim.Snapshot().Rounds, "with no round trip")
+
+		held[0].Drop()
+		after := n.lim.Estimate()
+		time.Sleep(cfg.HeartbeatInterval)
+		synctest.Wait()
+		require.Equal(t, after, n.lim.Estimate(), "no step on a grant after a drop")
+		for _, le := range held[1:] {
+			le.Ignore()
+		}
+	})
+}
