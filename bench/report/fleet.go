@@ -290,9 +290,9 @@ slot given back is refused again, 5 again once a slot given back to the
 cut last refused holds); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut (SetFleetLimit); and each
-grant with no 429 since the last counts as a round trip for the slow
-start, and for the probe while the estimate is above the level the last
-backoff came down from (ProbeTick).
+grant after requests of the node's own and no 429 since the last counts
+as a round trip for the slow start, and for the probe while the estimate
+is above the level the last backoff came down from (ProbeTick).
 InitialLimit is the library default (20) because neither C nor N is known
 to an adaptive node.
 
