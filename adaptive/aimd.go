@@ -84,8 +84,8 @@ func (l *Limiter) ProbeTick() {
 	case l.estimate > l.backedFrom:
 		l.propose(l.estimate+l.aimdStep(), load)
 	}
-	l.pace(now)
-	l.dispatch(now)
+	l.dispatch(now) // the estimate only rose: paced needs no new bound
+
 }
 
 // aimdStep is what AIMD adds on this round trip. Without AIMDProbe it is

@@ -620,7 +620,8 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 				}
 			}()
 		}
-		for len(admitted) < requests {
+		for beats := 0; len(admitted) < requests; beats++ {
+			require.Less(t, beats, 20, "%d of %d admitted", len(admitted), requests)
 			time.Sleep(cfg.HeartbeatInterval)
 			synctest.Wait()
 		}

@@ -62,8 +62,9 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      one, and on every round trip once the estimate has stayed above the
      level the last backoff came down from for more than 5, so the fleet's
      probes above C cost a few 429s while a doubling of C is found in
-     about a second. Above that level each heartbeat with no 429 since the
-     last counts as a round trip too (Limiter.ProbeTick), so with requests
+     about a second. Above that level each heartbeat after requests of the
+     node's own and no 429 since the last counts as a round trip too
+     (Limiter.ProbeTick), so with requests
      longer than a heartbeat (section 7) the climb is not clocked by the
      round trips alone.`)
 	if d, ok := diags[bench.Fleetlimit]; ok {
