@@ -448,17 +448,6 @@ func TestCutLeavesOneSlot(t *testing.T) {
 	require.Equal(t, 2, l.Limit(), "the cut never exceeds ceiling−1, so 5 clean round trips give the slot back")
 	l.SetCeiling(0)
 	require.Zero(t, l.Limit())
-
-	// A two-slot cut stops at ceiling−1 too: a ceiling of 3, one slot
-	// for the first refusal, one (not two) for the answered one.
-	l.SetCeiling(3)
-	clk.Advance(time.Second)
-	leases := acquireN(t, l, 2)
-	leases[0].Drop()
-	require.Equal(t, 2, l.Limit())
-	leases[1].Drop()
-	require.Equal(t, 1, l.Limit(), "an answered drop takes two, but never the last slot")
-	require.Equal(t, 2, l.cut, "cut 2 of a ceiling of 3")
 }
 
 // TestGuardHasNoDeadZone: with a threshold of 0.8, an estimate of 2.6

@@ -70,15 +70,17 @@
 // last decrease does not decrease again. Under a ceiling, every drop also
 // takes one slot off the ceiling at once (never its last), two when the
 // last decrease already answered it (a request admitted before that
-// decrease, or a drop less than rttNoload after it: a further refusal of
-// the same overload), and 5 round trips without a drop give one back,
-// twice as many each time a slot given back is refused again and 5
-// again once one given back to the cut last refused holds for a whole
-// wait: a fleet node whose share has become too large for the upstream
-// stops refilling its excess slots with requests that will be refused
-// too, without waiting for its next share. With SetFleetLimit, the
-// backoff also takes the estimate down to the fleet's limit less the
-// slots cut.
+// decrease, or a drop less than rttNoload after it: the same overload,
+// still being sent into, which two per refusal ends in half the
+// refusals), and 5 round
+// trips without a drop give one back, twice as many each time a slot
+// given back is refused again and 5 again once one given back to the
+// cut last refused holds for a whole wait: a fleet node whose share has
+// become too large for the upstream stops refilling its excess slots
+// with requests that will be refused too, without waiting for its next
+// share. With
+// SetFleetLimit, the backoff also takes the estimate down to the fleet's
+// limit less the slots cut.
 // With Config.MaxHealthyRTT set, a released sample slower than it counts
 // as a drop. RetryAfter and PauseUntil refuse all admission until the
 // given time.

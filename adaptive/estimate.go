@@ -59,12 +59,13 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // one slot at once (see SetCeiling), so a node whose share is too large
 // for the upstream stops sending its excess before its next share
 // arrives, and two for a drop the last backoff already answered (see
-// answered): a refusal that comes back at once arrives while the
-// requests sent with it still hold their slots upstream, so once the
-// node has backed off, every further refusal of the same overload says
-// its excess is still being sent; an excess of k slots then ends after
-// about 1 + (k − 1)/2 refusals rather than k. The first refusal of an
-// overload takes one slot. The estimate is multiplied by
+// answered): a refusal answered at once comes back while the requests
+// sent with it still hold their slots upstream, so once the node has
+// backed off, every further refusal of the same overload says its
+// excess is still being sent; at a large limit that excess is many
+// slots, and two per refusal ends it in half the refusals. The first
+// refusal of an overload still takes one, so a probe that finds the
+// capacity again costs what it did. The estimate is multiplied by
 // BackoffRatio, at most once per round trip, and, with a fleet limit
 // set, capped at that limit less the cut (see SetFleetLimit and
 // backoff). The caller holds l.mu.

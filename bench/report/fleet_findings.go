@@ -41,7 +41,7 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      share) before the next grant, two for a further drop of an overload
      already backed off from, so an excess slot is not refilled by
      a queued request that the provider will refuse too; 5 clean round
-     trips give one slot back (twice as many after a slot given back is
+     trips give the slot back (twice as many after a slot given back is
      refused again, 5 again once a slot given back to the cut last
      refused holds), and a lower share absorbs the cut. The same 429
      takes the node's estimate down to L_global less its cut, so the
