@@ -7,11 +7,8 @@ import (
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
 // limit becomes min(n − cut, floor(estimate)). Every drop adds one to cut
-// at once, and a further drop of the same overload (one the last backoff
-// already answered: a request admitted before it, or a drop less than
-// rttNoload after it) adds two, so a node whose share is too large for
-// the upstream stops sending its excess before its next share arrives,
-// in half the refusals once the overload is many slots; 5 round trips
+// at once, so a node whose share is too large for the upstream stops
+// sending its excess before its next share arrives; 5 round trips
 // without a drop give one slot back, and twice as many after a slot given
 // back is refused again (up to 64), until a slot given back to the cut
 // at which one was last refused, or below it, holds for a whole wait,

@@ -68,11 +68,7 @@
 // A drop multiplies the estimate by Config.BackoffRatio under every law,
 // at most once per round trip: a drop of a request admitted before the
 // last decrease does not decrease again. Under a ceiling, every drop also
-// takes one slot off the ceiling at once (never its last), two when the
-// last decrease already answered it (a request admitted before that
-// decrease, or a drop less than rttNoload after it: the same overload,
-// still being sent into, which two per refusal ends in half the
-// refusals), and 5 round
+// takes one slot off the ceiling at once (never its last), and 5 round
 // trips without a drop give one back, twice as many each time a slot
 // given back is refused again and 5 again once one given back to the
 // cut last refused holds for a whole wait: a fleet node whose share has

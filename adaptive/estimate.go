@@ -58,23 +58,11 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. The ceiling, if any, loses
 // one slot at once (see SetCeiling), so a node whose share is too large
 // for the upstream stops sending its excess before its next share
-// arrives, and two for a drop the last backoff already answered (see
-// answered): a refusal answered at once comes back while the requests
-// sent with it still hold their slots upstream, so once the node has
-// backed off, every further refusal of the same overload says its
-// excess is still being sent; at a large limit that excess is many
-// slots, and two per refusal ends it in half the refusals. The first
-// refusal of an overload still takes one, so a probe that finds the
-// capacity again costs what it did. The estimate is multiplied by
-// BackoffRatio, at most once per round trip, and, with a fleet limit
-// set, capped at that limit less the cut (see SetFleetLimit and
-// backoff). The caller holds l.mu.
+// arrives. The estimate is multiplied by BackoffRatio, at most once per
+// round trip, and, with a fleet limit set, capped at that limit less the
+// cut (see SetFleetLimit and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
-	step := 1
-	if l.answered(now, rec) {
-		step = 2
-	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
 		switch {
@@ -86,7 +74,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// The last slot given back held for a whole wait.
 			l.cutWait = cutRecovery
 		}
-		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
+		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
 	}
@@ -157,7 +145,10 @@ func (l *Limiter) propose(next float64, load int) {
 // down from, for AIMD's probe (see aimdStep), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
-	if l.answered(now, rec) {
+	if rec.backoffEpoch != l.backoffEpoch {
+		return
+	}
+	if noload, ok := l.window.min(); ok && now.Sub(l.lastBackoff) < noload {
 		return
 	}
 	l.backoffEpoch++
@@ -169,18 +160,6 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	}
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio
-}
-
-// answered reports whether the last backoff already answered an overload
-// signal for rec, which then backs off no further: rec was admitted
-// before that backoff, or the signal comes less than rttNoload after it
-// (see backoff). The caller holds l.mu.
-func (l *Limiter) answered(now time.Time, rec *leaseRecord) bool {
-	if rec.backoffEpoch != l.backoffEpoch {
-		return true
-	}
-	noload, ok := l.window.min()
-	return ok && now.Sub(l.lastBackoff) < noload
 }
 
 func (l *Limiter) clampEstimate(v float64) float64 {
