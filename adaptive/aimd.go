@@ -85,7 +85,6 @@ func (l *Limiter) ProbeTick() {
 		l.propose(l.estimate+l.aimdStep(), load)
 	}
 	l.dispatch(now) // the estimate only rose: paced needs no new bound
-
 }
 
 // aimdStep is what AIMD adds on this round trip. Without AIMDProbe it is
