@@ -401,6 +401,9 @@ func TestTransportStreamClosedAtItsEndMarker(t *testing.T) {
 		for !strings.Contains(seen, "[DONE]") {
 			k, err := resp.Body.Read(buf)
 			seen += string(buf[:k])
+			if errors.Is(err, io.EOF) {
+				break // on a loaded machine the terminator may come with the marker
+			}
 			require.NoError(t, err)
 		}
 		require.NoError(t, resp.Body.Close())
