@@ -6,13 +6,20 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n − cut, floor(estimate)). Every drop adds one to cut
-// at once, so a node whose share is too large for the upstream stops
-// sending its excess before its next share arrives; 5 round trips
-// without a drop give one slot back, and twice as many after a slot given
-// back is refused again (up to 64), until a slot given back to the cut
-// at which one was last refused, or below it, holds for a whole wait,
-// which starts the wait at 5 again. The cut never takes the last slot of
+// limit becomes min(n − cut, floor(estimate)). A drop adds one to cut at
+// once, or two if the last backoff already answered it (a request
+// admitted before that backoff, or a drop less than rttNoload after it:
+// a further refusal of the same overload), so a node whose share is too
+// large for the upstream stops sending its excess before its next share
+// arrives, after about half as many refusals as the excess has slots
+// once the first has come. 5 round trips without a drop give one slot
+// back; each give-back that holds for a whole wait makes the next one
+// twice as large (up to 32 slots), until a drop starts it at one again,
+// so a burst of refusals that cut most of a share is undone in a few
+// waits. The wait doubles after a slot given back is refused again (up
+// to 64 round trips), until a slot given back to the cut at which one
+// was last refused, or below it, holds for a whole wait, which starts
+// the wait at 5 again. The cut never takes the last slot of
 // a non-zero ceiling, and a new ceiling lower than the last absorbs as
 // much of the cut as it lowers and starts the wait at 5 again. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes
@@ -41,7 +48,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	n = max(n, 0)
 	if l.hasCeiling && n < l.ceiling {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
-		l.cutWait, l.cutGiven, l.cutHit = cutRecovery, noneGiven, -1
+		l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
 	}
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
@@ -58,7 +65,7 @@ func (l *Limiter) ClearCeiling() {
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
-	l.cutWait, l.cutGiven, l.cutHit = cutRecovery, noneGiven, -1
+	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
 	l.dispatch(now)
 	l.mu.Unlock()
 }

@@ -11,7 +11,8 @@ import (
 // off it before any new share arrives, so a node whose share is too large
 // does not refill its excess slot with another request that will be
 // refused. Without the cut, a slot freed by a 429 was handed straight to
-// the next waiter.
+// the next waiter. A further drop of the same overload, one the backoff
+// already answered, takes two.
 func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
@@ -19,34 +20,74 @@ func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	leases := acquireN(t, l, 10)
 	clk.Advance(time.Millisecond)
 	leases[0].Drop()
+	require.Equal(t, 9, l.Limit(), "the first refusal of an overload: one slot fewer")
 	leases[1].Drop()
-	require.Equal(t, 8, l.Limit(), "two refusals, two slots fewer")
+	require.Equal(t, 7, l.Limit(), "a refusal of a request admitted before the backoff: two more")
 	_, ok := l.TryAcquire()
-	require.False(t, ok, "8 in flight under a limit of 8")
+	require.False(t, ok, "8 in flight under a limit of 7")
 	for _, le := range leases[2:] {
 		le.Release()
 	}
 }
 
-// TestCutSlotsComeBack: one slot returns after every cutRecovery round
-// trips without a drop.
-func TestCutSlotsComeBack(t *testing.T) {
+// TestAnsweredDropCutsTwo: a drop the last backoff answered takes two
+// slots whether it answered it by the request's admission (before the
+// backoff) or by time (less than rttNoload after it); a drop of a request
+// admitted after the backoff, rttNoload or more after it, takes one and
+// backs off again.
+func TestAnsweredDropCutsTwo(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
-	l.SetCeiling(10)
-	for range 3 {
-		le, _ := l.TryAcquire()
-		le.Drop()
+	l.SetCeiling(50)
+	le, _ := l.TryAcquire()
+	clk.Advance(10 * time.Millisecond)
+	le.Release() // rttNoload 10ms
+	le, _ = l.TryAcquire()
+	le.Drop()
+	require.Equal(t, 49, l.Limit())
+	est := l.Snapshot().Estimate
+	clk.Advance(5 * time.Millisecond)
+	le, _ = l.TryAcquire() // admitted after the backoff, but within rttNoload of it
+	le.Drop()
+	require.Equal(t, 47, l.Limit(), "answered by time: two slots")
+	require.Equal(t, est, l.Snapshot().Estimate, "and no second backoff")
+	clk.Advance(5 * time.Millisecond)
+	le, _ = l.TryAcquire()
+	le.Drop()
+	require.Equal(t, 46, l.Limit(), "rttNoload after the backoff: a new overload, one slot")
+	require.Less(t, l.Snapshot().Estimate, est, "and a backoff")
+}
+
+// TestCutSlotsComeBack: one slot returns after cutRecovery round trips
+// without a drop; each time what was given back holds for a whole wait,
+// the next give-back returns twice as many, so a burst of refusals that
+// cut most of a share is undone in a few waits, not one slot per wait.
+// A drop starts the give-back at one slot again.
+func TestCutSlotsComeBack(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeiling(100)
+	d := cutDriver{t, l, clk}
+	clk.Advance(time.Millisecond)
+	for _, le := range acquireN(t, l, 32) {
+		le.Drop() // one slot for the first, two for each answered one
 	}
-	require.Equal(t, 7, l.Limit())
-	for i := range 2 * cutRecovery {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		clk.Advance(time.Millisecond)
-		le.Release()
-		want := 7 + (i+1)/cutRecovery
-		require.Equal(t, want, l.Limit(), "after %d clean round trips", i+1)
+	require.Equal(t, 37, l.Limit(), "a cut of 63")
+	for i, want := range []int{38, 40, 44, 52, 68, 100} {
+		d.clean(cutRecovery - 1)
+		require.Equal(t, []int{37, 38, 40, 44, 52, 68}[i], l.Limit(), "nothing before the wait ends")
+		d.clean(1)
+		require.Equal(t, want, l.Limit(), "after %d clean round trips", (i+1)*cutRecovery)
 	}
+
+	d.clean(cutRecovery) // the last give-back held too
+	clk.Advance(time.Second)
+	d.drop(1)
+	clk.Advance(time.Second)
+	d.drop(1)
+	require.Equal(t, 98, l.Limit())
+	d.clean(cutRecovery)
+	require.Equal(t, 99, l.Limit(), "a drop starts the give-back at one slot again")
 }
 
 // TestLowerCeilingAbsorbsTheCut: a share that falls by as much as the cut
@@ -283,6 +324,7 @@ func TestCutWaitDoublesOnRehit(t *testing.T) {
 	drop()
 	drop() // a second drop of the same burst keeps the doubling
 	require.Equal(t, 4*cutRecovery, l.cutWait)
+	d.clk.Advance(time.Millisecond) // what follows is a new overload, not this one
 
 	l.ClearCeiling()
 	l.SetCeiling(10)
@@ -342,19 +384,19 @@ func (d cutDriver) drop(n int) {
 func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	t.Parallel()
 	d, l := newCutDriver(t)
-	d.drop(3)
+	d.drop(5)
 	d.clean(cutRecovery)
-	require.Equal(t, 8, l.Limit())
-	d.drop(1) // the slot given back, at a cut of 2, is refused: the wait doubles
+	require.Equal(t, 6, l.Limit())
+	d.drop(1) // the slot given back, at a cut of 4, is refused: the wait doubles
 	require.Equal(t, 2*cutRecovery, l.cutWait)
-	require.Equal(t, 7, l.Limit())
+	require.Equal(t, 5, l.Limit())
 	d.clean(2 * cutRecovery)
-	require.Equal(t, 8, l.Limit(), "one slot back after the doubled wait, to the cut refused")
+	require.Equal(t, 6, l.Limit(), "one slot back after the doubled wait, to the cut refused")
 	d.clean(2 * cutRecovery)
-	require.Equal(t, 9, l.Limit(), "it held for the whole wait")
+	require.Equal(t, 8, l.Limit(), "it held for the whole wait: two slots back")
 	require.Equal(t, cutRecovery, l.cutWait)
 	d.clean(cutRecovery)
-	require.Equal(t, 10, l.Limit(), "so the next comes after cutRecovery, not another doubled wait")
+	require.Equal(t, 10, l.Limit(), "so the next come after cutRecovery, not another doubled wait")
 }
 
 // TestCutWaitKeepsGrowingAboveTheRefusedCut: a slot that holds above the
@@ -371,13 +413,13 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 	require.Equal(t, 10, l.Limit())
 	wait := cutRecovery
 	for range 3 {
-		d.drop(2) // the slot given back, at a cut of 0, is refused twice
+		d.drop(2) // the slot given back, at a cut of 0, is refused twice: 1 + 2 slots
 		wait = min(2*wait, maxCutWait)
 		require.Equal(t, wait, l.cutWait)
-		require.Equal(t, 8, l.Limit())
+		require.Equal(t, 7, l.Limit())
 		d.clean(wait)
-		require.Equal(t, 9, l.Limit())
-		d.clean(wait) // holds at a cut of 1, above the refused 0
+		require.Equal(t, 8, l.Limit())
+		d.clean(wait) // holds at a cut of 2, above the refused 0: two back
 		require.Equal(t, 10, l.Limit())
 	}
 	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
@@ -415,6 +457,17 @@ func TestCutLeavesOneSlot(t *testing.T) {
 	require.Equal(t, 2, l.Limit(), "the cut never exceeds ceiling−1, so 5 clean round trips give the slot back")
 	l.SetCeiling(0)
 	require.Zero(t, l.Limit())
+
+	// A two-slot cut stops at ceiling−1 too: a ceiling of 3, one slot
+	// for the first refusal, one (not two) for the answered one.
+	l.SetCeiling(3)
+	clk.Advance(time.Second)
+	leases := acquireN(t, l, 2)
+	leases[0].Drop()
+	require.Equal(t, 2, l.Limit())
+	leases[1].Drop()
+	require.Equal(t, 1, l.Limit(), "an answered drop takes two, but never the last slot")
+	require.Equal(t, 2, l.cut, "cut 2 of a ceiling of 3")
 }
 
 // TestGuardHasNoDeadZone: with a threshold of 0.8, an estimate of 2.6

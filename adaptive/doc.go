@@ -68,15 +68,19 @@
 // A drop multiplies the estimate by Config.BackoffRatio under every law,
 // at most once per round trip: a drop of a request admitted before the
 // last decrease does not decrease again. Under a ceiling, every drop also
-// takes one slot off the ceiling at once (never its last), and 5 round
-// trips without a drop give one back, twice as many each time a slot
-// given back is refused again and 5 again once one given back to the
+// takes one slot off the ceiling at once (never its last), two when the
+// last decrease already answered it (a request admitted before that
+// decrease, or a drop less than rttNoload after it: a further refusal of
+// the same overload), and 5 round trips without a drop give one back,
+// each give-back that holds for a whole wait twice as many as the last
+// (up to 32, one again after a drop); the wait doubles each time a slot
+// given back is refused again and is 5 again once one given back to the
 // cut last refused holds for a whole wait: a fleet node whose share has
-// become too large for the upstream stops refilling its excess slots
-// with requests that will be refused too, without waiting for its next
-// share. With
-// SetFleetLimit, the backoff also takes the estimate down to the fleet's
-// limit less the slots cut.
+// become too large for the upstream
+// stops refilling its excess slots with requests that will be refused
+// too, without waiting for its next share. With SetFleetLimit, the
+// backoff also takes the estimate down to the fleet's limit less the
+// slots cut.
 // With Config.MaxHealthyRTT set, a released sample slower than it counts
 // as a drop. RetryAfter and PauseUntil refuse all admission until the
 // given time.

@@ -58,11 +58,22 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. The ceiling, if any, loses
 // one slot at once (see SetCeiling), so a node whose share is too large
 // for the upstream stops sending its excess before its next share
-// arrives. The estimate is multiplied by BackoffRatio, at most once per
-// round trip, and, with a fleet limit set, capped at that limit less the
-// cut (see SetFleetLimit and backoff). The caller holds l.mu.
+// arrives, and two for a drop the last backoff already answered (see
+// answered): a refusal that comes back at once arrives while the
+// requests sent with it still hold their slots upstream, so once the
+// node has backed off, every further refusal of the same overload says
+// its excess is still being sent; an excess of k slots then ends after
+// about 1 + (k − 1)/2 refusals rather than k. The first refusal of an
+// overload takes one slot. The estimate is multiplied by
+// BackoffRatio, at most once per round trip, and, with a fleet limit
+// set, capped at that limit less the cut (see SetFleetLimit and
+// backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
+	step := 1
+	if l.answered(now, rec) {
+		step = 2
+	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
 		switch {
@@ -74,9 +85,10 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// The last slot given back held for a whole wait.
 			l.cutWait = cutRecovery
 		}
-		l.cut = min(l.cut+1, max(l.ceiling-1, 0))
+		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
+		l.cutStep = 1
 	}
 	bound := math.Inf(1)
 	if l.fleetLimit > 0 && l.cut > 0 {
@@ -85,9 +97,15 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.backoff(now, rec, l.cfg.BackoffRatio, bound)
 }
 
-// recoverCut counts a round trip without a drop and gives back one slot
-// that drops cut from the ceiling once cutWait such round trips have
-// passed since the last drop and since the last slot given back.
+// recoverCut counts a round trip without a drop and gives back cutStep
+// slots that drops cut from the ceiling once cutWait such round trips
+// have passed since the last drop and since the last give-back. cutStep
+// starts at 1 at every drop and doubles, up to maxCutStep, each time a
+// give-back holds for a whole wait: a node whose burst of refusals cut
+// most of its share gets it back in a few waits, where one slot per
+// wait left the fleet's in-flight far below L_global — too far for the
+// utilization guard to let any estimate rise — for as long as the cut
+// lasted.
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
 // drop comes less than cutWait round trips after a slot was given back;
 // it starts again at cutRecovery when a drop comes after a slot given
@@ -100,10 +118,15 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
-		if l.cutGiven == l.cutWait && l.cut <= l.cutHit {
-			// A slot given back to the cut last refused, or below it,
-			// held: the ceiling is not too high there any more.
-			l.cutWait = cutRecovery
+		if l.cutGiven == l.cutWait {
+			// What was given back held for a whole wait: give back
+			// twice as much next time.
+			l.cutStep = min(2*l.cutStep, maxCutStep)
+			if l.cut <= l.cutHit {
+				// At or below the cut last refused: the ceiling is
+				// not too high there any more.
+				l.cutWait = cutRecovery
+			}
 		}
 	}
 	if l.cut == 0 {
@@ -111,7 +134,7 @@ func (l *Limiter) recoverCut() {
 	}
 	l.cutCalm++
 	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.cutWait) {
-		l.cut--
+		l.cut = max(l.cut-l.cutStep, 0)
 		l.cutGiven = 0
 	}
 }
@@ -145,10 +168,7 @@ func (l *Limiter) propose(next float64, load int) {
 // down from, for AIMD's probe (see aimdStep), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
-	if rec.backoffEpoch != l.backoffEpoch {
-		return
-	}
-	if noload, ok := l.window.min(); ok && now.Sub(l.lastBackoff) < noload {
+	if l.answered(now, rec) {
 		return
 	}
 	l.backoffEpoch++
@@ -160,6 +180,18 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	}
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio
+}
+
+// answered reports whether the last backoff already answered an overload
+// signal for rec, which then backs off no further: rec was admitted
+// before that backoff, or the signal comes less than rttNoload after it
+// (see backoff). The caller holds l.mu.
+func (l *Limiter) answered(now time.Time, rec *leaseRecord) bool {
+	if rec.backoffEpoch != l.backoffEpoch {
+		return true
+	}
+	noload, ok := l.window.min()
+	return ok && now.Sub(l.lastBackoff) < noload
 }
 
 func (l *Limiter) clampEstimate(v float64) float64 {

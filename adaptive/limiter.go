@@ -28,6 +28,7 @@ type Limiter struct {
 	cutWait      int       // round trips between slots given back (see recoverCut)
 	cutGiven     int       // round trips since a slot was given back; noneGiven if none since the last drop
 	cutHit       int       // the cut a slot given back left when it was refused within its wait; -1 if none
+	cutStep      int       // slots the next give-back returns (see recoverCut)
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
@@ -75,6 +76,7 @@ func New(cfg Config) (*Limiter, error) {
 		window:   newMinWindow(cfg.RTTWindow),
 		cutWait:  cutRecovery,
 		cutGiven: noneGiven,
+		cutStep:  1,
 		cutHit:   -1,
 		paced:    cfg.InitialLimit,
 
@@ -291,12 +293,13 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 }
 
 // cutRecovery is how many round trips without a drop pass before a slot
-// that a drop cut from the ceiling comes back, and maxCutWait the most
-// that wait grows to when slots given back are refused again (see
-// recoverCut). cutGiven is noneGiven when no slot was given back since
-// the last drop.
+// that a drop cut from the ceiling comes back, maxCutWait the most that
+// wait grows to when slots given back are refused again, and maxCutStep
+// the most slots one give-back returns (see recoverCut). cutGiven is
+// noneGiven when no slot was given back since the last drop.
 const (
 	cutRecovery = 5
 	maxCutWait  = 64
+	maxCutStep  = 32
 	noneGiven   = 1 << 30
 )
