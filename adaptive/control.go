@@ -9,17 +9,18 @@ import (
 // limit becomes min(n − cut, floor(estimate)). A drop adds one to cut at
 // once, or two if the last backoff already answered it (a request
 // admitted before that backoff, or a drop less than rttNoload after it:
-// a further refusal of the same overload), so a node whose share is too
-// large for the upstream stops sending its excess before its next share
-// arrives, after about half as many refusals as the excess has slots
-// once the first has come. 5 round trips without a drop give one slot
-// back; each give-back that holds for a whole wait makes the next one
-// twice as large (up to 32 slots), until a drop starts it at one again,
-// so a burst of refusals that cut most of a share is undone in a few
-// waits. The wait doubles after a slot given back is refused again (up
-// to 64 round trips), until a slot given back to the cut at which one
-// was last refused, or below it, holds for a whole wait, which starts
-// the wait at 5 again. The cut never takes the last slot of
+// a further refusal of an overload already backed off from), so a node
+// whose share is too large for the upstream stops sending its excess
+// before its next share arrives; k requests refused together cut
+// 2k − 1 slots. 5 round trips without a drop give one slot back, and
+// each later give-back twice as many as the one before (up to 32; one
+// again after a drop or a lower ceiling), so a burst of refusals that cut
+// most of a share is undone in a few waits; above the cut that a refused
+// give-back last left, a give-back stops one slot short of it, and that
+// cut is tried one slot at a time. The wait doubles after a give-back is
+// refused within it (up to 64 round trips), until a give-back to the cut
+// last refused, or below it, holds for a whole wait, which starts the
+// wait at 5 again. The cut never takes the last slot of
 // a non-zero ceiling, and a new ceiling lower than the last absorbs as
 // much of the cut as it lowers and starts the wait at 5 again. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes

@@ -396,7 +396,7 @@ func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	require.Equal(t, 8, l.Limit(), "it held for the whole wait: two slots back")
 	require.Equal(t, cutRecovery, l.cutWait)
 	d.clean(cutRecovery)
-	require.Equal(t, 10, l.Limit(), "so the next come after cutRecovery, not another doubled wait")
+	require.Equal(t, 10, l.Limit(), "so the last two come back after cutRecovery, not another doubled wait")
 }
 
 // TestCutWaitKeepsGrowingAboveTheRefusedCut: a slot that holds above the
@@ -413,13 +413,15 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 	require.Equal(t, 10, l.Limit())
 	wait := cutRecovery
 	for range 3 {
-		d.drop(2) // the slot given back, at a cut of 0, is refused twice: 1 + 2 slots
+		d.drop(2) // the give-back, to a cut of 0, is refused twice: 1 + 2 slots
 		wait = min(2*wait, maxCutWait)
 		require.Equal(t, wait, l.cutWait)
 		require.Equal(t, 7, l.Limit())
 		d.clean(wait)
 		require.Equal(t, 8, l.Limit())
-		d.clean(wait) // holds at a cut of 2, above the refused 0: two back
+		d.clean(wait) // holds at a cut of 2: back to just above the refused 0
+		require.Equal(t, 9, l.Limit())
+		d.clean(wait) // and then the refused cut itself, one slot
 		require.Equal(t, 10, l.Limit())
 	}
 	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
@@ -489,4 +491,58 @@ func TestGuardHasNoDeadZone(t *testing.T) {
 		}
 		require.Equal(t, 8.0, l.Estimate(), "from %v", start)
 	}
+}
+
+// TestCutOfAShareThatStaysTooHigh: a share that stays 40 slots above what
+// the upstream serves this node (it serves 60 and refuses the rest at
+// once) costs about one refusal per maxCutWait round trips once the wait
+// has grown, and keeps the node's in-flight at what is served. A
+// give-back that grew while it held must not overshoot the cut at which
+// one was last refused: the refusals of an overshoot of s slots cut
+// 2s − 1, and give-backs of 1, 2 … s/2 then lead to the same overshoot
+// again, every few waits.
+func TestCutOfAShareThatStaysTooHigh(t *testing.T) {
+	t.Parallel()
+	const served = 60
+	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeiling(100)
+	drops, inflight := 0, 0
+	for r := range 2024 {
+		l.SetEstimate(1000) // the cut alone bounds the limit
+		n := l.Limit()
+		leases := acquireN(t, l, n)
+		for _, le := range leases[min(served, n):] {
+			le.Drop()
+		}
+		clk.Advance(time.Millisecond)
+		for _, le := range leases[:min(served, n)] {
+			le.Release()
+		}
+		if r >= 1000 {
+			drops += max(n-served, 0)
+			inflight += min(n, served)
+		}
+	}
+	const rounds = 1024
+	require.LessOrEqual(t, drops, rounds/maxCutWait+1, "refusals over the last %d round trips", rounds)
+	require.GreaterOrEqual(t, float64(inflight)/rounds, served-1.0, "mean in flight and served")
+}
+
+// TestLowerCeilingRestartsTheGiveBack: a lower share starts the give-back
+// at one slot again, as a drop does.
+func TestLowerCeilingRestartsTheGiveBack(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeiling(100)
+	d := cutDriver{t, l, clk}
+	clk.Advance(time.Millisecond)
+	for _, le := range acquireN(t, l, 32) {
+		le.Drop()
+	}
+	d.clean(3 * cutRecovery) // give-backs of 1, 2 and 4
+	require.Equal(t, 44, l.Limit())
+	l.SetCeiling(90) // absorbs 10 of the cut of 56
+	require.Equal(t, 44, l.Limit())
+	d.clean(cutRecovery)
+	require.Equal(t, 45, l.Limit(), "one slot, not the 8 the give-back had grown to")
 }

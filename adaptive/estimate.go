@@ -55,16 +55,17 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	}
 }
 
-// drop applies one overload signal for rec. The ceiling, if any, loses
-// one slot at once (see SetCeiling), so a node whose share is too large
-// for the upstream stops sending its excess before its next share
-// arrives, and two for a drop the last backoff already answered (see
-// answered): a refusal that comes back at once arrives while the
-// requests sent with it still hold their slots upstream, so once the
-// node has backed off, every further refusal of the same overload says
-// its excess is still being sent; an excess of k slots then ends after
-// about 1 + (k − 1)/2 refusals rather than k. The first refusal of an
-// overload takes one slot. The estimate is multiplied by
+// drop applies one overload signal for rec. Under a ceiling, the cut
+// grows at once (see SetCeiling), so a node whose share is too large for
+// the upstream stops sending its excess before its next share arrives:
+// by one slot, or by two when the last backoff already answered the
+// signal (see answered). A refusal that comes back at once arrives while
+// the requests sent with it still hold their slots upstream, so further
+// refusals of an overload already backed off from say the excess is
+// still being sent; at a limit of hundreds it is many slots. k requests
+// refused together thus cut 2k − 1 slots, more than their excess, and
+// the give-back, which grows while it holds (see recoverCut), returns
+// the difference in a few waits. The estimate is multiplied by
 // BackoffRatio, at most once per round trip, and, with a fleet limit
 // set, capped at that limit less the cut (see SetFleetLimit and
 // backoff). The caller holds l.mu.
@@ -97,24 +98,29 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.backoff(now, rec, l.cfg.BackoffRatio, bound)
 }
 
-// recoverCut counts a round trip without a drop and gives back cutStep
-// slots that drops cut from the ceiling once cutWait such round trips
-// have passed since the last drop and since the last give-back. cutStep
-// starts at 1 at every drop and doubles, up to maxCutStep, each time a
-// give-back holds for a whole wait: a node whose burst of refusals cut
-// most of its share gets it back in a few waits, where one slot per
-// wait left the fleet's in-flight far below L_global — too far for the
-// utilization guard to let any estimate rise — for as long as the cut
-// lasted.
+// recoverCut counts a round trip without a drop and gives back slots that
+// drops cut from the ceiling once cutWait such round trips have passed
+// since the last drop and since the last give-back.
+//
+// A give-back returns cutStep slots. cutStep is 1 after a drop or a lower
+// share (see SetCeiling) and doubles, up to maxCutStep, each time a
+// give-back holds for a whole wait, so a burst of refusals that cut
+// most of a node's share is undone in a few waits: while it lasts, the
+// fleet's in-flight stays so far below L_global that the utilization
+// guard lets no estimate rise. Above the cut that a give-back last left
+// and was refused at (cutHit), a give-back stops one slot short of it,
+// and that cut itself is tried one slot at a time: a give-back of s
+// slots refused s times cuts 2s − 1 (see drop), and give-backs of 1, 2 …
+// s/2 would lead to the same overshoot again.
+//
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
-// drop comes less than cutWait round trips after a slot was given back;
-// it starts again at cutRecovery when a drop comes after a slot given
-// back held for a whole wait, as soon as a slot given back to the cut
-// at which one was last refused (cutHit), or below it, has held for a
-// whole wait, and when a lower share absorbs the cut (see SetCeiling). A
-// fleet limit that stays too high then costs fewer and fewer refusals,
-// and one that came right again gets the rest of its cut back at the
-// short pace. The caller holds l.mu.
+// drop comes less than cutWait round trips after a give-back; it starts
+// again at cutRecovery when a drop comes after a give-back held for a
+// whole wait, as soon as a give-back to cutHit, or below it, has held
+// for a whole wait, and when a lower share absorbs the cut. A fleet
+// limit that stays too high then costs fewer and fewer refusals, and
+// one that came right again gets the rest of its cut back at the short
+// pace. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
@@ -134,7 +140,14 @@ func (l *Limiter) recoverCut() {
 	}
 	l.cutCalm++
 	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.cutWait) {
-		l.cut = max(l.cut-l.cutStep, 0)
+		give := l.cutStep
+		if l.cut > l.cutHit {
+			// Above the cut at which a give-back was last refused:
+			// come back to just above it, then try it one slot at a
+			// time.
+			give = min(give, max(l.cut-l.cutHit-1, 1))
+		}
+		l.cut = max(l.cut-give, 0)
 		l.cutGiven = 0
 	}
 }

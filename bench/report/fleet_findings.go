@@ -38,13 +38,14 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
   429s, not a heartbeat of them.** Three mechanisms do it.
   1. **A 429 acts on the node's own admission at once** (adaptive/
      SetCeiling). Every drop takes one slot off the node's ceiling (its
-     share) before the next grant, two for a further drop of an overload
-     already backed off from, so an excess slot is not refilled by
-     a queued request that the provider will refuse too; 5 clean round
-     trips give one slot back (each give-back that holds makes the next
-     twice as large; the wait doubles after a slot given back is refused
-     again, 5 again once a slot given back to the cut last refused
-     holds), and a lower share absorbs the cut. The same 429
+     share) before the next grant, so an excess slot is not refilled by
+     a queued request that the provider will refuse too, and two for a
+     further drop of an overload already backed off from; 5 clean round
+     trips give one slot back (each later give-back twice as many as the
+     one before, but never past the cut a refused give-back last left;
+     the wait doubles after a give-back is refused, 5 again once a
+     give-back to the cut last refused holds), and a lower share absorbs
+     the cut. The same 429
      takes the node's estimate down to L_global less its cut, so the
      lower median, and with it every share, follows.`)
 	if d, ok := diags[bench.Fleetlimit]; ok {
