@@ -79,11 +79,11 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	if l.hasCeiling {
 		switch {
 		case l.cutGiven < l.cutWait:
-			// The slot given back last was refused again: wait longer.
+			// The last give-back was refused within its wait: wait longer.
 			l.cutWait = min(2*l.cutWait, maxCutWait)
 			l.cutHit = l.cut
 		case l.cutGiven != noneGiven:
-			// The last slot given back held for a whole wait.
+			// The last give-back held for a whole wait.
 			l.cutWait = cutRecovery
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
