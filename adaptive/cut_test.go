@@ -65,14 +65,8 @@ func TestAnsweredDropCutsTwo(t *testing.T) {
 // A drop starts the give-back at one slot again.
 func TestCutSlotsComeBack(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
-	l.SetCeiling(100)
-	d := cutDriver{t, l, clk}
-	clk.Advance(time.Millisecond)
-	for _, le := range acquireN(t, l, 32) {
-		le.Drop() // one slot for the first, two for each answered one
-	}
-	require.Equal(t, 37, l.Limit(), "a cut of 63")
+	d, l := newBurstCutDriver(t)
+	clk := d.clk
 	for i, want := range []int{38, 40, 44, 52, 68, 100} {
 		d.clean(cutRecovery - 1)
 		require.Equal(t, []int{37, 38, 40, 44, 52, 68}[i], l.Limit(), "nothing before the wait ends")
@@ -358,6 +352,20 @@ func newCutDriver(t *testing.T) (cutDriver, *Limiter) {
 	return cutDriver{t, l, clk}, l
 }
 
+// newBurstCutDriver returns a driver of a limiter under a ceiling of 100
+// whose 32 requests in flight together were refused: the first refusal
+// cut one slot and each of the 31 it had answered two, a cut of 63.
+func newBurstCutDriver(t *testing.T) (cutDriver, *Limiter) {
+	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeiling(100)
+	clk.Advance(time.Millisecond)
+	for _, le := range acquireN(t, l, 32) {
+		le.Drop()
+	}
+	require.Equal(t, 37, l.Limit(), "a cut of 63")
+	return cutDriver{t, l, clk}, l
+}
+
 // clean runs n round trips without a drop.
 func (d cutDriver) clean(n int) {
 	for range n {
@@ -532,13 +540,7 @@ func TestCutOfAShareThatStaysTooHigh(t *testing.T) {
 // at one slot again, as a drop does.
 func TestLowerCeilingRestartsTheGiveBack(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
-	l.SetCeiling(100)
-	d := cutDriver{t, l, clk}
-	clk.Advance(time.Millisecond)
-	for _, le := range acquireN(t, l, 32) {
-		le.Drop()
-	}
+	d, l := newBurstCutDriver(t)
 	d.clean(3 * cutRecovery) // give-backs of 1, 2 and 4
 	require.Equal(t, 44, l.Limit())
 	l.SetCeiling(90) // absorbs 10 of the cut of 56
