@@ -49,7 +49,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	n = max(n, 0)
 	if l.hasCeiling && n < l.ceiling {
 		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
-		l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
+		l.restartCutRecovery()
 	}
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
@@ -66,7 +66,7 @@ func (l *Limiter) ClearCeiling() {
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut = 0
-	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
+	l.restartCutRecovery()
 	l.dispatch(now)
 	l.mu.Unlock()
 }

@@ -152,6 +152,14 @@ func (l *Limiter) recoverCut() {
 	}
 }
 
+// restartCutRecovery puts the give-back of the cut (see recoverCut) in
+// its initial state: the short wait, one slot per give-back, none given
+// back and no cut refused. A new limiter, a lower share and ClearCeiling
+// start from it. The caller holds l.mu (or owns l).
+func (l *Limiter) restartCutRecovery() {
+	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
+}
+
 // propose moves the estimate to next, subject to the utilization guard:
 // an increase counts only when load reached UtilizationThreshold·estimate
 // or the whole limit, floor(estimate): the load of unit requests never

@@ -74,14 +74,11 @@ func New(cfg Config) (*Limiter, error) {
 		cfg:      cfg,
 		estimate: float64(cfg.InitialLimit),
 		window:   newMinWindow(cfg.RTTWindow),
-		cutWait:  cutRecovery,
-		cutGiven: noneGiven,
-		cutStep:  1,
-		cutHit:   -1,
 		paced:    cfg.InitialLimit,
 
 		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
 	}
+	l.restartCutRecovery()
 	l.queue.heads = make([]head, 0, len(l.queue.flows))
 	l.waiters.New = newWaiter
 	l.recal.schedule(&l.cfg, cfg.Clock.Now())
