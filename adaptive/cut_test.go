@@ -59,8 +59,8 @@ func TestAnsweredDropCutsTwo(t *testing.T) {
 }
 
 // TestCutSlotsComeBack: one slot returns after cutRecovery round trips
-// without a drop; each time what was given back holds for a whole wait,
-// the next give-back returns twice as many, so a burst of refusals that
+// without a drop; each time what was given back holds (cutRecovery round
+// trips without a drop), the next give-back returns twice as many, so a burst of refusals that
 // cut most of a share is undone in a few waits, not one slot per wait.
 // A drop starts the give-back at one slot again.
 func TestCutSlotsComeBack(t *testing.T) {
@@ -292,11 +292,10 @@ func TestFleetLimitBoundsBackoff(t *testing.T) {
 	}
 }
 
-// TestCutWaitDoublesOnRehit: a slot given back and refused again within
-// the wait makes the next wait twice as long, up to maxCutWait; more drops
-// of the same burst keep it; a slot that held for a whole wait, a lower
-// ceiling (which absorbs the cut) and ClearCeiling start it again at
-// cutRecovery.
+// TestCutWaitDoublesOnRehit: a slot given back and refused again before
+// it held makes the next wait twice as long, up to maxCutWait; more drops
+// of the same burst keep it; a slot that held, a lower ceiling (which
+// absorbs the cut) and ClearCeiling start it again at cutRecovery.
 func TestCutWaitDoublesOnRehit(t *testing.T) {
 	t.Parallel()
 	d, l := newCutDriver(t)
@@ -329,7 +328,7 @@ func TestCutWaitDoublesOnRehit(t *testing.T) {
 	}
 	require.Equal(t, maxCutWait, backAfter(), "at most maxCutWait")
 
-	clean(maxCutWait) // the slot given back held for a whole wait
+	clean(cutRecovery) // the slot given back held
 	require.Equal(t, cutRecovery, backAfter(), "a calm stretch starts the wait again")
 
 	require.Equal(t, 2*cutRecovery, backAfter())
@@ -387,9 +386,11 @@ func (d cutDriver) drop(n int) {
 }
 
 // TestCutWaitRestartsOnceASlotHolds: after a doubled wait, a slot given
-// back to the cut at which one was refused that holds for the whole wait
-// brings the rest of the cut back at the cutRecovery pace, without
-// waiting for another drop to say so.
+// back to the cut at which one was refused that holds for cutRecovery
+// round trips brings the rest of the cut back at the cutRecovery pace,
+// without waiting for another drop, or another doubled wait, to say so:
+// an upstream whose capacity grew back gets its slots back after one
+// long wait, not two.
 func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	t.Parallel()
 	d, l := newCutDriver(t)
@@ -401,8 +402,10 @@ func TestCutWaitRestartsOnceASlotHolds(t *testing.T) {
 	require.Equal(t, 5, l.Limit())
 	d.clean(2 * cutRecovery)
 	require.Equal(t, 6, l.Limit(), "one slot back after the doubled wait, to the cut refused")
-	d.clean(2 * cutRecovery)
-	require.Equal(t, 8, l.Limit(), "it held for the whole wait: two slots back")
+	d.clean(cutRecovery - 1)
+	require.Equal(t, 6, l.Limit(), "not held yet")
+	d.clean(1)
+	require.Equal(t, 8, l.Limit(), "it held for cutRecovery round trips: two slots back")
 	require.Equal(t, cutRecovery, l.cutWait)
 	d.clean(cutRecovery)
 	require.Equal(t, 10, l.Limit(), "so the last two come back after cutRecovery, not another doubled wait")
@@ -427,13 +430,58 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 		require.Equal(t, wait, l.cutWait)
 		require.Equal(t, 7, l.Limit())
 		d.clean(wait)
-		require.Equal(t, 8, l.Limit())
-		d.clean(wait) // holds at a cut of 2: back to just above the refused 0
+		require.Equal(t, 8, l.Limit(), "one slot back after the wait")
+		d.clean(cutRecovery) // holds at a cut of 2: back to just above the refused 0
 		require.Equal(t, 9, l.Limit())
-		d.clean(wait) // and then the refused cut itself, one slot
+		d.clean(cutRecovery) // and then the refused cut itself, one slot
 		require.Equal(t, 10, l.Limit())
 	}
 	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
+}
+
+// TestLateRefusalIsTheGiveBacks: a give-back holds only once as many
+// round trips have passed as the last drop took to come back after its
+// request was admitted. A request that hangs while others come and go,
+// and is refused later (a timeout, a 503 after a queue), thus refuses
+// the give-back it went out with once the first such refusal has shown
+// how late they come: the wait grows again instead of starting at
+// cutRecovery after every give-back, which would be judged to have held
+// before its refusal could come.
+func TestLateRefusalIsTheGiveBacks(t *testing.T) {
+	t.Parallel()
+	d, l := newCutDriver(t)
+	d.drop(1)
+	for l.cutWait < maxCutWait { // give-backs refused at once: the wait grows
+		d.clean(l.cutWait)
+		d.drop(1)
+	}
+	require.Equal(t, cutRecovery, l.holdRounds())
+	const hang = 12
+	// late gives a slot back, sends a request in it that hangs for hang
+	// round trips and is refused, and returns the round trips the slot
+	// took to come back.
+	late := func() int {
+		limit := l.Limit()
+		n := 0
+		for l.Limit() == limit {
+			d.clean(1)
+			n++
+		}
+		require.Equal(t, limit+1, l.Limit(), "one slot back")
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		d.clean(hang)
+		le.Drop()
+		require.Equal(t, hang+1, l.holdRounds(), "the hold outlasts the refusal's lag")
+		return n
+	}
+	require.Equal(t, maxCutWait, late())
+	require.Equal(t, 2*cutRecovery, l.cutWait,
+		"the first late refusal came after the give-back held at cutRecovery, which started the wait again")
+	for _, want := range []int{2 * cutRecovery, 4 * cutRecovery, 8 * cutRecovery, maxCutWait, maxCutWait} {
+		require.Equal(t, want, late(), "the give-back came after the wait")
+		require.Equal(t, min(2*want, maxCutWait), l.cutWait, "refused before it held: the wait doubles")
+	}
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

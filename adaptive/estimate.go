@@ -77,14 +77,12 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
-		switch {
-		case l.cutGiven < l.cutWait:
-			// The last give-back was refused within its wait: wait longer.
+		l.cutLag = int(min(l.round-rec.round, maxCutWait))
+		if l.cutGiven < l.holdRounds() {
+			// The last give-back was refused before it held: wait
+			// longer before the next.
 			l.cutWait = min(2*l.cutWait, maxCutWait)
 			l.cutHit = l.cut
-		case l.cutGiven != noneGiven:
-			// The last give-back held for a whole wait.
-			l.cutWait = cutRecovery
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven
@@ -99,34 +97,41 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 }
 
 // recoverCut counts a round trip without a drop and gives back slots that
-// drops cut from the ceiling once cutWait such round trips have passed
-// since the last drop and since the last give-back.
+// drops cut from the ceiling: the first once cutWait such round trips
+// have passed since the last drop, each later one once the last has held.
 //
-// A give-back returns cutStep slots. cutStep is 1 after a drop or a lower
-// share (see SetCeiling) and doubles, up to maxCutStep, each time a
-// give-back holds for a whole wait, so a burst of refusals that cut
-// most of a node's share is undone in a few waits: while it lasts, the
-// fleet's in-flight stays so far below L_global that the utilization
-// guard lets no estimate rise. Above the cut that a give-back last left
-// and was refused at (cutHit), a give-back stops one slot short of it,
-// and that cut itself is tried one slot at a time: a give-back of s
-// slots refused s times cuts 2s − 1 (see drop), and give-backs of 1, 2 …
-// s/2 would lead to the same overshoot again.
+// A give-back holds when holdRounds round trips pass without a drop:
+// cutRecovery, or one more than the last drop took to come back after
+// its request was admitted, if that is more (at most maxCutWait). The
+// excess a give-back lets out is sent within a round trip or two, and a
+// refusal takes as long to come back as refusals do: at once for a 429,
+// a timeout later for a request that hangs. A give-back returns cutStep
+// slots. cutStep is 1 after a drop or a lower share (see SetCeiling) and
+// doubles, up to maxCutStep, each time a give-back holds, so a burst of
+// refusals that cut most of a node's share is undone in a few waits:
+// while it lasts, the fleet's in-flight stays so far below L_global that
+// the utilization guard lets no estimate rise. Above the cut that a
+// give-back last left and was refused at (cutHit), a give-back stops one
+// slot short of it, and that cut itself is tried one slot at a time: a
+// give-back of s slots refused s times cuts 2s − 1 (see drop), and
+// give-backs of 1, 2 … s/2 would lead to the same overshoot again.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
-// drop comes less than cutWait round trips after a give-back; it starts
-// again at cutRecovery when a drop comes after a give-back held for a
-// whole wait, as soon as a give-back to cutHit, or below it, has held
-// for a whole wait, and when a lower share absorbs the cut. A fleet
-// limit that stays too high then costs fewer and fewer refusals, and
-// one that came right again gets the rest of its cut back at the short
-// pace. The caller holds l.mu.
+// give-back is refused before it held; it starts again at cutRecovery as
+// soon as a give-back to cutHit, or below it, has held, and when a lower
+// share absorbs the cut. A fleet limit that stays too high then costs
+// fewer and fewer refusals, and one that came right again — an upstream
+// whose capacity grew back — gets the rest of its cut back at the short
+// pace after a single long wait: the next give-backs wait only for the
+// last to hold. The price is paid where one probe costs several
+// refusals: a cycle of one long wait and m short ones instead of m long
+// ones is refused more often. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
-		if l.cutGiven == l.cutWait {
-			// What was given back held for a whole wait: give back
-			// twice as much next time.
+		if l.cutGiven == l.holdRounds() {
+			// What was given back held: give back twice as much
+			// next time.
 			l.cutStep = min(2*l.cutStep, maxCutStep)
 			if l.cut <= l.cutHit {
 				// At or below the cut last refused: the ceiling is
@@ -139,7 +144,7 @@ func (l *Limiter) recoverCut() {
 		return
 	}
 	l.cutCalm++
-	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.cutWait) {
+	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.holdRounds()) {
 		give := l.cutStep
 		if l.cut > l.cutHit {
 			// Above the cut at which a give-back was last refused:
@@ -150,6 +155,12 @@ func (l *Limiter) recoverCut() {
 		l.cut = max(l.cut-give, 0)
 		l.cutGiven = 0
 	}
+}
+
+// holdRounds is how many round trips without a drop a give-back takes
+// to hold (see recoverCut). The caller holds l.mu.
+func (l *Limiter) holdRounds() int {
+	return min(max(cutRecovery, l.cutLag+1), maxCutWait)
 }
 
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in

@@ -25,10 +25,11 @@ type Limiter struct {
 	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
 	cut          int       // slots drops have taken off the ceiling; < ceiling unless 0
 	cutCalm      int       // round trips without a drop since the last one, while cut > 0
-	cutWait      int       // round trips between give-backs (see recoverCut)
+	cutWait      int       // round trips from a drop to the first give-back (see recoverCut)
 	cutGiven     int       // round trips since the last give-back; noneGiven if none since the last drop
-	cutHit       int       // the cut a give-back left when it was refused within its wait; -1 if none
+	cutHit       int       // the cut a give-back left when it was refused before it held; -1 if none
 	cutStep      int       // slots the next give-back returns (see recoverCut)
+	cutLag       int       // round trips the last drop under a ceiling came after its request's admission, at most maxCutWait
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
@@ -290,10 +291,12 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 }
 
 // cutRecovery is how many round trips without a drop pass before a slot
-// that a drop cut from the ceiling comes back, maxCutWait the most that
-// wait grows to when give-backs are refused again, and maxCutStep
-// the most slots one give-back returns (see recoverCut). cutGiven is
-// noneGiven when no slot was given back since the last drop.
+// that a drop cut from the ceiling comes back, and the fewest after which
+// a give-back holds; maxCutWait the most that the wait after a drop grows
+// to when give-backs are refused again, and the most a give-back waits to
+// hold; maxCutStep the most slots one give-back returns (see
+// recoverCut). cutGiven is noneGiven when no slot was given back since
+// the last drop.
 const (
 	cutRecovery = 5
 	maxCutWait  = 64

@@ -287,10 +287,11 @@ about a round trip, not sent in one burst. Under a ceiling
 (a fleet node's share) every 429 also takes one slot off the ceiling at
 once, two for a further 429 of an overload already backed off from (of a
 request admitted before that backoff, or less than a no-load round trip
-after it), and 5 clean round trips give one back (each later give-back
-twice as many as the one before, but never past the cut a refused
-give-back last left; the wait doubles each time a give-back is refused,
-5 again once a give-back to the cut last refused holds); a 429 keeps its slot until a served request's
+after it), and 5 clean round trips give one back (each give-back that
+holds for 5 more twice as many as the one before, but never past the
+cut a refused give-back last left; the wait doubles each time a
+give-back is refused before it held, 5 again once a give-back to the cut
+last refused holds); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut (SetFleetLimit); and each
 grant after requests of the node's own and no 429 since the last counts

@@ -41,10 +41,11 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      share) before the next grant, so an excess slot is not refilled by
      a queued request that the provider will refuse too, and two for a
      further drop of an overload already backed off from; 5 clean round
-     trips give one slot back (each later give-back twice as many as the
-     one before, but never past the cut a refused give-back last left;
-     the wait doubles after a give-back is refused, 5 again once a
-     give-back to the cut last refused holds), and a lower share absorbs
+     trips give one slot back (each give-back that holds for 5 more twice
+     as many as the one before, but never past the cut a refused
+     give-back last left; the wait doubles after a give-back is refused
+     before it held, 5 again once a give-back to the cut last refused
+     holds), and a lower share absorbs
      the cut. The same 429
      takes the node's estimate down to L_global less its cut, so the
      lower median, and with it every share, follows.`)
