@@ -14,8 +14,9 @@ import (
 // before its next share arrives; k requests refused together cut
 // 2k − 1 slots. 5 round trips without a drop (the wait) give one slot
 // back; a give-back holds when 5 more pass without a drop (or, if the
-// last drop came more than 4 round trips after its request was admitted,
-// one more than it took, up to 64), and then the next comes, twice as
+// last drop of a request sent after slots came back came more than 4
+// round trips after its admission, one more than it took, up to 64), and
+// then the next comes, twice as
 // many as the one before (up to 32; one again after a drop or a lower
 // ceiling), so a burst of refusals that cut most of a share is undone in
 // a few waits; above the cut that a refused give-back last left, a

@@ -439,7 +439,7 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
 }
 
-// TestLateRefusalIsTheGiveBacks: a give-back holds only once as many
+// TestLateRefusalCountsAgainstItsGiveBack: a give-back holds only once as many
 // round trips have passed as the last drop took to come back after its
 // request was admitted. A request that hangs while others come and go,
 // and is refused later (a timeout, a 503 after a queue), thus refuses
@@ -447,7 +447,7 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 // how late they come: the wait grows again instead of starting at
 // cutRecovery after every give-back, which would be judged to have held
 // before its refusal could come.
-func TestLateRefusalIsTheGiveBacks(t *testing.T) {
+func TestLateRefusalCountsAgainstItsGiveBack(t *testing.T) {
 	t.Parallel()
 	d, l := newCutDriver(t)
 	d.drop(1)
@@ -482,6 +482,66 @@ func TestLateRefusalIsTheGiveBacks(t *testing.T) {
 		require.Equal(t, want, late(), "the give-back came after the wait")
 		require.Equal(t, min(2*want, maxCutWait), l.cutWait, "refused before it held: the wait doubles")
 	}
+
+	// A give-back's request that hangs longer than maxCutWait holds the
+	// next give-backs for maxCutWait round trips, no more.
+	d.clean(maxCutWait)
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	d.clean(3 * maxCutWait)
+	le.Drop()
+	require.Equal(t, maxCutWait, l.holdRounds())
+	// One refused at once brings the hold back to cutRecovery.
+	d.clean(maxCutWait)
+	d.drop(1)
+	require.Equal(t, cutRecovery, l.holdRounds())
+}
+
+// TestStaleDropLeavesTheHold: the drop of a request admitted before the
+// first give-back since the last drop — here one that hung for 200 round
+// trips and timed out at the end of a burst of 429s, or long before a
+// give-back that held — says nothing of how late a give-back's refusal
+// comes: the hold stays at cutRecovery, the cut comes back at the usual
+// pace, and a give-back that held is not blamed.
+func TestStaleDropLeavesTheHold(t *testing.T) {
+	t.Parallel()
+	t.Run("at the end of a burst", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+		l.SetCeiling(100)
+		d := cutDriver{t, l, clk}
+		stale, ok := l.TryAcquire()
+		require.True(t, ok)
+		d.clean(200)
+		clk.Advance(time.Millisecond)
+		for _, le := range acquireN(t, l, 32) {
+			le.Drop()
+		}
+		stale.Drop()
+		require.Equal(t, cutRecovery, l.holdRounds())
+		n := 0
+		for l.Limit() < 100 && n < 10*maxCutWait {
+			d.clean(1)
+			n++
+		}
+		require.Equal(t, 100, l.Limit())
+		require.LessOrEqual(t, n, 8*cutRecovery, "give-backs held for maxCutWait would take about 6·maxCutWait")
+	})
+	t.Run("after a give-back held", func(t *testing.T) {
+		t.Parallel()
+		d, l := newCutDriver(t)
+		stale, ok := l.TryAcquire()
+		require.True(t, ok)
+		d.clean(100)
+		d.drop(1)
+		d.clean(cutRecovery) // the slot comes back
+		d.clean(2 * cutRecovery)
+		require.Equal(t, 10, l.Limit(), "and held")
+		stale.Drop()
+		require.Equal(t, cutRecovery, l.holdRounds())
+		require.Equal(t, cutRecovery, l.cutWait, "a new overload, not the give-back's refusal")
+		require.Equal(t, -1, l.cutHit)
+	})
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

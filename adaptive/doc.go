@@ -75,7 +75,8 @@
 // the upstream stops refilling its excess slots with requests that will
 // be refused too, without waiting for its next share. 5 round trips
 // without a drop give one slot back, and each give-back that holds (5
-// round trips without a drop, more if drops come back late) is followed
+// round trips without a drop, more if the requests sent after slots came
+// back are refused late) is followed
 // by one twice as large (up to 32; one again after a drop or a lower
 // ceiling), but never past the cut a refused give-back last left, which
 // is tried one slot at a time; the wait after a drop doubles each time a

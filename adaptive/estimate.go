@@ -77,12 +77,21 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
-		l.cutLag = int(min(l.round-rec.round, maxCutWait))
-		if l.cutGiven < l.holdRounds() {
+		if l.cutGiven != noneGiven && rec.round >= l.cutFrom {
+			// A request sent after slots came back: how late its
+			// refusal came is how long a give-back waits to hold.
+			// An older request's says nothing of give-backs.
+			l.cutLag = int(min(l.round-rec.round, maxCutWait))
+		}
+		switch {
+		case l.cutGiven < l.holdRounds():
 			// The last give-back was refused before it held: wait
 			// longer before the next.
 			l.cutWait = min(2*l.cutWait, maxCutWait)
 			l.cutHit = l.cut
+		case l.cutGiven != noneGiven:
+			// The last give-back held: this is a new overload.
+			l.cutWait = cutRecovery
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven
@@ -101,11 +110,17 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // have passed since the last drop, each later one once the last has held.
 //
 // A give-back holds when holdRounds round trips pass without a drop:
-// cutRecovery, or one more than the last drop took to come back after
-// its request was admitted, if that is more (at most maxCutWait). The
-// excess a give-back lets out is sent within a round trip or two, and a
-// refusal takes as long to come back as refusals do: at once for a 429,
-// a timeout later for a request that hangs. A give-back returns cutStep
+// cutRecovery, or one more than the last drop of a request sent after
+// slots came back took to come back after its admission, if that is
+// more (at most maxCutWait). The excess a give-back lets out is sent
+// within a round trip or two, and a refusal takes as long to come back
+// as refusals do: at once for a 429, a timeout later for a request that
+// hangs. Drops of requests admitted before the first give-back since the
+// last drop say nothing of give-backs and leave the hold as it is: a
+// stale request timed out at the end of a burst of 429s does not slow
+// the give-backs that follow. The first late refusal of a give-back's
+// request teaches the lag, so until then a give-back may be judged to
+// have held before its refusal came. A give-back returns cutStep
 // slots. cutStep is 1 after a drop or a lower share (see SetCeiling) and
 // doubles, up to maxCutStep, each time a give-back holds, so a burst of
 // refusals that cut most of a node's share is undone in a few waits:
@@ -117,9 +132,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // give-backs of 1, 2 … s/2 would lead to the same overshoot again.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
-// give-back is refused before it held; it starts again at cutRecovery as
-// soon as a give-back to cutHit, or below it, has held, and when a lower
-// share absorbs the cut. A fleet limit that stays too high then costs
+// drop comes before the last give-back held; it starts again at
+// cutRecovery when a drop comes after it held, as soon as a give-back to
+// cutHit, or below it, has held, and when a lower share absorbs the cut. A fleet limit that stays too high then costs
 // fewer and fewer refusals, and one that came right again — an upstream
 // whose capacity grew back — gets the rest of its cut back at the short
 // pace after a single long wait: the next give-backs wait only for the
@@ -153,6 +168,9 @@ func (l *Limiter) recoverCut() {
 			give = min(give, max(l.cut-l.cutHit-1, 1))
 		}
 		l.cut = max(l.cut-give, 0)
+		if l.cutGiven == noneGiven {
+			l.cutFrom = l.round
+		}
 		l.cutGiven = 0
 	}
 }
