@@ -14,19 +14,19 @@ import (
 // before its next share arrives; k requests refused together cut
 // 2k − 1 slots. 5 round trips without a drop (the wait) give one slot
 // back; a give-back holds when 5 more pass without a drop (or, if the
-// last drop of a request sent after slots came back came more than 4
-// round trips after its admission, one more than it took, up to 64), and
-// then the next comes, twice as
-// many as the one before (up to 32; one again after a drop or a lower
-// ceiling), so a burst of refusals that cut most of a share is undone in
-// a few waits; above the cut that a refused give-back last left, a
-// give-back stops one slot short of it, and that cut is tried one slot
-// at a time. The wait doubles each time a give-back is refused before it
-// held (up to 64 round trips), until a give-back to the cut last
-// refused, or below it, holds, which sets the wait to 5 again. The cut
-// never takes the last slot of a non-zero ceiling, and a new ceiling
-// lower than the last absorbs as much of the cut as it lowers and sets
-// the wait to 5 again, counted from the last drop. The
+// last refusal of a request sent while slots were coming back came more
+// than 4 round trips after the request, one more than it took, up to
+// 64), and then the next comes, twice as many as the one before (up to
+// 32; one again after a drop or a lower ceiling), so a burst of
+// refusals that cut most of a share is undone in a few waits; above the
+// cut that a refused give-back last left, a give-back stops one slot
+// short of it, and that cut is tried one slot at a time. The wait
+// doubles each time a give-back is refused before it held (up to 64
+// round trips), and is 5 again once a give-back to the cut last
+// refused, or below it, holds, and at a drop after the last give-back
+// held. The cut never takes the last slot of a non-zero ceiling, and a
+// new ceiling lower than the last absorbs as much of the cut as it
+// lowers and sets the wait to 5 again, counted from the last drop. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes
 // the weight in flight above it, not even
 // that of a request admitted alone above the limit, and a waiter heavier

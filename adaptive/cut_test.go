@@ -439,9 +439,10 @@ func TestCutWaitKeepsGrowingAboveTheRefusedCut(t *testing.T) {
 	require.Equal(t, 8*cutRecovery, l.cutWait, "the wait doubled on every refusal")
 }
 
-// TestLateRefusalCountsAgainstItsGiveBack: a give-back holds only once as many
-// round trips have passed as the last drop took to come back after its
-// request was admitted. A request that hangs while others come and go,
+// TestLateRefusalCountsAgainstItsGiveBack: a give-back holds only once
+// as many round trips have passed as the last refusal of a request sent
+// while slots were coming back took to come back after its admission. A
+// request that hangs while others come and go,
 // and is refused later (a timeout, a 503 after a queue), thus refuses
 // the give-back it went out with once the first such refusal has shown
 // how late they come: the wait grows again instead of starting at
@@ -497,36 +498,59 @@ func TestLateRefusalCountsAgainstItsGiveBack(t *testing.T) {
 	require.Equal(t, cutRecovery, l.holdRounds())
 }
 
-// TestStaleDropLeavesTheHold: the drop of a request admitted before the
-// first give-back since the last drop — here one that hung for 200 round
-// trips and timed out at the end of a burst of 429s, or long before a
+// TestStaleDropLeavesTheHold: the drop of a request that was not sent
+// while slots were coming back — one that hung for 200 round trips and
+// timed out at the start or the end of a burst of 429s, before any
+// give-back or after the last cut came back, or one sent long before a
 // give-back that held — says nothing of how late a give-back's refusal
 // comes: the hold stays at cutRecovery, the cut comes back at the usual
 // pace, and a give-back that held is not blamed.
 func TestStaleDropLeavesTheHold(t *testing.T) {
 	t.Parallel()
-	t.Run("at the end of a burst", func(t *testing.T) {
-		t.Parallel()
-		l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
-		l.SetCeiling(100)
-		d := cutDriver{t, l, clk}
-		stale, ok := l.TryAcquire()
-		require.True(t, ok)
-		d.clean(200)
-		clk.Advance(time.Millisecond)
-		for _, le := range acquireN(t, l, 32) {
-			le.Drop()
-		}
-		stale.Drop()
-		require.Equal(t, cutRecovery, l.holdRounds())
-		n := 0
-		for l.Limit() < 100 && n < 10*maxCutWait {
-			d.clean(1)
-			n++
-		}
-		require.Equal(t, 100, l.Limit())
-		require.LessOrEqual(t, n, 8*cutRecovery, "give-backs held for maxCutWait would take about 6·maxCutWait")
-	})
+	for _, c := range []struct {
+		name        string
+		earlierCut  bool // a cut that came back and held before the stale request was sent
+		staleIsLast bool
+	}{
+		{"at the end of a burst", false, true},
+		{"at the start of a burst", false, false},
+		{"after the last cut came back, at the start of a burst", true, false},
+		{"after the last cut came back, at the end of a burst", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+			l.SetCeiling(100)
+			d := cutDriver{t, l, clk}
+			if c.earlierCut {
+				d.drop(1)
+				d.clean(2 * cutRecovery)
+				require.Equal(t, 100, l.Limit(), "the earlier cut came back and held")
+			}
+			stale, ok := l.TryAcquire()
+			require.True(t, ok)
+			d.clean(200)
+			clk.Advance(time.Millisecond)
+			burst := acquireN(t, l, 32)
+			if !c.staleIsLast {
+				stale.Drop()
+			}
+			for _, le := range burst {
+				le.Drop()
+			}
+			if c.staleIsLast {
+				stale.Drop()
+			}
+			require.Equal(t, cutRecovery, l.holdRounds())
+			n := 0
+			for l.Limit() < 100 && n < 10*maxCutWait {
+				d.clean(1)
+				n++
+			}
+			require.Equal(t, 100, l.Limit())
+			require.LessOrEqual(t, n, 8*cutRecovery, "give-backs held for maxCutWait would take about 6·maxCutWait")
+		})
+	}
 	t.Run("after a give-back held", func(t *testing.T) {
 		t.Parallel()
 		d, l := newCutDriver(t)
@@ -542,6 +566,29 @@ func TestStaleDropLeavesTheHold(t *testing.T) {
 		require.Equal(t, cutRecovery, l.cutWait, "a new overload, not the give-back's refusal")
 		require.Equal(t, -1, l.cutHit)
 	})
+}
+
+// TestDropThatShortensTheHold: under a hold of 13 learned from a late
+// refusal, a request sent after a give-back and refused at once 8 round
+// trips later says refusals come at once again: the give-back, 8 round
+// trips old, had held by that measure, so the drop is a new overload
+// and the wait starts at cutRecovery again instead of doubling.
+func TestDropThatShortensTheHold(t *testing.T) {
+	t.Parallel()
+	d, l := newCutDriver(t)
+	d.drop(1)
+	d.clean(cutRecovery)
+	h, ok := l.TryAcquire() // sent in the slot given back
+	require.True(t, ok)
+	d.clean(12)
+	h.Drop()
+	require.Equal(t, 13, l.holdRounds())
+	require.Equal(t, 2*cutRecovery, l.cutWait)
+	d.clean(l.cutWait) // a slot back, to the cut refused
+	d.clean(8)
+	d.drop(1)
+	require.Equal(t, cutRecovery, l.holdRounds())
+	require.Equal(t, cutRecovery, l.cutWait)
 }
 
 func TestFlatLatencyIsValid(t *testing.T) {

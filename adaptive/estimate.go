@@ -77,12 +77,13 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
-		if l.cutGiven != noneGiven && rec.round >= l.cutFrom {
-			// A request sent after slots came back: how late its
-			// refusal came is how long a give-back waits to hold.
-			// An older request's says nothing of give-backs.
+		if rec.round >= l.cutFrom && rec.round < l.cutUntil {
+			// A request sent while slots were coming back: how late
+			// its refusal came is how long a give-back waits to
+			// hold. Any other request's says nothing of give-backs.
 			l.cutLag = int(min(l.round-rec.round, maxCutWait))
 		}
+		l.closeCutWindow(l.round + 1)
 		switch {
 		case l.cutGiven < l.holdRounds():
 			// The last give-back was refused before it held: wait
@@ -90,7 +91,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			l.cutWait = min(2*l.cutWait, maxCutWait)
 			l.cutHit = l.cut
 		case l.cutGiven != noneGiven:
-			// The last give-back held: this is a new overload.
+			// The last give-back held: a new overload.
 			l.cutWait = cutRecovery
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
@@ -110,17 +111,20 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // have passed since the last drop, each later one once the last has held.
 //
 // A give-back holds when holdRounds round trips pass without a drop:
-// cutRecovery, or one more than the last drop of a request sent after
-// slots came back took to come back after its admission, if that is
-// more (at most maxCutWait). The excess a give-back lets out is sent
-// within a round trip or two, and a refusal takes as long to come back
-// as refusals do: at once for a 429, a timeout later for a request that
-// hangs. Drops of requests admitted before the first give-back since the
-// last drop say nothing of give-backs and leave the hold as it is: a
-// stale request timed out at the end of a burst of 429s does not slow
+// cutRecovery, or one more than the last refusal of a request sent while
+// slots were coming back took to come back after its admission, if that
+// is more (at most maxCutWait). Slots are coming back from the first
+// give-back after a drop until the next drop, or until the give-back
+// that returned the last slot held. The excess a give-back lets out is
+// sent within a round trip or two, and a refusal takes as long to come
+// back as refusals do: at once for a 429, a timeout later for a request
+// that hangs. A drop of any other request says nothing of give-backs and
+// leaves the hold as it is: a stale request that times out at the end of
+// a burst of 429s, or long after the last cut came back, does not slow
 // the give-backs that follow. The first late refusal of a give-back's
 // request teaches the lag, so until then a give-back may be judged to
-// have held before its refusal came. A give-back returns cutStep
+// have held before its refusal came. The lag is the upstream's, not the
+// share's: a new ceiling keeps it. A give-back returns cutStep
 // slots. cutStep is 1 after a drop or a lower share (see SetCeiling) and
 // doubles, up to maxCutStep, each time a give-back holds, so a burst of
 // refusals that cut most of a node's share is undone in a few waits:
@@ -131,10 +135,11 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // give-back of s slots refused s times cuts 2s − 1 (see drop), and
 // give-backs of 1, 2 … s/2 would lead to the same overshoot again.
 //
-// cutWait starts at cutRecovery and doubles, up to maxCutWait, whenever a
-// drop comes before the last give-back held; it starts again at
-// cutRecovery when a drop comes after it held, as soon as a give-back to
-// cutHit, or below it, has held, and when a lower share absorbs the cut. A fleet limit that stays too high then costs
+// cutWait starts at cutRecovery and doubles, up to maxCutWait, at the
+// first drop that comes before the last give-back held (by the hold as
+// that drop leaves it); it starts again at cutRecovery at a drop that
+// comes after the last give-back held, as soon as a give-back to cutHit,
+// or below it, has held, and when a lower share absorbs the cut. A fleet limit that stays too high then costs
 // fewer and fewer refusals, and one that came right again — an upstream
 // whose capacity grew back — gets the rest of its cut back at the short
 // pace after a single long wait: the next give-backs wait only for the
@@ -153,6 +158,11 @@ func (l *Limiter) recoverCut() {
 				// not too high there any more.
 				l.cutWait = cutRecovery
 			}
+			if l.cut == 0 {
+				// The last slot came back: requests admitted from
+				// this round on are sent at the full ceiling.
+				l.closeCutWindow(l.round)
+			}
 		}
 	}
 	if l.cut == 0 {
@@ -169,7 +179,7 @@ func (l *Limiter) recoverCut() {
 		}
 		l.cut = max(l.cut-give, 0)
 		if l.cutGiven == noneGiven {
-			l.cutFrom = l.round
+			l.cutFrom, l.cutUntil = l.round, math.MaxUint64
 		}
 		l.cutGiven = 0
 	}
@@ -181,12 +191,21 @@ func (l *Limiter) holdRounds() int {
 	return min(max(cutRecovery, l.cutLag+1), maxCutWait)
 }
 
+// closeCutWindow ends the rounds in which an admitted request counts as
+// sent while slots were coming back (see recoverCut) before round until,
+// if they have not ended yet. The caller holds l.mu.
+func (l *Limiter) closeCutWindow(until uint64) {
+	l.cutUntil = min(l.cutUntil, until)
+}
+
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in
 // its initial state: the short wait, one slot per give-back, none given
-// back and no cut refused. A new limiter, a lower share and ClearCeiling
+// back, no cut refused and no slots coming back. It keeps the hold's lag,
+// which is the upstream's. A new limiter, a lower share and ClearCeiling
 // start from it. The caller holds l.mu (or owns l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
+	l.closeCutWindow(l.round + 1)
 }
 
 // propose moves the estimate to next, subject to the utilization guard:

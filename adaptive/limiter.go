@@ -29,8 +29,9 @@ type Limiter struct {
 	cutGiven     int       // round trips since the last give-back; noneGiven if none since the last drop
 	cutHit       int       // the cut a give-back left when it was refused before it held; -1 if none
 	cutStep      int       // slots the next give-back returns (see recoverCut)
-	cutFrom      uint64    // round of the first give-back since the last drop
-	cutLag       int       // round trips the last drop of a request sent since cutFrom came after its admission, at most maxCutWait
+	cutFrom      uint64    // slots were coming back in rounds [cutFrom, cutUntil) (see recoverCut)
+	cutUntil     uint64    // math.MaxUint64 while they still are
+	cutLag       int       // round trips a refusal of a request sent then last took, at most maxCutWait
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
