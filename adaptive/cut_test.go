@@ -484,12 +484,14 @@ func TestLateRefusalCountsAgainstItsGiveBack(t *testing.T) {
 		require.Equal(t, min(2*want, maxCutWait), l.cutWait, "refused before it held: the wait doubles")
 	}
 
-	// A give-back's request that hangs longer than maxCutWait holds the
-	// next give-backs for maxCutWait round trips, no more.
+	// A give-back's request refused more than maxCutWait round trips
+	// after it was sent, but less than maxCutWait after the last slot
+	// came back, holds the next give-backs for maxCutWait round trips,
+	// no more.
 	d.clean(maxCutWait)
 	le, ok := l.TryAcquire()
 	require.True(t, ok)
-	d.clean(3 * maxCutWait)
+	d.clean(maxCutWait + 6)
 	le.Drop()
 	require.Equal(t, maxCutWait, l.holdRounds())
 	// One refused at once brings the hold back to cutRecovery.
@@ -498,24 +500,26 @@ func TestLateRefusalCountsAgainstItsGiveBack(t *testing.T) {
 	require.Equal(t, cutRecovery, l.holdRounds())
 }
 
-// TestStaleDropLeavesTheHold: the drop of a request that was not sent
-// while slots were coming back — one that hung for 200 round trips and
-// timed out at the start or the end of a burst of 429s, before any
-// give-back or after the last cut came back, or one sent long before a
-// give-back that held — says nothing of how late a give-back's refusal
-// comes: the hold stays at cutRecovery, the cut comes back at the usual
-// pace, and a give-back that held is not blamed.
+// TestStaleDropLeavesTheHold: a request that hung for 200 round trips
+// and timed out at the start or the end of a burst of 429s — sent before
+// any give-back, after the last cut came back, or while a slot was
+// coming back but refused long after it came back — or one sent long
+// before a give-back that held says nothing of how late a give-back's
+// refusal comes: the hold stays at cutRecovery, the cut comes back at
+// the usual pace, and a give-back that held is not blamed.
 func TestStaleDropLeavesTheHold(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name        string
-		earlierCut  bool // a cut that came back and held before the stale request was sent
+		earlierCut  bool // a cut that came back before the stale request was sent
+		whileBack   bool // … and the stale request was sent while it came back
 		staleIsLast bool
 	}{
-		{"at the end of a burst", false, true},
-		{"at the start of a burst", false, false},
-		{"after the last cut came back, at the start of a burst", true, false},
-		{"after the last cut came back, at the end of a burst", true, true},
+		{"at the end of a burst", false, false, true},
+		{"at the start of a burst", false, false, false},
+		{"after the last cut came back, at the start of a burst", true, false, false},
+		{"after the last cut came back, at the end of a burst", true, false, true},
+		{"sent while the last cut came back", true, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -524,8 +528,11 @@ func TestStaleDropLeavesTheHold(t *testing.T) {
 			d := cutDriver{t, l, clk}
 			if c.earlierCut {
 				d.drop(1)
-				d.clean(2 * cutRecovery)
-				require.Equal(t, 100, l.Limit(), "the earlier cut came back and held")
+				d.clean(cutRecovery)
+				require.Equal(t, 100, l.Limit(), "the earlier cut came back")
+			}
+			if !c.whileBack {
+				d.clean(cutRecovery) // and held
 			}
 			stale, ok := l.TryAcquire()
 			require.True(t, ok)
@@ -551,6 +558,27 @@ func TestStaleDropLeavesTheHold(t *testing.T) {
 			require.LessOrEqual(t, n, 8*cutRecovery, "give-backs held for maxCutWait would take about 6·maxCutWait")
 		})
 	}
+	t.Run("sent just after the drop that ended the give-backs", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+		l.SetCeiling(100)
+		d := cutDriver{t, l, clk}
+		d.drop(1)
+		d.clean(cutRecovery) // a slot comes back
+		clk.Advance(time.Millisecond)
+		d.drop(1)                   // and is refused
+		stale, ok := l.TryAcquire() // in the same round trip
+		require.True(t, ok)
+		l.SetCeiling(99) // a lower share absorbs the cut
+		d.clean(200)
+		clk.Advance(time.Millisecond)
+		burst := acquireN(t, l, 32)
+		stale.Drop()
+		for _, le := range burst {
+			le.Drop()
+		}
+		require.Equal(t, cutRecovery, l.holdRounds())
+	})
 	t.Run("after a give-back held", func(t *testing.T) {
 		t.Parallel()
 		d, l := newCutDriver(t)

@@ -77,13 +77,15 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
-		if rec.round >= l.cutFrom && rec.round < l.cutUntil {
-			// A request sent while slots were coming back: how late
+		if rec.seq >= l.cutFrom && rec.seq < l.cutUntil &&
+			(l.cutUntil == math.MaxUint64 || l.round-l.cutClosed <= maxCutWait) {
+			// A request sent while slots were coming back, refused
+			// then or at most maxCutWait round trips after: how late
 			// its refusal came is how long a give-back waits to
 			// hold. Any other request's says nothing of give-backs.
 			l.cutLag = int(min(l.round-rec.round, maxCutWait))
 		}
-		l.closeCutWindow(l.round + 1)
+		l.closeCutWindow()
 		switch {
 		case l.cutGiven < l.holdRounds():
 			// The last give-back was refused before it held: wait
@@ -111,41 +113,47 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // have passed since the last drop, each later one once the last has held.
 //
 // A give-back holds when holdRounds round trips pass without a drop:
-// cutRecovery, or one more than the last refusal of a request sent while
-// slots were coming back took to come back after its admission, if that
-// is more (at most maxCutWait). Slots are coming back from the first
-// give-back after a drop until the next drop, or until the give-back
-// that returned the last slot held. The excess a give-back lets out is
-// sent within a round trip or two, and a refusal takes as long to come
-// back as refusals do: at once for a 429, a timeout later for a request
-// that hangs. A drop of any other request says nothing of give-backs and
-// leaves the hold as it is: a stale request that times out at the end of
-// a burst of 429s, or long after the last cut came back, does not slow
-// the give-backs that follow. The first late refusal of a give-back's
-// request teaches the lag, so until then a give-back may be judged to
-// have held before its refusal came. The lag is the upstream's, not the
-// share's: a new ceiling keeps it. A give-back returns cutStep
-// slots. cutStep is 1 after a drop or a lower share (see SetCeiling) and
-// doubles, up to maxCutStep, each time a give-back holds, so a burst of
-// refusals that cut most of a node's share is undone in a few waits:
-// while it lasts, the fleet's in-flight stays so far below L_global that
-// the utilization guard lets no estimate rise. Above the cut that a
-// give-back last left and was refused at (cutHit), a give-back stops one
-// slot short of it, and that cut itself is tried one slot at a time: a
-// give-back of s slots refused s times cuts 2s − 1 (see drop), and
-// give-backs of 1, 2 … s/2 would lead to the same overshoot again.
+// cutRecovery, or one more than the last refusal of a request sent
+// while slots were coming back took to come back after its admission,
+// if that is more (at most maxCutWait). Slots are coming back from the
+// first give-back after a drop until the next drop, or until the
+// give-back that returned the last slot held; a refusal counts if it
+// comes then or at most maxCutWait round trips after. The excess a
+// give-back lets out is sent within a round trip or two, and a refusal
+// takes as long to come back as refusals do: at once for a 429, a
+// timeout later for a request that hangs. A drop of any other request
+// says nothing of give-backs and leaves the hold as it is: a stale
+// request that times out in a burst of 429s, or long after the last cut
+// came back, does not slow the give-backs that follow. Only the stretch
+// since the last drop counts: a late refusal of a request sent in an
+// earlier one is judged like any other drop. The first late refusal
+// teaches the lag, so until then a give-back may be judged to have held
+// before its refusal came. The lag is the upstream's, not the share's:
+// a new ceiling keeps it.
+//
+// A give-back returns cutStep slots. cutStep is 1 after a drop or a
+// lower share (see SetCeiling) and doubles, up to maxCutStep, each time
+// a give-back holds, so a burst of refusals that cut most of a node's
+// share is undone in a few waits: while it lasts, the fleet's in-flight
+// stays so far below L_global that the utilization guard lets no
+// estimate rise. Above the cut that a give-back last left and was
+// refused at (cutHit), a give-back stops one slot short of it, and that
+// cut itself is tried one slot at a time: a give-back of s slots
+// refused s times cuts 2s − 1 (see drop), and give-backs of 1, 2 … s/2
+// would lead to the same overshoot again.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, at the
 // first drop that comes before the last give-back held (by the hold as
 // that drop leaves it); it starts again at cutRecovery at a drop that
-// comes after the last give-back held, as soon as a give-back to cutHit,
-// or below it, has held, and when a lower share absorbs the cut. A fleet limit that stays too high then costs
-// fewer and fewer refusals, and one that came right again — an upstream
-// whose capacity grew back — gets the rest of its cut back at the short
-// pace after a single long wait: the next give-backs wait only for the
-// last to hold. The price is paid where one probe costs several
-// refusals: a cycle of one long wait and m short ones instead of m long
-// ones is refused more often. The caller holds l.mu.
+// comes after the last give-back held, as soon as a give-back to
+// cutHit, or below it, has held, and when a lower share absorbs the
+// cut. A fleet limit that stays too high then costs fewer and fewer
+// refusals, and one that came right again — an upstream whose capacity
+// grew back — gets the rest of its cut back at the short pace after a
+// single long wait: the next give-backs wait only for the last to hold.
+// The price is paid where one probe costs several refusals: a cycle of
+// one long wait and m short ones instead of m long ones is refused more
+// often. The caller holds l.mu.
 func (l *Limiter) recoverCut() {
 	if l.cutGiven != noneGiven {
 		l.cutGiven = min(l.cutGiven+1, noneGiven-1)
@@ -159,9 +167,7 @@ func (l *Limiter) recoverCut() {
 				l.cutWait = cutRecovery
 			}
 			if l.cut == 0 {
-				// The last slot came back: requests admitted from
-				// this round on are sent at the full ceiling.
-				l.closeCutWindow(l.round)
+				l.closeCutWindow() // the last slot came back
 			}
 		}
 	}
@@ -179,7 +185,7 @@ func (l *Limiter) recoverCut() {
 		}
 		l.cut = max(l.cut-give, 0)
 		if l.cutGiven == noneGiven {
-			l.cutFrom, l.cutUntil = l.round, math.MaxUint64
+			l.cutFrom, l.cutUntil = l.admits+1, math.MaxUint64
 		}
 		l.cutGiven = 0
 	}
@@ -191,11 +197,14 @@ func (l *Limiter) holdRounds() int {
 	return min(max(cutRecovery, l.cutLag+1), maxCutWait)
 }
 
-// closeCutWindow ends the rounds in which an admitted request counts as
-// sent while slots were coming back (see recoverCut) before round until,
-// if they have not ended yet. The caller holds l.mu.
-func (l *Limiter) closeCutWindow(until uint64) {
-	l.cutUntil = min(l.cutUntil, until)
+// closeCutWindow ends, if it has not ended yet, the stretch in which an
+// admitted request counts as sent while slots were coming back (see
+// recoverCut): requests admitted from now on do not. The caller holds
+// l.mu.
+func (l *Limiter) closeCutWindow() {
+	if l.cutUntil == math.MaxUint64 {
+		l.cutUntil, l.cutClosed = l.admits+1, l.round
+	}
 }
 
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in
@@ -205,7 +214,7 @@ func (l *Limiter) closeCutWindow(until uint64) {
 // start from it. The caller holds l.mu (or owns l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
-	l.closeCutWindow(l.round + 1)
+	l.closeCutWindow()
 }
 
 // propose moves the estimate to next, subject to the utilization guard:

@@ -101,6 +101,7 @@ type leaseRecord struct {
 	backoffEpoch uint64 // the limiter's backoffEpoch at admission
 	recalSeq     uint64 // the recalibration phase at admission
 	round        uint64 // the limiter's round at admission
+	seq          uint64 // the limiter's admissions up to and including this one
 	dropSeen     bool   // ObserveDrop counted this lease's drop already
 }
 

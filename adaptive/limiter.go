@@ -29,8 +29,10 @@ type Limiter struct {
 	cutGiven     int       // round trips since the last give-back; noneGiven if none since the last drop
 	cutHit       int       // the cut a give-back left when it was refused before it held; -1 if none
 	cutStep      int       // slots the next give-back returns (see recoverCut)
-	cutFrom      uint64    // slots were coming back in rounds [cutFrom, cutUntil) (see recoverCut)
+	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
 	cutUntil     uint64    // math.MaxUint64 while they still are
+	cutClosed    uint64    // the round in which they stopped coming back
+	admits       uint64    // leases admitted so far
 	cutLag       int       // round trips a refusal of a request sent then last took, at most maxCutWait
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
@@ -221,6 +223,8 @@ func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	rec.backoffEpoch = l.backoffEpoch
 	rec.recalSeq = l.recal.seq
 	rec.round = l.round
+	l.admits++
+	rec.seq = l.admits
 	rec.dropSeen = false
 	if l.onAdmit != nil {
 		l.onAdmit(l.inflight, weight, l.limit(now), l.hardBound(now))
