@@ -6,18 +6,19 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n − cut, floor(estimate)). A drop adds one to cut at
-// once, or two if the last backoff already answered it (a request
+// limit becomes min(n − cut, floor(estimate)). A drop adds one to cut
+// at once, or two if the last backoff already answered it (a request
 // admitted before that backoff, or a drop less than rttNoload after it:
 // a further refusal of an overload already backed off from), so a node
 // whose share is too large for the upstream stops sending its excess
-// before its next share arrives; k requests refused together cut
-// 2k − 1 slots. 5 round trips without a drop (the wait) give one slot
-// back; a give-back holds when 5 more pass without a drop (or, if the
-// last refusal of a request sent while slots were coming back came more
-// than 4 round trips after the request, one more than it took, up to
-// 64), and then the next comes, twice as many as the one before (up to
-// 32; one again after a drop or a lower ceiling), so a burst of
+// before its next share arrives; k requests refused together cut 2k − 1
+// slots. 5 round trips without a drop (the wait) give one slot back; a
+// give-back holds when 5 more pass without a drop (or, if the last
+// refusal of a request sent while slots were coming back, no more than
+// 64 round trips after they stopped, came more than 4 round trips after
+// the request, one more than it took, up to 64, until the cut has all
+// come back), and then the next comes, twice as many as the one before
+// (up to 32; one again after a drop or a lower ceiling), so a burst of
 // refusals that cut most of a share is undone in a few waits; above the
 // cut that a refused give-back last left, a give-back stops one slot
 // short of it, and that cut is tried one slot at a time. The wait
@@ -28,14 +29,14 @@ import (
 // new ceiling lower than the last absorbs as much of the cut as it
 // lowers and sets the wait to 5 again, counted from the last drop. The
 // ceiling is also the hard bound (up to MaxLimit): no admission takes
-// the weight in flight above it, not even
-// that of a request admitted alone above the limit, and a waiter heavier
-// than it waits without blocking the others (see the package
-// documentation, Admission). 0 admits nothing and a negative n counts
-// as 0. Lowering the ceiling never revokes leases already admitted;
-// raising it hands freed slots to queued waiters at once. There is no
-// ceiling until the first call. SetCeiling removes any deadline set by
-// SetCeilingUntil. Safe for concurrent use.
+// the weight in flight above it, not even that of a request admitted
+// alone above the limit, and a waiter heavier than it waits without
+// blocking the others (see the package documentation, Admission). 0
+// admits nothing and a negative n counts as 0. Lowering the ceiling
+// never revokes leases already admitted; raising it hands freed slots
+// to queued waiters at once. There is no ceiling until the first call.
+// SetCeiling removes any deadline set by SetCeilingUntil. Safe for
+// concurrent use.
 func (l *Limiter) SetCeiling(n int) { l.SetCeilingUntil(n, time.Time{}) }
 
 // SetCeilingUntil sets the ceiling to n until deadline and to 0 from then

@@ -596,6 +596,53 @@ func TestStaleDropLeavesTheHold(t *testing.T) {
 	})
 }
 
+// TestLagSlowsOnlyTheNextRecovery: a request sent in the slot that came
+// back last, refused 40 round trips later together with a burst of 429s,
+// holds the give-backs of the recovery that follows for 41 round trips
+// each; once that recovery has ended (the last slot back and held), the
+// lag is forgotten and the next burst's cut comes back at the usual pace.
+func TestLagSlowsOnlyTheNextRecovery(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeiling(100)
+	d := cutDriver{t, l, clk}
+	// recovery counts the clean round trips until the cut is gone.
+	recovery := func() int {
+		n := 0
+		for l.Limit() < 100 && n < 100*maxCutWait {
+			d.clean(1)
+			n++
+		}
+		require.Equal(t, 100, l.Limit())
+		return n
+	}
+	burst := func(first *Lease) {
+		clk.Advance(time.Millisecond)
+		les := acquireN(t, l, 32)
+		if first != nil {
+			first.Drop()
+		}
+		for _, le := range les {
+			le.Drop()
+		}
+	}
+	d.drop(1)
+	d.clean(cutRecovery) // the slot comes back
+	hung, ok := l.TryAcquire()
+	require.True(t, ok)
+	d.clean(40)
+	burst(&hung)
+	require.Equal(t, 41, l.holdRounds())
+	require.Greater(t, recovery(), 4*41, "the recovery after the late refusal waits for it")
+	d.clean(40)
+	require.Equal(t, 41, l.holdRounds(), "until the last slot has held")
+	d.clean(1)
+	require.Equal(t, cutRecovery, l.holdRounds(), "and then forgets it")
+	d.clean(100)
+	burst(nil)
+	require.LessOrEqual(t, recovery(), 8*cutRecovery, "the next recovery comes at the usual pace")
+}
+
 // TestDropThatShortensTheHold: under a hold of 13 learned from a late
 // refusal, a request sent after a give-back and refused at once 8 round
 // trips later says refusals come at once again: the give-back, 8 round

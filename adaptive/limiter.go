@@ -33,7 +33,7 @@ type Limiter struct {
 	cutUntil     uint64    // math.MaxUint64 while they still are
 	cutClosed    uint64    // the round in which they stopped coming back
 	admits       uint64    // leases admitted so far
-	cutLag       int       // round trips a refusal of a request sent then last took, at most maxCutWait
+	cutLag       int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
