@@ -641,6 +641,25 @@ func TestLagSlowsOnlyTheNextRecovery(t *testing.T) {
 	d.clean(100)
 	burst(nil)
 	require.LessOrEqual(t, recovery(), 8*cutRecovery, "the next recovery comes at the usual pace")
+
+	// A share that dips before the last give-back holds, or a cleared
+	// ceiling, leaves no cut: that recovery is over too.
+	for _, dip := range []func(){
+		func() { l.SetCeiling(99); l.SetCeiling(100) },
+		func() { l.ClearCeiling(); l.SetCeiling(100) },
+	} {
+		d.clean(100) // the last recovery has ended
+		d.drop(1)
+		d.clean(cutRecovery)
+		hung, ok := l.TryAcquire()
+		require.True(t, ok)
+		d.clean(40)
+		burst(&hung)
+		require.Equal(t, 41, l.holdRounds())
+		recovery()
+		dip()
+		require.Equal(t, cutRecovery, l.holdRounds())
+	}
 }
 
 // TestDropThatShortensTheHold: under a hold of 13 learned from a late

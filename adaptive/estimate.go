@@ -116,22 +116,23 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // cutRecovery, or one more than the last refusal of a request sent
 // while slots were coming back took to come back after its admission,
 // if that is more (at most maxCutWait). Slots are coming back from the
-// first give-back after a drop until the next drop or lower share, or
-// until the give-back that returned the last slot held; a refusal
-// counts if it comes then or at most maxCutWait round trips after. That
-// last hold also forgets the lag: the recovery it ends is over, and a
-// lag learned from one hung request slows only the recovery that
-// follows it. The excess a give-back lets out is sent within a round
-// trip or two, and a refusal takes as long to come back as refusals do:
-// at once for a 429, a timeout later for a request that hangs. A drop
-// of any other request says nothing of give-backs and leaves the hold
-// as it is: a stale request that times out in a burst of 429s, or long
-// after the last cut came back, does not slow the give-backs that
-// follow. Only the stretch since the last drop counts: a late refusal
-// of a request sent in an earlier one is judged like any other drop.
-// The first late refusal of a recovery teaches the lag, so until then a
+// first give-back after a drop or a lower share until the next drop or
+// lower share, or until the give-back that returned the last slot held;
+// a refusal counts if it comes then or at most maxCutWait round trips
+// after. A recovery that ends — that last hold, or a lower share or
+// ClearCeiling that leaves no cut — forgets the lag, so a lag learned
+// from one hung request slows only the recovery that follows it. The
+// excess a give-back lets out is sent within a round trip or two, and a
+// refusal takes as long to come back as refusals do: at once for a 429,
+// a timeout later for a request that hangs. A drop of any other request
+// says nothing of give-backs and leaves the hold as it is: a stale
+// request that times out in a burst of 429s, or long after the last cut
+// came back, does not slow the give-backs that follow. Only the stretch
+// since the last drop or lower share counts: a late refusal of a
+// request sent in an earlier one is judged like any other drop. The
+// first late refusal of a recovery teaches the lag, so until then a
 // give-back may be judged to have held before its refusal came. A new
-// ceiling keeps the lag.
+// ceiling that leaves a cut keeps the lag.
 //
 // A give-back returns cutStep slots. cutStep is 1 after a drop or a
 // lower share (see SetCeiling) and doubles, up to maxCutStep, each time
@@ -215,11 +216,14 @@ func (l *Limiter) closeCutWindow() {
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in
 // its initial state: the short wait, one slot per give-back, none given
 // back, no cut refused and no slots coming back. It keeps the hold's lag,
-// which is the upstream's. A new limiter, a lower share and ClearCeiling
+// which is the upstream's, unless no cut is left. A new limiter, a lower share and ClearCeiling
 // start from it. The caller holds l.mu (or owns l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
 	l.closeCutWindow()
+	if l.cut == 0 {
+		l.cutLag = 0 // no cut left: the recovery is over
+	}
 }
 
 // propose moves the estimate to next, subject to the utilization guard:
