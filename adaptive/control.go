@@ -7,11 +7,11 @@ import (
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
 // limit becomes min(n − cut, floor(estimate)). A drop adds one to cut
-// at once, or two if the last backoff already answered it (a request
-// admitted before that backoff, or a drop less than rttNoload after it:
-// a further refusal of an overload already backed off from), so a node
-// whose share is too large for the upstream stops sending its excess
-// before its next share arrives; k requests refused together cut 2k − 1
+// at once, or two for a request admitted after the last backoff and
+// refused less than rttNoload after it (a request sent after the cut
+// into an overload already backed off from), so a node whose share is
+// too large for the upstream stops sending its excess before its next
+// share arrives; k requests sent together and refused together cut k
 // slots. 5 round trips without a drop (the wait) give one slot back; a
 // give-back holds when 5 more pass without a drop (or, if the last
 // refusal of a request sent while slots were coming back, no more than

@@ -11,8 +11,8 @@ import (
 // off it before any new share arrives, so a node whose share is too large
 // does not refill its excess slot with another request that will be
 // refused. Without the cut, a slot freed by a 429 was handed straight to
-// the next waiter. A further drop of the same overload, one the backoff
-// already answered, takes two.
+// the next waiter. A drop of a request sent together with the first
+// takes one more: each is one slot of the excess.
 func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
@@ -22,19 +22,20 @@ func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	leases[0].Drop()
 	require.Equal(t, 9, l.Limit(), "the first refusal of an overload: one slot fewer")
 	leases[1].Drop()
-	require.Equal(t, 7, l.Limit(), "a refusal of a request admitted before the backoff: two more")
+	require.Equal(t, 8, l.Limit(), "a refusal of a request admitted before the backoff: one more")
 	_, ok := l.TryAcquire()
-	require.False(t, ok, "8 in flight under a limit of 7")
+	require.False(t, ok, "8 in flight under a limit of 8")
 	for _, le := range leases[2:] {
 		le.Release()
 	}
 }
 
-// TestAnsweredDropCutsTwo: a drop the last backoff answered takes two
-// slots whether it answered it by the request's admission (before the
-// backoff) or by time (less than rttNoload after it); a drop of a request
-// admitted after the backoff, rttNoload or more after it, takes one and
-// backs off again.
+// TestAnsweredDropCutsTwo: a drop of a request admitted after the last
+// backoff and refused less than rttNoload after it — sent after the cut
+// into the same overload — takes two slots and does not back off again;
+// one of a request admitted before the backoff takes one (it was sent
+// with the request that caused it), and one rttNoload or more after the
+// backoff takes one and backs off again.
 func TestAnsweredDropCutsTwo(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
@@ -43,6 +44,7 @@ func TestAnsweredDropCutsTwo(t *testing.T) {
 	clk.Advance(10 * time.Millisecond)
 	le.Release() // rttNoload 10ms
 	le, _ = l.TryAcquire()
+	sentWith, _ := l.TryAcquire()
 	le.Drop()
 	require.Equal(t, 49, l.Limit())
 	est := l.Snapshot().Estimate
@@ -51,10 +53,13 @@ func TestAnsweredDropCutsTwo(t *testing.T) {
 	le.Drop()
 	require.Equal(t, 47, l.Limit(), "answered by time: two slots")
 	require.Equal(t, est, l.Snapshot().Estimate, "and no second backoff")
+	sentWith.Drop()
+	require.Equal(t, 46, l.Limit(), "admitted before the backoff: one slot")
+	require.Equal(t, est, l.Snapshot().Estimate, "and no second backoff")
 	clk.Advance(5 * time.Millisecond)
 	le, _ = l.TryAcquire()
 	le.Drop()
-	require.Equal(t, 46, l.Limit(), "rttNoload after the backoff: a new overload, one slot")
+	require.Equal(t, 45, l.Limit(), "rttNoload after the backoff: a new overload, one slot")
 	require.Less(t, l.Snapshot().Estimate, est, "and a backoff")
 }
 
@@ -353,13 +358,12 @@ func newCutDriver(t *testing.T) (cutDriver, *Limiter) {
 }
 
 // newBurstCutDriver returns a driver of a limiter under a ceiling of 100
-// whose 32 requests in flight together were refused: the first refusal
-// cut one slot and each of the 31 it had answered two, a cut of 63.
+// whose 63 requests in flight together were refused: a cut of 63.
 func newBurstCutDriver(t *testing.T) (cutDriver, *Limiter) {
 	l, clk := newTestLimiter(t, Config{InitialLimit: 1000})
 	l.SetCeiling(100)
 	clk.Advance(time.Millisecond)
-	for _, le := range acquireN(t, l, 32) {
+	for _, le := range acquireN(t, l, 63) {
 		le.Drop()
 	}
 	require.Equal(t, 37, l.Limit(), "a cut of 63")

@@ -69,9 +69,9 @@
 // law, at most once per round trip: a drop of a request admitted before
 // the last decrease does not decrease again. Under a ceiling, every
 // drop also takes one slot off the ceiling at once (never its last),
-// two when the last decrease already answered it (a request admitted
-// before that decrease, or a drop less than rttNoload after it: a
-// further refusal of the same overload): a fleet node whose share has
+// two for a request admitted after the last decrease and refused less
+// than rttNoload after it (sent after the cut into the same overload):
+// a fleet node whose share has
 // become too large for the upstream stops refilling its excess slots
 // with requests that will be refused too, without waiting for its next
 // share. 5 round trips without a drop give one slot back, and each

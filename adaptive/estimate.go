@@ -58,22 +58,24 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. Under a ceiling, the cut
 // grows at once (see SetCeiling), so a node whose share is too large for
 // the upstream stops sending its excess before its next share arrives:
-// by one slot, or by two when the last backoff already answered the
-// signal (see answered). A refusal that comes back at once arrives while
-// the requests sent with it still hold their slots upstream, so further
-// refusals of an overload already backed off from say the excess is
-// still being sent; at a limit of hundreds it is many slots. k requests
-// refused together thus cut 2k − 1 slots, more than their excess, and
-// the give-back, which grows while it holds (see recoverCut), returns
-// the difference in a few waits. The estimate is multiplied by
+// by one slot, or by two for a request admitted after the last backoff
+// and refused less than rttNoload after it (see answered). Requests
+// sent together and refused together are each one slot of an excess
+// already sent, so k of them cut k slots: two each would cut twice the
+// excess — after a capacity drop, most of a share — and the fleet's
+// in-flight would sit far below the capacity until the give-backs
+// (see recoverCut) returned it. A refusal of a request sent after the
+// cut, while the requests sent before it still hold their slots
+// upstream, says the node is still sending its excess; at a limit of
+// hundreds it is many slots, so it cuts two. The estimate is multiplied by
 // BackoffRatio, at most once per round trip, and, with a fleet limit
 // set, capped at that limit less the cut (see SetFleetLimit and
 // backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	step := 1
-	if l.answered(now, rec) {
-		step = 2
+	if rec.backoffEpoch == l.backoffEpoch && l.answered(now, rec) {
+		step = 2 // sent after the last backoff's cut, and still refused
 	}
 	l.calmRounds, l.pastRounds = 0, 0
 	if l.hasCeiling {
