@@ -144,8 +144,8 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // estimate rise. Above the cut that a give-back last left and was
 // refused at (cutHit), a give-back stops one slot short of it, and that
 // cut itself is tried one slot at a time: a give-back of s slots
-// refused s times cuts 2s − 1 (see drop), and give-backs of 1, 2 … s/2
-// would lead to the same overshoot again.
+// refused s times cuts them again (see drop), and give-backs of 1, 2 …
+// s would lead to the same overshoot again, every few waits.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, at the
 // first drop that comes before the last give-back held (by the hold as

@@ -40,9 +40,9 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      SetCeiling). Every drop takes one slot off the node's ceiling (its
      share) before the next grant, so an excess slot is not refilled by
      a queued request that the provider will refuse too (k requests
-     refused together cut k), and two for a request sent after that cut
-     into the same overload; 5 clean round
-     trips give one slot back (each give-back that holds for 5 more twice
+     sent together and refused together cut k), and two for a request
+     sent after that cut into the same overload; 5 clean round trips
+     give one slot back (each give-back that holds for 5 more twice
      as many as the one before, but never past the cut a refused
      give-back last left; the wait doubles after a give-back is refused
      before it held, 5 again once a give-back to the cut last refused
