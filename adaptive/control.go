@@ -11,8 +11,8 @@ import (
 // refused less than rttNoload after it (a request sent after the cut
 // into an overload already backed off from), so a node whose share is
 // too large for the upstream stops sending its excess before its next
-// share arrives; k requests sent together and refused together cut k
-// slots. 5 round trips without a drop (the wait) give one slot back; a
+// share arrives; k requests sent together and refused together, the
+// first of them backing off, cut k slots. 5 round trips without a drop (the wait) give one slot back; a
 // give-back holds when 5 more pass without a drop (or, if the last
 // refusal of a request sent while slots were coming back, no more than
 // 64 round trips after they stopped, came more than 4 round trips after

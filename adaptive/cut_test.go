@@ -765,8 +765,8 @@ func TestGuardHasNoDeadZone(t *testing.T) {
 // has grown, and keeps the node's in-flight at what is served. A
 // give-back that grew while it held must not overshoot the cut at which
 // one was last refused: the refusals of an overshoot of s slots cut it
-// again, and give-backs of 1, 2 … s then lead to the same overshoot
-// again, every few waits.
+// again, and give-backs of 1, 2 … s/2 then return it, and the same
+// overshoot, within a few waits.
 func TestCutOfAShareThatStaysTooHigh(t *testing.T) {
 	t.Parallel()
 	const served = 60

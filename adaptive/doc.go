@@ -70,7 +70,9 @@
 // the last decrease does not decrease again. Under a ceiling, every
 // drop also takes one slot off the ceiling at once (never its last),
 // two for a request admitted after the last decrease and refused less
-// than rttNoload after it (sent after the cut into the same overload):
+// than rttNoload after it (sent after the cut into the same overload;
+// k requests sent together and refused together, the first of them
+// decreasing, cut k):
 // a fleet node whose share has
 // become too large for the upstream stops refilling its excess slots
 // with requests that will be refused too, without waiting for its next

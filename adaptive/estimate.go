@@ -59,18 +59,18 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // grows at once (see SetCeiling), so a node whose share is too large for
 // the upstream stops sending its excess before its next share arrives:
 // by one slot, or by two for a request admitted after the last backoff
-// and refused less than rttNoload after it (see answered). Requests
-// sent together and refused together are each one slot of an excess
-// already sent, so k of them cut k slots: two each would cut twice the
-// excess — after a capacity drop, most of a share — and the fleet's
-// in-flight would sit far below the capacity until the give-backs
-// (see recoverCut) returned it. A refusal of a request sent after the
-// cut, while the requests sent before it still hold their slots
-// upstream, says the node is still sending its excess; at a limit of
-// hundreds it is many slots, so it cuts two. The estimate is multiplied by
-// BackoffRatio, at most once per round trip, and, with a fleet limit
-// set, capped at that limit less the cut (see SetFleetLimit and
-// backoff). The caller holds l.mu.
+// and refused less than rttNoload after it (see answered). Requests sent
+// together and refused together, the first of them backing off, are each
+// one slot of an excess already sent, so k of them cut k slots: two each
+// would cut twice the excess — after a capacity drop, most of a share —
+// and the fleet's in-flight would sit far below the capacity until the
+// give-backs (see recoverCut) returned it. A refusal of a request sent
+// after the cut, while the requests sent before it still hold their
+// slots upstream, says the node is still sending its excess; at a limit
+// of hundreds it is many slots, so it cuts two. The estimate is
+// multiplied by BackoffRatio, at most once per round trip, and, with a
+// fleet limit set, capped at that limit less the cut (see SetFleetLimit
+// and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	step := 1
@@ -145,7 +145,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // refused at (cutHit), a give-back stops one slot short of it, and that
 // cut itself is tried one slot at a time: a give-back of s slots
 // refused s times cuts them again (see drop), and give-backs of 1, 2 …
-// s would lead to the same overshoot again, every few waits.
+// s/2 would return them, and the same overshoot, within a few waits.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, at the
 // first drop that comes before the last give-back held (by the hold as
@@ -218,8 +218,9 @@ func (l *Limiter) closeCutWindow() {
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in
 // its initial state: the short wait, one slot per give-back, none given
 // back, no cut refused and no slots coming back. It keeps the hold's lag,
-// which is the upstream's, unless no cut is left. A new limiter, a lower share and ClearCeiling
-// start from it. The caller holds l.mu (or owns l).
+// which is the upstream's, unless no cut is left. A new limiter, a lower
+// share and ClearCeiling start from it. The caller holds l.mu (or owns
+// l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
 	l.closeCutWindow()

@@ -41,7 +41,8 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      share) before the next grant, so an excess slot is not refilled by
      a queued request that the provider will refuse too (k requests
      sent together and refused together cut k), and two for a request
-     sent after that cut into the same overload; 5 clean round trips
+     admitted after the last backoff and refused less than a no-load
+     round trip after it; 5 clean round trips
      give one slot back (each give-back that holds for 5 more twice
      as many as the one before, but never past the cut a refused
      give-back last left; the wait doubles after a give-back is refused
