@@ -59,22 +59,22 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // grows at once (see SetCeiling), so a node whose share is too large for
 // the upstream stops sending its excess before its next share arrives:
 // by one slot, or by two for a request admitted after the last backoff
-// and refused less than rttNoload after it (see answered). Requests sent
-// together and refused together, the first of them backing off, are each
-// one slot of an excess already sent, so k of them cut k slots: two each
-// would cut twice the excess — after a capacity drop, most of a share —
-// and the fleet's in-flight would sit far below the capacity until the
-// give-backs (see recoverCut) returned it. A refusal of a request sent
-// after the cut, while the requests sent before it still hold their
-// slots upstream, says the node is still sending its excess; at a limit
-// of hundreds it is many slots, so it cuts two. The estimate is
-// multiplied by BackoffRatio, at most once per round trip, and, with a
-// fleet limit set, capped at that limit less the cut (see SetFleetLimit
-// and backoff). The caller holds l.mu.
+// and refused less than rttNoload after it (see soonAfterBackoff).
+// Requests sent together and refused together, the first of them backing
+// off, are each one slot of an excess already sent, so k of them cut k
+// slots: two each would cut twice the excess — after a capacity drop,
+// most of a share — and the fleet's in-flight would sit far below the
+// capacity until the give-backs (see recoverCut) returned it. A refusal
+// of a request sent after the cut, while the requests sent before it
+// still hold their slots upstream, says the node is still sending its
+// excess; at a limit of hundreds it is many slots, so it cuts two. The
+// estimate is multiplied by BackoffRatio, at most once per round trip,
+// and, with a fleet limit set, capped at that limit less the cut (see
+// SetFleetLimit and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	step := 1
-	if rec.backoffEpoch == l.backoffEpoch && l.answered(now, rec) {
+	if rec.backoffEpoch == l.backoffEpoch && l.soonAfterBackoff(now) {
 		step = 2 // sent after the last backoff's cut, and still refused
 	}
 	l.calmRounds, l.pastRounds = 0, 0
@@ -277,9 +277,13 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 // before that backoff, or the signal comes less than rttNoload after it
 // (see backoff). The caller holds l.mu.
 func (l *Limiter) answered(now time.Time, rec *leaseRecord) bool {
-	if rec.backoffEpoch != l.backoffEpoch {
-		return true
-	}
+	return rec.backoffEpoch != l.backoffEpoch || l.soonAfterBackoff(now)
+}
+
+// soonAfterBackoff reports whether now is less than rttNoload after the
+// last backoff; false while no round trip has set rttNoload. The caller
+// holds l.mu.
+func (l *Limiter) soonAfterBackoff(now time.Time) bool {
 	noload, ok := l.window.min()
 	return ok && now.Sub(l.lastBackoff) < noload
 }
