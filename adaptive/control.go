@@ -6,13 +6,17 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n − cut, floor(estimate)). A drop adds one to cut at
-// once, or two for a request admitted after the last backoff and refused
-// less than rttNoload after it (a request sent after the cut into an
-// overload already backed off from), so a node whose share is too large
-// for the upstream stops sending its excess before its next share
-// arrives; k requests sent together and refused together, the first of
-// them backing off, cut k slots. 5 round trips without a drop (the wait)
+// limit becomes min(n − cut, floor(estimate)). A drop that comes while
+// PaceGrowth holds the in-flight below the limit (a climb to a share that
+// rose) first raises cut to n less what was in flight when the request
+// was refused, the refused request included: each slot more of the climb
+// would be refused too. Every drop then adds one to cut at once, or two
+// for a request admitted after the last backoff and refused less than
+// rttNoload after it (a request sent after the cut into an overload
+// already backed off from), so a node whose share is too large for the
+// upstream stops sending its excess before its next share arrives; k
+// requests sent together and refused together, the first of them backing
+// off, cut k slots. 5 round trips without a drop (the wait)
 // give one slot back; a give-back holds when 5 more pass without a drop
 // (or, if the last refusal of a request sent while slots were coming
 // back, no more than 64 round trips after they stopped, came more than 4
@@ -81,11 +85,14 @@ func (l *Limiter) ClearCeiling() {
 // update. While drops have cut slots off the ceiling (see SetCeiling), a
 // drop's backoff then also takes the estimate down to at most n less the
 // slots cut, but not below half of what the backoff alone leaves: the
-// fleet's limit was too high by at least what this node had to cut, so
-// its estimate of the whole upstream is too. Backoffs alone would take
-// one BackoffRatio per round trip to get there. 0, the default, turns it
-// off, as for a lone process; a negative n counts as 0. Safe for
-// concurrent use.
+// refusal came with the upstream full, and with at most the fleet's
+// limit in flight less the slots of this node's share that the cut
+// took (unused at the refusal, or refused), since no node admits past
+// its share; so the fleet's limit, and this node's estimate of the
+// whole upstream, was too high by at least the cut. Backoffs alone would
+// take one BackoffRatio per round trip to get there. 0, the default,
+// turns it off, as for a lone process; a negative n counts as 0. Safe
+// for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()
 	l.fleetLimit = max(n, 0)

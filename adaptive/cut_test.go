@@ -30,6 +30,58 @@ func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	}
 }
 
+// TestDropTakesTheLimitToTheInflight: under a ceiling, a refusal that
+// comes while PaceGrowth holds the in-flight below the limit — a climb to
+// a share that rose — ends the climb: the limit comes down to what was in
+// flight at the refusal, the refused request included, and then loses
+// its own slot, since each slot more of the climb would be refused too. A
+// drop observed early (ObserveDrop) counts its request, still in flight,
+// and the lease's Drop later counts nothing more. A node below its limit
+// for want of demand, or whose pacing lapsed, keeps its unused slots.
+func TestDropTakesTheLimitToTheInflight(t *testing.T) {
+	t.Parallel()
+	t.Run("climbing", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000}) // rttNoload 10ms
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		l.SetCeiling(100)
+		leases = append(leases, acquireN(t, l, 40)...) // half the limit at once, no more
+		_, ok := l.TryAcquire()
+		require.False(t, ok, "the climb is paced")
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 49, l.Limit(), "50 in flight at the refusal, less its slot")
+		leases[1].ObserveDrop()
+		require.Equal(t, 48, l.Limit(), "49 in flight, the refused one among them, less its slot")
+		leases[1].Drop()
+		require.Equal(t, 48, l.Limit(), "its drop was counted")
+		releaseAll(leases[2:])
+	})
+	t.Run("short of demand", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 2)
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 9, l.Limit(), "the climb had reached the limit: one slot")
+		releaseAll(leases[1:])
+	})
+	t.Run("pacing lapsed", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		l.SetCeiling(100)
+		clk.Advance(20 * time.Millisecond) // no clean release for rttNoload
+		leases = append(leases, acquireN(t, l, 20)...)
+		leases[0].Drop()
+		require.Equal(t, 99, l.Limit(), "no clock to pace by: one slot")
+		releaseAll(leases[1:])
+	})
+}
+
 // TestAnsweredDropCutsTwo: a drop of a request admitted after the last
 // backoff and refused less than rttNoload after it — sent after the cut
 // into the same overload — takes two slots and does not back off again;

@@ -57,20 +57,31 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 
 // drop applies one overload signal for rec. Under a ceiling, the cut
 // grows at once (see SetCeiling), so a node whose share is too large for
-// the upstream stops sending its excess before its next share arrives:
-// by one slot, or by two for a request admitted after the last backoff
-// and refused less than rttNoload after it (see soonAfterBackoff).
-// Requests sent together and refused together, the first of them backing
-// off, are each one slot of an excess already sent, so k of them cut k
-// slots: two each would cut twice the excess — after a capacity drop,
-// most of a share — and the fleet's in-flight would sit far below the
-// capacity until the give-backs (see recoverCut) returned it. A refusal
-// of a request sent after the cut, while the requests sent before it
-// still hold their slots upstream, says the node is still sending its
-// excess; at a limit of hundreds it is many slots, so it cuts two. The
-// estimate is multiplied by BackoffRatio, at most once per round trip,
-// and, with a fleet limit set, capped at that limit less the cut (see
-// SetFleetLimit and backoff). The caller holds l.mu.
+// the upstream stops sending its excess before its next share arrives.
+// First, if PaceGrowth was still holding the in-flight below the limit —
+// the node was climbing to a limit that rose — the refusal ends the
+// climb: the limit comes down to what was in flight when the request
+// was refused, the refused request included. The climb found the
+// upstream full there, and each slot more it took would be refused too;
+// where the share runs far ahead of the in-flight (a slow start, a fleet
+// limit that overshot the capacity) that is one refusal per slot before
+// the cut reached the in-flight. A node that sends less than its limit
+// for want of demand, or whose pacing lapsed (no clean release for
+// rttNoload: long requests), keeps its unused slots: its refusal may
+// come from others' load, and a cut comes back only as round trips pass.
+// Then it cuts one slot more, or two for a request admitted after the
+// last backoff and refused less than rttNoload after it (see
+// soonAfterBackoff). Requests sent together and refused together, the
+// first of them backing off, are each one slot of an excess already
+// sent, so k of them cut k slots: two each would cut twice the excess —
+// after a capacity drop, most of a share — and the fleet's in-flight
+// would sit far below the capacity until the give-backs (see recoverCut)
+// returned it. A refusal of a request sent after the cut, while the
+// requests sent before it still hold their slots upstream, says the node
+// is still sending its excess; at a limit of hundreds it is many slots,
+// so it cuts two. The estimate is multiplied by BackoffRatio, at most
+// once per round trip, and, with a fleet limit set, capped at that limit
+// less the cut (see SetFleetLimit and backoff). The caller holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	step := 1
@@ -97,6 +108,16 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		case l.cutGiven != noneGiven:
 			// The last give-back held: a new overload.
 			l.cutWait = cutRecovery
+		}
+		if l.pacing(now) && l.paced < l.limit(now) {
+			// Refused while climbing to the limit: the climb ends here.
+			held := l.inflight
+			if !rec.dropSeen {
+				// Settled: its slot is already given back. A drop
+				// observed early (ObserveDrop) still holds it.
+				held = addCounts(held, rec.weight)
+			}
+			l.cut = max(l.cut, l.ceiling-held)
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
 		l.cutGiven = noneGiven

@@ -98,10 +98,9 @@ func TestPaceGrowthLapsesWithoutReleases(t *testing.T) {
 // nothing more in, and an abandoned lease neither.
 func TestPaceGrowthOnlyCleanReleasesCount(t *testing.T) {
 	t.Parallel()
-	l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MinLimit: 1})
-	l.SetCeiling(10)
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 10, MinLimit: 1})
 	leases := acquireN(t, l, 10)
-	l.SetCeiling(20)
+	l.SetEstimate(20)
 	clk.Advance(time.Millisecond)
 	leases[0].Drop()
 	leases[1].Ignore()

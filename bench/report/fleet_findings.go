@@ -40,7 +40,9 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      SetCeiling). Every drop takes one slot off the node's ceiling (its
      share) before the next grant, so an excess slot is not refilled by
      a queued request that the provider will refuse too (k requests
-     sent together and refused together cut k), and two for a request
+     sent together and refused together cut k; one that ends a paced
+     climb first takes the ceiling down to what was in flight), and two
+     for a request
      admitted after the last backoff and refused less than a no-load
      round trip after it; 5 clean round trips
      give one slot back (each give-back that holds for 5 more twice
