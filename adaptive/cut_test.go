@@ -30,54 +30,90 @@ func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 	}
 }
 
-// TestDropTakesTheLimitToTheInflight: under a ceiling, a refusal that
-// comes while PaceGrowth holds the in-flight below the limit — a climb to
-// a share that rose — ends the climb: the limit comes down to what was in
-// flight at the refusal, the refused request included, and then loses
-// its own slot, since each slot more of the climb would be refused too. A
-// drop observed early (ObserveDrop) counts its request, still in flight,
-// and the lease's Drop later counts nothing more. A node below its limit
-// for want of demand, or whose pacing lapsed, keeps its unused slots.
+// TestDropTakesTheLimitToTheInflight: under a ceiling that binds the
+// limit, a refusal that comes while PaceGrowth holds the in-flight below
+// it with all the paced room in use — a climb to a share that rose — ends
+// the climb: the limit comes down to what was in flight when the drop is
+// reported, the refused request included (by weight), and then loses the
+// drop's slot, since each slot more of the climb would be refused too. A
+// drop observed early (ObserveDrop) counts its request, still in flight.
+// A node that leaves paced room unused for want of demand, whose pacing
+// lapsed, or whose estimate binds the limit keeps its unused slots.
 func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	t.Parallel()
-	t.Run("climbing", func(t *testing.T) {
-		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000}) // rttNoload 10ms
+	// climb returns a limiter whose share rose from 10 to 100 with 10 in
+	// flight, rttNoload 10ms and a clean release just now: the pacing
+	// lets the in-flight reach half the share at once, no more.
+	climb := func(t *testing.T) (*Limiter, *fakeClock, []Lease) {
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
 		l.SetCeiling(10)
 		leases := acquireN(t, l, 10)
 		l.SetCeiling(100)
-		leases = append(leases, acquireN(t, l, 40)...) // half the limit at once, no more
+		return l, clk, leases
+	}
+	t.Run("climbing", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t)
+		leases = append(leases, acquireN(t, l, 40)...)
 		_, ok := l.TryAcquire()
 		require.False(t, ok, "the climb is paced")
 		clk.Advance(time.Millisecond)
 		leases[0].Drop()
 		require.Equal(t, 49, l.Limit(), "50 in flight at the refusal, less its slot")
-		leases[1].ObserveDrop()
-		require.Equal(t, 48, l.Limit(), "49 in flight, the refused one among them, less its slot")
 		leases[1].Drop()
-		require.Equal(t, 48, l.Limit(), "its drop was counted")
+		require.Equal(t, 48, l.Limit(), "the climb has ended: one slot")
 		releaseAll(leases[2:])
+	})
+	t.Run("observed early", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t)
+		leases = append(leases, acquireN(t, l, 40)...)
+		clk.Advance(time.Millisecond)
+		leases[0].ObserveDrop()
+		require.Equal(t, 49, l.Limit(), "50 in flight, the refused one among them, less its slot")
+		leases[0].Drop()
+		require.Equal(t, 49, l.Limit(), "its drop was counted")
+		releaseAll(leases[1:])
+	})
+	t.Run("weighted", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t)
+		heavy, err := l.TryAcquireRequest(Request{Weight: 5})
+		require.NoError(t, err)
+		leases = append(leases, acquireN(t, l, 35)...)
+		clk.Advance(time.Millisecond)
+		heavy.Drop()
+		require.Equal(t, 49, l.Limit(), "45 + 5 in flight at the refusal, less one slot")
+		releaseAll(leases)
 	})
 	t.Run("short of demand", func(t *testing.T) {
 		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
-		l.SetCeiling(10)
-		leases := acquireN(t, l, 2)
+		l, clk, leases := climb(t)
+		releaseAll(leases[3:]) // 3 in flight: the paced room is not in use
 		clk.Advance(time.Millisecond)
 		leases[0].Drop()
-		require.Equal(t, 9, l.Limit(), "the climb had reached the limit: one slot")
-		releaseAll(leases[1:])
+		require.Equal(t, 99, l.Limit(), "room left unused: one slot")
+		releaseAll(leases[1:3])
 	})
 	t.Run("pacing lapsed", func(t *testing.T) {
 		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
-		l.SetCeiling(10)
-		leases := acquireN(t, l, 10)
-		l.SetCeiling(100)
+		l, clk, leases := climb(t)
 		clk.Advance(20 * time.Millisecond) // no clean release for rttNoload
 		leases = append(leases, acquireN(t, l, 20)...)
 		leases[0].Drop()
 		require.Equal(t, 99, l.Limit(), "no clock to pace by: one slot")
+		releaseAll(leases[1:])
+	})
+	t.Run("estimate binds", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
+		l.SetCeiling(1000)
+		l.SetEstimate(50)
+		leases := acquireN(t, l, 50)
+		l.SetEstimate(60)
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 1, l.cut, "the ceiling does not bind: one slot")
 		releaseAll(leases[1:])
 	})
 }

@@ -67,17 +67,19 @@
 //
 // A drop multiplies the estimate by Config.BackoffRatio under every
 // law, at most once per round trip: a drop of a request admitted before
-// the last decrease does not decrease again. Under a ceiling, a drop
-// that comes while Config.PaceGrowth holds the in-flight below the limit
-// ends that climb: the limit comes down to what was in flight when the
-// request was refused, itself included, since each slot more would be
-// refused too. Every drop also takes one slot off the ceiling at once
-// (never its last), two for a request admitted after the last decrease
-// and refused less than rttNoload after it (sent after the cut into the
-// same overload; k requests sent together and refused together, the
-// first of them decreasing, cut k): a fleet node whose share has become
-// too large for the upstream stops refilling its excess slots with
-// requests that will be refused too, without waiting for its next share.
+// the last decrease does not decrease again. Under a ceiling that binds
+// the limit, a drop that comes while Config.PaceGrowth holds the
+// in-flight below it, all the paced room in use (a climb to a share that
+// rose), ends the climb: the limit comes down to what was in flight when
+// the drop is reported, the refused request included, since each slot
+// more would be refused too. Every drop also takes one slot off the
+// ceiling at once (never its last), two for a request admitted after the
+// last decrease and refused less than rttNoload after it (sent after the
+// cut into the same overload; k requests sent together and refused
+// together, the first of them decreasing, cut k): a fleet node whose
+// share has become too large for the upstream stops refilling its excess
+// slots with requests that will be refused too, without waiting for its
+// next share.
 // 5 round trips without a drop give one slot back, and each
 // give-back that holds (5 round trips without a drop, more if requests
 // sent while slots were coming back were refused late, until the cut

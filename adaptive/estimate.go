@@ -58,19 +58,21 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. Under a ceiling, the cut
 // grows at once (see SetCeiling), so a node whose share is too large for
 // the upstream stops sending its excess before its next share arrives.
-// First, if PaceGrowth was still holding the in-flight below the limit —
-// the node was climbing to a limit that rose — the refusal ends the
-// climb: the limit comes down to what was in flight when the request
-// was refused, the refused request included. The climb found the
-// upstream full there, and each slot more it took would be refused too;
-// where the share runs far ahead of the in-flight (a slow start, a fleet
-// limit that overshot the capacity) that is one refusal per slot before
-// the cut reached the in-flight. A node that sends less than its limit
-// for want of demand, or whose pacing lapsed (no clean release for
-// rttNoload: long requests), keeps its unused slots: its refusal may
-// come from others' load, and a cut comes back only as round trips pass.
-// Then it cuts one slot more, or two for a request admitted after the
-// last backoff and refused less than rttNoload after it (see
+// First, if the ceiling is what binds the limit and PaceGrowth was
+// still holding the in-flight below it, with all the room the pacing
+// gave in use — the node was climbing to a share that rose, as fast as
+// its successes allowed — the refusal ends the climb: the cut takes the
+// limit down to what was in flight when the drop is reported, the
+// refused request included. The climb found the upstream full there, and
+// each slot more it took would be refused too; where the share runs far
+// ahead of the in-flight (a slow start, a fleet limit that overshot the
+// capacity) that is one refusal per slot before the cut reached the
+// in-flight. A node that leaves paced room unused for want of demand,
+// whose pacing lapsed (no clean release for rttNoload: long requests),
+// or whose estimate binds its limit keeps its unused slots: its refusal
+// may come from others' load, and a cut comes back only as round trips
+// pass. Then the drop cuts one slot more, or two for a request admitted
+// after the last backoff and refused less than rttNoload after it (see
 // soonAfterBackoff). Requests sent together and refused together, the
 // first of them backing off, are each one slot of an excess already
 // sent, so k of them cut k slots: two each would cut twice the excess —
@@ -109,14 +111,16 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// The last give-back held: a new overload.
 			l.cutWait = cutRecovery
 		}
-		if l.pacing(now) && l.paced < l.limit(now) {
-			// Refused while climbing to the limit: the climb ends here.
-			held := l.inflight
-			if !rec.dropSeen {
-				// Settled: its slot is already given back. A drop
-				// observed early (ObserveDrop) still holds it.
-				held = addCounts(held, rec.weight)
-			}
+		held := l.inflight
+		if !rec.dropSeen {
+			// Settled: its slot is already given back. A drop observed
+			// early (ObserveDrop) still holds it.
+			held = addCounts(held, rec.weight)
+		}
+		if lim := l.limit(now); l.pacing(now) && lim == l.ceiling-l.cut &&
+			l.paced < lim && held >= max(l.paced, lim/2) {
+			// Refused with all the room the pacing gave in use, on the
+			// way to a ceiling that binds: the climb ends here.
 			l.cut = max(l.cut, l.ceiling-held)
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
@@ -164,9 +168,10 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // stays so far below L_global that the utilization guard lets no
 // estimate rise. Above the cut that a give-back last left and was
 // refused at (cutHit), a give-back stops one slot short of it, and that
-// cut itself is tried one slot at a time: a give-back of s slots
-// refused s times cuts them again (see drop), and give-backs of 1, 2 …
-// s/2 would return them, and the same overshoot, within a few waits.
+// cut itself is tried one slot at a time: a give-back of s slots that is
+// refused cuts them again (s refusals cut one each, or one refusal ends
+// the paced climb into them, see drop), and give-backs of 1, 2 … s/2
+// would return them, and the same overshoot, within a few waits.
 //
 // cutWait starts at cutRecovery and doubles, up to maxCutWait, at the
 // first drop that comes before the last give-back held (by the hold as

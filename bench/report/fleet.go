@@ -285,8 +285,8 @@ climbs to a raised limit only as requests succeed, one more per success
 (PaceGrowth), so a share or a slow-start step that jumps is taken up over
 about a round trip, not sent in one burst. Under a ceiling
 (a fleet node's share) a 429 that comes while the pacing holds the
-in-flight below the limit ends that climb where it was refused, and every
-429 also takes one slot off the ceiling at
+in-flight below the share, all its room in use, ends that climb where it
+was refused, and every 429 also takes one slot off the ceiling at
 once, two for a 429 of a request admitted after the last backoff and
 refused less than a no-load round trip after it, and 5 clean round trips give one back (each give-back that
 holds for 5 more twice as many as the one before, but never past the
