@@ -395,9 +395,10 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // backoff came down from for more than 5 (see AIMDProbe; a fleet node's
 // grants clock the slow start and that probe too, see ProbeTick); a drop backs
 // off by BackoffRatio 0.95, at most once per round trip, and, under a
-// ceiling, takes a slot off it at once, two for a request admitted
-// after the last backoff and refused less than rttNoload after it, and
-// ends a paced climb where it was refused (see SetCeiling and
+// ceiling that binds, first ends a paced climb at the in-flight when
+// the refusal came with all the paced room in use, then takes a slot off
+// the ceiling at once, two for a request admitted after the last
+// backoff and refused less than rttNoload after it (see SetCeiling and
 // SetFleetLimit).
 // UtilizationThreshold 0.8 lets the estimate rise only
 // while the load is within 80 % of it (during the slow start, half: so

@@ -35,25 +35,27 @@ func TestDropCutsTheCeilingAtOnce(t *testing.T) {
 // it with all the paced room in use — a climb to a share that rose — ends
 // the climb: the limit comes down to what was in flight when the drop is
 // reported, the refused request included (by weight), and then loses the
-// drop's slot, since each slot more of the climb would be refused too. A
-// drop observed early (ObserveDrop) counts its request, still in flight.
-// A node that leaves paced room unused for want of demand, whose pacing
-// lapsed, or whose estimate binds the limit keeps its unused slots.
+// drop's slot, since each slot more of the climb would be refused too.
+// The climb is then over, so drops while the node drains cut one slot
+// each. A drop observed early (ObserveDrop) counts its request, still in
+// flight. A node that leaves paced room unused for want of demand, whose
+// pacing lapsed, whose estimate binds the limit, or whose refused request
+// ran alone above the paced room keeps its unused slots.
 func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	t.Parallel()
-	// climb returns a limiter whose share rose from 10 to 100 with 10 in
+	// climb returns a limiter whose share rose from 10 to share with 10 in
 	// flight, rttNoload 10ms and a clean release just now: the pacing
 	// lets the in-flight reach half the share at once, no more.
-	climb := func(t *testing.T) (*Limiter, *fakeClock, []Lease) {
+	climb := func(t *testing.T, share int) (*Limiter, *fakeClock, []Lease) {
 		l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
 		l.SetCeiling(10)
 		leases := acquireN(t, l, 10)
-		l.SetCeiling(100)
+		l.SetCeiling(share)
 		return l, clk, leases
 	}
 	t.Run("climbing", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t)
+		l, clk, leases := climb(t, 100)
 		leases = append(leases, acquireN(t, l, 40)...)
 		_, ok := l.TryAcquire()
 		require.False(t, ok, "the climb is paced")
@@ -62,11 +64,24 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 		require.Equal(t, 49, l.Limit(), "50 in flight at the refusal, less its slot")
 		leases[1].Drop()
 		require.Equal(t, 48, l.Limit(), "the climb has ended: one slot")
-		releaseAll(leases[2:])
+		clk.Advance(time.Millisecond)
+		releaseAll(leases[2:5]) // draining: 45 in flight
+		leases[5].Drop()
+		require.Equal(t, 47, l.Limit(), "a drop while it drains: one slot")
+		releaseAll(leases[6:])
+	})
+	t.Run("odd share", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t, 99)
+		leases = append(leases, acquireN(t, l, 39)...) // 49, half of 99
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 48, l.Limit())
+		releaseAll(leases[1:])
 	})
 	t.Run("observed early", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t)
+		l, clk, leases := climb(t, 100)
 		leases = append(leases, acquireN(t, l, 40)...)
 		clk.Advance(time.Millisecond)
 		leases[0].ObserveDrop()
@@ -77,29 +92,55 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	})
 	t.Run("weighted", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t)
-		heavy, err := l.TryAcquireRequest(Request{Weight: 5})
-		require.NoError(t, err)
-		leases = append(leases, acquireN(t, l, 35)...)
+		l, clk, leases := climb(t, 100)
+		var heavy []Lease
+		for range 13 { // 10 + 39 in flight: no room for 3 more under 50
+			le, err := l.TryAcquireRequest(Request{Weight: 3})
+			require.NoError(t, err)
+			heavy = append(heavy, le)
+		}
+		_, err := l.TryAcquireRequest(Request{Weight: 3})
+		require.ErrorIs(t, err, ErrWouldWait)
 		clk.Advance(time.Millisecond)
-		heavy.Drop()
-		require.Equal(t, 49, l.Limit(), "45 + 5 in flight at the refusal, less one slot")
-		releaseAll(leases)
+		heavy[0].Drop()
+		require.Equal(t, 48, l.Limit(), "49 in flight at the refusal, less one slot")
+		releaseAll(append(leases, heavy[1:]...))
 	})
 	t.Run("short of demand", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t)
-		releaseAll(leases[3:]) // 3 in flight: the paced room is not in use
+		l, clk, leases := climb(t, 100)
 		clk.Advance(time.Millisecond)
+		releaseAll(leases[3:]) // 3 in flight: the paced room is not in use
 		leases[0].Drop()
 		require.Equal(t, 99, l.Limit(), "room left unused: one slot")
 		releaseAll(leases[1:3])
 	})
+	t.Run("between the paced count and half the share", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t, 100)
+		leases = append(leases, acquireN(t, l, 20)...) // 30: room up to 50
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 99, l.Limit(), "room left unused: one slot")
+		releaseAll(leases[1:])
+	})
+	t.Run("alone above the room", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t, 100)
+		releaseAll(leases)
+		l.SetCeiling(10)
+		l.SetCeiling(100)
+		heavy, err := l.TryAcquireRequest(Request{Weight: 60})
+		require.NoError(t, err, "nothing in flight: the whole share")
+		clk.Advance(time.Millisecond)
+		heavy.Drop()
+		require.Equal(t, 99, l.Limit(), "admitted alone, not climbing: one slot")
+	})
 	t.Run("pacing lapsed", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t)
+		l, clk, leases := climb(t, 100)
+		leases = append(leases, acquireN(t, l, 40)...)
 		clk.Advance(20 * time.Millisecond) // no clean release for rttNoload
-		leases = append(leases, acquireN(t, l, 20)...)
 		leases[0].Drop()
 		require.Equal(t, 99, l.Limit(), "no clock to pace by: one slot")
 		releaseAll(leases[1:])

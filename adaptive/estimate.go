@@ -60,10 +60,12 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // the upstream stops sending its excess before its next share arrives.
 // First, if the ceiling is what binds the limit and PaceGrowth was
 // still holding the in-flight below it, with all the room the pacing
-// gave in use — the node was climbing to a share that rose, as fast as
-// its successes allowed — the refusal ends the climb: the cut takes the
-// limit down to what was in flight when the drop is reported, the
-// refused request included. The climb found the upstream full there, and
+// gave in use (see climbing) — the node was climbing to a limit that
+// rose, as fast as its successes allowed — the refusal ends the climb:
+// the cut takes the limit down to what was in flight when the drop is
+// reported, the refused request included, and the pacing no longer holds
+// the node below what is left, so a drop while it drains is not another
+// climb's end. The climb found the upstream full there, and
 // each slot more it took would be refused too; where the share runs far
 // ahead of the in-flight (a slow start, a fleet limit that overshot the
 // capacity) that is one refusal per slot before the cut reached the
@@ -117,13 +119,17 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// early (ObserveDrop) still holds it.
 			held = addCounts(held, rec.weight)
 		}
-		if lim := l.limit(now); l.pacing(now) && lim == l.ceiling-l.cut &&
-			l.paced < lim && held >= max(l.paced, lim/2) {
-			// Refused with all the room the pacing gave in use, on the
-			// way to a ceiling that binds: the climb ends here.
+		climbed := l.climbing(now, held, rec.weight)
+		if climbed {
 			l.cut = max(l.cut, l.ceiling-held)
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
+		if climbed {
+			// The climb is over: what is left of the limit is the
+			// node's to refill, and a drop while it drains is not
+			// another climb.
+			l.paced = max(l.paced, l.limit(now))
+		}
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
 		l.cutStep = 1
@@ -133,6 +139,24 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		bound = float64(l.fleetLimit - l.cut)
 	}
 	l.backoff(now, rec, l.cfg.BackoffRatio, bound)
+}
+
+// climbing reports whether a drop at now, with held in flight (the
+// refused request, of the given weight, included), ends a paced climb:
+// the ceiling less the cut binds the limit, PaceGrowth holds the
+// in-flight below it, and the room the pacing gives (see room) was all in
+// use — held is within it, and a request of the same weight more would
+// not fit. A request admitted alone above that room (nothing else in
+// flight) was not climbing. A caller that admits with TryAcquire and had
+// not yet refilled a slot freed just before the refusal does not count
+// as climbing either. The caller holds l.mu.
+func (l *Limiter) climbing(now time.Time, held, weight int) bool {
+	lim := l.limit(now)
+	if !l.pacing(now) || !l.hasCeiling || lim != l.ceiling-l.cut || l.paced >= lim {
+		return false
+	}
+	room := max(l.paced, lim/2)
+	return held <= room && addCounts(held, weight) > room
 }
 
 // recoverCut counts a round trip without a drop and gives back slots that
