@@ -6,10 +6,10 @@ import (
 )
 
 // SetCeiling caps the effective limit at n, on top of the estimate: the
-// limit becomes min(n − cut, floor(estimate)). A drop that comes while
-// n − cut binds the limit and PaceGrowth holds the in-flight below it,
-// all the paced room in use (a climb to a raised share or a give-back),
-// first raises cut to n less what was in flight when the drop is
+// limit becomes min(n − cut, floor(estimate)). A drop of a request
+// admitted since the last backoff that comes while n − cut binds the
+// limit and PaceGrowth holds the in-flight below it, all the paced room
+// in use (a climb to a raised share or a give-back), first raises cut to n less what was in flight when the drop is
 // reported, the refused request included: each slot more of the climb
 // would be refused too. Every drop then adds one to cut at once, or two
 // for a request admitted after the last backoff and refused less than

@@ -65,10 +65,26 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 		leases[1].Drop()
 		require.Equal(t, 48, l.Limit(), "the climb has ended: one slot")
 		clk.Advance(time.Millisecond)
-		releaseAll(leases[2:5]) // draining: 45 in flight
-		leases[5].Drop()
+		releaseAll(leases[2:12]) // 38 in flight
+		leases = append(leases[12:], acquireN(t, l, 10)...)
+		_, ok = l.TryAcquire()
+		require.False(t, ok, "what is left of the limit refills at once, no more")
+		leases[0].Drop()
 		require.Equal(t, 47, l.Limit(), "a drop while it drains: one slot")
-		releaseAll(leases[6:])
+		releaseAll(leases[1:])
+	})
+	t.Run("share raised within the burst", func(t *testing.T) {
+		t.Parallel()
+		l, clk, leases := climb(t, 100)
+		leases = append(leases, acquireN(t, l, 40)...)
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 49, l.Limit())
+		l.SetCeiling(150) // the next share, before the rest of the burst
+		require.Equal(t, 99, l.Limit())
+		leases[1].Drop()
+		require.Equal(t, 98, l.Limit(), "sent before the backoff: one slot")
+		releaseAll(leases[2:])
 	})
 	t.Run("odd share", func(t *testing.T) {
 		t.Parallel()
@@ -127,7 +143,8 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	t.Run("alone above the room", func(t *testing.T) {
 		t.Parallel()
 		l, clk, leases := climb(t, 100)
-		releaseAll(leases)
+		clk.Advance(10 * time.Millisecond)
+		releaseAll(leases) // the pacing stays active
 		l.SetCeiling(10)
 		l.SetCeiling(100)
 		heavy, err := l.TryAcquireRequest(Request{Weight: 60})

@@ -68,11 +68,12 @@
 // A drop multiplies the estimate by Config.BackoffRatio under every
 // law, at most once per round trip: a drop of a request admitted before
 // the last decrease does not decrease again. Under a ceiling that binds
-// the limit, a drop that comes while Config.PaceGrowth holds the
-// in-flight below it, all the paced room in use (a climb to a share that
-// rose), ends the climb: the limit comes down to what was in flight when
-// the drop is reported, the refused request included, since each slot
-// more would be refused too. Every drop also takes one slot off the
+// the limit, the drop of a request admitted since the last decrease that
+// comes while Config.PaceGrowth holds the in-flight below it, all the
+// paced room in use (a climb to a share that rose, or to slots given
+// back), ends the climb once: the limit comes down to what was in
+// flight when the drop is reported, the refused request included, since
+// each slot more would be refused too. Every drop also takes one slot off the
 // ceiling at once (never its last), two for a request admitted after the
 // last decrease and refused less than rttNoload after it (sent after the
 // cut into the same overload; k requests sent together and refused

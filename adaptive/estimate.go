@@ -58,10 +58,11 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // drop applies one overload signal for rec. Under a ceiling, the cut
 // grows at once (see SetCeiling), so a node whose share is too large for
 // the upstream stops sending its excess before its next share arrives.
-// First, if the ceiling is what binds the limit and PaceGrowth was
-// still holding the in-flight below it, with all the room the pacing
-// gave in use (see climbing) — the node was climbing to a limit that
-// rose, as fast as its successes allowed — the refusal ends the climb:
+// First, if the request was admitted since the last backoff, the ceiling
+// is what binds the limit and PaceGrowth was still holding the in-flight
+// below it, with all the room the pacing gave in use (see climbing) — the
+// node was climbing to a limit that rose, as fast as its successes
+// allowed — the refusal ends the climb:
 // the cut takes the limit down to what was in flight when the drop is
 // reported, the refused request included, and the pacing no longer holds
 // the node below what is left, so a drop while it drains is not another
@@ -119,7 +120,10 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// early (ObserveDrop) still holds it.
 			held = addCounts(held, rec.weight)
 		}
-		climbed := l.climbing(now, held, rec.weight)
+		// Only a request admitted since the last backoff can end a climb:
+		// the rest of a burst already answered is one slot each, even
+		// if a new share let the pacing fall behind again meanwhile.
+		climbed := rec.backoffEpoch == l.backoffEpoch && l.climbing(now, held, rec.weight)
 		if climbed {
 			l.cut = max(l.cut, l.ceiling-held)
 		}
