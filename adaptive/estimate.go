@@ -62,31 +62,31 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // is what binds the limit and PaceGrowth was still holding the in-flight
 // below it, with all the room the pacing gave in use (see climbing) — the
 // node was climbing to a limit that rose, as fast as its successes
-// allowed — the refusal ends the climb:
-// the cut takes the limit down to what was in flight when the drop is
-// reported, the refused request included, and the pacing no longer holds
-// the node below what is left, so a drop while it drains is not another
-// climb's end. The climb found the upstream full there, and
-// each slot more it took would be refused too; where the share runs far
-// ahead of the in-flight (a slow start, a fleet limit that overshot the
-// capacity) that is one refusal per slot before the cut reached the
-// in-flight. A node that leaves paced room unused for want of demand,
-// whose pacing lapsed (no clean release for rttNoload: long requests),
-// or whose estimate binds its limit keeps its unused slots: its refusal
-// may come from others' load, and a cut comes back only as round trips
-// pass. Then the drop cuts one slot more, or two for a request admitted
-// after the last backoff and refused less than rttNoload after it (see
-// soonAfterBackoff). Requests sent together and refused together, the
-// first of them backing off, are each one slot of an excess already
-// sent, so k of them cut k slots: two each would cut twice the excess —
-// after a capacity drop, most of a share — and the fleet's in-flight
-// would sit far below the capacity until the give-backs (see recoverCut)
-// returned it. A refusal of a request sent after the cut, while the
-// requests sent before it still hold their slots upstream, says the node
-// is still sending its excess; at a limit of hundreds it is many slots,
-// so it cuts two. The estimate is multiplied by BackoffRatio, at most
-// once per round trip, and, with a fleet limit set, capped at that limit
-// less the cut (see SetFleetLimit and backoff). The caller holds l.mu.
+// allowed — the refusal ends the climb: the cut takes the limit down to
+// what was in flight when the drop is reported, the refused request
+// included, and the pacing no longer holds the node below what is left,
+// so a drop while it drains is not another climb's end. The climb found
+// the upstream full there, and each slot more it took would be refused
+// too; where the share runs far ahead of the in-flight (a slow start, a
+// fleet limit that overshot the capacity) that is one refusal per slot
+// before the cut reached the in-flight. A node that leaves paced room
+// unused for want of demand, whose pacing lapsed (no clean release for
+// rttNoload: long requests), or whose estimate binds its limit keeps its
+// unused slots: its refusal may come from others' load, and a cut comes
+// back only as round trips pass. Then the drop cuts one slot more, or two
+// for a request admitted after the last backoff and refused less than
+// rttNoload after it (see soonAfterBackoff). Requests sent together and
+// refused together, the first of them backing off, are each one slot of
+// an excess already sent, so k of them cut k slots: two each would cut
+// twice the excess — after a capacity drop, most of a share — and the
+// fleet's in-flight would sit far below the capacity until the give-backs
+// (see recoverCut) returned it. A refusal of a request sent after the
+// cut, while the requests sent before it still hold their slots upstream,
+// says the node is still sending its excess; at a limit of hundreds it is
+// many slots, so it cuts two. The estimate is multiplied by BackoffRatio,
+// at most once per round trip, and, with a fleet limit set, capped at
+// that limit less the cut (see SetFleetLimit and backoff). The caller
+// holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
 	step := 1
