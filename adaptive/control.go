@@ -9,39 +9,39 @@ import (
 // limit becomes min(n − cut, floor(estimate)). A drop of a request
 // admitted since the last backoff that comes while n − cut binds the
 // limit and PaceGrowth holds the in-flight below it, all the paced room
-// in use (a climb to a raised share or a give-back), first raises cut to n less what was in flight when the drop is
-// reported, the refused request included: each slot more of the climb
-// would be refused too. Every drop then adds one to cut at once, or two
-// for a request admitted after the last backoff and refused less than
-// rttNoload after it (a request sent after the cut into an overload
-// already backed off from), so a node whose share is too large for the
-// upstream stops sending its excess before its next share arrives; k
-// requests sent together and refused together, the first of them backing
-// off, cut k slots. 5 round trips without a drop (the wait)
-// give one slot back; a give-back holds when 5 more pass without a drop
-// (or, if the last refusal of a request sent while slots were coming
-// back, no more than 64 round trips after they stopped, came more than 4
-// round trips after the request, one more than it took, up to 64, until
-// the last give-back holds or a new ceiling leaves no cut), and then the
-// next comes, twice as many as the one before (up to 32; one again after
-// a drop or a lower ceiling), so a burst of refusals that cut most of a
-// share is undone in a few waits; above the cut that a refused give-back
-// last left, a give-back stops one slot short of it, and that cut is
-// tried one slot at a time. The wait doubles each time a give-back is
-// refused before it held (up to 64 round trips), and is 5 again once a
-// give-back to the cut last refused, or below it, holds, and at a drop
-// after the last give-back held. The cut never takes the last slot of a
-// non-zero ceiling, and a new ceiling lower than the last absorbs as
-// much of the cut as it lowers and sets the wait to 5 again, counted
-// from the last drop. The ceiling is also the hard bound (up to
-// MaxLimit): no admission takes the weight in flight above it, not even
-// that of a request admitted alone above the limit, and a waiter heavier
-// than it waits without blocking the others (see the package
-// documentation, Admission). 0 admits nothing and a negative n counts as
-// 0. Lowering the ceiling never revokes leases already admitted; raising
-// it hands freed slots to queued waiters at once. There is no ceiling
-// until the first call. SetCeiling removes any deadline set by
-// SetCeilingUntil. Safe for concurrent use.
+// in use (a climb to a raised share or a give-back), first raises cut to
+// n less what was in flight when the drop is reported, the refused
+// request included: each slot more of the climb would be refused too.
+// Every drop then adds one to cut at once, or two for a request admitted
+// after the last backoff and refused less than rttNoload after it (a
+// request sent after the cut into an overload already backed off from),
+// so a node whose share is too large for the upstream stops sending its
+// excess before its next share arrives; k requests sent together and
+// refused together, the first of them backing off, cut k slots. 5 round
+// trips without a drop (the wait) give one slot back; a give-back holds
+// when 5 more pass without a drop (or, if the last refusal of a request
+// sent while slots were coming back, no more than 64 round trips after
+// they stopped, came more than 4 round trips after the request, one more
+// than it took, up to 64, until the last give-back holds or a new ceiling
+// leaves no cut), and then the next comes, twice as many as the one
+// before (up to 32; one again after a drop or a lower ceiling), so a
+// burst of refusals that cut most of a share is undone in a few waits;
+// above the cut that a refused give-back last left, a give-back stops one
+// slot short of it, and that cut is tried one slot at a time. The wait
+// doubles each time a give-back is refused before it held (up to 64 round
+// trips), and is 5 again once a give-back to the cut last refused, or
+// below it, holds, and at a drop after the last give-back held. The cut
+// never takes the last slot of a non-zero ceiling, and a new ceiling
+// lower than the last absorbs as much of the cut as it lowers and sets
+// the wait to 5 again, counted from the last drop. The ceiling is also
+// the hard bound (up to MaxLimit): no admission takes the weight in
+// flight above it, not even that of a request admitted alone above the
+// limit, and a waiter heavier than it waits without blocking the others
+// (see the package documentation, Admission). 0 admits nothing and a
+// negative n counts as 0. Lowering the ceiling never revokes leases
+// already admitted; raising it hands freed slots to queued waiters at
+// once. There is no ceiling until the first call. SetCeiling removes any
+// deadline set by SetCeilingUntil. Safe for concurrent use.
 func (l *Limiter) SetCeiling(n int) { l.SetCeilingUntil(n, time.Time{}) }
 
 // SetCeilingUntil sets the ceiling to n until deadline and to 0 from then
@@ -88,7 +88,8 @@ func (l *Limiter) ClearCeiling() {
 // slots cut, but not below half of what the backoff alone leaves: the
 // refusal came with the upstream full, and with at most the fleet's
 // limit in flight less the slots of this node's share that the cut
-// took (unused at the refusal, or refused), since no node admits past
+// took (not reached by a climb at the refusal, or refused), since no
+// node admits past
 // its share; so the fleet's limit, and this node's estimate of the
 // whole upstream, was too high by at least the cut. Backoffs alone would
 // take one BackoffRatio per round trip to get there. 0, the default,

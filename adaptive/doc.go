@@ -65,34 +65,33 @@
 //
 // # Drops and pauses
 //
-// A drop multiplies the estimate by Config.BackoffRatio under every
-// law, at most once per round trip: a drop of a request admitted before
-// the last decrease does not decrease again. Under a ceiling that binds
-// the limit, the drop of a request admitted since the last decrease that
+// A drop multiplies the estimate by Config.BackoffRatio under every law,
+// at most once per round trip: a drop of a request admitted before the
+// last decrease does not decrease again. Under a ceiling that binds the
+// limit, the drop of a request admitted since the last decrease that
 // comes while Config.PaceGrowth holds the in-flight below it, all the
 // paced room in use (a climb to a share that rose, or to slots given
-// back), ends the climb once: the limit comes down to what was in
-// flight when the drop is reported, the refused request included, since
-// each slot more would be refused too. Every drop also takes one slot off the
+// back), ends the climb once: the limit comes down to what was in flight
+// when the drop is reported, the refused request included, since each
+// slot more would be refused too. Every drop also takes one slot off the
 // ceiling at once (never its last), two for a request admitted after the
 // last decrease and refused less than rttNoload after it (sent after the
 // cut into the same overload; k requests sent together and refused
 // together, the first of them decreasing, cut k): a fleet node whose
 // share has become too large for the upstream stops refilling its excess
 // slots with requests that will be refused too, without waiting for its
-// next share.
-// 5 round trips without a drop give one slot back, and each
+// next share. 5 round trips without a drop give one slot back, and each
 // give-back that holds (5 round trips without a drop, more if requests
-// sent while slots were coming back were refused late, until the cut
-// has all come back) is followed by one twice as large (up to 32; one
-// again after a drop or a lower ceiling), but never past the cut a
-// refused give-back last left, which is tried one slot at a time; the
-// wait after a drop doubles each time a give-back is refused before it
-// held and is 5 again once a give-back to the cut last refused holds.
-// With SetFleetLimit, the backoff also takes the estimate down to the
-// fleet's limit less the slots cut. With Config.MaxHealthyRTT set, a
-// released sample slower than it counts as a drop. RetryAfter and
-// PauseUntil refuse all admission until the given time.
+// sent while slots were coming back were refused late, until the cut has
+// all come back) is followed by one twice as large (up to 32; one again
+// after a drop or a lower ceiling), but never past the cut a refused
+// give-back last left, which is tried one slot at a time; the wait after
+// a drop doubles each time a give-back is refused before it held and is 5
+// again once a give-back to the cut last refused holds. With
+// SetFleetLimit, the backoff also takes the estimate down to the fleet's
+// limit less the slots cut. With Config.MaxHealthyRTT set, a released
+// sample slower than it counts as a drop. RetryAfter and PauseUntil
+// refuse all admission until the given time.
 //
 // # Flat-latency upstreams
 //
