@@ -53,10 +53,14 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 		l.SetCeiling(share)
 		return l, clk, leases
 	}
+	// full is climb to 100 with all the paced room, 50, in use.
+	full := func(t *testing.T) (*Limiter, *fakeClock, []Lease) {
+		l, clk, leases := climb(t, 100)
+		return l, clk, append(leases, acquireN(t, l, 40)...)
+	}
 	t.Run("climbing", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t, 100)
-		leases = append(leases, acquireN(t, l, 40)...)
+		l, clk, leases := full(t)
 		_, ok := l.TryAcquire()
 		require.False(t, ok, "the climb is paced")
 		clk.Advance(time.Millisecond)
@@ -75,8 +79,7 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	})
 	t.Run("share raised within the burst", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t, 100)
-		leases = append(leases, acquireN(t, l, 40)...)
+		l, clk, leases := full(t)
 		clk.Advance(time.Millisecond)
 		leases[0].Drop()
 		require.Equal(t, 49, l.Limit())
@@ -97,8 +100,7 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	})
 	t.Run("observed early", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t, 100)
-		leases = append(leases, acquireN(t, l, 40)...)
+		l, clk, leases := full(t)
 		clk.Advance(time.Millisecond)
 		leases[0].ObserveDrop()
 		require.Equal(t, 49, l.Limit(), "50 in flight, the refused one among them, less its slot")
@@ -155,8 +157,7 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 	})
 	t.Run("pacing lapsed", func(t *testing.T) {
 		t.Parallel()
-		l, clk, leases := climb(t, 100)
-		leases = append(leases, acquireN(t, l, 40)...)
+		l, clk, leases := full(t)
 		clk.Advance(20 * time.Millisecond) // no clean release for rttNoload
 		leases[0].Drop()
 		require.Equal(t, 99, l.Limit(), "no clock to pace by: one slot")

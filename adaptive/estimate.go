@@ -89,8 +89,9 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	l.drops++
+	sinceBackoff := rec.backoffEpoch == l.backoffEpoch // admitted after the last backoff
 	step := 1
-	if rec.backoffEpoch == l.backoffEpoch && l.soonAfterBackoff(now) {
+	if sinceBackoff && l.soonAfterBackoff(now) {
 		step = 2 // sent after the last backoff's cut, and still refused
 	}
 	l.calmRounds, l.pastRounds = 0, 0
@@ -123,7 +124,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		// Only a request admitted since the last backoff can end a climb:
 		// the rest of a burst already answered is one slot each, even
 		// if a new share let the pacing fall behind again meanwhile.
-		climbed := rec.backoffEpoch == l.backoffEpoch && l.climbing(now, held, rec.weight)
+		climbed := sinceBackoff && l.climbing(now, held, rec.weight)
 		if climbed {
 			l.cut = max(l.cut, l.ceiling-held)
 		}
@@ -159,7 +160,7 @@ func (l *Limiter) climbing(now time.Time, held, weight int) bool {
 	if !l.pacing(now) || !l.hasCeiling || lim != l.ceiling-l.cut || l.paced >= lim {
 		return false
 	}
-	room := max(l.paced, lim/2)
+	room := l.pacedBound(lim)
 	return held <= room && addCounts(held, weight) > room
 }
 

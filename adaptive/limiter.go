@@ -167,10 +167,15 @@ func (l *Limiter) room(now time.Time) int {
 	}
 	n := l.limit(now)
 	if l.pacing(now) {
-		n = min(n, max(l.paced, n/2))
+		n = min(n, l.pacedBound(n))
 	}
 	return n - l.inflight // both in [0, MaxLimit]: no overflow
 }
+
+// pacedBound is the most weight PaceGrowth lets in flight under a limit
+// of n while it paces (see pacing): what clean releases let in, paced,
+// but at least half the limit. The caller holds l.mu.
+func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 
 // pacing reports whether PaceGrowth holds the in-flight to paced at now:
 // only while leases keep settling clean, at least one within the last
