@@ -56,8 +56,11 @@ type Options struct {
 	// thirds. Defaults to bench.DefaultFleetScenario's (18s), or 6s with
 	// Quick. Must be 0 or ≥ 3s.
 	FleetDuration time.Duration
-	// FleetRuns is how many times each way of the fleet comparison runs.
-	// Defaults to 3, or 1 with Quick. Must be ≥ 0.
+	// FleetRuns is how many times each way of the fleet sections runs,
+	// and each liveness measurement. Defaults to 5, or 1 with Quick: a
+	// fleet run's 429 share varies by a third from run to run on a shared
+	// machine, so the median of 3 can land on either side of a target.
+	// Must be ≥ 0.
 	FleetRuns int
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
@@ -159,7 +162,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("report: Options.FleetRuns = %d, want >= 0", o.FleetRuns)
 	}
 	if o.FleetRuns == 0 {
-		o.FleetRuns = 3
+		o.FleetRuns = 5
 		if o.Quick {
 			o.FleetRuns = 1
 		}
@@ -264,13 +267,14 @@ This file is generated: every table and plot below comes from
 
 ` + "```sh\ncd bench && go run ./cmd/report -out ../docs\n```" + `
 
-(about 30 minutes on 2 cores; the fleet, liveness and rate sections start a
+(about 40 minutes on 2 cores; the fleet, liveness and rate sections start a
 throwaway Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and use
 only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a
 section measured on its own (` + "`-only NAME`" + `) replaces just its part of
 this file, so sections may come from different runs: within a section,
-every way ran in the same run. ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter
+every way ran in the same run. ` + "`-runs N`" + ` sets how many times each way of the fleet
+sections, and each liveness measurement, runs (default 5). ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter
 benchmarks, whose numbers are rough. The code is in ` + "`bench/`" + `, a
 separate Go module so that the peer libraries and the plotting library stay
 out of fleetlimit's own go.mod.

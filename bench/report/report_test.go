@@ -154,6 +154,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative seeds", Options{Out: "x", Seeds: -1}, "Options.Seeds = -1"},
 		{"negative bench time", Options{Out: "x", BenchTime: -1}, "Options.BenchTime"},
 		{"negative bench runs", Options{Out: "x", BenchRuns: -1}, "Options.BenchRuns"},
+		{"negative fleet runs", Options{Out: "x", FleetRuns: -1}, "Options.FleetRuns = -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -166,6 +167,12 @@ func TestOptionsValidate(t *testing.T) {
 	require.Equal(t, 20, o.Seeds)
 	require.Equal(t, 1, o.BenchRuns)
 	require.Equal(t, 100*time.Millisecond, o.BenchTime)
+	require.Equal(t, 1, o.FleetRuns)
+	for _, tc := range []struct{ given, want int }{{0, 5}, {2, 2}} {
+		o, err := Options{Out: "x", FleetRuns: tc.given}.withDefaults()
+		require.NoError(t, err)
+		require.Equal(t, tc.want, o.FleetRuns, "FleetRuns %d", tc.given)
+	}
 
 	require.ErrorContains(t, Run(context.Background(), Options{Out: filepath.Join(t.TempDir(), "missing")}), "is not a directory")
 }
