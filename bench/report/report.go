@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,8 +43,8 @@ type Options struct {
 	// Quick makes a smoke run for CI: 20 seeds, benchmarks of 100ms run
 	// once. Its numbers are rough.
 	Quick bool
-	// Only, when not empty, runs that section alone: "model", "overhead"
-	// or "fleet".
+	// Only, when not empty, runs that section alone; SectionNames lists
+	// the names.
 	Only string
 	// BenchTime is how long each overhead benchmark runs. Defaults to 1s,
 	// or 100ms with Quick.
@@ -258,8 +259,18 @@ func sectionCommand(name string, opts Options) string {
 	if name == "model" && opts.Seeds != 100 && !(opts.Quick && opts.Seeds == 20) {
 		cmd += fmt.Sprintf(" -seeds %d", opts.Seeds)
 	}
+	defaultRuns := 5
+	if opts.Quick {
+		defaultRuns = 1
+	}
+	if slices.Contains(runsSections, name) && opts.FleetRuns != defaultRuns {
+		cmd += fmt.Sprintf(" -runs %d", opts.FleetRuns)
+	}
 	return cmd + " -out ../docs"
 }
+
+// runsSections are the sections whose runs Options.FleetRuns counts.
+var runsSections = []string{"fleet", "fleet8", "fleet-latency", "liveness", "fleet400"}
 
 const header = `# Benchmarks
 
@@ -273,9 +284,10 @@ only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a
 section measured on its own (` + "`-only NAME`" + `) replaces just its part of
 this file, so sections may come from different runs: within a section,
-every way ran in the same run. ` + "`-runs N`" + ` sets how many times each way of the fleet
-sections, and each liveness measurement, runs (default 5). ` + "`-quick`" + ` makes a smoke run with fewer seeds and shorter
-benchmarks, whose numbers are rough. The code is in ` + "`bench/`" + `, a
+every way ran in the same run. ` + "`-runs N`" + ` sets how many times each way of
+the fleet sections, and each liveness measurement, runs (default 5, or 1
+with ` + "`-quick`" + `). ` + "`-quick`" + ` makes a smoke run with fewer seeds and
+shorter benchmarks, whose numbers are rough. The code is in ` + "`bench/`" + `, a
 separate Go module so that the peer libraries and the plotting library stay
 out of fleetlimit's own go.mod.
 `

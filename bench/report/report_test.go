@@ -168,10 +168,32 @@ func TestOptionsValidate(t *testing.T) {
 	require.Equal(t, 1, o.BenchRuns)
 	require.Equal(t, 100*time.Millisecond, o.BenchTime)
 	require.Equal(t, 1, o.FleetRuns)
-	for _, tc := range []struct{ given, want int }{{0, 5}, {2, 2}} {
-		o, err := Options{Out: "x", FleetRuns: tc.given}.withDefaults()
+	for _, tc := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{Out: "x"}, 5},
+		{Options{Out: "x", FleetRuns: 2}, 2},
+		{Options{Out: "x", FleetRuns: 2, Quick: true}, 2},
+	} {
+		o, err := tc.opts.withDefaults()
 		require.NoError(t, err)
-		require.Equal(t, tc.want, o.FleetRuns, "FleetRuns %d", tc.given)
+		require.Equal(t, tc.want, o.FleetRuns, "%+v", tc.opts)
+	}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"fleet400", Options{FleetRuns: 5}, "cd bench && go run ./cmd/report -only fleet400 -out ../docs"},
+		{"fleet400", Options{FleetRuns: 3}, "cd bench && go run ./cmd/report -only fleet400 -runs 3 -out ../docs"},
+		{"liveness", Options{FleetRuns: 1, Quick: true}, "cd bench && go run ./cmd/report -only liveness -quick -out ../docs"},
+		{"model", Options{FleetRuns: 3, Seeds: 100}, "cd bench && go run ./cmd/report -only model -out ../docs"},
+	} {
+		require.Equal(t, tc.want, sectionCommand(tc.name, tc.opts))
+	}
+	for _, name := range runsSections {
+		require.Contains(t, SectionNames(), name)
 	}
 
 	require.ErrorContains(t, Run(context.Background(), Options{Out: filepath.Join(t.TempDir(), "missing")}), "is not a directory")
