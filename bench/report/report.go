@@ -163,10 +163,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("report: Options.FleetRuns = %d, want >= 0", o.FleetRuns)
 	}
 	if o.FleetRuns == 0 {
-		o.FleetRuns = 5
-		if o.Quick {
-			o.FleetRuns = 1
-		}
+		o.FleetRuns = defaultFleetRuns(o.Quick)
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -259,14 +256,18 @@ func sectionCommand(name string, opts Options) string {
 	if name == "model" && opts.Seeds != 100 && !(opts.Quick && opts.Seeds == 20) {
 		cmd += fmt.Sprintf(" -seeds %d", opts.Seeds)
 	}
-	defaultRuns := 5
-	if opts.Quick {
-		defaultRuns = 1
-	}
-	if slices.Contains(runsSections, name) && opts.FleetRuns != defaultRuns {
+	if slices.Contains(runsSections, name) && opts.FleetRuns != defaultFleetRuns(opts.Quick) {
 		cmd += fmt.Sprintf(" -runs %d", opts.FleetRuns)
 	}
 	return cmd + " -out ../docs"
+}
+
+// defaultFleetRuns is Options.FleetRuns's default.
+func defaultFleetRuns(quick bool) int {
+	if quick {
+		return 1
+	}
+	return 5
 }
 
 // runsSections are the sections whose runs Options.FleetRuns counts.
