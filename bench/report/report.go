@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +72,8 @@ type Options struct {
 type section struct {
 	name  string
 	title string
+	// fleetRuns is whether Options.FleetRuns counts the section's runs.
+	fleetRuns bool
 	// run measures the comparison and returns its Markdown, heading
 	// included. It may write plots under env.imgDir.
 	run func(ctx context.Context, env *env) (string, error)
@@ -83,11 +84,11 @@ type section struct {
 var sections = []section{
 	{name: "model", title: "1. Control quality on the latent-capacity model", run: runModel},
 	{name: "overhead", title: "2. Overhead per request", run: runOverhead},
-	{name: "fleet", title: "3. Fleet: four nodes sharing one provider", run: runFleet},
-	{name: "fleet8", title: "4. Fleet: eight nodes of unequal demand", run: runFleetUnequal},
-	{name: "fleet-latency", title: "5. Fleet: a provider whose latency grows with its load", run: runFleetLatency},
-	{name: "liveness", title: "6. Liveness", run: runLiveness},
-	{name: "fleet400", title: "7. Fleet: four nodes at C = 400", run: runFleet400},
+	{name: "fleet", title: "3. Fleet: four nodes sharing one provider", fleetRuns: true, run: runFleet},
+	{name: "fleet8", title: "4. Fleet: eight nodes of unequal demand", fleetRuns: true, run: runFleetUnequal},
+	{name: "fleet-latency", title: "5. Fleet: a provider whose latency grows with its load", fleetRuns: true, run: runFleetLatency},
+	{name: "liveness", title: "6. Liveness", fleetRuns: true, run: runLiveness},
+	{name: "fleet400", title: "7. Fleet: four nodes at C = 400", fleetRuns: true, run: runFleet400},
 	{name: "rates", title: "8. Rate budgets", run: runRates},
 }
 
@@ -218,7 +219,7 @@ func Run(ctx context.Context, opts Options) error {
 			continue
 		}
 		e := *base
-		e.command = sectionCommand(s.name, opts)
+		e.command = sectionCommand(s, opts)
 		start := time.Now()
 		e.logf("== %s", s.name)
 		md, err := s.run(ctx, &e)
@@ -247,16 +248,16 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// sectionCommand is the command that reproduces section name with opts.
-func sectionCommand(name string, opts Options) string {
-	cmd := "cd bench && go run ./cmd/report -only " + name
+// sectionCommand is the command that reproduces section s with opts.
+func sectionCommand(s section, opts Options) string {
+	cmd := "cd bench && go run ./cmd/report -only " + s.name
 	if opts.Quick {
 		cmd += " -quick"
 	}
-	if name == "model" && opts.Seeds != 100 && !(opts.Quick && opts.Seeds == 20) {
+	if s.name == "model" && opts.Seeds != 100 && !(opts.Quick && opts.Seeds == 20) {
 		cmd += fmt.Sprintf(" -seeds %d", opts.Seeds)
 	}
-	if slices.Contains(runsSections, name) && opts.FleetRuns != defaultFleetRuns(opts.Quick) {
+	if s.fleetRuns && opts.FleetRuns != defaultFleetRuns(opts.Quick) {
 		cmd += fmt.Sprintf(" -runs %d", opts.FleetRuns)
 	}
 	return cmd + " -out ../docs"
@@ -269,9 +270,6 @@ func defaultFleetRuns(quick bool) int {
 	}
 	return 5
 }
-
-// runsSections are the sections whose runs Options.FleetRuns counts.
-var runsSections = []string{"fleet", "fleet8", "fleet-latency", "liveness", "fleet400"}
 
 const header = `# Benchmarks
 
