@@ -125,10 +125,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("report: Options.Seeds = %d, want >= 0", o.Seeds)
 	}
 	if o.Seeds == 0 {
-		o.Seeds = 100
-		if o.Quick {
-			o.Seeds = 20
-		}
+		o.Seeds = defaultSeeds(o.Quick)
 	}
 	if o.Only != "" && !isSection(o.Only) {
 		return o, fmt.Errorf("report: Options.Only = %q, want one of %s", o.Only, strings.Join(SectionNames(), ", "))
@@ -254,13 +251,21 @@ func sectionCommand(s section, opts Options) string {
 	if opts.Quick {
 		cmd += " -quick"
 	}
-	if s.name == "model" && opts.Seeds != 100 && !(opts.Quick && opts.Seeds == 20) {
+	if s.name == "model" && opts.Seeds != defaultSeeds(opts.Quick) {
 		cmd += fmt.Sprintf(" -seeds %d", opts.Seeds)
 	}
 	if s.fleetRuns && opts.FleetRuns != defaultFleetRuns(opts.Quick) {
 		cmd += fmt.Sprintf(" -runs %d", opts.FleetRuns)
 	}
 	return cmd + " -out ../docs"
+}
+
+// defaultSeeds is Options.Seeds's default.
+func defaultSeeds(quick bool) int {
+	if quick {
+		return 20
+	}
+	return 100
 }
 
 // defaultFleetRuns is Options.FleetRuns's default.

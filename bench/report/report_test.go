@@ -190,6 +190,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"fleet400", Options{FleetRuns: 3}, "cd bench && go run ./cmd/report -only fleet400 -runs 3 -out ../docs"},
 		{"liveness", Options{FleetRuns: 1, Quick: true}, "cd bench && go run ./cmd/report -only liveness -quick -out ../docs"},
 		{"model", Options{FleetRuns: 3, Seeds: 100}, "cd bench && go run ./cmd/report -only model -out ../docs"},
+		{"model", Options{Seeds: 20, Quick: true}, "cd bench && go run ./cmd/report -only model -quick -out ../docs"},
+		{"model", Options{Seeds: 100, Quick: true}, "cd bench && go run ./cmd/report -only model -quick -seeds 100 -out ../docs"},
+		{"model", Options{Seeds: 20}, "cd bench && go run ./cmd/report -only model -seeds 20 -out ../docs"},
 	} {
 		i := slices.IndexFunc(sections, func(s section) bool { return s.name == tc.name })
 		require.NotEqual(t, -1, i, tc.name)
