@@ -317,7 +317,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},
 		{[]string{"watch", "api", "--count", "-1"}, 2, `fleetctl: watch: invalid value -1 for --count: want >= 0`},
 		{[]string{"demo", "--nodes", "0"}, 2, `fleetctl: demo: invalid value 0 for --nodes: want 1..32`},
-		{[]string{"--statement-timeout", "-1s", "keys"}, 2, `fleetctl: keys: invalid value -1s for --statement-timeout: want >= 0`},
+		{[]string{"--statement-timeout", "-1s", "keys"}, 2, `fleetctl: keys: invalid value -1s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
 		{[]string{"nodes", "nope"}, 1, `fleetctl: nodes: unknown key "nope"`},
 		{[]string{"limits", "get", "nope"}, 1, `fleetctl: limits get: unknown key "nope"`},
 		{[]string{"watch", "nope", "--count", "1"}, 1, `fleetctl: watch: unknown key "nope"`},
@@ -439,6 +439,44 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema is gone")
 }
 
+// TestLimitsSetSaysWhatItChanged: a change written before a failure says
+// so, here the read-back on a schema one migration behind.
+func TestLimitsSetSaysWhatItChanged(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	mustRun(t, dsn, "keys", "create", "api")
+	mustRun(t, dsn, "migrate", "down")
+	res := run(t, dsn, "limits", "set", "api", "--max", "10")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `key "api" was changed, but reading it back failed: `)
+	require.Contains(t, res.stderr, "fleetctl migrate up")
+}
+
+// TestRelearnWithoutNodes: a key no node ever joined has nothing to
+// relearn, and relearn says so instead of naming a learning mode that
+// has already ended.
+func TestRelearnWithoutNodes(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	mustRun(t, dsn, "keys", "create", "idle")
+	require.Contains(t, mustRun(t, dsn, "relearn", "idle"), `key "idle": no lease or request of before now is left, so learning mode ended at once`)
+	require.Contains(t, mustRun(t, dsn, "keys"), "normal")
+}
+
+// TestMigrateDownRefusesLiveNodes: down refuses while nodes are live on
+// any key unless --force, and changes nothing when it refuses.
+func TestMigrateDownRefusesLiveNodes(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seed(t, dsn)
+	before := mustRun(t, dsn, "migrate", "status")
+	res := run(t, dsn, "migrate", "down")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
+	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version")
+}
+
 // TestKeysCreateDelete: a key capped before any node joins keeps the cap
 // in its first grant; delete refuses while nodes are live unless --force.
 func TestKeysCreateDelete(t *testing.T) {
@@ -470,6 +508,14 @@ func TestKeysCreateDelete(t *testing.T) {
 	require.Contains(t, res.stderr, "nodes are live on key \"quota\"")
 	require.Equal(t, "key \"quota\" deleted\n", mustRun(t, dsn, "keys", "delete", "quota", "--force"))
 	require.NotContains(t, mustRun(t, dsn, "keys"), "quota")
+	// A live node's next heartbeat re-creates the key, without its
+	// override, in learning mode.
+	g2, err := c.Heartbeat(t.Context(), coord.Report{Key: "quota", NodeID: "n", Instance: "i", Seq: 2, LLocal: 100,
+		Demand: 5, LeaseTTL: time.Hour, Epoch: g.Epoch, AppliedGen: g.Generation})
+	require.NoError(t, err)
+	require.Equal(t, 100, g2.LGlobal, "the cap went with the key")
+	require.Contains(t, mustRun(t, dsn, "keys"), "learning")
+	mustRun(t, dsn, "keys", "delete", "quota", "--force")
 	res = run(t, dsn, "keys", "delete", "quota")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `unknown key "quota"`)

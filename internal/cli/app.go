@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 	"golang.org/x/term"
+
+	"github.com/fleetlimit/fleetlimit/coord"
 )
 
 const appName = "fleetctl"
@@ -293,8 +296,22 @@ func wantArgs(c *ucli.Context, names ...string) ([]string, error) {
 		if a == "" {
 			return nil, usageErrorf("empty argument %s", names[i])
 		}
+		if (names[i] == "KEY" || names[i] == "NODE") && !storableName(a) {
+			shown := fmt.Sprintf("%.40q", a)
+			if utf8.RuneCountInString(a) > 40 {
+				shown += "…"
+			}
+			return nil, usageErrorf("invalid %s %s (%d bytes): want 1..%d bytes of UTF-8 without NUL",
+				names[i], shown, len(a), coord.MaxNameBytes)
+		}
 	}
 	return args, nil
+}
+
+// storableName reports whether s can name a key or a node: 1 to
+// coord.MaxNameBytes bytes of UTF-8 without NUL.
+func storableName(s string) bool {
+	return len(s) >= 1 && len(s) <= coord.MaxNameBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // argsUsage formats the positional arguments for help.

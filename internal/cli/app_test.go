@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleet"
 	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
@@ -66,6 +69,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--duration", "1h"}, `fleetctl: demo: invalid value 1h0m0s for --duration: want 1s..10m0s`},
 		{[]string{"demo", "--workers", "0"}, `fleetctl: demo: invalid value 0 for --workers: want 1..256`},
 		{[]string{"--connect-timeout", "0s", "keys"}, `fleetctl: keys: invalid value 0s for --connect-timeout: want > 0`},
+		{[]string{"--statement-timeout", "500us", "keys"}, `fleetctl: keys: invalid value 500µs for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
+		{[]string{"--statement-timeout", "1500us", "keys"}, `fleetctl: keys: invalid value 1.5ms for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
+		{[]string{"--statement-timeout", "1000000h", "keys"}, `fleetctl: keys: invalid value 1000000h0m0s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
+		{[]string{"--statement-timeout", "-1s", "keys"}, `fleetctl: keys: invalid value -1s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
+		{[]string{"keys", "create", strings.Repeat("a", 201)}, `fleetctl: keys create: invalid KEY "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"… (201 bytes): want 1..200 bytes of UTF-8 without NUL`},
+		{[]string{"nodes", "\xff"}, `fleetctl: nodes: invalid KEY "\xff" (1 bytes): want 1..200 bytes of UTF-8 without NUL`},
+		{[]string{"evict", "k", "a\x00b"}, `fleetctl: evict: invalid NODE "a\x00b" (3 bytes): want 1..200 bytes of UTF-8 without NUL`},
 		{[]string{"version", "now"}, `fleetctl: version: unexpected argument "now"`},
 		{[]string{"limits", "set", "k", "--rpm", "-1"}, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "k", "--tpm", "1000000001"}, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
@@ -247,4 +257,16 @@ func TestBadRatesWriteNothing(t *testing.T) {
 	k, err = findKey(t.Context(), admin, "k")
 	require.NoError(t, err)
 	require.Equal(t, coord.Rates{Tokens: 5000}, k.RateLimit)
+}
+
+// TestIsAdmissionError: the demo counts a node's refusals, an eviction's
+// included, as refused, not failed, through the client's wrapping.
+func TestIsAdmissionError(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{adaptive.ErrQueueFull, adaptive.ErrPaused, fleet.ErrFenced, fleet.ErrEvicted,
+		fleet.ErrNotStarted, fleet.ErrStopped} {
+		wrapped := &url.Error{Op: "Get", URL: "http://127.0.0.1:1", Err: err}
+		require.True(t, isAdmissionError(wrapped), "%v", err)
+	}
+	require.False(t, isAdmissionError(&url.Error{Op: "Get", URL: "http://127.0.0.1:1", Err: io.ErrUnexpectedEOF}))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -44,6 +45,10 @@ func resolveDatabaseURL(flagValue string, getenv func(string) string) (url, sour
 	return "", sourceLibpqEnv
 }
 
+// maxStatementTimeout is the longest statement_timeout Postgres accepts:
+// INT_MAX milliseconds.
+const maxStatementTimeout = math.MaxInt32 * time.Millisecond
+
 // connSettings is what the connection flags say.
 type connSettings struct {
 	url, source string
@@ -62,8 +67,9 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 		connectTimeoutSet:   c.IsSet(flagConnectTimeout),
 	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
-	if s.statementTimeout < 0 {
-		return s, usageErrorf("invalid value %s for --%s: want >= 0", s.statementTimeout, flagStatementTimeout)
+	if t := s.statementTimeout; t != 0 && (t < time.Millisecond || t > maxStatementTimeout) || t%time.Millisecond != 0 {
+		return s, usageErrorf("invalid value %s for --%s: want 0 (no timeout) or whole milliseconds in [1ms, %s]",
+			s.statementTimeout, flagStatementTimeout, maxStatementTimeout)
 	}
 	if s.connectTimeout <= 0 {
 		return s, usageErrorf("invalid value %s for --%s: want > 0", s.connectTimeout, flagConnectTimeout)

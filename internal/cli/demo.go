@@ -60,7 +60,7 @@ up.`,
 			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: "how long the fleet runs"},
 			&ucli.IntFlag{Name: "nodes", Value: DefaultDemoNodes, Usage: "how many fleet nodes"},
 			&ucli.IntFlag{Name: "workers", Value: DefaultDemoWorkers, Usage: "request goroutines per node"},
-			&ucli.DurationFlag{Name: "interval", Usage: "time between view refreshes (default 500ms on a terminal, else 1s)"},
+			&ucli.DurationFlag{Name: "interval", Usage: "time between view refreshes", DefaultText: "500ms on a terminal, else 1s"},
 		},
 		Action: r.action(func(c *ucli.Context) error {
 			if _, err := wantArgs(c); err != nil {

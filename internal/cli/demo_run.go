@@ -226,9 +226,12 @@ func (dn *demoNode) work(ctx context.Context, client *http.Client, url string) {
 	}
 }
 
-// isAdmissionError reports whether err is the node refusing to admit.
+// isAdmissionError reports whether err is the node refusing to admit: a
+// full queue, a pause, a fence, an eviction (fleetctl evict during the
+// demo), or a node not started or stopped.
 func isAdmissionError(err error) bool {
-	for _, target := range []error{adaptive.ErrQueueFull, adaptive.ErrPaused, fleet.ErrFenced, fleet.ErrNotStarted} {
+	for _, target := range []error{adaptive.ErrQueueFull, adaptive.ErrPaused, fleet.ErrFenced, fleet.ErrEvicted,
+		fleet.ErrNotStarted, fleet.ErrStopped} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -9,7 +9,7 @@
 // # Commands
 //
 //	migrate up                      apply every pending migration
-//	migrate down [--to VERSION]     roll back one step, or to VERSION >= 1
+//	migrate down [--to VERSION] [--force]  roll back one step, or to VERSION >= 1 (refuses while nodes are live)
 //	migrate reset [--yes] [--force] remove the whole schema (asks; refuses while nodes are live)
 //	migrate status [-o json]        list migrations and whether they are applied
 //	migrate validate                exit 3 when migrations are pending
@@ -87,8 +87,10 @@
 // ("400 (max 400)"; "- (max 600)" before any heartbeat); the RATE_*
 // columns are requests/tokens per minute pairs ("275/30000"), "-" for none;
 // a rate share shows "-" on a dimension where the key has no rate (no
-// pacing) and 0 where it has one (the node may send nothing). keys and
-// nodes show the rate columns only when a key or row has a rate.
+// pacing) and 0 where it has one (the node may send nothing). keys shows
+// the rate columns, for every key, once a key has a rate or a member with
+// a rate share; nodes once a row has a rate share, a rate demand or a rate
+// estimate of its own.
 //
 // keys prints an array of key objects:
 //

@@ -53,8 +53,13 @@ func (r *runner) migrateCommand() *ucli.Command {
 			{
 				Name:  "down",
 				Usage: "roll back the newest applied migration, or down to --to VERSION (at least 1; 'migrate reset' removes everything)",
+				Description: `down refuses while nodes are live on any key unless --force: the schema
+they heartbeat into would change under them, and their fleets fail closed.
+Rolling back drops what the newer migrations added, with its data (the
+operator's rates, for one): a later 'migrate up' adds it back empty.`,
 				Flags: []ucli.Flag{
 					&ucli.Int64Flag{Name: "to", Usage: "the version to roll back to, >= 1", DefaultText: "one step back"},
+					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live"},
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					to := c.Int64("to")
@@ -77,6 +82,15 @@ func (r *runner) migrateCommand() *ucli.Command {
 									"schema and every key; use 'fleetctl migrate reset'", before)
 							}
 							to = applied[len(applied)-2]
+						}
+						if to < before {
+							use, err := liveNodes(ctx, pool)
+							if err != nil {
+								return err
+							}
+							if err := refuseLive(use, "rolling the schema back", c.Bool("force")); err != nil {
+								return err
+							}
 						}
 						if err := migrations.DownTo(ctx, pool, to); err != nil {
 							return err
@@ -114,19 +128,18 @@ fleets would fail closed) unless --force.`,
 							r.printf("no migration is applied; nothing to reset\n")
 							return nil
 						}
-						keys, live, err := liveNodes(ctx, pool)
+						use, err := liveNodes(ctx, pool)
 						if err != nil {
 							return err
 						}
-						if live > 0 && !c.Bool("force") {
-							return fmt.Errorf("%d nodes are live on %d keys: resetting now would fail their fleets "+
-								"closed; stop them first, or give --force", live, keys)
+						if err := refuseLive(use, "resetting", c.Bool("force")); err != nil {
+							return err
 						}
 						if !c.Bool("yes") {
 							if !r.stdinIsTerminal() {
 								return usageErrorf("reset removes every key, override and node: give --yes to confirm")
 							}
-							fmt.Fprintf(r.env.Stderr, "This removes the fleetlimit schema and all its data (%d keys, %d live nodes). Type 'reset' to confirm: ", keys, live)
+							fmt.Fprintf(r.env.Stderr, "This removes the fleetlimit schema and all its data (%d keys, %d live nodes). Type 'reset' to confirm: ", use.keys, use.live)
 							answer, _ := bufio.NewReader(r.env.Stdin).ReadString('\n')
 							if strings.TrimSpace(answer) != "reset" {
 								return errors.New("not confirmed; nothing was changed")
@@ -222,24 +235,53 @@ func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 	return out, nil
 }
 
+// schemaUse is what a schema change would take from under the fleets:
+// how many keys there are, how many of them have live member nodes, and
+// how many such nodes.
+type schemaUse struct {
+	keys, liveKeys, live int
+}
+
 // liveNodes counts the keys and their live member nodes, through the
 // coordinator; a schema too old to list them counts none.
-func liveNodes(ctx context.Context, pool *pgxpool.Pool) (keys, live int, err error) {
+func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	admin, err := coord.NewPostgres(pool)
 	if err != nil {
-		return 0, 0, err
+		return schemaUse{}, err
 	}
 	ks, err := admin.Keys(ctx)
 	if errors.Is(err, coord.ErrSchema) {
-		return 0, 0, nil
+		return schemaUse{}, nil
 	}
 	if err != nil {
-		return 0, 0, err
+		return schemaUse{}, err
 	}
+	u := schemaUse{keys: len(ks)}
 	for _, k := range ks {
-		live += k.LiveNodes
+		u.live += k.LiveNodes
+		if k.LiveNodes > 0 {
+			u.liveKeys++
+		}
 	}
-	return len(ks), live, nil
+	return u, nil
+}
+
+// refuseLive returns the error that stops a schema change (what: "resetting",
+// "rolling back") while u counts live nodes, unless force.
+func refuseLive(u schemaUse, what string, force bool) error {
+	if u.live == 0 || force {
+		return nil
+	}
+	return fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
+		plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
+}
+
+// plural returns n with the singular or plural noun.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // schemaVersion returns the newest applied migration version (0 for none)

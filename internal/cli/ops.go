@@ -317,7 +317,7 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				}
 				k, err := findKey(ctx, admin, key)
 				if err != nil {
-					return err
+					return fmt.Errorf("key %q was changed, but reading it back failed: %w", key, err)
 				}
 				if limitsChanged {
 					k.MinLimit, k.MaxLimit = minLimit, maxLimit
@@ -441,6 +441,11 @@ granted more than it proves it holds.`,
 				until, err := admin.Relearn(ctx, key)
 				if err != nil {
 					return adminError(err, key, "")
+				}
+				if !until.After(time.Now()) {
+					r.printf("key %q: no lease or request of before now is left, so learning mode ended at once (%s)\n",
+						key, until.UTC().Format(time.RFC3339))
+					return nil
 				}
 				r.printf("key %q is in learning mode until %s: no node is granted more than it holds\n",
 					key, until.UTC().Format(time.RFC3339))

@@ -87,13 +87,19 @@ When a key has a rate, RPM and TPM show its request and token rates per
 minute as the newest heartbeat computed them, with the operator's in
 parentheses when one is set ("540 (max 600)"), RATE_SHARE the members'
 rate shares added up, and RATE_USED what they sent in the minute before
-their last heartbeats, as requests/tokens per minute; "-" is none. JSON
-fields: see 'fleetctl --help' and the package documentation.
+their last heartbeats, as requests/tokens per minute; "-" is none. The
+rate columns appear, for every key, once a key has a rate or a member
+with a rate share.
+JSON fields: key, l_global, min_limit, max_limit, aggregate, epoch,
+generation, created_at, live_nodes, sum_share, sum_inflight, utilization,
+held_rows, held_reserve, learning_until, drains, rpm, tpm, rpm_limit,
+tpm_limit, sum_rpm_share, sum_tpm_share, sum_rpm_used, sum_tpm_used.
 
 'keys create KEY [--min N] [--max N] [--rpm N] [--tpm N]' creates a key, so
 that a quota can be capped before any node joins; 'keys delete KEY' deletes
 one with all its rows, and refuses while nodes are live on it unless
---force.`,
+--force: their next heartbeats would re-create it without its min/max
+and rates, in learning mode.`,
 		Flags:       []ucli.Flag{outputFlag()},
 		Subcommands: []*ucli.Command{r.keysCreateCommand(), r.keysDeleteCommand()},
 		Action: r.action(func(c *ucli.Context) error {
@@ -190,7 +196,7 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 		Name:      "delete",
 		Usage:     "delete KEY and all its rows: nodes, drain marks, evictions",
 		ArgsUsage: argsUsage("KEY"),
-		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key"}},
+		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key (they re-create it, without its min/max and rates)"}},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
 			if err != nil {
@@ -200,8 +206,8 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				if err := admin.DeleteKey(ctx, key, c.Bool("force")); err != nil {
 					if errors.Is(err, coord.ErrLiveNodes) {
-						return fmt.Errorf("nodes are live on key %q: deleting it would fail their fleets closed; "+
-							"stop them first, or give --force", key)
+						return fmt.Errorf("nodes are live on key %q: their next heartbeats would re-create it without "+
+							"its min/max and rates, in learning mode; stop them first, or give --force", key)
 					}
 					return adminError(err, key, "")
 				}

@@ -89,6 +89,9 @@ func TestLabelsAndCells(t *testing.T) {
 	require.Equal(t, `"a\tb"`, cell("a\tb"))
 	require.Equal(t, `""`, cell(""))
 	require.Equal(t, "plain", cell("plain"))
+	require.Equal(t, `"api "`, cell("api "))
+	require.Equal(t, `" "`, cell(" "))
+	require.Equal(t, "a b", cell("a b"))
 }
 
 func TestRateCells(t *testing.T) {
