@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -165,31 +167,51 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("fleet: Config."+format, args...))
 	}
 	// Key, NodeID and Labels go into every report: check them as the
-	// coordinator will.
-	probe := coord.Report{Key: c.Key, NodeID: c.NodeID, Instance: "probe", LLocal: 1,
-		LeaseTTL: coord.MinLeaseTTL, Labels: c.Labels}
-	if err := probe.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("fleet: Config: %w", err))
+	// coordinator will, one at a time so that the error names the field.
+	probe := coord.Report{Key: "probe", NodeID: "probe", Instance: "probe", LLocal: 1, LeaseTTL: coord.MinLeaseTTL}
+	withKey, withNode, withLabels := probe, probe, probe
+	withKey.Key, withNode.NodeID, withLabels.Labels = c.Key, c.NodeID, c.Labels
+	if withKey.Validate() != nil {
+		bad("Key = %s, want 1..%d bytes of UTF-8 without NUL", shortQuote(c.Key), coord.MaxNameBytes)
 	}
-	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > 10*time.Minute {
+	if withNode.Validate() != nil {
+		bad("NodeID = %s, want 1..%d bytes of UTF-8 without NUL", shortQuote(c.NodeID), coord.MaxNameBytes)
+	}
+	if err := withLabels.Validate(); err != nil {
+		bad("Labels: %v", strings.TrimPrefix(err.Error(), coord.ErrInvalidReport.Error()+": "))
+	}
+	// A field whose default derives from a bad one is not checked: its
+	// error would name a value the caller never set.
+	intervalOK := c.HeartbeatInterval >= 10*time.Millisecond && c.HeartbeatInterval <= 10*time.Minute
+	if !intervalOK {
 		bad("HeartbeatInterval = %v, want [10ms, 10m]", c.HeartbeatInterval)
 	}
-	if c.LeaseTTL <= c.HeartbeatInterval || c.LeaseTTL < coord.MinLeaseTTL || c.LeaseTTL > coord.MaxLeaseTTL {
+	ttlOK := c.LeaseTTL > c.HeartbeatInterval && c.LeaseTTL >= coord.MinLeaseTTL && c.LeaseTTL <= coord.MaxLeaseTTL
+	if intervalOK && !ttlOK {
 		bad("LeaseTTL = %v, want above HeartbeatInterval (%v) and in [%v, %v]",
 			c.LeaseTTL, c.HeartbeatInterval, coord.MinLeaseTTL, coord.MaxLeaseTTL)
 	}
-	if c.FenceMargin < 0 || c.FenceMargin >= c.LeaseTTL-c.HeartbeatInterval {
+	if intervalOK && ttlOK && (c.FenceMargin < 0 || c.FenceMargin >= c.LeaseTTL-c.HeartbeatInterval) {
 		bad("FenceMargin = %v, want [0, LeaseTTL−HeartbeatInterval) = [0, %v)",
 			c.FenceMargin, c.LeaseTTL-c.HeartbeatInterval)
 	}
-	if c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL {
+	if intervalOK && ttlOK && (c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL) {
 		bad("HeartbeatTimeout = %v, want (0, LeaseTTL] = (0, %v]", c.HeartbeatTimeout, c.LeaseTTL)
 	}
-	if c.MaxRequestDuration <= 0 || c.MaxRequestDuration > MaxRequestDurationLimit {
+	boundOK := c.MaxRequestDuration > 0 && c.MaxRequestDuration <= MaxRequestDurationLimit
+	if !boundOK {
 		bad("MaxRequestDuration = %v, want (0, %v]", c.MaxRequestDuration, MaxRequestDurationLimit)
 	}
-	if c.AbandonedHold < 0 || c.AbandonedHold > c.MaxRequestDuration {
+	if boundOK && (c.AbandonedHold < 0 || c.AbandonedHold > c.MaxRequestDuration) {
 		bad("AbandonedHold = %v, want [0, MaxRequestDuration] = [0, %v]", c.AbandonedHold, c.MaxRequestDuration)
+	}
+	if clk := c.Limiter.Clock; clk != nil {
+		// The node's heartbeats, fence and request bounds run on real
+		// time, and the limiter's on its clock: the two must agree.
+		if reads, now := clk.Now(), time.Now(); reads.Sub(now).Abs() > time.Second {
+			bad("Limiter.Clock reads %s, %v from the system clock: want nil or a real clock",
+				reads.UTC().Format(time.RFC3339Nano), reads.Sub(now).Round(time.Millisecond))
+		}
 	}
 	if c.Outage != FailClosed && c.Outage != HoldLastShare {
 		bad("Outage = %v, want FailClosed or HoldLastShare", c.Outage)
@@ -198,4 +220,14 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// shortQuote quotes s for an error message, cut to its first 40
+// characters with an ellipsis.
+func shortQuote(s string) string {
+	q := fmt.Sprintf("%.40q", s)
+	if utf8.RuneCountInString(s) > 40 {
+		q += "…"
+	}
+	return q
 }

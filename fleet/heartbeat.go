@@ -188,7 +188,9 @@ func (n *Node) report(now time.Time) coord.Report {
 	}
 }
 
-// beat sends one heartbeat, bounded by timeout, and applies its grant.
+// beat sends one heartbeat, bounded by timeout, and applies its grant. A
+// heartbeat cut short because ctx ended (Stop) is no outage: it is not
+// counted as a heartbeat error and leaves the node's state as it is.
 func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
 	r := n.report(sent)
@@ -198,6 +200,11 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	took := time.Since(sent)
 	n.metrics.heartbeat.Observe(took.Seconds())
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stop cancelled the loop: the node is leaving, and the
+			// coordinator is not in trouble.
+			return fmt.Errorf("heartbeat: %w", ctx.Err())
+		}
 		n.metrics.heartbeatErrors.Add(1)
 		n.mu.Lock()
 		n.unsentDemand = max(n.unsentDemand, r.Demand)

@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,8 +61,12 @@ func TestConfigValidation(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"no key", func(c *Config) { c.Key = "" }, "key"},
-		{"long node id", func(c *Config) { c.NodeID = string(make([]byte, 300)) }, "node_id"},
+		{"no key", func(c *Config) { c.Key = "" }, `fleet: Config.Key = "", want 1..200 bytes of UTF-8 without NUL`},
+		{"long node id", func(c *Config) { c.NodeID = string(make([]byte, 300)) },
+			`fleet: Config.NodeID = "` + strings.Repeat(`\x00`, 40) + `"…, want 1..200 bytes`},
+		{"label", func(c *Config) { c.Labels = map[string]string{"": "v"} }, "fleet: Config.Labels: label"},
+		{"fake clock", func(c *Config) { c.Limiter.Clock = epochClock{} },
+			"fleet: Config.Limiter.Clock reads 1970-01-01T00:00:00Z, -"},
 		{"interval", func(c *Config) { c.HeartbeatInterval = time.Millisecond }, "Config.HeartbeatInterval = 1ms"},
 		{"ttl below interval", func(c *Config) { c.LeaseTTL = 10 * time.Millisecond }, "Config.LeaseTTL = 10ms"},
 		{"margin", func(c *Config) { c.FenceMargin = time.Second }, "Config.FenceMargin = 1s"},
@@ -80,7 +86,23 @@ func TestConfigValidation(t *testing.T) {
 	}
 	_, err := NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k"})
 	require.NoError(t, err, "defaults are valid")
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", Limiter: adaptive.Config{Clock: realClock{}}})
+	require.NoError(t, err, "a real clock is valid")
+
+	// Only the field set wrong is named, not the defaults derived from it.
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", HeartbeatInterval: -1})
+	require.EqualError(t, err, "fleet: Config.HeartbeatInterval = -1ns, want [10ms, 10m]")
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", MaxRequestDuration: -1})
+	require.EqualError(t, err, "fleet: Config.MaxRequestDuration = -1ns, want (0, 23h0m0s]")
 }
+
+type epochClock struct{}
+
+func (epochClock) Now() time.Time { return time.Unix(0, 0) }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
 
 func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 	t.Parallel()
@@ -648,4 +670,59 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 			le.Ignore()
 		}
 	})
+}
+
+// hangingCoord passes heartbeats through until hang is set, then holds
+// each until its context ends, as a heartbeat in flight when Stop comes.
+type hangingCoord struct {
+	coord.Coordinator
+	hang atomic.Bool
+}
+
+func (c *hangingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	if c.hang.Load() {
+		<-ctx.Done()
+		return coord.Grant{}, ctx.Err()
+	}
+	return c.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestStopIsNoOutage: a heartbeat that Stop cuts short logs no outage
+// and counts no heartbeat error.
+func TestStopIsNoOutage(t *testing.T) {
+	t.Parallel()
+	c := &hangingCoord{Coordinator: coord.NewMemory(nil)}
+	var logs syncBuffer
+	cfg := testConfig("stop-quiet", "a")
+	cfg.HeartbeatInterval = 10 * time.Millisecond
+	cfg.HeartbeatTimeout = 5 * time.Second
+	cfg.LeaseTTL = 10 * time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	c.hang.Store(true)
+	time.Sleep(50 * time.Millisecond) // a heartbeat is now waiting
+	require.NoError(t, n.Stop(t.Context()))
+	require.NotContains(t, logs.String(), "level=WARN")
+	require.NotContains(t, logs.String(), "level=ERROR")
+	require.Zero(t, n.metrics.heartbeatErrors.Load())
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

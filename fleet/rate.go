@@ -518,8 +518,12 @@ func (d *debit) settle(actual int64) error {
 // it once per response: a second call returns an error and changes
 // nothing. On a key without a token rate it paces nothing and only
 // corrects the usage reported. It returns an error for a response that
-// came through no fleet Transport, and for a negative actual.
+// came through no fleet Transport, for a nil resp (a request that
+// failed: its estimate stays charged), and for a negative actual.
 func SettleTokens(resp *http.Response, actual int64) error {
+	if resp == nil {
+		return errors.New("fleet: settle tokens: nil response")
+	}
 	if b, ok := resp.Body.(*leaseBody); ok {
 		return b.debit.settle(actual)
 	}

@@ -280,6 +280,7 @@ func TestRateSettleTokensThroughClientTimeout(t *testing.T) {
 	resp.Body.Close()
 	require.Less(t, after, before-900_000, "the under-estimate of 1,000,000 tokens is charged")
 	require.ErrorContains(t, SettleTokens(&http.Response{Body: http.NoBody}, 1), "did not come through a fleet Transport")
+	require.EqualError(t, SettleTokens(nil, 1), "fleet: settle tokens: nil response")
 }
 
 // beatCounter counts the heartbeats that reach a coordinator, by node.
