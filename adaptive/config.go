@@ -72,7 +72,7 @@ type Recalibration struct {
 	// is abandoned — the limiter resumes with the samples it has and the
 	// next recalibration is scheduled — so a lease that is never settled,
 	// or one very long request, cannot hold the limit at MinLimit.
-	// Defaults to Interval/10. Must be in (0, Interval].
+	// Defaults to Interval/10 (at least 1ns). Must be in (0, Interval].
 	MaxPinned time.Duration
 }
 
@@ -278,7 +278,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Recalibration.Samples = defaultRecalibrationSamples
 	}
 	if cfg.Recalibration.Interval > 0 && cfg.Recalibration.MaxPinned == 0 {
-		cfg.Recalibration.MaxPinned = cfg.Recalibration.Interval / 10
+		cfg.Recalibration.MaxPinned = max(cfg.Recalibration.Interval/10, 1)
 	}
 	if cfg.UtilizationThreshold == 0 {
 		cfg.UtilizationThreshold = defaultUtilization
@@ -298,13 +298,18 @@ func (cfg Config) validate() error {
 	bad := func(field string, value any, want string) {
 		errs = append(errs, fmt.Errorf("adaptive: Config.%s = %v, want %s", field, value, want))
 	}
-	if cfg.MaxLimit < 1 || cfg.MaxLimit > maxMaxLimit {
+	// A field checked against another (or whose default derives from it)
+	// is not checked while that one is bad: its error would name a value
+	// the caller may never have set.
+	maxOK := cfg.MaxLimit >= 1 && cfg.MaxLimit <= maxMaxLimit
+	if !maxOK {
 		bad("MaxLimit", cfg.MaxLimit, fmt.Sprintf("[MinLimit, %d]", maxMaxLimit))
 	}
-	if cfg.MinLimit < 1 || cfg.MinLimit > cfg.MaxLimit {
+	minOK := cfg.MinLimit >= 1 && (!maxOK || cfg.MinLimit <= cfg.MaxLimit)
+	if !minOK {
 		bad("MinLimit", cfg.MinLimit, fmt.Sprintf("[1, MaxLimit=%d]", cfg.MaxLimit))
 	}
-	if cfg.InitialLimit < cfg.MinLimit || cfg.InitialLimit > cfg.MaxLimit {
+	if maxOK && minOK && (cfg.InitialLimit < cfg.MinLimit || cfg.InitialLimit > cfg.MaxLimit) {
 		bad("InitialLimit", cfg.InitialLimit, fmt.Sprintf("[MinLimit=%d, MaxLimit=%d]", cfg.MinLimit, cfg.MaxLimit))
 	}
 	if cfg.Law != Gradient2 && cfg.Law != AIMD {
@@ -316,13 +321,14 @@ func (cfg Config) validate() error {
 	if !(cfg.Smoothing > 0 && cfg.Smoothing <= 1) {
 		bad("Smoothing", cfg.Smoothing, "(0, 1]")
 	}
-	if cfg.RTTWindow < 1 || cfg.RTTWindow > maxRTTWindow {
+	windowOK := cfg.RTTWindow >= 1 && cfg.RTTWindow <= maxRTTWindow
+	if !windowOK {
 		bad("RTTWindow", cfg.RTTWindow, fmt.Sprintf("[1, %d]", maxRTTWindow))
 	}
 	if !(cfg.BackoffRatio > 0 && cfg.BackoffRatio < 1) {
 		bad("BackoffRatio", cfg.BackoffRatio, "(0, 1)")
 	}
-	if !(cfg.AIMDIncrease > 0 && cfg.AIMDIncrease <= float64(cfg.MaxLimit)) {
+	if maxOK && !(cfg.AIMDIncrease > 0 && cfg.AIMDIncrease <= float64(cfg.MaxLimit)) {
 		bad("AIMDIncrease", cfg.AIMDIncrease, fmt.Sprintf("(0, MaxLimit=%d]", cfg.MaxLimit))
 	}
 	if !(cfg.AIMDBackoff > 0 && cfg.AIMDBackoff < 1) {
@@ -355,7 +361,7 @@ func (cfg Config) validate() error {
 		if rc.Jitter < 0 || rc.Jitter >= rc.Interval {
 			bad("Recalibration.Jitter", rc.Jitter, fmt.Sprintf("[0, Recalibration.Interval=%v)", rc.Interval))
 		}
-		if rc.Samples < 1 || rc.Samples > cfg.RTTWindow {
+		if windowOK && (rc.Samples < 1 || rc.Samples > cfg.RTTWindow) {
 			bad("Recalibration.Samples", rc.Samples, fmt.Sprintf("[1, RTTWindow=%d]", cfg.RTTWindow))
 		}
 		if rc.MaxPinned <= 0 || rc.MaxPinned > rc.Interval {

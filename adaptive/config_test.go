@@ -97,6 +97,25 @@ func TestNewReportsEveryBadField(t *testing.T) {
 	require.ErrorContains(t, err, "Config.BackoffRatio")
 }
 
+// TestNewNamesOnlyTheBadField: a field whose default derives from a bad
+// one, or that is checked against it, is not reported with it.
+func TestNewNamesOnlyTheBadField(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{MaxLimit: -1}, "adaptive: Config.MaxLimit = -1, want [MinLimit, 1073741824]"},
+		{Config{MinLimit: 10, MaxLimit: 5}, "adaptive: Config.MinLimit = 10, want [1, MaxLimit=5]"},
+		{Config{RTTWindow: -1, Recalibration: Recalibration{Interval: time.Second}}, "adaptive: Config.RTTWindow = -1, want [1, 1048576]"},
+	} {
+		_, err := New(tt.cfg)
+		require.EqualError(t, err, tt.want)
+	}
+	_, err := New(Config{Recalibration: Recalibration{Interval: 5}})
+	require.NoError(t, err, "MaxPinned's default is at least 1ns")
+}
+
 func TestLawString(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "gradient2", Gradient2.String())

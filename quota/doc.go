@@ -37,7 +37,10 @@
 // read on its own, and a value that is missing, negative, not a number, or
 // otherwise garbled is left out without affecting the others: a count is
 // then -1, a time zero. An IETF field that is not a valid Structured Field
-// list is ignored whole, as the draft requires. A value too large is capped
+// list is ignored whole, as the draft requires, and so is one member of
+// it without a valid required parameter (RateLimit's r, RateLimit-Policy's
+// q) or name: a "burst";r=-1;t=12 member gives no policy, not one with a
+// reset but no remaining count. A value too large is capped
 // rather than refused: a count larger than MaxCount is MaxCount, a
 // Retry-After longer than MaxRetryAfter is MaxRetryAfter, and a reset or a
 // window further off than MaxReset is MaxReset away; a reset already passed
