@@ -86,7 +86,10 @@ func Run(ctx context.Context, args []string, env Env) (code int) {
 		}
 	}()
 	app := r.app()
-	err := app.RunContext(ctx, normalizeArgs(app, args))
+	normalized, err := normalizeArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, normalized)
+	}
 	if err == nil && r.notFound != nil {
 		err = r.notFound
 	}

@@ -16,11 +16,14 @@ import (
 // "keys --database-url URL". A flag belongs to the innermost command that
 // defines it, else to the app when it is a global flag; an unknown flag is
 // kept where it was found, for the parser to reject. A flag that takes a
-// value takes the next argument unless written --name=value. "--" ends flag
-// parsing: it and everything after it stay positional.
-func normalizeArgs(app *ucli.App, args []string) []string {
+// value takes the next argument unless written --name=value; one that
+// ends the line after a positional argument is a usage error, which the
+// parser would otherwise never see: moved before the positional arguments,
+// it would take the first of them as its value. "--" ends flag parsing: it
+// and everything after it stay positional.
+func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) == 0 {
-		return args
+		return args, nil
 	}
 	type level struct {
 		name  string
@@ -47,9 +50,18 @@ func normalizeArgs(app *ucli.App, args []string) []string {
 				}
 			}
 			target.flags = append(target.flags, a)
-			if f != nil && takesValue(f) && !hasValue && i+1 < len(rest) {
-				i++
-				target.flags = append(target.flags, rest[i])
+			if f != nil && takesValue(f) && !hasValue {
+				if i+1 == len(rest) && len(positional) > 0 {
+					var path []string
+					for _, l := range levels[1:] {
+						path = append(path, l.name)
+					}
+					return nil, inCommand(strings.Join(path, " "), usageErrorf("flag needs an argument: %s", a))
+				}
+				if i+1 < len(rest) {
+					i++
+					target.flags = append(target.flags, rest[i])
+				}
 			}
 			continue
 		}
@@ -66,7 +78,7 @@ func normalizeArgs(app *ucli.App, args []string) []string {
 		out = append(out, l.name)
 		out = append(out, l.flags...)
 	}
-	return append(out, positional...)
+	return append(out, positional...), nil
 }
 
 // flagName returns the name of a flag argument ("--to=3" → "to", true).

@@ -30,7 +30,8 @@ func TestNormalizeArgs(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
 			r := &runner{env: Env{}.withDefaults(), parsed: func() {}}
-			got := normalizeArgs(r.app(), strings.Fields(tt.in))
+			got, err := normalizeArgs(r.app(), strings.Fields(tt.in))
+			require.NoError(t, err)
 			require.Equal(t, tt.want, strings.Join(got, " "))
 		})
 	}
