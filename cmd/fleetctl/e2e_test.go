@@ -432,6 +432,7 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	seed(t, dsn)
+	mustRun(t, dsn, "keys", "create", "idle") // a key with no live node is not counted
 	res := run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
@@ -459,7 +460,7 @@ func TestRelearnWithoutNodes(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "idle")
-	require.Contains(t, mustRun(t, dsn, "relearn", "idle"), `key "idle": no lease or request of before now is left, so learning mode ended at once`)
+	require.Contains(t, mustRun(t, dsn, "relearn", "idle"), `key "idle": no node holds a lease or a request on it, so learning mode ended at once`)
 	require.Contains(t, mustRun(t, dsn, "keys"), "normal")
 }
 
@@ -474,7 +475,15 @@ func TestMigrateDownRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 6 to 5")
+	// On an older schema the nodes still count.
+	res = run(t, dsn, "migrate", "down")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 5 to 2")
+	res = run(t, dsn, "migrate", "reset", "--yes")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: resetting now")
 }
 
 // TestKeysCreateDelete: a key capped before any node joins keeps the cap

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
@@ -242,29 +242,27 @@ type schemaUse struct {
 	keys, liveKeys, live int
 }
 
-// liveNodes counts the keys and their live member nodes, through the
-// coordinator; a schema too old to list them counts none.
+// liveNodes counts the keys and their live member nodes: rows whose lease
+// runs and that are not evicted (a node that left ended its lease). It
+// reads only what the first migration created, so that it counts them on
+// every schema a rollback passes through; no schema counts none.
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
-	admin, err := coord.NewPostgres(pool)
-	if err != nil {
-		return schemaUse{}, err
-	}
-	ks, err := admin.Keys(ctx)
-	if errors.Is(err, coord.ErrSchema) {
+	var u schemaUse
+	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined table, schema
 		return schemaUse{}, nil
 	}
 	if err != nil {
-		return schemaUse{}, err
-	}
-	u := schemaUse{keys: len(ks)}
-	for _, k := range ks {
-		u.live += k.LiveNodes
-		if k.LiveNodes > 0 {
-			u.liveKeys++
-		}
+		return schemaUse{}, fmt.Errorf("counting live nodes: %w", err)
 	}
 	return u, nil
 }
+
+const sqlLiveNodes = `
+SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
+  FROM fleetlimit.nodes AS n
+ WHERE n.lease_expires_at > now() AND NOT n.evicted`
 
 // refuseLive returns the error that stops a schema change (what: "resetting",
 // "rolling back") while u counts live nodes, unless force.
