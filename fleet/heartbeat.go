@@ -189,8 +189,9 @@ func (n *Node) report(now time.Time) coord.Report {
 }
 
 // beat sends one heartbeat, bounded by timeout, and applies its grant. A
-// heartbeat cut short because ctx ended (Stop) is no outage: it is not
-// counted as a heartbeat error and leaves the node's state as it is.
+// heartbeat that Stop cut short (it cancels the loop's ctx) is no outage:
+// it is not counted as a heartbeat error and leaves the node's state as
+// it is. Any other failure, Start's included, is one.
 func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
 	r := n.report(sent)
@@ -200,10 +201,10 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	took := time.Since(sent)
 	n.metrics.heartbeat.Observe(took.Seconds())
 	if err != nil {
-		if ctx.Err() != nil {
+		if n.stopped() && ctx.Err() != nil {
 			// Stop cancelled the loop: the node is leaving, and the
 			// coordinator is not in trouble.
-			return fmt.Errorf("heartbeat: %w", ctx.Err())
+			return fmt.Errorf("heartbeat: %w", err)
 		}
 		n.metrics.heartbeatErrors.Add(1)
 		n.mu.Lock()
@@ -392,4 +393,14 @@ func (n *Node) ceilingLocked() (int, time.Time) {
 // holds n.mu.
 func (n *Node) applyCeilingLocked() {
 	n.lim.SetCeilingUntil(n.ceilingLocked())
+}
+
+// stopped reports whether Stop was called.
+func (n *Node) stopped() bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
+	}
 }

@@ -673,16 +673,24 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 }
 
 // hangingCoord passes heartbeats through until hang is set, then holds
-// each until its context ends, as a heartbeat in flight when Stop comes.
+// each until its context ends, as a heartbeat in flight when Stop comes;
+// hung is closed when the first one starts waiting.
 type hangingCoord struct {
 	coord.Coordinator
-	hang atomic.Bool
+	hang     atomic.Bool
+	hung     chan struct{}
+	hungOnce sync.Once
+}
+
+func newHangingCoord() *hangingCoord {
+	return &hangingCoord{Coordinator: coord.NewMemory(nil), hung: make(chan struct{})}
 }
 
 func (c *hangingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
 	if c.hang.Load() {
+		c.hungOnce.Do(func() { close(c.hung) })
 		<-ctx.Done()
-		return coord.Grant{}, ctx.Err()
+		return coord.Grant{}, fmt.Errorf("coordinator hangs: %w", ctx.Err())
 	}
 	return c.Coordinator.Heartbeat(ctx, r)
 }
@@ -691,7 +699,7 @@ func (c *hangingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gra
 // and counts no heartbeat error.
 func TestStopIsNoOutage(t *testing.T) {
 	t.Parallel()
-	c := &hangingCoord{Coordinator: coord.NewMemory(nil)}
+	c := newHangingCoord()
 	var logs syncBuffer
 	cfg := testConfig("stop-quiet", "a")
 	cfg.HeartbeatInterval = 10 * time.Millisecond
@@ -702,11 +710,33 @@ func TestStopIsNoOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.Start(t.Context()))
 	c.hang.Store(true)
-	time.Sleep(50 * time.Millisecond) // a heartbeat is now waiting
+	<-c.hung // a heartbeat is now waiting
 	require.NoError(t, n.Stop(t.Context()))
 	require.NotContains(t, logs.String(), "level=WARN")
 	require.NotContains(t, logs.String(), "level=ERROR")
 	require.Zero(t, n.metrics.heartbeatErrors.Load())
+}
+
+// TestStartTimeoutIsAnOutage: a first heartbeat that Start's own context
+// cuts short is a coordinator in trouble, not a Stop: it is logged and
+// counted, and the state keeps the coordinator's error.
+func TestStartTimeoutIsAnOutage(t *testing.T) {
+	t.Parallel()
+	c := newHangingCoord()
+	c.hang.Store(true)
+	var logs syncBuffer
+	cfg := testConfig("start-hangs", "a")
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorContains(t, n.Start(ctx), "coordinator hangs")
+	require.Contains(t, logs.String(), "coordinator unreachable")
+	require.Equal(t, uint64(1), n.metrics.heartbeatErrors.Load())
+	st := n.State()
+	require.True(t, st.Outage)
+	require.ErrorContains(t, st.LastError, "coordinator hangs")
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes.
