@@ -292,7 +292,8 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// validate reports the first out-of-range field of a defaulted Config.
+// validate reports every out-of-range field of a defaulted Config, but a
+// field checked against a bad one.
 func (cfg Config) validate() error {
 	var errs []error
 	bad := func(field string, value any, want string) {

@@ -180,8 +180,9 @@ func (c Config) validate() error {
 	if err := withLabels.Validate(); err != nil {
 		bad("Labels: %v", strings.TrimPrefix(err.Error(), coord.ErrInvalidReport.Error()+": "))
 	}
-	// A field whose default derives from a bad one is not checked: its
-	// error would name a value the caller never set.
+	// A field checked against a bad one (or whose default derives from
+	// it) is not checked: its error would name a value the caller may
+	// never have set.
 	intervalOK := c.HeartbeatInterval >= 10*time.Millisecond && c.HeartbeatInterval <= 10*time.Minute
 	if !intervalOK {
 		bad("HeartbeatInterval = %v, want [10ms, 10m]", c.HeartbeatInterval)

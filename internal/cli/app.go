@@ -304,8 +304,8 @@ func wantArgs(c *ucli.Context, names ...string) ([]string, error) {
 			if utf8.RuneCountInString(a) > 40 {
 				shown += "…"
 			}
-			return nil, usageErrorf("invalid %s %s (%d bytes): want 1..%d bytes of UTF-8 without NUL",
-				names[i], shown, len(a), coord.MaxNameBytes)
+			return nil, usageErrorf("invalid %s %s (%s): want 1..%d bytes of UTF-8 without NUL",
+				names[i], shown, plural(len(a), "byte", "bytes"), coord.MaxNameBytes)
 		}
 	}
 	return args, nil

@@ -74,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--statement-timeout", "1000000h", "keys"}, `fleetctl: keys: invalid value 1000000h0m0s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
 		{[]string{"--statement-timeout", "-1s", "keys"}, `fleetctl: keys: invalid value -1s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
 		{[]string{"keys", "create", strings.Repeat("a", 201)}, `fleetctl: keys create: invalid KEY "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"… (201 bytes): want 1..200 bytes of UTF-8 without NUL`},
-		{[]string{"nodes", "\xff"}, `fleetctl: nodes: invalid KEY "\xff" (1 bytes): want 1..200 bytes of UTF-8 without NUL`},
+		{[]string{"nodes", "\xff"}, `fleetctl: nodes: invalid KEY "\xff" (1 byte): want 1..200 bytes of UTF-8 without NUL`},
 		{[]string{"evict", "k", "a\x00b"}, `fleetctl: evict: invalid NODE "a\x00b" (3 bytes): want 1..200 bytes of UTF-8 without NUL`},
 		{[]string{"keys", "create", "x", "--min"}, `fleetctl: keys create: flag needs an argument: --min`},
 		{[]string{"drain", "k", "n", "--timeout"}, `fleetctl: drain: flag needs an argument: --timeout`},

@@ -17,9 +17,9 @@ import (
 // defines it, else to the app when it is a global flag; an unknown flag is
 // kept where it was found, for the parser to reject. A flag that takes a
 // value takes the next argument unless written --name=value; one that
-// ends the line after a positional argument is a usage error, which the
-// parser would otherwise never see: moved before the positional arguments,
-// it would take the first of them as its value. "--" ends flag parsing: it
+// ends the line after a command's positional argument is a usage error,
+// which the parser would otherwise never see: moved before the positional
+// arguments, it would take the first of them as its value. "--" ends flag parsing: it
 // and everything after it stay positional.
 func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) == 0 {
@@ -51,7 +51,7 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 			}
 			target.flags = append(target.flags, a)
 			if f != nil && takesValue(f) && !hasValue {
-				if i+1 == len(rest) && len(positional) > 0 {
+				if i+1 == len(rest) && len(positional) > 0 && len(levels) > 1 {
 					var path []string
 					for _, l := range levels[1:] {
 						path = append(path, l.name)

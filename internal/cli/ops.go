@@ -442,9 +442,14 @@ granted more than it proves it holds.`,
 				if err != nil {
 					return adminError(err, key, "")
 				}
-				if !until.After(time.Now()) {
-					r.printf("key %q: no lease or request of before now is left, so learning mode ended at once (%s)\n",
-						key, until.UTC().Format(time.RFC3339))
+				// Whether learning is still on is the database's call: its
+				// clock set until.
+				k, err := findKey(ctx, admin, key)
+				if err != nil {
+					return fmt.Errorf("key %q was put in learning mode, but reading it back failed: %w", key, err)
+				}
+				if !k.Learning {
+					r.printf("key %q: no node holds a lease or a request on it, so learning mode ended at once\n", key)
 					return nil
 				}
 				r.printf("key %q is in learning mode until %s: no node is granted more than it holds\n",

@@ -119,7 +119,8 @@ func labelsString(labels map[string]string) string {
 
 // cell makes a value safe for a table cell: tabs and newlines, which would
 // break the columns, are shown escaped, and a value that is empty or
-// starts or ends with a space is quoted, so that "api " and "api" differ.
+// starts or ends with white space is quoted, so that "api " and "api"
+// differ.
 func cell(s string) string {
 	if s == "" || strings.ContainsAny(s, "\t\n\r") || strings.TrimSpace(s) != s {
 		return strconv.Quote(s)
