@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -570,7 +571,7 @@ func TestGrant(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	role := fmt.Sprintf("fl_grant_%d", time.Now().UnixNano())
-	_, err = pool.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN")
+	_, err = pool.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN PASSWORD 'fl-grant-pw'")
 	require.NoError(t, err)
 	defer func() {
 		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+role)
@@ -587,6 +588,18 @@ func TestGrant(t *testing.T) {
 	res = run(t, dsn, "grant", "node", "no_such_role_xyz")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `role "no_such_role_xyz" does not exist`)
+
+	// An operator may not migrate, and is told who may.
+	mustRun(t, dsn, "grant", "operator", role)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "fl-grant-pw")
+	before := mustRun(t, dsn, "migrate", "status")
+	res = run(t, u.String(), "migrate", "down", "--force")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "permission denied")
+	require.Contains(t, res.stderr, "(run 'fleetctl migrate' as the owner of the fleetlimit schema)")
+	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"))
 }
 
 // heartbeatAPI sends one more round of seed's heartbeats on "api", each

@@ -19,8 +19,9 @@ import (
 // value takes the next argument unless written --name=value; one that
 // ends the line after a command's positional argument is a usage error,
 // which the parser would otherwise never see: moved before the positional
-// arguments, it would take the first of them as its value. "--" ends flag parsing: it
-// and everything after it stay positional.
+// arguments, it would take the first of them as its value. With the help
+// flag, a command's positional arguments are dropped: help needs none.
+// "--" ends flag parsing: it and everything after it stay positional.
 func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) == 0 {
 		return args, nil
@@ -74,9 +75,19 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 		positional = append(positional, a)
 	}
 	out := make([]string, 0, len(args))
+	help := false
 	for _, l := range levels {
 		out = append(out, l.name)
 		out = append(out, l.flags...)
+		for _, f := range l.flags {
+			name, _ := flagName(f)
+			help = help || findFlag(nil, name) == ucli.HelpFlag
+		}
+	}
+	if help && len(levels) > 1 {
+		// "nodes KEY --help" asks for the command's help; its arguments
+		// would be read as the name of a subcommand to explain.
+		return out, nil
 	}
 	return append(out, positional...), nil
 }

@@ -35,7 +35,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 							return err
 						}
 						if err := migrations.Up(ctx, pool); err != nil {
-							return err
+							return ownerHint(err)
 						}
 						after, _, err := schemaVersion(ctx, pool)
 						if err != nil {
@@ -93,7 +93,7 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 							}
 						}
 						if err := migrations.DownTo(ctx, pool, to); err != nil {
-							return err
+							return ownerHint(err)
 						}
 						after, _, err := schemaVersion(ctx, pool)
 						if err != nil {
@@ -146,7 +146,7 @@ fleets would fail closed) unless --force.`,
 							}
 						}
 						if err := migrations.DownTo(ctx, pool, 0); err != nil {
-							return err
+							return ownerHint(err)
 						}
 						r.printf("rolled back from version %d to 0: the fleetlimit schema is gone\n", current)
 						return nil
@@ -263,6 +263,16 @@ const sqlLiveNodes = `
 SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
   FROM fleetlimit.nodes AS n
  WHERE n.lease_expires_at > now() AND NOT n.evicted`
+
+// ownerHint adds to a migration's error, when the role lacked a privilege,
+// that migrations run as the schema owner.
+func ownerHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
+	}
+	return err
+}
 
 // refuseLive returns the error that stops a schema change (what: "resetting",
 // "rolling back") while u counts live nodes, unless force.
