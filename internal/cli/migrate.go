@@ -274,8 +274,9 @@ func ownerHint(err error) error {
 	return err
 }
 
-// refuseLive returns the error that stops a schema change (what: "resetting",
-// "rolling back") while u counts live nodes, unless force.
+// refuseLive returns the error that stops a schema change (what:
+// "resetting", "rolling the schema back") while u counts live nodes,
+// unless force.
 func refuseLive(u schemaUse, what string, force bool) error {
 	if u.live == 0 || force {
 		return nil
