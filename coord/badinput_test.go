@@ -186,3 +186,23 @@ func TestMetacharactersAreData(t *testing.T) {
 		require.NoError(t, p.Leave(ctx, coord.Departure{Key: name, NodeID: name, Instance: name}))
 	}
 }
+
+func TestValidName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"api", true},
+		{"é", true},
+		{strings.Repeat("a", coord.MaxNameBytes), true},
+		{"", false},
+		{strings.Repeat("a", coord.MaxNameBytes+1), false},
+		{"a\x00b", false},
+		{"\xff", false},
+	} {
+		if got := coord.ValidName(tc.name); got != tc.want {
+			t.Errorf("ValidName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

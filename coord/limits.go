@@ -1,6 +1,10 @@
 package coord
 
-import "time"
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+)
 
 // SchemaVersion is the migration version of the fleetlimit schema this
 // library needs (package migrations embeds it).
@@ -25,3 +29,10 @@ const (
 	// Departure.Hold.
 	MaxRequestBound = 24 * time.Hour
 )
+
+// ValidName reports whether s can name a key or a node: 1 to MaxNameBytes
+// bytes of UTF-8 without a NUL byte. Any other name is refused before it
+// reaches the database, which could not store it.
+func ValidName(s string) bool {
+	return len(s) >= 1 && len(s) <= MaxNameBytes && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}

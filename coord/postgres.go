@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -360,15 +358,11 @@ func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error 
 // that no row can hold, so it is never sent to the database (which would
 // refuse a NUL byte or invalid UTF-8 with an encoding error).
 func storable(key, nodeID string) error {
-	if !storableText(key) {
+	if !ValidName(key) {
 		return fmt.Errorf("%w: %.40q", ErrUnknownKey, key)
 	}
-	if !storableText(nodeID) {
+	if !ValidName(nodeID) {
 		return fmt.Errorf("%w: %.40q on key %.40q", ErrUnknownNode, nodeID, key)
 	}
 	return nil
-}
-
-func storableText(s string) bool {
-	return len(s) >= 1 && len(s) <= MaxNameBytes && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

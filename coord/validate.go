@@ -150,7 +150,7 @@ func validateAggregate(a Aggregate) error {
 
 // checkKeyName reports, as ErrInvalidOverride, a key name no row can hold.
 func checkKeyName(key string) error {
-	if !storableText(key) {
+	if !ValidName(key) {
 		return fmt.Errorf("%w: key %.40q: want 1..%d bytes of UTF-8 without NUL", ErrInvalidOverride, key, MaxNameBytes)
 	}
 	return nil

@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/quote"
 )
 
 // OutagePolicy says what a node does when it cannot renew its lease.
@@ -167,16 +167,14 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("fleet: Config."+format, args...))
 	}
 	// Key, NodeID and Labels go into every report: check them as the
-	// coordinator will, one at a time so that the error names the field.
-	probe := coord.Report{Key: "probe", NodeID: "probe", Instance: "probe", LLocal: 1, LeaseTTL: coord.MinLeaseTTL}
-	withKey, withNode, withLabels := probe, probe, probe
-	withKey.Key, withNode.NodeID, withLabels.Labels = c.Key, c.NodeID, c.Labels
-	if withKey.Validate() != nil {
-		bad("Key = %s, want 1..%d bytes of UTF-8 without NUL", shortQuote(c.Key), coord.MaxNameBytes)
+	// coordinator will, so that the error names the field.
+	if !coord.ValidName(c.Key) {
+		bad("Key = %s, want 1..%d bytes of UTF-8 without NUL", quote.Short(c.Key), coord.MaxNameBytes)
 	}
-	if withNode.Validate() != nil {
-		bad("NodeID = %s, want 1..%d bytes of UTF-8 without NUL", shortQuote(c.NodeID), coord.MaxNameBytes)
+	if !coord.ValidName(c.NodeID) {
+		bad("NodeID = %s, want 1..%d bytes of UTF-8 without NUL", quote.Short(c.NodeID), coord.MaxNameBytes)
 	}
+	withLabels := coord.Report{Key: "probe", NodeID: "probe", Instance: "probe", LLocal: 1, LeaseTTL: coord.MinLeaseTTL, Labels: c.Labels}
 	if err := withLabels.Validate(); err != nil {
 		bad("Labels: %v", strings.TrimPrefix(err.Error(), coord.ErrInvalidReport.Error()+": "))
 	}
@@ -221,14 +219,4 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// shortQuote quotes s for an error message, cut to its first 40
-// characters with an ellipsis.
-func shortQuote(s string) string {
-	q := fmt.Sprintf("%.40q", s)
-	if utf8.RuneCountInString(s) > 40 {
-		q += "…"
-	}
-	return q
 }

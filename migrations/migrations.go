@@ -6,6 +6,8 @@
 // application's own goose version table is never touched. Runs take a
 // Postgres session advisory lock (ID [LockID]) so that many processes may call
 // [Up] at boot: one migrates, the others wait and then find nothing to do.
+// [Reset] removes the version table too; [Status] and [HasPending] read
+// without creating it.
 package migrations
 
 import (
@@ -94,7 +96,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // DownTo rolls migrations back until version is the newest applied; 0 removes
-// everything fleetlimit created.
+// the fleetlimit schema but keeps [VersionTable] (see [Reset]).
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	return withProvider(pool, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
@@ -102,11 +104,66 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	})
 }
 
-// Status reports every known migration and whether it is applied.
+// Reset rolls every migration back and then drops [VersionTable], so that
+// nothing fleetlimit created is left. The table is dropped under the lock
+// that migrations take, and only while it records no applied migration: an
+// [Up] that ran meanwhile keeps it.
+func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
+	if err := DownTo(ctx, pool, 0); err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, sqlLock, LockID); err != nil {
+		return fmt.Errorf("migrations: lock: %w", err)
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), sqlUnlock, LockID); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
+			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
+		}
+	}()
+	var applied int64
+	if err := conn.QueryRow(ctx, sqlAppliedVersions).Scan(&applied); err != nil {
+		return fmt.Errorf("migrations: count applied versions: %w", err)
+	}
+	if applied > 0 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
+		return fmt.Errorf("migrations: drop %s: %w", VersionTable, err)
+	}
+	return nil
+}
+
+// The SQL of Reset and of the version-table check. The table name is
+// unqualified, as goose creates it: the first schema on the search path.
+const (
+	sqlLock             = `SELECT pg_advisory_lock($1)`
+	sqlUnlock           = `SELECT pg_advisory_unlock($1)`
+	sqlAppliedVersions  = `SELECT count(*) FROM ` + VersionTable + ` WHERE version_id > 0`
+	sqlDropVersionTable = `DROP TABLE ` + VersionTable
+	sqlVersionTable     = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+)
+
+// Status reports every known migration and whether it is applied. It
+// creates nothing: without [VersionTable] every migration is pending.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	var out []*goose.MigrationStatus
 	err := withProvider(pool, func(p *goose.Provider) error {
-		var err error
+		exists, err := versionTableExists(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			for _, src := range p.ListSources() {
+				out = append(out, &goose.MigrationStatus{Source: src, State: goose.StatePending})
+			}
+			return nil
+		}
 		out, err = p.Status(ctx)
 		return err
 	})
@@ -114,14 +171,32 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 }
 
 // HasPending reports whether some embedded migration is not applied yet.
+// Like [Status], it creates nothing.
 func HasPending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	var pending bool
 	err := withProvider(pool, func(p *goose.Provider) error {
-		var err error
+		exists, err := versionTableExists(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			pending = len(p.ListSources()) > 0
+			return nil
+		}
 		pending, err = p.HasPending(ctx)
 		return err
 	})
 	return pending, err
+}
+
+// versionTableExists reports whether [VersionTable] exists. goose creates
+// it on any call, reads included.
+func versionTableExists(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, sqlVersionTable).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look for %s: %w", VersionTable, err)
+	}
+	return exists, nil
 }
 
 func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {

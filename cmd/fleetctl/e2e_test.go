@@ -297,22 +297,22 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "get", "api", "-o", "yaml"}, 2, `fleetctl: limits get: invalid value "yaml" for --output: want table or json`},
 		{[]string{"migrate", "status", "-o", "yaml"}, 2, `fleetctl: migrate status: invalid value "yaml" for --output: want table or json`},
 		{[]string{"watch", "api", "-o", "yaml"}, 2, `fleetctl: watch: invalid value "yaml" for --output: want table or json`},
-		{[]string{"keys", "--bogus"}, 2, `fleetctl: keys: flag provided but not defined: -bogus`},
+		{[]string{"keys", "--bogus"}, 2, `fleetctl: keys: flag provided but not defined: --bogus`},
 		{[]string{"nodes"}, 2, `fleetctl: nodes: missing argument KEY`},
 		{[]string{"drain", "api"}, 2, `fleetctl: drain: missing argument NODE`},
 		{[]string{"evict", "api", "node-a", "extra"}, 2, `fleetctl: evict: unexpected argument "extra"`},
-		{[]string{"drain", "api", "node-a", "--timeout", "soon"}, 2, `fleetctl: drain: invalid value "soon" for flag -timeout: parse error`},
+		{[]string{"drain", "api", "node-a", "--timeout", "soon"}, 2, `fleetctl: drain: invalid value "soon" for --timeout: want a duration such as 500ms, 30s or 1m30s`},
 		{[]string{"limits", "set", "api", "--max", "0"}, 2, `fleetctl: limits set: invalid value 0 for --max: want 1..1000000 (use --clear-max to remove the bound)`},
 		{[]string{"limits", "set", "api", "--min", "-3"}, 2, `fleetctl: limits set: invalid value -3 for --min: want 1..1000000 (use --clear-min to remove the bound)`},
-		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for flag -max: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for --max: want a decimal integer`},
 		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm`},
 		{[]string{"limits", "set", "api", "--rpm", "-1"}, 2, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--min", "5", "--tpm", "1000000001"}, 2, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
-		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for flag -rpm: want a decimal integer`},
-		{[]string{"limits", "set", "api", "--rpm", "0x600"}, 2, `fleetctl: limits set: invalid value "0x600" for flag -rpm: want a decimal integer`},
-		{[]string{"limits", "set", "api", "--tpm", "6_000"}, 2, `fleetctl: limits set: invalid value "6_000" for flag -tpm: want a decimal integer`},
-		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for flag -tpm: out of range`},
-		{[]string{"keys", "create", "k9", "--min", "012", "--max", "0x10"}, 2, `fleetctl: keys create: invalid value "0x10" for flag -max: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for --rpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--rpm", "0x600"}, 2, `fleetctl: limits set: invalid value "0x600" for --rpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--tpm", "6_000"}, 2, `fleetctl: limits set: invalid value "6_000" for --tpm: want a decimal integer`},
+		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for --tpm: out of range`},
+		{[]string{"keys", "create", "k9", "--min", "012", "--max", "0x10"}, 2, `fleetctl: keys create: invalid value "0x10" for --max: want a decimal integer`},
 		{[]string{"keys", "create", "fresh", "--tpm", "-5"}, 2, `fleetctl: keys create: invalid value -5 for --tpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
 		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},
@@ -411,7 +411,8 @@ func TestMigrateCommands(t *testing.T) {
 	require.Equal(t, 2, res.code, res.stderr)
 	require.Contains(t, res.stderr, "give --yes to confirm")
 	require.Contains(t, mustRun(t, dsn, "migrate", "status"), "applied", "a refused reset changes nothing")
-	require.Equal(t, "rolled back from version 1 to 0: the fleetlimit schema is gone\n", mustRun(t, dsn, "migrate", "reset", "--yes"))
+	require.Equal(t, "rolled back from version 1 to 0: the fleetlimit schema and its version table are gone\n", mustRun(t, dsn, "migrate", "reset", "--yes"))
+	require.NotContains(t, mustRun(t, dsn, "migrate", "status"), "applied", "after a reset every migration is pending")
 
 	res = run(t, dsn, "keys")
 	require.Equal(t, 1, res.code)
@@ -438,7 +439,7 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
 	require.Contains(t, mustRun(t, dsn, "keys"), "api", "nothing was removed")
-	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema is gone")
+	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema and its version table are gone")
 }
 
 // TestLimitsSetSaysWhatItChanged: a change written before a failure says

@@ -2,18 +2,20 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/quote"
 )
 
 const appName = "fleetctl"
@@ -199,7 +201,42 @@ func setUsageErrorHandlers(cmds []*ucli.Command, fn ucli.OnUsageErrorFunc) {
 }
 
 func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
-	return inCommand(commandPath(c), &exitError{code: ExitUsage, err: err})
+	return inCommand(commandPath(c), &exitError{code: ExitUsage, err: flagError(c, err)})
+}
+
+// goFlagName matches a flag as Go's flag package names it in its errors
+// ("for flag -min:", "not defined: -bogus"): with one dash, however it
+// was written.
+var goFlagName = regexp.MustCompile(`(for flag |for |argument: |defined: )-([A-Za-z0-9][\w-]+)`)
+
+// flagError rewrites an error of Go's flag package, which urfave/cli
+// passes on, into fleetctl's terms: a flag is named with two dashes
+// ("for --min", as fleetctl's own checks do), and a value that does not
+// parse says what was wanted rather than "parse error".
+func flagError(c *ucli.Context, err error) error {
+	msg := goFlagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := goFlagName.FindStringSubmatch(m)
+		return strings.Replace(sub[1], "for flag ", "for ", 1) + "--" + sub[2]
+	})
+	if rest, ok := strings.CutSuffix(msg, ": parse error"); ok {
+		if m := goFlagName.FindStringSubmatch(err.Error()); m != nil {
+			var flags []ucli.Flag
+			if c.Command != nil {
+				flags = c.Command.Flags
+			}
+			switch findFlag(append(flags, c.App.Flags...), m[2]).(type) {
+			case *ucli.IntFlag, *ucli.Int64Flag, *ucli.UintFlag, *ucli.Uint64Flag:
+				msg = rest + ": want an integer"
+			case *ucli.Float64Flag:
+				msg = rest + ": want a number"
+			case *ucli.DurationFlag:
+				msg = rest + ": want a duration such as 500ms, 30s or 1m30s"
+			case *ucli.BoolFlag:
+				msg = rest + ": want true or false"
+			}
+		}
+	}
+	return errors.New(msg)
 }
 
 // unknownCommand is the action of the app and of every command group: with
@@ -299,22 +336,12 @@ func wantArgs(c *ucli.Context, names ...string) ([]string, error) {
 		if a == "" {
 			return nil, usageErrorf("empty argument %s", names[i])
 		}
-		if (names[i] == "KEY" || names[i] == "NODE") && !storableName(a) {
-			shown := fmt.Sprintf("%.40q", a)
-			if utf8.RuneCountInString(a) > 40 {
-				shown += "…"
-			}
+		if (names[i] == "KEY" || names[i] == "NODE") && !coord.ValidName(a) {
 			return nil, usageErrorf("invalid %s %s (%s): want 1..%d bytes of UTF-8 without NUL",
-				names[i], shown, plural(len(a), "byte", "bytes"), coord.MaxNameBytes)
+				names[i], quote.Short(a), plural(len(a), "byte", "bytes"), coord.MaxNameBytes)
 		}
 	}
 	return args, nil
-}
-
-// storableName reports whether s can name a key or a node: 1 to
-// coord.MaxNameBytes bytes of UTF-8 without NUL.
-func storableName(s string) bool {
-	return len(s) >= 1 && len(s) <= coord.MaxNameBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // argsUsage formats the positional arguments for help.

@@ -82,7 +82,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "now"}, `fleetctl: version: unexpected argument "now"`},
 		{[]string{"limits", "set", "k", "--rpm", "-1"}, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "k", "--tpm", "1000000001"}, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
-		{[]string{"limits", "set", "k", "--rpm", "many"}, `fleetctl: limits set: invalid value "many" for flag -rpm: want a decimal integer`},
+		{[]string{"limits", "set", "k", "--rpm", "many"}, `fleetctl: limits set: invalid value "many" for --rpm: want a decimal integer`},
+		{[]string{"demo", "--nodes=abc"}, `fleetctl: demo: invalid value "abc" for --nodes: want an integer`},
+		{[]string{"demo", "--nodes", "99999999999999999999"}, `fleetctl: demo: invalid value "99999999999999999999" for --nodes: value out of range`},
+		{[]string{"demo", "--bogus"}, `fleetctl: demo: flag provided but not defined: --bogus`},
+		{[]string{"migrate", "reset", "--yes=maybe"}, `fleetctl: migrate reset: invalid boolean value "maybe" for --yes: want true or false`},
 		{[]string{"keys", "create", "k", "--rpm", "99999999999"}, `fleetctl: keys create: invalid value 99999999999 for --rpm: want 0..1000000000 (0 removes the rate)`},
 	}
 	for _, tt := range tests {
@@ -220,7 +224,7 @@ func TestBadRatesWriteNothing(t *testing.T) {
 		{[]string{"--min", "3", "--rpm", "-1"}, ExitUsage, "invalid value -1 for --rpm"},
 		{[]string{"--rpm", "200", "--max", "0"}, ExitUsage, "invalid value 0 for --max"},
 		{[]string{"--rpm", "200", "--tpm", "2000000000"}, ExitUsage, "invalid value 2000000000 for --tpm"},
-		{[]string{"--tpm", "7", "--rpm", "x"}, ExitUsage, `invalid value "x" for flag -rpm`},
+		{[]string{"--tpm", "7", "--rpm", "x"}, ExitUsage, `invalid value "x" for --rpm`},
 		{[]string{"--max", "10", "--min", "20", "--rpm", "200"}, ExitUsage, "--max 10 is below --min 20"},
 		// The coordinator refuses a min above the unchanged max: the
 		// rates, given with it, are not written either.

@@ -53,9 +53,9 @@ which it deletes at the end; nothing else is touched. $FLEET_DATABASE_URL,
 $DATABASE_URL and libpq's PG* variables are not used by the demo: without
 --database-url it starts a throwaway Postgres cluster on 127.0.0.1
 (initdb/postgres must be installed) and removes it at the end. The first
-line demo prints names the database. Ctrl-C ends the run early: the fleet
-stops, the summary of the run so far is printed, and everything is cleaned
-up.`,
+line demo prints (on stderr) names the database. Ctrl-C ends the run early:
+the fleet stops, the summary of the run so far is printed, everything is
+cleaned up, and demo exits 0, as watch does.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: "how long the fleet runs"},
 			&ucli.IntFlag{Name: "nodes", Value: DefaultDemoNodes, Usage: "how many fleet nodes"},
@@ -145,7 +145,7 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	if cfg.externalDatabase {
 		cfg.databaseLabel = fmt.Sprintf("database %q on %s (from %s)", poolCfg.ConnConfig.Database,
 			endpoint(poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), s.source)
-		r.progress("demo database: %s; it is migrated, and the demo's key is deleted at the end", cfg.databaseLabel)
+		r.progress("demo database: %s; the demo migrates it, and deletes its own key at the end", cfg.databaseLabel)
 	}
 	poolCfg.MaxConns = int32(cfg.nodes + 4)
 	pool, err := connect(ctx, poolCfg)

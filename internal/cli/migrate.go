@@ -111,9 +111,10 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 			{
 				Name:  "reset",
 				Usage: "remove the whole fleetlimit schema and its data: every key, override and node",
-				Description: `reset rolls every migration back. It asks for confirmation on a terminal
-and needs --yes otherwise. It refuses while nodes are live on any key (their
-fleets would fail closed) unless --force.`,
+				Description: `reset rolls every migration back and drops the version table
+(fleetlimit_schema_version), so nothing fleetlimit created is left. It asks
+for confirmation on a terminal and needs --yes otherwise. It refuses while
+nodes are live on any key (their fleets would fail closed) unless --force.`,
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
 					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live"},
@@ -145,10 +146,10 @@ fleets would fail closed) unless --force.`,
 								return errors.New("not confirmed; nothing was changed")
 							}
 						}
-						if err := migrations.DownTo(ctx, pool, 0); err != nil {
+						if err := migrations.Reset(ctx, pool); err != nil {
 							return ownerHint(err)
 						}
-						r.printf("rolled back from version %d to 0: the fleetlimit schema is gone\n", current)
+						r.printf("rolled back from version %d to 0: the fleetlimit schema and its version table are gone\n", current)
 						return nil
 					})
 				}),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -55,6 +56,46 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	}
 	require.NoError(t, migrations.Up(ctx, pool))
 	heartbeat()
+}
+
+// TestResetRemovesVersionTable: Reset leaves nothing fleetlimit created,
+// its version table included, and reading the status afterwards creates
+// nothing either.
+func TestResetRemovesVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	versionTable := func() bool {
+		var exists bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists))
+		return exists
+	}
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.True(t, versionTable())
+	require.NoError(t, migrations.Reset(ctx, pool))
+	require.False(t, versionTable(), "Reset drops the version table")
+
+	st, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, st, coord.SchemaVersion)
+	for _, s := range st {
+		require.Equal(t, goose.StatePending, s.State, "version %d", s.Source.Version)
+	}
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, pending)
+	require.False(t, versionTable(), "reading the status creates nothing")
+
+	require.NoError(t, migrations.Up(ctx, pool), "a reset database migrates again")
+	pending, err = migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+	require.NoError(t, migrations.Reset(ctx, pool))
+	require.NoError(t, migrations.Reset(ctx, pool), "a second reset finds nothing to do")
+	require.False(t, versionTable())
 }
 
 // TestSchemaVersionMatches: the newest embedded migration is the version
