@@ -16,9 +16,13 @@ var ErrFenced = errors.New("fleet: node fenced")
 var ErrEvicted = errors.New("fleet: node evicted")
 
 // ErrStopped is returned by Node.Acquire, Node.AcquireRequest,
-// Node.TryAcquireRequest and Transport once Stop was called, and by Start
-// on a node that was already started.
+// Node.TryAcquireRequest and Transport once Stop was called, and by
+// Node.Start after Stop.
 var ErrStopped = errors.New("fleet: node stopped")
+
+// ErrStarted is returned by Node.Start on a node that is running, or
+// whose first heartbeat another Start is sending.
+var ErrStarted = errors.New("fleet: node already started")
 
 // ErrNotStarted is returned by Node.Acquire, Node.AcquireRequest,
 // Node.TryAcquireRequest and Transport before Start.

@@ -62,6 +62,7 @@ type Node struct {
 
 	mu           sync.Mutex
 	phase        phase
+	starting     bool // a Start is sending the first heartbeat
 	seq          int64
 	joined       bool // a first grant arrived
 	measured     bool // the limiter has had a clean round trip or a drop: its estimate is its own
@@ -160,14 +161,26 @@ func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 // are kept). The node admits as soon as that first grant is applied. Start
 // returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
 // another live process holds the node id); it can then be called again.
-// Start on a started node returns ErrStopped.
-func (n *Node) Start(ctx context.Context) error {
+// Start on a node that is starting (another Start is under way) or
+// running returns ErrStarted, and after Stop ErrStopped.
+func (n *Node) Start(ctx context.Context) (err error) {
 	n.mu.Lock()
-	if n.phase != phaseNew {
+	switch {
+	case n.phase == phaseNew && !n.starting:
+		n.starting = true
+	case n.phase == phaseNew, n.phase == phaseRunning:
+		n.mu.Unlock()
+		return fmt.Errorf("fleet: start: %w", ErrStarted)
+	default:
 		n.mu.Unlock()
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
 	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.starting = false
+		n.mu.Unlock()
+	}()
 	if c, ok := n.coord.(schemaChecker); ok {
 		checkCtx, cancel := context.WithTimeout(ctx, max(n.cfg.HeartbeatTimeout, startTimeout))
 		err := c.CheckSchema(checkCtx)

@@ -122,7 +122,35 @@ func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 	le, err := n.Acquire(t.Context())
 	require.NoError(t, err)
 	le.Release()
-	require.ErrorIs(t, n.Start(t.Context()), ErrStopped, "a second Start fails")
+	require.ErrorIs(t, n.Start(t.Context()), ErrStarted, "a second Start fails")
+	require.NoError(t, n.Stop(t.Context()))
+	require.ErrorIs(t, n.Start(t.Context()), ErrStopped, "a Start after Stop fails")
+}
+
+// TestConcurrentStart: a Start while another sends the first heartbeat
+// fails with ErrStarted and leaves the node running; before, it sent a
+// heartbeat of its own and then, finding the node no longer new, took it
+// for stopped and left the fleet under the running node.
+func TestConcurrentStart(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := &slowStart{Coordinator: mem, in: make(chan struct{})}
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.in
+	require.ErrorIs(t, n.Start(t.Context()), ErrStarted)
+	require.NoError(t, <-done)
+	defer n.Stop(context.Background())
+	require.True(t, n.State().Joined)
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err, "the node still admits")
+	le.Release()
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, coord.StatusActive, rows[0].Status)
 }
 
 func TestStartFailsOnNodeIDInUse(t *testing.T) {
