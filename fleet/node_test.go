@@ -133,13 +133,7 @@ func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 // for stopped and left the fleet under the running node.
 func TestConcurrentStart(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	c := &slowStart{Coordinator: mem, in: make(chan struct{})}
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.in
+	mem, n, done := startSlowly(t)
 	require.ErrorIs(t, n.Start(t.Context()), ErrStarted)
 	require.NoError(t, <-done)
 	defer n.Stop(context.Background())
@@ -460,19 +454,28 @@ func (s *slowStart) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant,
 	return s.Coordinator.Heartbeat(ctx, r)
 }
 
+// startSlowly calls Start on a new node of key "k", id "a", in a goroutine
+// whose first heartbeat, on a Memory coordinator, takes 100ms, and returns
+// once that heartbeat is under way; done receives Start's result.
+func startSlowly(t *testing.T) (mem *coord.Memory, n *Node, done chan error) {
+	t.Helper()
+	mem = coord.NewMemory(nil)
+	c := &slowStart{Coordinator: mem, in: make(chan struct{})}
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done = make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.in
+	return mem, n, done
+}
+
 // TestStopDuringStartLeavesNothingHeld: Stop while Start's first heartbeat
 // is under way makes Start fail with ErrStopped and leave: the row that
 // heartbeat made holds nothing and is no member, and a restart with the
 // same node id joins at once.
 func TestStopDuringStartLeavesNothingHeld(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	c := &slowStart{Coordinator: mem, in: make(chan struct{})}
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.in
+	mem, n, done := startSlowly(t)
 	require.NoError(t, n.Stop(context.Background()))
 	require.ErrorIs(t, <-done, ErrStopped)
 	rows, err := mem.Nodes(t.Context(), "k")

@@ -22,3 +22,13 @@ func openPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Cleanup(pool.Close)
 	return pool
 }
+
+// emptyPool opens a pool on a fresh database with no schema at all,
+// closed at tb's cleanup.
+func emptyPool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.New(context.Background(), fleettest.EmptyDSN(tb))
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}

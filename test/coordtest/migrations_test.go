@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
@@ -23,9 +22,7 @@ import (
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := emptyPool(t)
 
 	objects := func() (schemas, functions int) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT
@@ -64,9 +61,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 func TestResetRemovesVersionTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := emptyPool(t)
 	versionTable := func() bool {
 		var exists bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists))
@@ -114,9 +109,7 @@ func TestSchemaVersionMatches(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.CheckSchema(ctx))
 
-	pool, err := pgxpool.New(ctx, fleettest.EmptyDSN(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := emptyPool(t)
 	require.NoError(t, migrations.Up(ctx, pool))
 	require.NoError(t, migrations.DownTo(ctx, pool, 3))
 	old, err := coord.NewPostgres(pool)
