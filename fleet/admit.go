@@ -33,7 +33,8 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // the node could not serve; the node's refusals count in PriorityStats as
 // the limiter's do. Callers already queued when the node is fenced keep
 // waiting, bounded by their contexts; no slot is handed to them until a
-// grant renews the lease.
+// grant renews the lease. When the node is evicted or stopped they fail at
+// once, with ErrEvicted or ErrStopped.
 //
 // A weight within L_global but above the node's share waits, its weight
 // counted in the node's demand so that its share can grow to it, without

@@ -14,8 +14,10 @@ import (
 // the request must have really ended by then — the fleet keeps the slot
 // reserved that long and no longer, whatever happens to the node. Settle
 // the lease exactly once with Release, ReleaseRTT, Drop or Ignore when the
-// request ends; settling also releases the context's timer. Settling again,
-// or settling a copy, is a no-op. The zero Lease holds nothing. Lease
+// request ends, or with Abandon when the caller gave up on it; settling
+// also releases the context's timer. Settling again, or settling a copy,
+// is a no-op: after Abandon, a Release (a deferred one, say) does not free
+// the slot the abandoned request may still use upstream. The zero Lease holds nothing. Lease
 // methods are safe for concurrent use.
 type Lease struct {
 	lease  adaptive.Lease
@@ -32,6 +34,8 @@ type Lease struct {
 	debit    *debit
 	sent     time.Time
 	recorded *atomic.Bool
+
+	abandoned *atomic.Bool // set by Abandon; nil for the zero Lease
 }
 
 // bound returns a lease for a under parent's context, bounded by n's
@@ -49,7 +53,7 @@ func (n *Node) bound(parent context.Context, a admission) Lease {
 func bound(parent context.Context, le adaptive.Lease, cfg *Config) Lease {
 	end := le.Admitted().Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(parent, end)
-	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold}
+	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold, abandoned: new(atomic.Bool)}
 }
 
 // Context returns the context to run the request with: done at the
@@ -77,6 +81,9 @@ func (le Lease) Deadline() time.Time {
 // latency sample of a request that waited for the key's rate starts when
 // it was let go, not at its admission.
 func (le Lease) Release() {
+	if le.wasAbandoned() {
+		return
+	}
 	if le.sent.IsZero() {
 		le.settle(le.lease.Release)
 	} else {
@@ -88,6 +95,9 @@ func (le Lease) Release() {
 // ReleaseRTT settles the lease as a success with rtt as its latency; see
 // adaptive.Lease.ReleaseRTT.
 func (le Lease) ReleaseRTT(rtt time.Duration) {
+	if le.wasAbandoned() {
+		return
+	}
 	le.settle(func() { le.lease.ReleaseRTT(rtt) })
 	le.record(false)
 }
@@ -99,6 +109,9 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 // that learns the key's rate (RateConfig.Learn) counts it as a request
 // refused for the rate.
 func (le Lease) Drop() {
+	if le.wasAbandoned() {
+		return
+	}
 	le.settle(le.lease.Drop)
 	le.record(true)
 }
@@ -131,7 +144,18 @@ func (le Lease) record(limited bool) {
 }
 
 // Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
-func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
+func (le Lease) Ignore() {
+	if le.wasAbandoned() {
+		return
+	}
+	le.settle(le.lease.Ignore)
+}
+
+// wasAbandoned reports whether Abandon was called: the slot is then the
+// hold's to free.
+func (le Lease) wasAbandoned() bool {
+	return le.abandoned != nil && le.abandoned.Load()
+}
 
 // Abandon says the caller gave up on a request that may still run at the
 // upstream (it timed out or was cancelled after it was sent): its Context
@@ -139,9 +163,11 @@ func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 // than the request's bound, since the upstream may still be serving it.
 // With drop set it also counts as an overload signal now (a timeout). A
 // request that surely ended — the upstream answered, or it was never sent —
-// is settled with Release, Drop or Ignore instead.
+// is settled with Release, Drop or Ignore instead. Abandon settles the
+// lease: a later Release, ReleaseRTT, Drop or Ignore does nothing, and so
+// does a second Abandon.
 func (le Lease) Abandon(drop bool) {
-	if le.ctx == nil {
+	if le.ctx == nil || le.abandoned.Swap(true) {
 		return
 	}
 	le.cancel()

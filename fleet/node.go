@@ -58,11 +58,12 @@ type Node struct {
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop
 	done       chan struct{} // closed when the loop has returned
+	stopDone   chan struct{} // closed when the first Stop returns
 	cancelLoop context.CancelFunc
 
 	mu           sync.Mutex
 	phase        phase
-	starting     bool // a Start is sending the first heartbeat
+	starting     chan struct{} // while a Start runs: closed when it returns
 	seq          int64
 	joined       bool // a first grant arrived
 	measured     bool // the limiter has had a clean round trip or a drop: its estimate is its own
@@ -128,6 +129,7 @@ func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
 		log:      cfg.Logger.With("key", cfg.Key, "node", cfg.NodeID),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
+		stopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	n.fence, err = fence.New(fence.Config{SafetyMargin: cfg.FenceMargin, OnFenced: n.onFenced})
@@ -162,12 +164,14 @@ func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 // returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
 // another live process holds the node id); it can then be called again.
 // Start on a node that is starting (another Start is under way) or
-// running returns ErrStarted, and after Stop ErrStopped.
-func (n *Node) Start(ctx context.Context) (err error) {
+// running returns ErrStarted, and after Stop ErrStopped; a Stop while
+// Start runs makes Start leave what its heartbeat joined and return
+// ErrStopped.
+func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	switch {
-	case n.phase == phaseNew && !n.starting:
-		n.starting = true
+	case n.phase == phaseNew && n.starting == nil:
+		n.starting = make(chan struct{})
 	case n.phase == phaseNew, n.phase == phaseRunning:
 		n.mu.Unlock()
 		return fmt.Errorf("fleet: start: %w", ErrStarted)
@@ -175,11 +179,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.mu.Unlock()
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
+	done := n.starting
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
-		n.starting = false
+		n.starting = nil
 		n.mu.Unlock()
+		close(done) // a Stop waiting for this Start returns
 	}()
 	if c, ok := n.coord.(schemaChecker); ok {
 		checkCtx, cancel := context.WithTimeout(ctx, max(n.cfg.HeartbeatTimeout, startTimeout))
@@ -189,17 +195,36 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("fleet: start: %w", err)
 		}
 	}
-	if err := n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err != nil {
-		return fmt.Errorf("fleet: start: %w", err)
+	var err error
+	for range 2 {
+		if n.phase0() != phaseNew {
+			break // stopped: send nothing more
+		}
+		// A stale first grant (a coordinator wrapper that retried a
+		// report whose answer was lost) is not applied: the next
+		// report, with a later seq, is answered afresh.
+		if err = n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err != nil || n.hasJoined() {
+			break
+		}
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.phase != phaseNew {
-		// Stop ran during the first heartbeat: the row it made must go.
-		if err := n.leave(context.WithoutCancel(ctx), 0); err != nil {
-			return fmt.Errorf("fleet: start: %w (and %w)", ErrStopped, err)
+		// Stop ran meanwhile: whatever the heartbeats joined must go.
+		if n.fenceTimer != nil {
+			n.fenceTimer.Stop()
+		}
+		n.mu.Unlock()
+		if lerr := n.leaveIfJoined(context.WithoutCancel(ctx)); lerr != nil {
+			return fmt.Errorf("fleet: start: %w (and %w)", ErrStopped, lerr)
 		}
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
+	}
+	defer n.mu.Unlock()
+	switch {
+	case err != nil:
+		return fmt.Errorf("fleet: start: %w", err)
+	case !n.joined:
+		return fmt.Errorf("fleet: start: the coordinator answered two first heartbeats as stale")
 	}
 	n.phase = phaseRunning
 	n.applyCeilingLocked()
@@ -208,6 +233,38 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.cancelLoop = cancel
 	go n.loop(loopCtx)
 	return nil
+}
+
+// phase0 returns the node's phase.
+func (n *Node) phase0() phase {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.phase
+}
+
+// hasJoined reports whether a grant was applied.
+func (n *Node) hasJoined() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.joined
+}
+
+// leaveIfJoined sends a node that never ran its departure if a heartbeat
+// of it was sent: it may have reached the coordinator even if its answer
+// did not. A coordinator without a row of this instance has nothing to
+// free.
+func (n *Node) leaveIfJoined(ctx context.Context) error {
+	n.mu.Lock()
+	sent := n.seq > 0
+	n.mu.Unlock()
+	if !sent {
+		return nil
+	}
+	err := n.leave(ctx, 0)
+	if errors.Is(err, coord.ErrUnknownNode) || errors.Is(err, coord.ErrUnknownKey) {
+		return nil
+	}
+	return err
 }
 
 // Stop leaves the fleet gracefully: it stops admitting (queued Acquire calls
@@ -219,19 +276,32 @@ func (n *Node) Start(ctx context.Context) (err error) {
 // Config.MaxRequestDuration, by which they must have ended; Stop then
 // returns an error wrapping ctx.Err() that says so. Should the leave itself
 // fail, the coordinator still reserves whatever the node may hold until its
-// lease has ended plus MaxRequestDuration. Stop on a node that never
-// started only marks it stopped; calling it twice returns nil.
+// lease has ended plus MaxRequestDuration. Stop on a node that is
+// starting waits for Start to leave what its heartbeat joined; on a node
+// whose Start failed it sends the departure in case that heartbeat
+// reached the coordinator; on a node never started it only marks it
+// stopped. A second Stop waits until the first has left and returns nil.
+// Either wait ends early, with an error wrapping ctx.Err(), if ctx ends.
 func (n *Node) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	switch n.phase {
 	case phaseNew:
 		n.phase = phaseStopped
+		starting := n.starting
 		n.mu.Unlock()
+		defer close(n.stopDone)
+		if starting != nil {
+			return n.waitFor(ctx, starting, "Start is still leaving what it joined")
+		}
+		if err := n.leaveIfJoined(context.WithoutCancel(ctx)); err != nil {
+			return fmt.Errorf("fleet: stop: %w", err)
+		}
 		return nil
 	case phaseStopping, phaseStopped:
 		n.mu.Unlock()
-		return nil
+		return n.waitFor(ctx, n.stopDone, "another Stop is still leaving")
 	}
+	defer close(n.stopDone)
 	n.phase = phaseStopping
 	n.applyCeilingLocked()
 	n.lim.PauseUntil(time.Now().Add(forever)) // fails queued waiters
@@ -245,7 +315,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	<-n.done
 	n.mu.Lock()
 	n.phase = phaseStopped
-	n.fenceTimer.Stop()
+	if n.fenceTimer != nil {
+		n.fenceTimer.Stop()
+	}
 	left := n.left
 	n.mu.Unlock()
 	if left {
@@ -280,6 +352,17 @@ func (n *Node) leave(ctx context.Context, inflight int) error {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
+}
+
+// waitFor waits until done is closed or ctx ends, and then says why it
+// returned early.
+func (n *Node) waitFor(ctx context.Context, done <-chan struct{}, what string) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("fleet: stop: %s: %w", what, ctx.Err())
+	}
 }
 
 // waitDrained polls until nothing is in flight or ctx ends.

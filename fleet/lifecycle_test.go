@@ -1,0 +1,240 @@
+package fleet
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// retryOnce is a coordinator wrapper that sends its first report twice,
+// as a wrapper that retries a heartbeat whose answer was lost would: the
+// second is answered Stale.
+type retryOnce struct {
+	coord.Coordinator
+	done atomic.Bool
+}
+
+func (c *retryOnce) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	if c.done.CompareAndSwap(false, true) {
+		_, _ = c.Coordinator.Heartbeat(ctx, r)
+	}
+	return c.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestStaleFirstGrant: Start whose first grant is stale sends another
+// report and joins. Before, it returned nil without having joined, and a
+// Stop then panicked on the fence timer no grant had armed.
+func TestStaleFirstGrant(t *testing.T) {
+	t.Parallel()
+	n, err := NewWithCoordinator(&retryOnce{Coordinator: coord.NewMemory(nil)}, testConfig("k", "a"))
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	require.True(t, n.State().Joined, "Start returns once a grant is applied")
+	require.NotPanics(t, func() { require.NoError(t, n.Stop(context.Background())) })
+}
+
+// landing is a coordinator wrapper whose first heartbeat, once it has
+// landed, signals landed and then waits for release before answering (with
+// ctx's error if ctx ended meanwhile); its Leave takes leaveDelay.
+type landing struct {
+	coord.Coordinator
+	first           atomic.Bool
+	landed, release chan struct{}
+	leaveDelay      time.Duration
+}
+
+func newLanding(c coord.Coordinator) *landing {
+	return &landing{Coordinator: c, landed: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (c *landing) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	g, err := c.Coordinator.Heartbeat(ctx, r)
+	if c.first.CompareAndSwap(false, true) {
+		close(c.landed)
+		<-c.release
+		if err == nil && ctx.Err() != nil {
+			return coord.Grant{}, ctx.Err() // it landed; its answer is lost
+		}
+	}
+	return g, err
+}
+
+func (c *landing) Leave(ctx context.Context, d coord.Departure) error {
+	select {
+	case <-time.After(c.leaveDelay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.Coordinator.Leave(ctx, d)
+}
+
+// TestStopDuringStartWaitsForTheLeave: a Stop while Start's first
+// heartbeat is answered returns once Start has left, not before: a process
+// that exits when Stop returns leaves no row holding a share. Before, Stop
+// returned at once with the row active and holding the whole limit.
+func TestStopDuringStartWaitsForTheLeave(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := newLanding(mem)
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.landed
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) before Start had left", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(c.release)
+	require.NoError(t, <-stopped)
+	require.ErrorIs(t, <-done, ErrStopped)
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	require.Zero(t, rows[0].Share)
+	require.False(t, n.State().Fenced)
+	time.Sleep(testConfig("k", "a").LeaseTTL) // past the lease the first grant gave
+	require.Zero(t, n.metrics.fencings.Load(), "no fence timer fires on a node that left")
+}
+
+// TestStartsLeaveDoesNotBlockAdmission: while Start leaves what its
+// heartbeat joined (a Stop came meanwhile), admission answers at once.
+// Before, Start held the node's lock across the leave's round trip, and
+// TryAcquireRequest, which never waits, waited for it.
+func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
+	t.Parallel()
+	c := newLanding(coord.NewMemory(nil))
+	c.leaveDelay = 300 * time.Millisecond
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.landed
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
+	close(c.release)
+	admitted := make(chan error, 1)
+	go func() {
+		_, err := n.TryAcquireRequest(RequestFrom(context.Background()))
+		admitted <- err
+	}()
+	select {
+	case err := <-admitted:
+		require.ErrorIs(t, err, ErrStopped)
+	case <-stopped:
+		t.Fatal("TryAcquireRequest waited for the leave")
+	}
+	require.NoError(t, <-stopped)
+	require.ErrorIs(t, <-done, ErrStopped)
+}
+
+// TestStopAfterFailedStartLeaves: a Start whose first heartbeat reached
+// the coordinator but whose answer did not returns an error; a Stop then
+// sends the departure, so the row frees its share at once rather than
+// when its lease ends.
+func TestStopAfterFailedStartLeaves(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := newLanding(mem)
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Start(ctx) }()
+	<-c.landed
+	cancel()
+	close(c.release)
+	require.Error(t, <-done, "a Start whose answer was lost fails")
+	require.NoError(t, n.Stop(context.Background()))
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+}
+
+// TestSecondStopWaitsForTheFirst: a second Stop returns once the first
+// has left, not while requests still run on a live row.
+func TestSecondStopWaitsForTheFirst(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	n := startNode(t, mem, testConfig("k", "a"))
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	first := make(chan error, 1)
+	go func() { first <- n.Stop(context.Background()) }()
+	eventually(t, func() bool { return n.phase0() == phaseStopping }, "the first Stop drains")
+	second := make(chan error, 1)
+	go func() { second <- n.Stop(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Stop returned (%v) while a request was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, n.Stop(short), context.DeadlineExceeded, "a Stop whose ctx ends first says so")
+	le.Release()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+}
+
+// TestQueuedAcquireFailsOnEviction: an Acquire queued when the node is
+// evicted fails with ErrEvicted. Before, it waited for good: no grant
+// renews an evicted node's lease.
+func TestQueuedAcquireFailsOnEviction(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.Limiter.InitialLimit = 1
+	n := startNode(t, c, cfg)
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := n.Acquire(context.Background())
+		got <- err
+	}()
+	eventually(t, func() bool { return n.State().Queued == 1 }, "queued")
+	require.NoError(t, c.Evict(t.Context(), "k", "a"))
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, ErrEvicted)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the queued Acquire still waits on an evicted node: %+v", n.State())
+	}
+	le.Release()
+}
+
+// TestAbandonThenRelease: a Release after Abandon (a deferred one) does
+// not free the slot the abandoned request may still hold upstream; the
+// hold frees it.
+func TestAbandonThenRelease(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 200 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	abandoned := time.Now()
+	le.Abandon(false)
+	le.Release()
+	le.Drop()
+	le.Ignore()
+	require.Equal(t, 1, n.State().Inflight, "the slot is held after Abandon and Release")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the hold frees the slot")
+	require.GreaterOrEqual(t, time.Since(abandoned), cfg.AbandonedHold)
+	require.Zero(t, n.Limiter().Snapshot().Drops, "a Drop after Abandon counts nothing")
+}
