@@ -7,7 +7,7 @@
 // Postgres session advisory lock (ID [LockID]) so that many processes may call
 // [Up] at boot: one migrates, the others wait and then find nothing to do.
 // [Reset] removes the version table too; [Status] and [HasPending] read
-// without creating it.
+// it without creating it.
 package migrations
 
 import (
@@ -20,14 +20,17 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
 
-// VersionTable is the table that records which migrations have been applied.
+// VersionTable is the table, in the schema public, that records which
+// migrations have been applied.
 const VersionTable = "fleetlimit_schema_version"
 
 // LockID is the Postgres advisory lock key held while migrating.
@@ -71,12 +74,14 @@ func Hash() string {
 // using [VersionTable] and a session locker on [LockID]. The caller closes
 // the provider; closing it does not close db.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID))
+	// A process that finds the lock taken tries again every second (goose's
+	// default is every 5 s), for up to 5 minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: session locker: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
-		goose.WithTableName(VersionTable),
+		goose.WithTableName(qualifiedVersionTable),
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	)
@@ -87,8 +92,12 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 }
 
 // Up applies every pending migration to the database behind pool. It is safe
-// to call from many processes at once.
+// to call from many processes at once. It returns [ErrSchemaGone] when the
+// version table records migrations whose schema was dropped by hand.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := Status(ctx, pool); err != nil {
+		return err
+	}
 	return withProvider(pool, func(p *goose.Provider) error {
 		_, err := p.Up(ctx)
 		return err
@@ -104,12 +113,24 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	})
 }
 
+// ErrSchemaGone reports a version table that records applied migrations
+// while the fleetlimit schema they created is gone (dropped by hand):
+// nothing can be rolled back or applied until [Reset] clears the table.
+var ErrSchemaGone = errors.New("migrations: " + qualifiedVersionTable + " records applied migrations, " +
+	"but the fleetlimit schema is gone (dropped by hand?)")
+
 // Reset rolls every migration back and then drops [VersionTable], so that
-// nothing fleetlimit created is left. The table is dropped under the lock
-// that migrations take, and only while it records no applied migration: an
-// [Up] that ran meanwhile keeps it.
+// nothing fleetlimit created is left; after [ErrSchemaGone] it only drops
+// the table. The table is dropped under the lock that migrations take, and
+// only while it records no applied migration whose schema still exists:
+// an [Up] that ran meanwhile keeps it. Without the table Reset does
+// nothing.
 func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
-	if err := DownTo(ctx, pool, 0); err != nil {
+	if _, err := Status(ctx, pool); err == nil {
+		if err := DownTo(ctx, pool, 0); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, ErrSchemaGone) {
 		return err
 	}
 	conn, err := pool.Acquire(ctx)
@@ -126,77 +147,122 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
 		}
 	}()
-	var applied int64
-	if err := conn.QueryRow(ctx, sqlAppliedVersions).Scan(&applied); err != nil {
-		return fmt.Errorf("migrations: count applied versions: %w", err)
+	var live bool
+	if err := conn.QueryRow(ctx, sqlLiveVersions).Scan(&live); err != nil {
+		if isUndefinedTable(err) {
+			return nil // another Reset dropped it
+		}
+		return fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
 	}
-	if applied > 0 {
+	if live {
 		return nil
 	}
 	if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
-		return fmt.Errorf("migrations: drop %s: %w", VersionTable, err)
+		return fmt.Errorf("migrations: drop %s: %w", qualifiedVersionTable, err)
 	}
 	return nil
 }
 
-// The SQL of Reset and of the version-table check. The table name is
-// unqualified, as goose creates it: the first schema on the search path.
+// HasVersionTable reports whether [VersionTable] exists.
+func HasVersionTable(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, sqlHasVersionTable).Scan(&exists); err != nil {
+		return false, fmt.Errorf("migrations: look for %s: %w", qualifiedVersionTable, err)
+	}
+	return exists, nil
+}
+
+// qualifiedVersionTable is [VersionTable] in the schema goose is told to
+// keep it in, whatever the connecting role's search path.
+const qualifiedVersionTable = "public." + VersionTable
+
+// The SQL this package runs besides goose's.
 const (
-	sqlLock             = `SELECT pg_advisory_lock($1)`
-	sqlUnlock           = `SELECT pg_advisory_unlock($1)`
-	sqlAppliedVersions  = `SELECT count(*) FROM ` + VersionTable + ` WHERE version_id > 0`
-	sqlDropVersionTable = `DROP TABLE ` + VersionTable
-	sqlVersionTable     = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+	sqlLock   = `SELECT pg_advisory_lock($1)`
+	sqlUnlock = `SELECT pg_advisory_unlock($1)`
+	// sqlApplied lists the applied versions as goose records them: a row
+	// per applied version (goose deletes a version's row when it rolls
+	// it back), version 0 being the table's own.
+	sqlApplied = `SELECT version_id, max(tstamp) FROM ` + qualifiedVersionTable +
+		` WHERE version_id > 0 GROUP BY version_id`
+	sqlHasSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
+	// sqlLiveVersions: some applied version's schema still exists.
+	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + qualifiedVersionTable + ` WHERE version_id > 0)
+	    AND to_regnamespace('fleetlimit') IS NOT NULL`
+	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + qualifiedVersionTable
+	sqlHasVersionTable  = `SELECT to_regclass('` + qualifiedVersionTable + `') IS NOT NULL`
 )
 
-// Status reports every known migration and whether it is applied. It
-// creates nothing: without [VersionTable] every migration is pending.
+// Status reports every embedded migration and whether it is applied. It
+// reads [VersionTable] and creates nothing (goose would create the table on
+// any call): without the table every migration is pending. It returns
+// [ErrSchemaGone] when the table records applied migrations but the
+// fleetlimit schema is gone.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
-	var out []*goose.MigrationStatus
-	err := withProvider(pool, func(p *goose.Provider) error {
-		exists, err := versionTableExists(ctx, pool)
-		if err != nil {
-			return err
-		}
-		if !exists {
-			for _, src := range p.ListSources() {
-				out = append(out, &goose.MigrationStatus{Source: src, State: goose.StatePending})
+	var sources []*goose.Source
+	if err := withProvider(pool, func(p *goose.Provider) error {
+		sources = p.ListSources()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	applied := map[int64]time.Time{}
+	rows, err := pool.Query(ctx, sqlApplied)
+	if err == nil {
+		for rows.Next() {
+			var (
+				v  int64
+				at time.Time
+			)
+			if err := rows.Scan(&v, &at); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
 			}
-			return nil
+			applied[v] = at
 		}
-		out, err = p.Status(ctx)
-		return err
-	})
-	return out, err
+		err = rows.Err()
+	}
+	if err != nil && !isUndefinedTable(err) {
+		return nil, fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
+	}
+	if len(applied) > 0 {
+		var schema bool
+		if err := pool.QueryRow(ctx, sqlHasSchema).Scan(&schema); err != nil {
+			return nil, fmt.Errorf("migrations: look for the fleetlimit schema: %w", err)
+		}
+		if !schema {
+			return nil, ErrSchemaGone
+		}
+	}
+	out := make([]*goose.MigrationStatus, len(sources))
+	for i, src := range sources {
+		out[i] = &goose.MigrationStatus{Source: src, State: goose.StatePending}
+		if at, ok := applied[src.Version]; ok {
+			out[i].State, out[i].AppliedAt = goose.StateApplied, at
+		}
+	}
+	return out, nil
 }
 
 // HasPending reports whether some embedded migration is not applied yet.
 // Like [Status], it creates nothing.
 func HasPending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	var pending bool
-	err := withProvider(pool, func(p *goose.Provider) error {
-		exists, err := versionTableExists(ctx, pool)
-		if err != nil {
-			return err
+	st, err := Status(ctx, pool)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range st {
+		if s.State != goose.StateApplied {
+			return true, nil
 		}
-		if !exists {
-			pending = len(p.ListSources()) > 0
-			return nil
-		}
-		pending, err = p.HasPending(ctx)
-		return err
-	})
-	return pending, err
+	}
+	return false, nil
 }
 
-// versionTableExists reports whether [VersionTable] exists. goose creates
-// it on any call, reads included.
-func versionTableExists(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	var exists bool
-	if err := pool.QueryRow(ctx, sqlVersionTable).Scan(&exists); err != nil {
-		return false, fmt.Errorf("look for %s: %w", VersionTable, err)
-	}
-	return exists, nil
+// isUndefinedTable reports a query on a table that does not exist.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {

@@ -17,14 +17,21 @@ import (
 // defines it, else to the app when it is a global flag; an unknown flag is
 // kept where it was found, for the parser to reject. A flag that takes a
 // value takes the next argument unless written --name=value; one that
-// ends the line after a command's positional argument is a usage error,
-// which the parser would otherwise never see: moved before the positional
-// arguments, it would take the first of them as its value. With the help
+// ends the line after a command is a usage error, which the parser would
+// otherwise never see: moved before the positional arguments (or, for a
+// global flag, before the command), it would take the first of them (or
+// the command's name) as its value. With the help
 // flag, a command's positional arguments are dropped: help needs none.
 // "--" ends flag parsing: it and everything after it stay positional.
+// "help CMD SUB..." is read as "CMD SUB... --help".
 func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) == 0 {
 		return args, nil
+	}
+	if len(args) > 3 && (args[1] == "help" || args[1] == "h") {
+		// "help migrate reset" is "migrate reset --help": the help
+		// command itself explains only its first argument.
+		args = append(append([]string{args[0]}, args[2:]...), "--help")
 	}
 	type level struct {
 		name  string
@@ -52,7 +59,7 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 			}
 			target.flags = append(target.flags, a)
 			if f != nil && takesValue(f) && !hasValue {
-				if i+1 == len(rest) && len(positional) > 0 && len(levels) > 1 {
+				if i+1 == len(rest) && len(levels) > 1 {
 					var path []string
 					for _, l := range levels[1:] {
 						path = append(path, l.name)
@@ -84,9 +91,11 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 			help = help || findFlag(nil, name) == ucli.HelpFlag
 		}
 	}
-	if help && len(levels) > 1 {
+	if help && len(levels) > 1 && (len(positional) == 0 || len(levels[len(levels)-1].cmd.Subcommands) == 0) {
 		// "nodes KEY --help" asks for the command's help; its arguments
-		// would be read as the name of a subcommand to explain.
+		// would be read as the name of a subcommand to explain. A
+		// command group's first argument ("migrate bogus --help") is
+		// kept: it names no subcommand, which the parser reports.
 		return out, nil
 	}
 	return append(out, positional...), nil

@@ -25,6 +25,8 @@ func TestNormalizeArgs(t *testing.T) {
 		{"fleetctl nodes -- -weird-key", "fleetctl nodes -- -weird-key"},
 		{"fleetctl migrate down --to 1", "fleetctl migrate down --to 1"},
 		{"fleetctl help keys", "fleetctl help keys"},
+		{"fleetctl help migrate reset", "fleetctl migrate reset --help"},
+		{"fleetctl migrate bogus --help", "fleetctl migrate --help bogus"},
 		{"fleetctl bogus --wait", "fleetctl --wait bogus"},
 		{"fleetctl", "fleetctl"},
 	}

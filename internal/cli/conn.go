@@ -66,6 +66,11 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 		statementTimeoutSet: c.IsSet(flagStatementTimeout),
 		connectTimeoutSet:   c.IsSet(flagConnectTimeout),
 	}
+	if c.IsSet(flagDatabaseURL) && strings.TrimSpace(c.String(flagDatabaseURL)) == "" {
+		// An unset variable in a script ("--database-url $URL"): never
+		// fall back to another database than the one meant.
+		return s, usageErrorf("empty value for --%s: give a connection string, or leave the flag out", flagDatabaseURL)
+	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
 	if t := s.statementTimeout; t != 0 && (t < time.Millisecond || t > maxStatementTimeout) || t%time.Millisecond != 0 {
 		return s, usageErrorf("invalid value %s for --%s: want 0 (no timeout) or whole milliseconds in [1ms, %s]",

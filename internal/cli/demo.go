@@ -58,8 +58,8 @@ the fleet stops, the summary of the run so far is printed, everything is
 cleaned up, and demo exits 0, as watch does.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: "how long the fleet runs"},
-			&ucli.IntFlag{Name: "nodes", Value: DefaultDemoNodes, Usage: "how many fleet nodes"},
-			&ucli.IntFlag{Name: "workers", Value: DefaultDemoWorkers, Usage: "request goroutines per node"},
+			decimalFlagDefault("nodes", "how many fleet nodes", DefaultDemoNodes),
+			decimalFlagDefault("workers", "request goroutines per node", DefaultDemoWorkers),
 			&ucli.DurationFlag{Name: "interval", Usage: "time between view refreshes", DefaultText: "500ms on a terminal, else 1s"},
 		},
 		Action: r.action(func(c *ucli.Context) error {
@@ -68,8 +68,8 @@ cleaned up, and demo exits 0, as watch does.`,
 			}
 			cfg := demoConfig{
 				duration: c.Duration("duration"),
-				nodes:    c.Int("nodes"),
-				workers:  c.Int("workers"),
+				nodes:    int(decimalValue(c, "nodes")),
+				workers:  int(decimalValue(c, "workers")),
 				interval: c.Duration("interval"),
 			}
 			live := r.env.IsTerminal(r.env.Stdout)

@@ -120,8 +120,8 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 		nodes[i] = &demoNode{id: id, node: n, base: &http.Transport{MaxIdleConnsPerHost: cfg.workers, IdleConnTimeout: 30 * time.Second}}
 	}
 
-	r.progress("running %d nodes × %d workers against a simulated provider for %s (key %q)...",
-		cfg.nodes, cfg.workers, cfg.duration, key)
+	r.progress("running %s × %s against a simulated provider for %s (key %q)...",
+		plural(cfg.nodes, "node", "nodes"), plural(cfg.workers, "worker", "workers"), cfg.duration, key)
 	start := time.Now()
 	runCtx, cancel := context.WithDeadline(ctx, start.Add(cfg.duration))
 	defer cancel()
@@ -154,8 +154,8 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 				}
 			}
 		}
-		v.title = fmt.Sprintf("fleetctl demo  %d nodes × %d workers  %s / %s  (Ctrl-C stops early)",
-			cfg.nodes, cfg.workers, time.Since(start).Truncate(100*time.Millisecond), cfg.duration)
+		v.title = fmt.Sprintf("fleetctl demo  %s × %s  %s / %s  (Ctrl-C stops early)",
+			plural(cfg.nodes, "node", "nodes"), plural(cfg.workers, "worker", "workers"), time.Since(start).Truncate(100*time.Millisecond), cfg.duration)
 		return v.show(f)
 	})
 	cancel()

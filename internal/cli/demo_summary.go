@@ -85,7 +85,8 @@ func (s demoSummary) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nfleetctl demo summary\n")
 	fmt.Fprintf(w, "  key               %q on %s\n", s.key, s.cfg.databaseLabel)
-	fmt.Fprintf(w, "  fleet             %d nodes × %d workers, heartbeat every %s\n", s.cfg.nodes, s.cfg.workers, demoHeartbeat)
+	fmt.Fprintf(w, "  fleet             %s × %s, heartbeat every %s\n",
+		plural(s.cfg.nodes, "node", "nodes"), plural(s.cfg.workers, "worker", "workers"), demoHeartbeat)
 	fmt.Fprintf(w, "  duration          %.1fs\n", secs)
 	fmt.Fprintf(w, "  capacity          %s (hidden from the nodes; %s per request)\n", strings.Join(sched, " → "), demoBaseLatency)
 	fmt.Fprintf(w, "  goodput           %.1f req/s (%d successful requests; %s of the %.1f req/s the capacity allows)\n",

@@ -16,6 +16,7 @@ import (
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
@@ -58,13 +59,16 @@ they heartbeat into would change under them, and their fleets fail closed.
 Rolling back drops what the newer migrations added, with its data (the
 operator's rates, for one): a later 'migrate up' adds it back empty.`,
 				Flags: []ucli.Flag{
-					&ucli.Int64Flag{Name: "to", Usage: "the version to roll back to, >= 1", DefaultText: "one step back"},
+					decimalFlag("to", "the version to roll back to, >= 1", "one step back"),
 					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live"},
 				},
 				Action: r.action(func(c *ucli.Context) error {
-					to := c.Int64("to")
+					to := decimalValue(c, "to")
 					if c.IsSet("to") && to < 1 {
 						return usageErrorf("invalid value %d for --to: want >= 1 (use 'fleetctl migrate reset' to remove the whole schema)", to)
+					}
+					if c.IsSet("to") && to > coord.SchemaVersion {
+						return usageErrorf("invalid value %d for --to: no such migration (the newest is %d)", to, coord.SchemaVersion)
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						applied, err := appliedVersions(ctx, pool)
@@ -122,11 +126,30 @@ nodes are live on any key (their fleets would fail closed) unless --force.`,
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, _, err := schemaVersion(ctx, pool)
+						if errors.Is(err, migrations.ErrSchemaGone) {
+							// Nothing is left to lose: only the table.
+							if err := migrations.Reset(ctx, pool); err != nil {
+								return ownerHint(err)
+							}
+							r.printf("the fleetlimit schema was already gone; removed its version table\n")
+							return nil
+						}
 						if err != nil {
 							return err
 						}
 						if current == 0 {
-							r.printf("no migration is applied; nothing to reset\n")
+							table, err := migrations.HasVersionTable(ctx, pool)
+							if err != nil {
+								return err
+							}
+							if !table {
+								r.printf("no migration is applied; nothing to reset\n")
+								return nil
+							}
+							if err := migrations.Reset(ctx, pool); err != nil {
+								return ownerHint(err)
+							}
+							r.printf("no migration is applied; removed the empty version table\n")
 							return nil
 						}
 						use, err := liveNodes(ctx, pool)
@@ -144,6 +167,13 @@ nodes are live on any key (their fleets would fail closed) unless --force.`,
 							answer, _ := bufio.NewReader(r.env.Stdin).ReadString('\n')
 							if strings.TrimSpace(answer) != "reset" {
 								return errors.New("not confirmed; nothing was changed")
+							}
+							// Nodes may have joined while the question waited.
+							if use, err = liveNodes(ctx, pool); err != nil {
+								return err
+							}
+							if err := refuseLive(use, "resetting", c.Bool("force")); err != nil {
+								return err
 							}
 						}
 						if err := migrations.Reset(ctx, pool); err != nil {
@@ -168,7 +198,7 @@ applied_at (null when pending)}.`,
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
-							return err
+							return ownerHint(err)
 						}
 						views := newMigrationViews(st)
 						if format == formatJSON {
@@ -224,7 +254,7 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return nil, err
+		return nil, ownerHint(err)
 	}
 	var out []int64
 	for _, s := range st {
@@ -265,12 +295,16 @@ SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
   FROM fleetlimit.nodes AS n
  WHERE n.lease_expires_at > now() AND NOT n.evicted`
 
-// ownerHint adds to a migration's error, when the role lacked a privilege,
-// that migrations run as the schema owner.
+// ownerHint adds to a migration's error what to do: when the role lacked
+// a privilege, that migrations run as the schema owner; when the schema
+// was dropped by hand, that reset clears its version table.
 func ownerHint(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
+	case errors.Is(err, migrations.ErrSchemaGone):
+		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the version table, then 'fleetctl migrate up'", err)
 	}
 	return err
 }
@@ -299,7 +333,7 @@ func plural(n int, one, many string) string {
 func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pending int, err error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, ownerHint(err)
 	}
 	for _, s := range st {
 		if s.State == goose.StateApplied {

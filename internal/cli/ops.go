@@ -390,7 +390,13 @@ func decimalFlag(name, usage, defaultText string) ucli.Flag {
 	return &ucli.GenericFlag{Name: name, Usage: usage, DefaultText: defaultText, Value: &decimal{}}
 }
 
-// decimalValue is the value of the decimalFlag name, 0 when not set.
+// decimalFlagDefault is decimalFlag with a default value, which help shows.
+func decimalFlagDefault(name, usage string, def int64) ucli.Flag {
+	return &ucli.GenericFlag{Name: name, Usage: usage, Value: &decimal{v: def}}
+}
+
+// decimalValue is the value of the decimalFlag name, 0 (or its default)
+// when not set.
 func decimalValue(c *ucli.Context, name string) int64 {
 	if d, ok := c.Generic(name).(*decimal); ok {
 		return d.v

@@ -29,7 +29,7 @@ time, the fields of a keys object, and nodes (node objects). --count N
 stops after N refreshes; 0 runs until interrupted.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
-			&ucli.IntFlag{Name: "count", Usage: "stop after this many refreshes; 0 runs until interrupted"},
+			decimalFlagDefault("count", "stop after this many refreshes; 0 runs until interrupted", 0),
 			outputFlag(),
 		},
 		Action: r.action(func(c *ucli.Context) error {
@@ -41,7 +41,7 @@ stops after N refreshes; 0 runs until interrupted.`,
 			if err != nil {
 				return err
 			}
-			interval, count := c.Duration("interval"), c.Int("count")
+			interval, count := c.Duration("interval"), int(decimalValue(c, "count"))
 			if interval < minInterval {
 				return usageErrorf("invalid value %s for --interval: want >= %s", interval, minInterval)
 			}

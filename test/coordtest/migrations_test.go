@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
@@ -91,6 +92,107 @@ func TestResetRemovesVersionTable(t *testing.T) {
 	require.NoError(t, migrations.Reset(ctx, pool))
 	require.NoError(t, migrations.Reset(ctx, pool), "a second reset finds nothing to do")
 	require.False(t, versionTable())
+}
+
+// TestResetAfterTheSchemaWasDroppedByHand: a version table that records
+// migrations whose schema is gone is reported (ErrSchemaGone) by every
+// reader and by Up, which would otherwise find nothing to do; Reset
+// removes the table, and the database migrates again.
+func TestResetAfterTheSchemaWasDroppedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, `DROP SCHEMA fleetlimit CASCADE`)
+	require.NoError(t, err)
+
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrSchemaGone)
+	_, err = migrations.HasPending(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrSchemaGone)
+	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrSchemaGone)
+
+	require.NoError(t, migrations.Reset(ctx, pool))
+	table, err := migrations.HasVersionTable(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, table)
+	require.NoError(t, migrations.Up(ctx, pool))
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+}
+
+// TestResetRemovesAnEmptyVersionTable: a version table that records no
+// migration (a full rollback, a failed first migration) is removed too.
+func TestResetRemovesAnEmptyVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.DownTo(ctx, pool, 0), "goose creates its table on any call")
+	table, err := migrations.HasVersionTable(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, table)
+	require.NoError(t, migrations.Reset(ctx, pool))
+	table, err = migrations.HasVersionTable(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, table)
+}
+
+// TestConcurrentResetsLeaveNothing: resets and status reads at once leave
+// neither the schema nor the version table (a read no longer creates it
+// after a reset dropped it, and a reset that finds it gone is done).
+func TestConcurrentResetsLeaveNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	for round := range 3 {
+		require.NoError(t, migrations.Up(ctx, pool), "round %d", round)
+		errs := make(chan error, 6)
+		for i := range cap(errs) {
+			go func() {
+				if i < 2 {
+					errs <- migrations.Reset(ctx, pool)
+					return
+				}
+				_, err := migrations.Status(ctx, pool)
+				errs <- err
+			}()
+		}
+		for range cap(errs) {
+			require.NoError(t, <-errs, "round %d", round)
+		}
+		table, err := migrations.HasVersionTable(ctx, pool)
+		require.NoError(t, err)
+		require.False(t, table, "round %d", round)
+		var schema bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL`).Scan(&schema))
+		require.False(t, schema, "round %d", round)
+	}
+}
+
+// TestVersionTableIsInPublic: a role whose search path starts with a
+// schema of its own reads the status from public's version table, and
+// creates none in its schema.
+func TestVersionTableIsInPublic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, `CREATE SCHEMA own`)
+	require.NoError(t, err)
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = "own, public"
+	other, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+
+	pending, err := migrations.HasPending(ctx, other)
+	require.NoError(t, err)
+	require.False(t, pending, "the migrations recorded in public are applied")
+	require.NoError(t, migrations.Up(ctx, other), "nothing to do")
+	var stray bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('own.`+migrations.VersionTable+`') IS NOT NULL`).Scan(&stray))
+	require.False(t, stray, "no version table in the role's own schema")
 }
 
 // TestSchemaVersionMatches: the newest embedded migration is the version
