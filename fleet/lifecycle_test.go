@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,16 +42,20 @@ func TestStaleFirstGrant(t *testing.T) {
 
 // landing is a coordinator wrapper whose first heartbeat, once it has
 // landed, signals landed and then waits for release before answering (with
-// ctx's error if ctx ended meanwhile); its Leave takes leaveDelay.
+// ctx's error if ctx ended meanwhile). Its Leave closes leaving, then
+// waits for leaveGo, if set, or its ctx, and fails with leaveErr if set.
 type landing struct {
 	coord.Coordinator
 	first           atomic.Bool
 	landed, release chan struct{}
-	leaveDelay      time.Duration
+	leaving         chan struct{}
+	leaveOnce       sync.Once
+	leaveGo         chan struct{}
+	leaveErr        error
 }
 
 func newLanding(c coord.Coordinator) *landing {
-	return &landing{Coordinator: c, landed: make(chan struct{}), release: make(chan struct{})}
+	return &landing{Coordinator: c, landed: make(chan struct{}), release: make(chan struct{}), leaving: make(chan struct{})}
 }
 
 func (c *landing) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
@@ -65,10 +71,16 @@ func (c *landing) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, e
 }
 
 func (c *landing) Leave(ctx context.Context, d coord.Departure) error {
-	select {
-	case <-time.After(c.leaveDelay):
-	case <-ctx.Done():
-		return ctx.Err()
+	c.leaveOnce.Do(func() { close(c.leaving) })
+	if c.leaveGo != nil {
+		select {
+		case <-c.leaveGo:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if c.leaveErr != nil {
+		return c.leaveErr
 	}
 	return c.Coordinator.Leave(ctx, d)
 }
@@ -101,19 +113,15 @@ func TestStopDuringStartWaitsForTheLeave(t *testing.T) {
 	require.Len(t, rows, 1)
 	require.Equal(t, coord.StatusDeparted, rows[0].Status)
 	require.Zero(t, rows[0].Share)
-	require.False(t, n.State().Fenced)
-	time.Sleep(testConfig("k", "a").LeaseTTL) // past the lease the first grant gave
-	require.Zero(t, n.metrics.fencings.Load(), "no fence timer fires on a node that left")
 }
 
-// TestStartsLeaveDoesNotBlockAdmission: while Start leaves what its
-// heartbeat joined (a Stop came meanwhile), admission answers at once.
-// Before, Start held the node's lock across the leave's round trip, and
-// TryAcquireRequest, which never waits, waited for it.
-func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
+// TestStopReturnsStartsLeaveError: when the leave that Start sends for a
+// Stop during its heartbeat fails, Stop says so rather than return nil:
+// the row still holds its share until its lease ends.
+func TestStopReturnsStartsLeaveError(t *testing.T) {
 	t.Parallel()
 	c := newLanding(coord.NewMemory(nil))
-	c.leaveDelay = 300 * time.Millisecond
+	c.leaveErr = errors.New("leave refused")
 	n, err := NewWithCoordinator(c, testConfig("k", "a"))
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -123,6 +131,61 @@ func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
 	go func() { stopped <- n.Stop(context.Background()) }()
 	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
 	close(c.release)
+	require.ErrorContains(t, <-stopped, "leave refused")
+	require.ErrorIs(t, <-done, ErrStopped)
+}
+
+// TestSecondStopWaitsForStartEvenIfTheFirstGaveUp: a first Stop whose ctx
+// ends while Start still runs returns with ctx's error; a second Stop
+// still waits for Start to have left.
+func TestSecondStopWaitsForStartEvenIfTheFirstGaveUp(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := newLanding(mem)
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.landed
+	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, n.Stop(short), context.DeadlineExceeded)
+	second := make(chan error, 1)
+	go func() { second <- n.Stop(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Stop returned (%v) while Start was still running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(c.release)
+	require.NoError(t, <-second)
+	require.ErrorIs(t, <-done, ErrStopped)
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+}
+
+// TestStartsLeaveDoesNotBlockAdmission: while Start leaves what its
+// heartbeat joined (a Stop came meanwhile), admission answers at once.
+// Before, Start held the node's lock across the leave's round trip, and
+// TryAcquireRequest, which never waits, waited for it.
+func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := newLanding(mem)
+	c.leaveGo = make(chan struct{})
+	cfg := testConfig("k", "a")
+	cfg.HeartbeatTimeout = cfg.LeaseTTL // the leave waits for the test, not for a timeout
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Start(context.Background()) }()
+	<-c.landed
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
+	close(c.release)
+	<-c.leaving // Start is in its leave, which waits for leaveGo
 	admitted := make(chan error, 1)
 	go func() {
 		_, err := n.TryAcquireRequest(RequestFrom(context.Background()))
@@ -131,11 +194,37 @@ func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
 	select {
 	case err := <-admitted:
 		require.ErrorIs(t, err, ErrStopped)
-	case <-stopped:
-		t.Fatal("TryAcquireRequest waited for the leave")
+	case <-time.After(time.Second):
+		t.Fatal("TryAcquireRequest waited for Start's leave")
 	}
+	close(c.leaveGo)
 	require.NoError(t, <-stopped)
-	require.ErrorIs(t, <-done, ErrStopped)
+	err = <-done
+	require.ErrorIs(t, err, ErrStopped)
+	require.NotContains(t, err.Error(), "(and", "the leave succeeded")
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+}
+
+// TestStopBoundedByTheRequestBound: a lease never settled holds Stop for
+// MaxRequestDuration at most (by then every request admitted before Stop
+// has reached its bound); Stop then leaves, reporting it in flight.
+func TestStopBoundedByTheRequestBound(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	n := startNode(t, mem, cfg)
+	_, err := n.Acquire(t.Context()) // never settled
+	require.NoError(t, err)
+	err = n.Stop(context.Background())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "left with 1 requests still in flight")
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	require.Equal(t, 1, rows[0].Inflight, "the request still counts until its hold ends")
 }
 
 // TestStopAfterFailedStartLeaves: a Start whose first heartbeat reached

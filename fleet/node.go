@@ -61,33 +61,34 @@ type Node struct {
 	stopDone   chan struct{} // closed when the first Stop returns
 	cancelLoop context.CancelFunc
 
-	mu           sync.Mutex
-	phase        phase
-	starting     chan struct{} // while a Start runs: closed when it returns
-	seq          int64
-	joined       bool // a first grant arrived
-	measured     bool // the limiter has had a clean round trip or a drop: its estimate is its own
-	share        int
-	lGlobal      int
-	epoch        int64 // the epoch of the newest grant applied
-	generation   int64
-	appliedGen   int64
-	status       coord.Status
-	learning     bool
-	peerInflight int
-	liveNodes    int
-	outage       bool
-	lastErr      error
-	lastBeat     time.Time // send time of the last successful heartbeat
-	lastSend     time.Time // send time of the last heartbeat attempt
-	unmet        int       // weight of the admissions refused since the last report
-	unsentDemand int       // the largest demand of reports that failed since the last success
-	lowered      bool      // share fell below in-flight; beat once drained
-	ackDue       bool      // a lowered share was applied; beat to ack it
-	claimed      bool      // a heartbeat claimed capacity (share or rate) this period
-	left         bool      // an evicted node drained and left on its own
-	evictedAt    time.Time // when the node learned it was evicted
-	fenceTimer   *time.Timer
+	mu            sync.Mutex
+	phase         phase
+	starting      chan struct{} // while a Start runs: closed when it returns
+	startLeaveErr error         // the leave a Stop during Start made Start send failed
+	seq           int64
+	joined        bool // a first grant arrived
+	measured      bool // the limiter has had a clean round trip or a drop: its estimate is its own
+	share         int
+	lGlobal       int
+	epoch         int64 // the epoch of the newest grant applied
+	generation    int64
+	appliedGen    int64
+	status        coord.Status
+	learning      bool
+	peerInflight  int
+	liveNodes     int
+	outage        bool
+	lastErr       error
+	lastBeat      time.Time // send time of the last successful heartbeat
+	lastSend      time.Time // send time of the last heartbeat attempt
+	unmet         int       // weight of the admissions refused since the last report
+	unsentDemand  int       // the largest demand of reports that failed since the last success
+	lowered       bool      // share fell below in-flight; beat once drained
+	ackDue        bool      // a lowered share was applied; beat to ack it
+	claimed       bool      // a heartbeat claimed capacity (share or rate) this period
+	left          bool      // an evicted node drained and left on its own
+	evictedAt     time.Time // when the node learned it was evicted
+	fenceTimer    *time.Timer
 }
 
 // New returns a Node for cfg that coordinates through the fleetlimit schema
@@ -214,7 +215,10 @@ func (n *Node) Start(ctx context.Context) error {
 			n.fenceTimer.Stop()
 		}
 		n.mu.Unlock()
-		if lerr := n.leaveIfJoined(context.WithoutCancel(ctx)); lerr != nil {
+		if lerr := n.leaveIfSent(context.WithoutCancel(ctx)); lerr != nil {
+			n.mu.Lock()
+			n.startLeaveErr = lerr // the Stop waiting for this Start returns it
+			n.mu.Unlock()
 			return fmt.Errorf("fleet: start: %w (and %w)", ErrStopped, lerr)
 		}
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
@@ -249,11 +253,11 @@ func (n *Node) hasJoined() bool {
 	return n.joined
 }
 
-// leaveIfJoined sends a node that never ran its departure if a heartbeat
+// leaveIfSent sends a node that never ran its departure if a heartbeat
 // of it was sent: it may have reached the coordinator even if its answer
 // did not. A coordinator without a row of this instance has nothing to
 // free.
-func (n *Node) leaveIfJoined(ctx context.Context) error {
+func (n *Node) leaveIfSent(ctx context.Context) error {
 	n.mu.Lock()
 	sent := n.seq > 0
 	n.mu.Unlock()
@@ -271,10 +275,13 @@ func (n *Node) leaveIfJoined(ctx context.Context) error {
 // fail with ErrStopped), keeps heartbeating while the requests in flight
 // finish — so the lease that covers them stays alive — then stops the
 // heartbeats and leaves, freeing the node's capacity at once. If ctx ends
-// first, Stop leaves anyway and tells the coordinator how many requests are
-// still in flight: their capacity stays reserved for
+// first, or Config.MaxRequestDuration passes (by which every request
+// admitted before Stop has reached its bound: a lease never settled holds
+// Stop no longer), Stop leaves anyway and tells the coordinator how many
+// requests are still in flight: their capacity stays reserved for
 // Config.MaxRequestDuration, by which they must have ended; Stop then
-// returns an error wrapping ctx.Err() that says so. Should the leave itself
+// returns an error wrapping ctx.Err() (or context.DeadlineExceeded) that
+// says so. Should the leave itself
 // fail, the coordinator still reserves whatever the node may hold until its
 // lease has ended plus MaxRequestDuration. Stop on a node that is
 // starting waits for Start to leave what its heartbeat joined; on a node
@@ -289,11 +296,23 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.phase = phaseStopped
 		starting := n.starting
 		n.mu.Unlock()
-		defer close(n.stopDone)
 		if starting != nil {
-			return n.waitFor(ctx, starting, "Start is still leaving what it joined")
+			// Done when Start is: a second Stop must not return while
+			// Start still leaves, even if this one's ctx ends first.
+			go func() { <-starting; close(n.stopDone) }()
+			if err := n.waitFor(ctx, starting, "Start is still leaving what it joined"); err != nil {
+				return err
+			}
+			n.mu.Lock()
+			err := n.startLeaveErr
+			n.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("fleet: stop: %w", err)
+			}
+			return nil
 		}
-		if err := n.leaveIfJoined(context.WithoutCancel(ctx)); err != nil {
+		defer close(n.stopDone)
+		if err := n.leaveIfSent(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("fleet: stop: %w", err)
 		}
 		return nil
@@ -309,7 +328,11 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.stopPacing(time.Now()) // wakes the requests waiting for the rate, which find the node stopping
 	n.log.Info("fleet node stopping", "inflight", n.lim.Inflight())
 
-	drainErr := n.waitDrained(ctx)
+	// Every request admitted before now reaches its bound within
+	// MaxRequestDuration: a lease never settled holds Stop no longer.
+	drainCtx, cancelDrain := context.WithTimeout(ctx, n.cfg.MaxRequestDuration)
+	drainErr := n.waitDrained(drainCtx)
+	cancelDrain()
 	close(n.stop)
 	n.cancelLoop()
 	<-n.done

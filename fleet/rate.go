@@ -228,6 +228,11 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	if !r.paced.Load() {
 		return pace.Ticket{}, time.Time{}, nil
 	}
+	if err := n.admissionErr(); err != nil {
+		// Stop or eviction came after the slot: the pacing, lifted then
+		// to wake the waiters, is no rate to send at.
+		return pace.Ticket{}, time.Time{}, err
+	}
 	now := time.Now()
 	t, ok, err := r.pacer.TryReserve(now, tokens)
 	switch {

@@ -2,7 +2,8 @@
 // embedded in the binary, and runs them with goose's Provider API.
 //
 // Everything fleetlimit owns lives in the schema "fleetlimit". Applied
-// versions are recorded in the table public.fleetlimit_schema_version, so an
+// versions are recorded in the table fleetlimit_schema_version (in public,
+// or in the first schema of the migrating role's search path), so an
 // application's own goose version table is never touched. Runs take a
 // Postgres session advisory lock (ID [LockID]) so that many processes may call
 // [Up] at boot: one migrates, the others wait and then find nothing to do.
@@ -22,6 +23,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -29,8 +31,9 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-// VersionTable is the table, in the schema public, that records which
-// migrations have been applied.
+// VersionTable is the table that records which migrations have been
+// applied: in the schema public, or in the first schema of the migrating
+// role's search path (see [Up]).
 const VersionTable = "fleetlimit_schema_version"
 
 // LockID is the Postgres advisory lock key held while migrating.
@@ -71,9 +74,15 @@ func Hash() string {
 }
 
 // NewProvider returns a goose provider over db for the embedded migrations,
-// using [VersionTable] and a session locker on [LockID]. The caller closes
-// the provider; closing it does not close db.
+// using [VersionTable] in the first schema of the search path, as goose
+// places it, and a session locker on [LockID]. The package's own functions
+// find an existing table wherever it is (see [Up]). The caller closes the
+// provider; closing it does not close db.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
+	return newProvider(db, VersionTable)
+}
+
+func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
 	// A process that finds the lock taken tries again every second (goose's
 	// default is every 5 s), for up to 5 minutes.
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
@@ -81,7 +90,7 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 		return nil, fmt.Errorf("migrations: session locker: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
-		goose.WithTableName(qualifiedVersionTable),
+		goose.WithTableName(table),
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	)
@@ -92,13 +101,31 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 }
 
 // Up applies every pending migration to the database behind pool. It is safe
-// to call from many processes at once. It returns [ErrSchemaGone] when the
-// version table records migrations whose schema was dropped by hand.
+// to call from many processes at once, and with a [Reset] under way. It
+// returns [ErrSchemaGone] when the version table records migrations whose
+// schema was dropped by hand.
+//
+// The version table is found wherever an earlier run created it: of the
+// tables named [VersionTable], the first on the search path that records
+// an applied migration (the role that migrated may have had a schema of
+// its own first on its path, as Postgres 15 suggests), else the first
+// found; without one, goose creates it in the first schema of the search
+// path.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	err := up(ctx, pool)
+	if isUndefinedTable(err) {
+		// A Reset dropped the table between goose's check for it and its
+		// use: look again.
+		err = up(ctx, pool)
+	}
+	return err
+}
+
+func up(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := Status(ctx, pool); err != nil {
 		return err
 	}
-	return withProvider(pool, func(p *goose.Provider) error {
+	return withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.Up(ctx)
 		return err
 	})
@@ -107,7 +134,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 // DownTo rolls migrations back until version is the newest applied; 0 removes
 // the fleetlimit schema but keeps [VersionTable] (see [Reset]).
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
-	return withProvider(pool, func(p *goose.Provider) error {
+	return withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
 		return err
 	})
@@ -116,15 +143,15 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 // ErrSchemaGone reports a version table that records applied migrations
 // while the fleetlimit schema they created is gone (dropped by hand):
 // nothing can be rolled back or applied until [Reset] clears the table.
-var ErrSchemaGone = errors.New("migrations: " + qualifiedVersionTable + " records applied migrations, " +
+var ErrSchemaGone = errors.New("migrations: " + VersionTable + " records applied migrations, " +
 	"but the fleetlimit schema is gone (dropped by hand?)")
 
 // Reset rolls every migration back and then drops [VersionTable], so that
 // nothing fleetlimit created is left; after [ErrSchemaGone] it only drops
 // the table. The table is dropped under the lock that migrations take, and
 // only while it records no applied migration whose schema still exists:
-// an [Up] that ran meanwhile keeps it. Without the table Reset does
-// nothing.
+// an [Up] that ran meanwhile keeps it. A table another Reset dropped
+// meanwhile is not looked for again.
 func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	if _, err := Status(ctx, pool); err == nil {
 		if err := DownTo(ctx, pool, 0); err != nil {
@@ -147,90 +174,148 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
 		}
 	}()
+	table, found, err := locate(ctx, conn)
+	if err != nil || !found {
+		return err // another Reset dropped it
+	}
 	var live bool
-	if err := conn.QueryRow(ctx, sqlLiveVersions).Scan(&live); err != nil {
+	if err := conn.QueryRow(ctx, fmt.Sprintf(sqlLiveVersions, table.quoted())).Scan(&live); err != nil {
 		if isUndefinedTable(err) {
-			return nil // another Reset dropped it
+			return nil
 		}
-		return fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
+		return fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
 	}
 	if live {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
-		return fmt.Errorf("migrations: drop %s: %w", qualifiedVersionTable, err)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(sqlDropVersionTable, table.quoted())); err != nil {
+		return fmt.Errorf("migrations: drop %s: %w", table.quoted(), err)
 	}
 	return nil
 }
 
-// HasVersionTable reports whether [VersionTable] exists.
+// HasVersionTable reports whether a [VersionTable] exists (see [Up] for
+// where it is looked for).
 func HasVersionTable(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	var exists bool
-	if err := pool.QueryRow(ctx, sqlHasVersionTable).Scan(&exists); err != nil {
-		return false, fmt.Errorf("migrations: look for %s: %w", qualifiedVersionTable, err)
-	}
-	return exists, nil
+	_, found, err := locate(ctx, pool)
+	return found, err
 }
 
-// qualifiedVersionTable is [VersionTable] in the schema goose is told to
-// keep it in, whatever the connecting role's search path.
-const qualifiedVersionTable = "public." + VersionTable
+// querier is what locate needs of a pool or a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
-// The SQL this package runs besides goose's.
+// versionTable is a VersionTable found or to be created in schema ("":
+// where the search path puts it).
+type versionTable struct{ schema string }
+
+// quoted is the table's name for this package's SQL.
+func (t versionTable) quoted() string {
+	if t.schema == "" {
+		return pgx.Identifier{VersionTable}.Sanitize()
+	}
+	return pgx.Identifier{t.schema, VersionTable}.Sanitize()
+}
+
+// goose is the table's name for goose, which splits it at the first dot
+// and quotes nothing.
+func (t versionTable) goose() string {
+	if t.schema == "" {
+		return VersionTable
+	}
+	return t.schema + "." + VersionTable
+}
+
+// locate returns the version table (see [Up]): of the tables named
+// VersionTable, in search-path order then by schema name, the first that
+// records an applied migration, else the first one. found is false when
+// there is none; the table is then where goose would create it.
+func locate(ctx context.Context, q querier) (t versionTable, found bool, err error) {
+	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
+	if err != nil {
+		return t, false, fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return t, false, fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
+	}
+	for _, schema := range schemas {
+		t := versionTable{schema}
+		var applied bool
+		if err := q.QueryRow(ctx, fmt.Sprintf(sqlRecordsVersions, t.quoted())).Scan(&applied); err == nil && applied {
+			return t, true, nil
+		}
+		// Unreadable (another role's) or empty: a later one may be it.
+	}
+	if len(schemas) > 0 {
+		return versionTable{schemas[0]}, true, nil
+	}
+	var schema *string
+	if err := q.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return t, false, fmt.Errorf("migrations: current schema: %w", err)
+	}
+	if schema != nil {
+		t.schema = *schema
+	}
+	return t, false, nil
+}
+
+// The SQL this package runs besides goose's; %s is the version table,
+// schema-qualified and quoted.
 const (
 	sqlLock   = `SELECT pg_advisory_lock($1)`
 	sqlUnlock = `SELECT pg_advisory_unlock($1)`
-	// sqlApplied lists the applied versions as goose records them: a row
-	// per applied version (goose deletes a version's row when it rolls
-	// it back), version 0 being the table's own.
-	sqlApplied = `SELECT version_id, max(tstamp) FROM ` + qualifiedVersionTable +
-		` WHERE version_id > 0 GROUP BY version_id`
-	sqlHasSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
+	// sqlVersionTables lists the schemas holding a table named $1, those
+	// on the search path first, in its order.
+	sqlVersionTables = `SELECT n.nspname::text
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1 AND c.relkind IN ('r', 'p')
+	 ORDER BY array_position(current_schemas(false), n.nspname) NULLS LAST, n.nspname`
+	sqlRecordsVersions = `SELECT EXISTS (SELECT 1 FROM %s WHERE version_id > 0)`
+	// sqlApplied lists the applied versions as goose records them (a row
+	// per applied version: goose deletes a version's row when it rolls it
+	// back; version 0 is the table's own), when each was applied (goose
+	// writes the session's local time), and, in the same snapshot,
+	// whether the fleetlimit schema exists.
+	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone'),
+	       to_regnamespace('fleetlimit') IS NOT NULL
+	  FROM %s WHERE version_id > 0 GROUP BY version_id`
 	// sqlLiveVersions: some applied version's schema still exists.
-	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + qualifiedVersionTable + ` WHERE version_id > 0)
+	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM %s WHERE version_id > 0)
 	    AND to_regnamespace('fleetlimit') IS NOT NULL`
-	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + qualifiedVersionTable
-	sqlHasVersionTable  = `SELECT to_regclass('` + qualifiedVersionTable + `') IS NOT NULL`
+	sqlDropVersionTable = `DROP TABLE IF EXISTS %s`
 )
 
 // Status reports every embedded migration and whether it is applied. It
-// reads [VersionTable] and creates nothing (goose would create the table on
-// any call): without the table every migration is pending. It returns
-// [ErrSchemaGone] when the table records applied migrations but the
-// fleetlimit schema is gone.
+// reads [VersionTable] (see [Up] for where) and creates nothing (goose
+// would create the table on any call): without the table every migration
+// is pending. It returns [ErrSchemaGone] when the table records applied
+// migrations but the fleetlimit schema is gone.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
-	var sources []*goose.Source
-	if err := withProvider(pool, func(p *goose.Provider) error {
-		sources = p.ListSources()
-		return nil
-	}); err != nil {
+	sources, err := sourceList()
+	if err != nil {
+		return nil, err
+	}
+	table, found, err := locate(ctx, pool)
+	if err != nil {
 		return nil, err
 	}
 	applied := map[int64]time.Time{}
-	rows, err := pool.Query(ctx, sqlApplied)
-	if err == nil {
-		for rows.Next() {
-			var (
-				v  int64
-				at time.Time
-			)
-			if err := rows.Scan(&v, &at); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
-			}
-			applied[v] = at
+	if found {
+		var gone bool
+		applied, gone, err = readApplied(ctx, pool, table)
+		if err == nil && gone {
+			// A rollback of the first migration that commits between the
+			// statement's snapshot and its look at the catalog reads
+			// the same: only a second look tells them apart.
+			applied, gone, err = readApplied(ctx, pool, table)
 		}
-		err = rows.Err()
-	}
-	if err != nil && !isUndefinedTable(err) {
-		return nil, fmt.Errorf("migrations: read %s: %w", qualifiedVersionTable, err)
-	}
-	if len(applied) > 0 {
-		var schema bool
-		if err := pool.QueryRow(ctx, sqlHasSchema).Scan(&schema); err != nil {
-			return nil, fmt.Errorf("migrations: look for the fleetlimit schema: %w", err)
+		if err != nil {
+			return nil, err
 		}
-		if !schema {
+		if gone {
 			return nil, ErrSchemaGone
 		}
 	}
@@ -241,6 +326,53 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 			out[i].State, out[i].AppliedAt = goose.StateApplied, at
 		}
 	}
+	return out, nil
+}
+
+// readApplied reads the applied versions recorded in table, and whether
+// the fleetlimit schema is gone although some are. A table dropped
+// meanwhile records none.
+func readApplied(ctx context.Context, pool *pgxpool.Pool, table versionTable) (map[int64]time.Time, bool, error) {
+	applied := map[int64]time.Time{}
+	gone := false
+	rows, err := pool.Query(ctx, fmt.Sprintf(sqlApplied, table.quoted()))
+	if err == nil {
+		for rows.Next() {
+			var (
+				v      int64
+				at     time.Time
+				schema bool
+			)
+			if err := rows.Scan(&v, &at, &schema); err != nil {
+				rows.Close()
+				return nil, false, fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
+			}
+			applied[v], gone = at, !schema
+		}
+		err = rows.Err()
+	}
+	if err != nil && !isUndefinedTable(err) {
+		return nil, false, fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
+	}
+	return applied, gone, nil
+}
+
+// sourceList lists the embedded migrations, as goose's ListSources does,
+// in version order.
+func sourceList() ([]*goose.Source, error) {
+	names, err := fs.Glob(FS(), "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	out := make([]*goose.Source, 0, len(names))
+	for _, name := range names {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %s: %w", name, err)
+		}
+		out = append(out, &goose.Source{Type: goose.TypeSQL, Path: name, Version: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }
 
@@ -265,10 +397,16 @@ func isUndefinedTable(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
-func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
+// withProvider runs fn with a provider on the version table that locate
+// finds.
+func withProvider(ctx context.Context, pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
+	table, _, err := locate(ctx, pool)
+	if err != nil {
+		return err
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer func() { err = errors.Join(err, db.Close()) }()
-	p, err := NewProvider(db)
+	p, err := newProvider(db, table.goose())
 	if err != nil {
 		return err
 	}

@@ -211,8 +211,9 @@ var goFlagName = regexp.MustCompile(`(for flag |for |argument: |defined: )-([A-Z
 
 // flagError rewrites an error of Go's flag package, which urfave/cli
 // passes on, into fleetctl's terms: a flag is named with two dashes
-// ("for --min", as fleetctl's own checks do), and a value that does not
-// parse says what was wanted rather than "parse error".
+// ("for --min", as fleetctl's own checks do), and a duration or boolean
+// that does not parse says what was wanted rather than "parse error"
+// (integer flags are decimalFlags, which say it themselves).
 func flagError(c *ucli.Context, err error) error {
 	msg := goFlagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
 		sub := goFlagName.FindStringSubmatch(m)
@@ -225,10 +226,6 @@ func flagError(c *ucli.Context, err error) error {
 				flags = c.Command.Flags
 			}
 			switch findFlag(append(flags, c.App.Flags...), m[2]).(type) {
-			case *ucli.IntFlag, *ucli.Int64Flag, *ucli.UintFlag, *ucli.Uint64Flag:
-				msg = rest + ": want an integer"
-			case *ucli.Float64Flag:
-				msg = rest + ": want a number"
 			case *ucli.DurationFlag:
 				msg = rest + ": want a duration such as 500ms, 30s or 1m30s"
 			case *ucli.BoolFlag:

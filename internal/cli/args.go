@@ -28,10 +28,18 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) == 0 {
 		return args, nil
 	}
-	if len(args) > 3 && (args[1] == "help" || args[1] == "h") {
+	if len(args) > 2 && (args[1] == "help" || args[1] == "h") && !strings.HasPrefix(args[2], "-") {
 		// "help migrate reset" is "migrate reset --help": the help
-		// command itself explains only its first argument.
-		args = append(append([]string{args[0]}, args[2:]...), "--help")
+		// command explains only its first argument, and without its
+		// subcommands and flags. --help goes right after the command
+		// names, before any flag that could take it as its value.
+		names := 2
+		for names < len(args) && !strings.HasPrefix(args[names], "-") {
+			names++
+		}
+		rewritten := append([]string{args[0]}, args[2:names]...)
+		rewritten = append(rewritten, "--help")
+		args = append(rewritten, args[names:]...)
 	}
 	type level struct {
 		name  string

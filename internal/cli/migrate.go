@@ -118,7 +118,9 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 				Description: `reset rolls every migration back and drops the version table
 (fleetlimit_schema_version), so nothing fleetlimit created is left. It asks
 for confirmation on a terminal and needs --yes otherwise. It refuses while
-nodes are live on any key (their fleets would fail closed) unless --force.`,
+nodes are live on any key (their fleets would fail closed) unless --force.
+A version table left alone (no migration applied, or the fleetlimit schema
+dropped by hand) holds no data: it is removed without asking.`,
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
 					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live"},

@@ -170,29 +170,72 @@ func TestConcurrentResetsLeaveNothing(t *testing.T) {
 	}
 }
 
-// TestVersionTableIsInPublic: a role whose search path starts with a
-// schema of its own reads the status from public's version table, and
-// creates none in its schema.
-func TestVersionTableIsInPublic(t *testing.T) {
+// TestVersionTableFoundWherever: the version table is found whichever
+// schema the role that migrated had first on its search path — public, or
+// a schema of its own, where goose created it when that schema came first
+// (the layout Postgres 15 suggests) — and a role with another search path
+// reads it, migrates nothing again and creates no table of its own.
+func TestVersionTableFoundWherever(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPool(t)
-	require.NoError(t, migrations.Up(ctx, pool))
-	_, err := pool.Exec(ctx, `CREATE SCHEMA own`)
-	require.NoError(t, err)
-	cfg := pool.Config().Copy()
-	cfg.ConnConfig.RuntimeParams["search_path"] = "own, public"
-	other, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(other.Close)
+	withPath := func(pool *pgxpool.Pool, path string) *pgxpool.Pool {
+		cfg := pool.Config().Copy()
+		cfg.ConnConfig.RuntimeParams["search_path"] = path
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+	tableIn := func(pool *pgxpool.Pool, schema string) bool {
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+migrations.VersionTable).Scan(&ok))
+		return ok
+	}
+	for _, migrateAs := range []string{"public", "own, public"} {
+		t.Run(migrateAs, func(t *testing.T) {
+			pool := emptyPool(t)
+			_, err := pool.Exec(ctx, `CREATE SCHEMA own; CREATE SCHEMA other`)
+			require.NoError(t, err)
+			migrator := withPath(pool, migrateAs)
+			require.NoError(t, migrations.Up(ctx, migrator))
+			home := strings.SplitN(migrateAs, ",", 2)[0]
+			require.True(t, tableIn(pool, home))
 
-	pending, err := migrations.HasPending(ctx, other)
+			reader := withPath(pool, "other, public")
+			pending, err := migrations.HasPending(ctx, reader)
+			require.NoError(t, err)
+			require.False(t, pending, "the migrations recorded in %s are applied", home)
+			require.NoError(t, migrations.Up(ctx, reader), "nothing to do")
+			require.False(t, tableIn(pool, "other"), "no version table in the reader's own schema")
+
+			require.NoError(t, migrations.Reset(ctx, reader))
+			require.False(t, tableIn(pool, home), "reset finds the table where it is")
+			table, err := migrations.HasVersionTable(ctx, migrator)
+			require.NoError(t, err)
+			require.False(t, table)
+		})
+	}
+}
+
+// TestAppliedAtInAnyTimeZone: goose records when a migration was applied
+// in the session's local time; Status reports the instant, whatever the
+// server's TimeZone.
+func TestAppliedAtInAnyTimeZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := emptyPool(t).Config().Copy()
+	cfg.ConnConfig.RuntimeParams["timezone"] = "Asia/Tokyo"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
-	require.False(t, pending, "the migrations recorded in public are applied")
-	require.NoError(t, migrations.Up(ctx, other), "nothing to do")
-	var stray bool
-	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('own.`+migrations.VersionTable+`') IS NOT NULL`).Scan(&stray))
-	require.False(t, stray, "no version table in the role's own schema")
+	t.Cleanup(pool.Close)
+	before := time.Now()
+	require.NoError(t, migrations.Up(ctx, pool))
+	st, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	for _, s := range st {
+		require.Equal(t, goose.StateApplied, s.State)
+		require.WithinRange(t, s.AppliedAt, before.Add(-time.Minute), time.Now().Add(time.Minute), "version %d", s.Source.Version)
+	}
 }
 
 // TestSchemaVersionMatches: the newest embedded migration is the version
