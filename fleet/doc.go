@@ -23,9 +23,9 @@
 //	defer node.Stop(shutdownCtx)                      // drains, then leaves
 //
 // Stop keeps heartbeating while the requests in flight finish, then leaves
-// so the node's capacity is free at once; when shutdownCtx ends first, the
-// node leaves with those requests reserved for MaxRequestDuration and Stop
-// says so. An operator may drain a node id (its share drops to 0 until
+// so the node's capacity is free at once; when shutdownCtx ends first, or
+// MaxRequestDuration passes (a lease never settled), the node leaves with
+// those requests reserved for MaxRequestDuration and Stop says so. An operator may drain a node id (its share drops to 0 until
 // undrained, across restarts) or evict an instance (it fences for good,
 // drains, leaves; a new process with the same node id joins at once).
 //

@@ -65,6 +65,7 @@ type Node struct {
 	phase         phase
 	starting      chan struct{} // while a Start runs: closed when it returns
 	startLeaveErr error         // the leave a Stop during Start made Start send failed
+	stopErr       error         // the first Stop's result, set before stopDone closes
 	seq           int64
 	joined        bool // a first grant arrived
 	measured      bool // the limiter has had a clean round trip or a drop: its estimate is its own
@@ -224,6 +225,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("fleet: start: %w", ErrStopped)
 	}
 	defer n.mu.Unlock()
+	// Decided under the lock that Stop takes: a Stop from now on finds no
+	// Start to wait for, and sends the departure itself if Start failed.
+	n.starting = nil
 	switch {
 	case err != nil:
 		return fmt.Errorf("fleet: start: %w", err)
@@ -287,8 +291,9 @@ func (n *Node) leaveIfSent(ctx context.Context) error {
 // starting waits for Start to leave what its heartbeat joined; on a node
 // whose Start failed it sends the departure in case that heartbeat
 // reached the coordinator; on a node never started it only marks it
-// stopped. A second Stop waits until the first has left and returns nil.
-// Either wait ends early, with an error wrapping ctx.Err(), if ctx ends.
+// stopped. A second Stop waits until the first has left and returns what
+// the first returned. Either wait ends early, with an error wrapping
+// ctx.Err(), if ctx ends.
 func (n *Node) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	switch n.phase {
@@ -299,32 +304,57 @@ func (n *Node) Stop(ctx context.Context) error {
 		if starting != nil {
 			// Done when Start is: a second Stop must not return while
 			// Start still leaves, even if this one's ctx ends first.
-			go func() { <-starting; close(n.stopDone) }()
-			if err := n.waitFor(ctx, starting, "Start is still leaving what it joined"); err != nil {
+			go func() {
+				<-starting
+				n.mu.Lock()
+				if n.startLeaveErr != nil {
+					n.stopErr = fmt.Errorf("fleet: stop: %w", n.startLeaveErr)
+				}
+				n.mu.Unlock()
+				close(n.stopDone)
+			}()
+			if err := n.waitFor(ctx, n.stopDone, "Start is still leaving what it joined"); err != nil {
 				return err
 			}
 			n.mu.Lock()
-			err := n.startLeaveErr
-			n.mu.Unlock()
-			if err != nil {
-				return fmt.Errorf("fleet: stop: %w", err)
-			}
-			return nil
+			defer n.mu.Unlock()
+			return n.stopErr
 		}
-		defer close(n.stopDone)
-		if err := n.leaveIfSent(context.WithoutCancel(ctx)); err != nil {
-			return fmt.Errorf("fleet: stop: %w", err)
+		var err error
+		if lerr := n.leaveIfSent(context.WithoutCancel(ctx)); lerr != nil {
+			err = fmt.Errorf("fleet: stop: %w", lerr)
 		}
-		return nil
+		n.stopped1(err)
+		return err
 	case phaseStopping, phaseStopped:
 		n.mu.Unlock()
-		return n.waitFor(ctx, n.stopDone, "another Stop is still leaving")
+		if err := n.waitFor(ctx, n.stopDone, "another Stop is still leaving"); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.stopErr
 	}
-	defer close(n.stopDone)
 	n.phase = phaseStopping
 	n.applyCeilingLocked()
 	n.lim.PauseUntil(time.Now().Add(forever)) // fails queued waiters
 	n.mu.Unlock()
+	err := n.drainAndLeave(ctx)
+	n.stopped1(err)
+	return err
+}
+
+// stopped1 records the first Stop's result, which a second Stop returns,
+// and lets the second return.
+func (n *Node) stopped1(err error) {
+	n.mu.Lock()
+	n.stopErr = err
+	n.mu.Unlock()
+	close(n.stopDone)
+}
+
+// drainAndLeave is the first Stop of a running node, from the pause on.
+func (n *Node) drainAndLeave(ctx context.Context) error {
 	n.stopPacing(time.Now()) // wakes the requests waiting for the rate, which find the node stopping
 	n.log.Info("fleet node stopping", "inflight", n.lim.Inflight())
 
@@ -333,6 +363,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	drainCtx, cancelDrain := context.WithTimeout(ctx, n.cfg.MaxRequestDuration)
 	drainErr := n.waitDrained(drainCtx)
 	cancelDrain()
+	if drainErr != nil && ctx.Err() == nil {
+		drainErr = fmt.Errorf("MaxRequestDuration (%v) passed since Stop: %w", n.cfg.MaxRequestDuration, drainErr)
+	}
 	close(n.stop)
 	n.cancelLoop()
 	<-n.done

@@ -228,17 +228,18 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	if !r.paced.Load() {
 		return pace.Ticket{}, time.Time{}, nil
 	}
-	if err := n.admissionErr(); err != nil {
-		// Stop or eviction came after the slot: the pacing, lifted then
-		// to wake the waiters, is no rate to send at.
-		return pace.Ticket{}, time.Time{}, err
-	}
 	now := time.Now()
 	t, ok, err := r.pacer.TryReserve(now, tokens)
 	switch {
 	case err != nil:
 		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
 	case ok:
+		if err := n.admissionErr(); err != nil {
+			// Stop or eviction came after the slot: the pacing,
+			// lifted then to wake the waiters, is no rate to send at.
+			r.pacer.Cancel(now, t)
+			return pace.Ticket{}, time.Time{}, err
+		}
 		return t, now, nil
 	case !wait:
 		n.saturated(now)

@@ -2,8 +2,8 @@
 // embedded in the binary, and runs them with goose's Provider API.
 //
 // Everything fleetlimit owns lives in the schema "fleetlimit". Applied
-// versions are recorded in the table fleetlimit_schema_version (in public,
-// or in the first schema of the migrating role's search path), so an
+// versions are recorded in the table fleetlimit_schema_version (in the first
+// schema of the migrating role's search path, public by default), so an
 // application's own goose version table is never touched. Runs take a
 // Postgres session advisory lock (ID [LockID]) so that many processes may call
 // [Up] at boot: one migrates, the others wait and then find nothing to do.
@@ -23,7 +23,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -32,8 +31,8 @@ import (
 )
 
 // VersionTable is the table that records which migrations have been
-// applied: in the schema public, or in the first schema of the migrating
-// role's search path (see [Up]).
+// applied, in the first schema of the migrating role's search path (public
+// by default), as goose places it.
 const VersionTable = "fleetlimit_schema_version"
 
 // LockID is the Postgres advisory lock key held while migrating.
@@ -74,15 +73,9 @@ func Hash() string {
 }
 
 // NewProvider returns a goose provider over db for the embedded migrations,
-// using [VersionTable] in the first schema of the search path, as goose
-// places it, and a session locker on [LockID]. The package's own functions
-// find an existing table wherever it is (see [Up]). The caller closes the
-// provider; closing it does not close db.
+// using [VersionTable] and a session locker on [LockID]. The caller closes
+// the provider; closing it does not close db.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
-	return newProvider(db, VersionTable)
-}
-
-func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
 	// A process that finds the lock taken tries again every second (goose's
 	// default is every 5 s), for up to 5 minutes.
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
@@ -90,7 +83,7 @@ func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
 		return nil, fmt.Errorf("migrations: session locker: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
-		goose.WithTableName(table),
+		goose.WithTableName(VersionTable),
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	)
@@ -102,15 +95,8 @@ func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
 
 // Up applies every pending migration to the database behind pool. It is safe
 // to call from many processes at once, and with a [Reset] under way. It
-// returns [ErrSchemaGone] when the version table records migrations whose
-// schema was dropped by hand.
-//
-// The version table is found wherever an earlier run created it: of the
-// tables named [VersionTable], the first on the search path that records
-// an applied migration (the role that migrated may have had a schema of
-// its own first on its path, as Postgres 15 suggests), else the first
-// found; without one, goose creates it in the first schema of the search
-// path.
+// returns [ErrSchemaGone] or [ErrSchemaUnrecorded] when the version table
+// and the schema disagree, and does nothing when nothing is pending.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	err := up(ctx, pool)
 	if isUndefinedTable(err) {
@@ -122,7 +108,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func up(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := Status(ctx, pool); err != nil {
+	if pending, err := HasPending(ctx, pool); err != nil || !pending {
 		return err
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
@@ -146,12 +132,24 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 var ErrSchemaGone = errors.New("migrations: " + VersionTable + " records applied migrations, " +
 	"but the fleetlimit schema is gone (dropped by hand?)")
 
+// ErrSchemaUnrecorded reports a fleetlimit schema that the version table
+// on the connecting role's search path does not record: the migrations
+// were run by a role whose search path put the table elsewhere (goose puts
+// it in the first schema of the path), or it was dropped by hand.
+var ErrSchemaUnrecorded = errors.New("migrations: the fleetlimit schema exists, but no " + VersionTable +
+	" on this role's search path records it (migrated by a role with another search path?)")
+
+// ErrVersionTableElsewhere reports a version table on the search path but
+// not in its first schema, where goose looks for it (and would create
+// another): migrate as the role that migrated, or with a search path that
+// starts with the table's schema.
+var ErrVersionTableElsewhere = errors.New("migrations: " + VersionTable + " is not in the first schema of this role's search path")
+
 // Reset rolls every migration back and then drops [VersionTable], so that
 // nothing fleetlimit created is left; after [ErrSchemaGone] it only drops
 // the table. The table is dropped under the lock that migrations take, and
 // only while it records no applied migration whose schema still exists:
-// an [Up] that ran meanwhile keeps it. A table another Reset dropped
-// meanwhile is not looked for again.
+// an [Up] that ran meanwhile keeps it.
 func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	if _, err := Status(ctx, pool); err == nil {
 		if err := DownTo(ctx, pool, 0); err != nil {
@@ -174,150 +172,77 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
 		}
 	}()
-	table, found, err := locate(ctx, conn)
-	if err != nil || !found {
-		return err // another Reset dropped it
-	}
 	var live bool
-	if err := conn.QueryRow(ctx, fmt.Sprintf(sqlLiveVersions, table.quoted())).Scan(&live); err != nil {
+	if err := conn.QueryRow(ctx, sqlLiveVersions).Scan(&live); err != nil {
 		if isUndefinedTable(err) {
-			return nil
+			return nil // another Reset dropped it
 		}
-		return fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
+		return fmt.Errorf("migrations: read %s: %w", VersionTable, err)
 	}
 	if live {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(sqlDropVersionTable, table.quoted())); err != nil {
-		return fmt.Errorf("migrations: drop %s: %w", table.quoted(), err)
+	if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
+		return fmt.Errorf("migrations: drop %s: %w", VersionTable, err)
 	}
 	return nil
 }
 
-// HasVersionTable reports whether a [VersionTable] exists (see [Up] for
-// where it is looked for).
+// HasVersionTable reports whether a [VersionTable] is on the search path.
 func HasVersionTable(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	_, found, err := locate(ctx, pool)
-	return found, err
+	var exists bool
+	if err := pool.QueryRow(ctx, sqlHasVersionTable).Scan(&exists); err != nil {
+		return false, fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
+	}
+	return exists, nil
 }
 
-// querier is what locate needs of a pool or a connection.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// versionTable is a VersionTable found or to be created in schema ("":
-// where the search path puts it).
-type versionTable struct{ schema string }
-
-// quoted is the table's name for this package's SQL.
-func (t versionTable) quoted() string {
-	if t.schema == "" {
-		return pgx.Identifier{VersionTable}.Sanitize()
-	}
-	return pgx.Identifier{t.schema, VersionTable}.Sanitize()
-}
-
-// goose is the table's name for goose, which splits it at the first dot
-// and quotes nothing.
-func (t versionTable) goose() string {
-	if t.schema == "" {
-		return VersionTable
-	}
-	return t.schema + "." + VersionTable
-}
-
-// locate returns the version table (see [Up]): of the tables named
-// VersionTable, in search-path order then by schema name, the first that
-// records an applied migration, else the first one. found is false when
-// there is none; the table is then where goose would create it.
-func locate(ctx context.Context, q querier) (t versionTable, found bool, err error) {
-	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
-	if err != nil {
-		return t, false, fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
-	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return t, false, fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
-	}
-	for _, schema := range schemas {
-		t := versionTable{schema}
-		var applied bool
-		if err := q.QueryRow(ctx, fmt.Sprintf(sqlRecordsVersions, t.quoted())).Scan(&applied); err == nil && applied {
-			return t, true, nil
-		}
-		// Unreadable (another role's) or empty: a later one may be it.
-	}
-	if len(schemas) > 0 {
-		return versionTable{schemas[0]}, true, nil
-	}
-	var schema *string
-	if err := q.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return t, false, fmt.Errorf("migrations: current schema: %w", err)
-	}
-	if schema != nil {
-		t.schema = *schema
-	}
-	return t, false, nil
-}
-
-// The SQL this package runs besides goose's; %s is the version table,
-// schema-qualified and quoted.
+// The SQL this package runs besides goose's. The version table's name is
+// unqualified, as goose's own reads name it: the first on the search path.
 const (
 	sqlLock   = `SELECT pg_advisory_lock($1)`
 	sqlUnlock = `SELECT pg_advisory_unlock($1)`
-	// sqlVersionTables lists the schemas holding a table named $1, those
-	// on the search path first, in its order.
-	sqlVersionTables = `SELECT n.nspname::text
-	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.relname = $1 AND c.relkind IN ('r', 'p')
-	 ORDER BY array_position(current_schemas(false), n.nspname) NULLS LAST, n.nspname`
-	sqlRecordsVersions = `SELECT EXISTS (SELECT 1 FROM %s WHERE version_id > 0)`
 	// sqlApplied lists the applied versions as goose records them (a row
 	// per applied version: goose deletes a version's row when it rolls it
-	// back; version 0 is the table's own), when each was applied (goose
-	// writes the session's local time), and, in the same snapshot,
-	// whether the fleetlimit schema exists.
-	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone'),
-	       to_regnamespace('fleetlimit') IS NOT NULL
-	  FROM %s WHERE version_id > 0 GROUP BY version_id`
+	// back; version 0 is the table's own) and when each was applied. goose
+	// writes the session's local time: it is read back in this session's
+	// TimeZone, right when both sessions use the database's default.
+	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone')
+	  FROM ` + VersionTable + ` WHERE version_id > 0 GROUP BY version_id`
+	sqlHasSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
 	// sqlLiveVersions: some applied version's schema still exists.
-	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM %s WHERE version_id > 0)
+	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + VersionTable + ` WHERE version_id > 0)
 	    AND to_regnamespace('fleetlimit') IS NOT NULL`
-	sqlDropVersionTable = `DROP TABLE IF EXISTS %s`
+	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + VersionTable
+	sqlHasVersionTable  = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+	// sqlVersionTablePlace: the schema of the version table on the search
+	// path (NULL without one), and the search path's first schema.
+	sqlVersionTablePlace = `SELECT (SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	                         WHERE c.oid = to_regclass('` + VersionTable + `')), current_schema()::text`
 )
 
 // Status reports every embedded migration and whether it is applied. It
-// reads [VersionTable] (see [Up] for where) and creates nothing (goose
-// would create the table on any call): without the table every migration
-// is pending. It returns [ErrSchemaGone] when the table records applied
-// migrations but the fleetlimit schema is gone.
+// reads [VersionTable], the first on the search path, and creates nothing
+// (goose would create the table on any call): without the table every
+// migration is pending. It returns [ErrSchemaGone] when the table records
+// applied migrations but the fleetlimit schema is gone, and
+// [ErrSchemaUnrecorded] when the schema exists but the table records
+// none.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	sources, err := sourceList()
 	if err != nil {
 		return nil, err
 	}
-	table, found, err := locate(ctx, pool)
+	applied, err := readApplied(ctx, pool)
+	if errors.Is(err, ErrSchemaGone) || errors.Is(err, ErrSchemaUnrecorded) {
+		// A migration that commits between the two reads looks the
+		// same: only a second look tells them apart. Each migration
+		// writes its schema change and its version row in one
+		// transaction.
+		applied, err = readApplied(ctx, pool)
+	}
 	if err != nil {
 		return nil, err
-	}
-	applied := map[int64]time.Time{}
-	if found {
-		var gone bool
-		applied, gone, err = readApplied(ctx, pool, table)
-		if err == nil && gone {
-			// A rollback of the first migration that commits between the
-			// statement's snapshot and its look at the catalog reads
-			// the same: only a second look tells them apart.
-			applied, gone, err = readApplied(ctx, pool, table)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if gone {
-			return nil, ErrSchemaGone
-		}
 	}
 	out := make([]*goose.MigrationStatus, len(sources))
 	for i, src := range sources {
@@ -329,32 +254,39 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 	return out, nil
 }
 
-// readApplied reads the applied versions recorded in table, and whether
-// the fleetlimit schema is gone although some are. A table dropped
-// meanwhile records none.
-func readApplied(ctx context.Context, pool *pgxpool.Pool, table versionTable) (map[int64]time.Time, bool, error) {
+// readApplied reads the applied versions, and checks them against the
+// fleetlimit schema (see Status).
+func readApplied(ctx context.Context, pool *pgxpool.Pool) (map[int64]time.Time, error) {
 	applied := map[int64]time.Time{}
-	gone := false
-	rows, err := pool.Query(ctx, fmt.Sprintf(sqlApplied, table.quoted()))
+	rows, err := pool.Query(ctx, sqlApplied)
 	if err == nil {
 		for rows.Next() {
 			var (
-				v      int64
-				at     time.Time
-				schema bool
+				v  int64
+				at time.Time
 			)
-			if err := rows.Scan(&v, &at, &schema); err != nil {
+			if err := rows.Scan(&v, &at); err != nil {
 				rows.Close()
-				return nil, false, fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
+				return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
 			}
-			applied[v], gone = at, !schema
+			applied[v] = at
 		}
 		err = rows.Err()
 	}
 	if err != nil && !isUndefinedTable(err) {
-		return nil, false, fmt.Errorf("migrations: read %s: %w", table.quoted(), err)
+		return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
 	}
-	return applied, gone, nil
+	var schema bool
+	if err := pool.QueryRow(ctx, sqlHasSchema).Scan(&schema); err != nil {
+		return nil, fmt.Errorf("migrations: look for the fleetlimit schema: %w", err)
+	}
+	switch {
+	case len(applied) > 0 && !schema:
+		return nil, ErrSchemaGone
+	case len(applied) == 0 && schema:
+		return nil, ErrSchemaUnrecorded
+	}
+	return applied, nil
 }
 
 // sourceList lists the embedded migrations, as goose's ListSources does,
@@ -397,16 +329,23 @@ func isUndefinedTable(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
-// withProvider runs fn with a provider on the version table that locate
-// finds.
+// withProvider runs fn with a provider on the database behind pool, once
+// goose will find the version table where it is (see ErrVersionTableElsewhere).
 func withProvider(ctx context.Context, pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
-	table, _, err := locate(ctx, pool)
-	if err != nil {
-		return err
+	var where, first *string
+	if err := pool.QueryRow(ctx, sqlVersionTablePlace).Scan(&where, &first); err != nil {
+		return fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
+	}
+	if where != nil && (first == nil || *where != *first) {
+		firstName := "none"
+		if first != nil {
+			firstName = *first
+		}
+		return fmt.Errorf("%w: it is in schema %q, and this role's first schema is %s", ErrVersionTableElsewhere, *where, firstName)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer func() { err = errors.Join(err, db.Close()) }()
-	p, err := newProvider(db, table.goose())
+	p, err := NewProvider(db)
 	if err != nil {
 		return err
 	}

@@ -31,15 +31,13 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 	if len(args) > 2 && (args[1] == "help" || args[1] == "h") && !strings.HasPrefix(args[2], "-") {
 		// "help migrate reset" is "migrate reset --help": the help
 		// command explains only its first argument, and without its
-		// subcommands and flags. --help goes right after the command
-		// names, before any flag that could take it as its value.
+		// subcommands and flags. Flags after the command names are
+		// dropped: help needs none ("help keys -o" would lack a value).
 		names := 2
 		for names < len(args) && !strings.HasPrefix(args[names], "-") {
 			names++
 		}
-		rewritten := append([]string{args[0]}, args[2:names]...)
-		rewritten = append(rewritten, "--help")
-		args = append(rewritten, args[names:]...)
+		args = append(append([]string{args[0]}, args[2:names]...), "--help")
 	}
 	type level struct {
 		name  string

@@ -307,6 +307,9 @@ func ownerHint(err error) error {
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
 	case errors.Is(err, migrations.ErrSchemaGone):
 		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the version table, then 'fleetctl migrate up'", err)
+	case errors.Is(err, migrations.ErrSchemaUnrecorded), errors.Is(err, migrations.ErrVersionTableElsewhere):
+		return fmt.Errorf("%w: run 'fleetctl migrate' as the role that migrated, or put the version table's schema "+
+			"first on the search path (options=-csearch_path=SCHEMA in the connection string)", err)
 	}
 	return err
 }
