@@ -82,6 +82,45 @@ func (c *landing) Leave(ctx context.Context, d coord.Departure) error {
 	return c.Coordinator.Leave(ctx, d)
 }
 
+// startLanding makes a node of key "k", id "a" on c (a landing wrapper),
+// calls Start in a goroutine and returns once its first heartbeat has
+// landed; done receives Start's result.
+func startLanding(t *testing.T, c *landing) (n *Node, done <-chan error) {
+	t.Helper()
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	done = async(func() error { return n.Start(context.Background()) })
+	<-c.landed
+	return n, done
+}
+
+// async runs f in a goroutine; the channel receives its result.
+func async(f func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	return ch
+}
+
+// notYet fails t if ch delivers within 50ms.
+func notYet(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned (%v) too early", what, err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// requireDeparted checks that key "k" of mem has one row, departed.
+func requireDeparted(t *testing.T, mem *coord.Memory) {
+	t.Helper()
+	rows, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, coord.StatusDeparted, rows[0].Status, "%+v", rows[0])
+	require.Zero(t, rows[0].Share)
+}
+
 // TestStopDuringStartWaitsForTheLeave: a Stop while Start's first
 // heartbeat is answered returns once Start has left, not before: a process
 // that exits when Stop returns leaves no row holding a share. Before, Stop
@@ -90,26 +129,13 @@ func TestStopDuringStartWaitsForTheLeave(t *testing.T) {
 	t.Parallel()
 	mem := coord.NewMemory(nil)
 	c := newLanding(mem)
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.landed
-	stopped := make(chan error, 1)
-	go func() { stopped <- n.Stop(context.Background()) }()
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) before Start had left", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	n, done := startLanding(t, c)
+	stopped := async(func() error { return n.Stop(context.Background()) })
+	notYet(t, stopped, "Stop, before Start had left,")
 	close(c.release)
 	require.NoError(t, <-stopped)
 	require.ErrorIs(t, <-done, ErrStopped)
-	rows, err := mem.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	require.Equal(t, coord.StatusDeparted, rows[0].Status)
-	require.Zero(t, rows[0].Share)
+	requireDeparted(t, mem)
 }
 
 // TestStopReturnsStartsLeaveError: when the leave that Start sends for a
@@ -119,13 +145,8 @@ func TestStopReturnsStartsLeaveError(t *testing.T) {
 	t.Parallel()
 	c := newLanding(coord.NewMemory(nil))
 	c.leaveErr = errors.New("leave refused")
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.landed
-	stopped := make(chan error, 1)
-	go func() { stopped <- n.Stop(context.Background()) }()
+	n, done := startLanding(t, c)
+	stopped := async(func() error { return n.Stop(context.Background()) })
 	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
 	close(c.release)
 	require.ErrorContains(t, <-stopped, "leave refused")
@@ -140,27 +161,16 @@ func TestSecondStopWaitsForStartEvenIfTheFirstGaveUp(t *testing.T) {
 	t.Parallel()
 	mem := coord.NewMemory(nil)
 	c := newLanding(mem)
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.landed
+	n, done := startLanding(t, c)
 	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, n.Stop(short), context.DeadlineExceeded)
-	second := make(chan error, 1)
-	go func() { second <- n.Stop(context.Background()) }()
-	select {
-	case err := <-second:
-		t.Fatalf("the second Stop returned (%v) while Start was still running", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	second := async(func() error { return n.Stop(context.Background()) })
+	notYet(t, second, "the second Stop, while Start was still running,")
 	close(c.release)
 	require.NoError(t, <-second)
 	require.ErrorIs(t, <-done, ErrStopped)
-	rows, err := mem.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	requireDeparted(t, mem)
 }
 
 // TestStartsLeaveDoesNotBlockAdmission: while Start leaves what its
@@ -172,21 +182,15 @@ func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
 	mem := coord.NewMemory(nil)
 	c := newLanding(mem)
 	c.leaveGo = make(chan struct{})
-	n, err := NewWithCoordinator(c, testConfig("k", "a"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- n.Start(context.Background()) }()
-	<-c.landed
-	stopped := make(chan error, 1)
-	go func() { stopped <- n.Stop(context.Background()) }()
+	n, done := startLanding(t, c)
+	stopped := async(func() error { return n.Stop(context.Background()) })
 	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
 	close(c.release)
 	<-c.leaving // Start is in its leave, which waits for leaveGo
-	admitted := make(chan error, 1)
-	go func() {
+	admitted := async(func() error {
 		_, err := n.TryAcquireRequest(RequestFrom(context.Background()))
-		admitted <- err
-	}()
+		return err
+	})
 	select {
 	case err := <-admitted:
 		require.ErrorIs(t, err, ErrStopped)
@@ -195,12 +199,10 @@ func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
 	}
 	close(c.leaveGo)
 	require.NoError(t, <-stopped)
-	err = <-done
+	err := <-done
 	require.ErrorIs(t, err, ErrStopped)
 	require.NotContains(t, err.Error(), "(and", "the leave succeeded")
-	rows, err := mem.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	requireDeparted(t, mem)
 }
 
 // TestStopBoundedByTheRequestBound: a lease never settled holds Stop for
@@ -235,17 +237,13 @@ func TestStopAfterFailedStartLeaves(t *testing.T) {
 	n, err := NewWithCoordinator(c, testConfig("k", "a"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Start(ctx) }()
+	done := async(func() error { return n.Start(ctx) })
 	<-c.landed
 	cancel()
 	close(c.release)
 	require.Error(t, <-done, "a Start whose answer was lost fails")
 	require.NoError(t, n.Stop(context.Background()))
-	rows, err := mem.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	requireDeparted(t, mem)
 }
 
 // TestSecondStopWaitsForTheFirst: a second Stop returns once the first
@@ -256,25 +254,17 @@ func TestSecondStopWaitsForTheFirst(t *testing.T) {
 	n := startNode(t, mem, testConfig("k", "a"))
 	le, err := n.Acquire(t.Context())
 	require.NoError(t, err)
-	first := make(chan error, 1)
-	go func() { first <- n.Stop(context.Background()) }()
+	first := async(func() error { return n.Stop(context.Background()) })
 	eventually(t, func() bool { return n.phase0() == phaseStopping }, "the first Stop drains")
-	second := make(chan error, 1)
-	go func() { second <- n.Stop(context.Background()) }()
-	select {
-	case err := <-second:
-		t.Fatalf("the second Stop returned (%v) while a request was in flight", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	second := async(func() error { return n.Stop(context.Background()) })
+	notYet(t, second, "the second Stop, while a request was in flight,")
 	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, n.Stop(short), context.DeadlineExceeded, "a Stop whose ctx ends first says so")
 	le.Release()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
-	rows, err := mem.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Equal(t, coord.StatusDeparted, rows[0].Status)
+	requireDeparted(t, mem)
 }
 
 // TestQueuedAcquireFailsOnEviction: an Acquire queued when the node is
@@ -283,17 +273,7 @@ func TestSecondStopWaitsForTheFirst(t *testing.T) {
 func TestQueuedAcquireFailsOnEviction(t *testing.T) {
 	t.Parallel()
 	c := coord.NewMemory(nil)
-	cfg := testConfig("k", "a")
-	cfg.Limiter.InitialLimit = 1
-	n := startNode(t, c, cfg)
-	le, err := n.Acquire(t.Context())
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		_, err := n.Acquire(context.Background())
-		got <- err
-	}()
-	eventually(t, func() bool { return n.State().Queued == 1 }, "queued")
+	n, le, got := queuedBehindOne(t, c)
 	require.NoError(t, c.Evict(t.Context(), "k", "a"))
 	select {
 	case err := <-got:
@@ -302,6 +282,24 @@ func TestQueuedAcquireFailsOnEviction(t *testing.T) {
 		t.Fatalf("the queued Acquire still waits on an evicted node: %+v", n.State())
 	}
 	le.Release()
+}
+
+// queuedBehindOne starts a node of key "k", id "a" on c with a limit of 1,
+// takes the slot (le) and returns once a second Acquire waits in the
+// queue; got receives that Acquire's error.
+func queuedBehindOne(t *testing.T, c coord.Coordinator) (n *Node, le Lease, got <-chan error) {
+	t.Helper()
+	cfg := testConfig("k", "a")
+	cfg.Limiter.InitialLimit = 1
+	n = startNode(t, c, cfg)
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	got = async(func() error {
+		_, err := n.Acquire(context.Background())
+		return err
+	})
+	eventually(t, func() bool { return n.State().Queued == 1 }, "queued")
+	return n, le, got
 }
 
 // TestAbandonThenRelease: a Release after Abandon (a deferred one) does

@@ -422,21 +422,9 @@ func TestStopWithStuckRequestLeavesItReserved(t *testing.T) {
 
 func TestQueuedAcquireFailsWhenStopped(t *testing.T) {
 	t.Parallel()
-	c := coord.NewMemory(nil)
-	cfg := testConfig("k", "a")
-	cfg.Limiter.InitialLimit = 1
-	n := startNode(t, c, cfg)
-	le, err := n.Acquire(t.Context())
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		_, err := n.Acquire(t.Context())
-		got <- err
-	}()
-	eventually(t, func() bool { return n.State().Queued == 1 }, "queued")
-	stopped := make(chan error, 1)
-	go func() { stopped <- n.Stop(context.Background()) }()
-	err = <-got
+	n, le, got := queuedBehindOne(t, coord.NewMemory(nil))
+	stopped := async(func() error { return n.Stop(context.Background()) })
+	err := <-got
 	require.True(t, errors.Is(err, ErrStopped), "got %v", err)
 	le.Release()
 	require.NoError(t, <-stopped)

@@ -113,9 +113,7 @@ func TestResetAfterTheSchemaWasDroppedByHand(t *testing.T) {
 	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrSchemaGone)
 
 	require.NoError(t, migrations.Reset(ctx, pool))
-	table, err := migrations.HasVersionTable(ctx, pool)
-	require.NoError(t, err)
-	require.False(t, table)
+	require.False(t, hasVersionTable(t, pool))
 	require.NoError(t, migrations.Up(ctx, pool))
 	pending, err := migrations.HasPending(ctx, pool)
 	require.NoError(t, err)
@@ -129,13 +127,9 @@ func TestResetRemovesAnEmptyVersionTable(t *testing.T) {
 	ctx := context.Background()
 	pool := emptyPool(t)
 	require.NoError(t, migrations.DownTo(ctx, pool, 0), "goose creates its table on any call")
-	table, err := migrations.HasVersionTable(ctx, pool)
-	require.NoError(t, err)
-	require.True(t, table)
+	require.True(t, hasVersionTable(t, pool))
 	require.NoError(t, migrations.Reset(ctx, pool))
-	table, err = migrations.HasVersionTable(ctx, pool)
-	require.NoError(t, err)
-	require.False(t, table)
+	require.False(t, hasVersionTable(t, pool))
 }
 
 // TestConcurrentResetsLeaveNothing: resets and status reads at once leave
@@ -161,9 +155,7 @@ func TestConcurrentResetsLeaveNothing(t *testing.T) {
 		for range cap(errs) {
 			require.NoError(t, <-errs, "round %d", round)
 		}
-		table, err := migrations.HasVersionTable(ctx, pool)
-		require.NoError(t, err)
-		require.False(t, table, "round %d", round)
+		require.False(t, hasVersionTable(t, pool), "round %d", round)
 		var schema bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL`).Scan(&schema))
 		require.False(t, schema, "round %d", round)
@@ -240,6 +232,15 @@ func TestAppliedAtInAnyTimeZone(t *testing.T) {
 		require.Equal(t, goose.StateApplied, s.State)
 		require.WithinRange(t, s.AppliedAt, before.Add(-time.Minute), time.Now().Add(time.Minute), "version %d", s.Source.Version)
 	}
+}
+
+// hasVersionTable reports whether pool's search path reaches a version
+// table.
+func hasVersionTable(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	table, err := migrations.HasVersionTable(context.Background(), pool)
+	require.NoError(t, err)
+	return table
 }
 
 // TestSchemaVersionMatches: the newest embedded migration is the version
