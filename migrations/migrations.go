@@ -111,10 +111,21 @@ func up(ctx context.Context, pool *pgxpool.Pool) error {
 	if pending, err := HasPending(ctx, pool); err != nil || !pending {
 		return err
 	}
-	return withProvider(ctx, pool, func(p *goose.Provider) error {
+	err := withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.Up(ctx)
 		return err
 	})
+	if err == nil {
+		return nil
+	}
+	if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
+		// Another run, whose search path put the table elsewhere,
+		// migrated first; goose, which decides what is pending before
+		// it takes the lock, made an empty table on this path and
+		// tried migration 1 again. That table goes.
+		return errors.Join(serr, dropIdleVersionTable(ctx, pool))
+	}
+	return err
 }
 
 // DownTo rolls migrations back until version is the newest applied; 0 removes
@@ -150,7 +161,7 @@ var ErrVersionTableElsewhere = errors.New("migrations: " + VersionTable + " is n
 // the table. The table is dropped under the lock that migrations take, and
 // only while it records no applied migration whose schema still exists:
 // an [Up] that ran meanwhile keeps it.
-func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
+func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := Status(ctx, pool); err == nil {
 		if err := DownTo(ctx, pool, 0); err != nil {
 			return err
@@ -158,6 +169,13 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	} else if !errors.Is(err, ErrSchemaGone) {
 		return err
 	}
+	return dropIdleVersionTable(ctx, pool)
+}
+
+// dropIdleVersionTable drops the version table on the search path unless
+// it records an applied migration whose schema exists, under the lock
+// that migrations take.
+func dropIdleVersionTable(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
@@ -215,10 +233,16 @@ const (
 	    AND to_regnamespace('fleetlimit') IS NOT NULL`
 	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + VersionTable
 	sqlHasVersionTable  = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+	// sqlVersionTablesAnywhere names the schemas holding a table named
+	// $1, quoted as a search path needs them.
+	sqlVersionTablesAnywhere = `SELECT coalesce(string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname), '')
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1 AND c.relkind = 'r'`
 	// sqlVersionTablePlace: the schema of the version table on the search
-	// path (NULL without one), and the search path's first schema.
-	sqlVersionTablePlace = `SELECT (SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	                         WHERE c.oid = to_regclass('` + VersionTable + `')), current_schema()::text`
+	// path (NULL without one), and the search path's first schema, both
+	// quoted as a search path needs them.
+	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema())`
 )
 
 // Status reports every embedded migration and whether it is applied. It
@@ -284,7 +308,14 @@ func readApplied(ctx context.Context, pool *pgxpool.Pool) (map[int64]time.Time, 
 	case len(applied) > 0 && !schema:
 		return nil, ErrSchemaGone
 	case len(applied) == 0 && schema:
-		return nil, ErrSchemaUnrecorded
+		var where string
+		if err := pool.QueryRow(ctx, sqlVersionTablesAnywhere, VersionTable).Scan(&where); err != nil {
+			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, err)
+		}
+		if where == "" {
+			return nil, fmt.Errorf("%w: no schema holds a %s (dropped by hand?)", ErrSchemaUnrecorded, VersionTable)
+		}
+		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, where)
 	}
 	return applied, nil
 }
@@ -341,7 +372,7 @@ func withProvider(ctx context.Context, pool *pgxpool.Pool, fn func(*goose.Provid
 		if first != nil {
 			firstName = *first
 		}
-		return fmt.Errorf("%w: it is in schema %q, and this role's first schema is %s", ErrVersionTableElsewhere, *where, firstName)
+		return fmt.Errorf("%w: it is in schema %s, and this role's first schema is %s", ErrVersionTableElsewhere, *where, firstName)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer func() { err = errors.Join(err, db.Close()) }()

@@ -172,14 +172,6 @@ func TestConcurrentResetsLeaveNothing(t *testing.T) {
 func TestVersionTableOnTheSearchPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	withPath := func(pool *pgxpool.Pool, path string) *pgxpool.Pool {
-		cfg := pool.Config().Copy()
-		cfg.ConnConfig.RuntimeParams["search_path"] = path
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(p.Close)
-		return p
-	}
 	tableIn := func(pool *pgxpool.Pool, schema string) bool {
 		var ok bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+migrations.VersionTable).Scan(&ok))
@@ -188,11 +180,11 @@ func TestVersionTableOnTheSearchPath(t *testing.T) {
 	pool := emptyPool(t)
 	_, err := pool.Exec(ctx, `CREATE SCHEMA own; CREATE SCHEMA other`)
 	require.NoError(t, err)
-	migrator := withPath(pool, "own, public")
+	migrator := withSearchPath(t, pool, "own, public")
 	require.NoError(t, migrations.Up(ctx, migrator))
 	require.True(t, tableIn(pool, "own"), "goose puts the table in the first schema")
 
-	reader := withPath(pool, "other, own")
+	reader := withSearchPath(t, pool, "other, own")
 	pending, err := migrations.HasPending(ctx, reader)
 	require.NoError(t, err)
 	require.False(t, pending, "the table on the path records every migration")
@@ -201,7 +193,7 @@ func TestVersionTableOnTheSearchPath(t *testing.T) {
 	require.ErrorIs(t, migrations.Reset(ctx, reader), migrations.ErrVersionTableElsewhere)
 	require.False(t, tableIn(pool, "other"))
 
-	stranger := withPath(pool, "other, public")
+	stranger := withSearchPath(t, pool, "other, public")
 	_, err = migrations.Status(ctx, stranger)
 	require.ErrorIs(t, err, migrations.ErrSchemaUnrecorded)
 	require.ErrorIs(t, migrations.Up(ctx, stranger), migrations.ErrSchemaUnrecorded)
@@ -211,6 +203,52 @@ func TestVersionTableOnTheSearchPath(t *testing.T) {
 	require.False(t, tableIn(pool, "own"))
 	_, err = migrations.Status(ctx, stranger)
 	require.NoError(t, err, "nothing left to disagree")
+}
+
+// TestConcurrentUpsWithTwoSearchPaths: two Ups at once on a fresh
+// database, from search paths with different first schemas: one
+// migrates; the other finds the schema recorded elsewhere
+// (ErrSchemaUnrecorded) and leaves no empty version table of its own.
+func TestConcurrentUpsWithTwoSearchPaths(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 3 {
+		pool := emptyPool(t)
+		_, err := pool.Exec(ctx, `CREATE SCHEMA s1; CREATE SCHEMA s2`)
+		require.NoError(t, err)
+		paths := []*pgxpool.Pool{withSearchPath(t, pool, "s1, public"), withSearchPath(t, pool, "s2, public")}
+		errs := []<-chan error{}
+		for _, p := range paths {
+			ch := make(chan error, 1)
+			go func() { ch <- migrations.Up(ctx, p) }()
+			errs = append(errs, ch)
+		}
+		won := 0
+		for _, ch := range errs {
+			if err := <-ch; err == nil {
+				won++
+			} else {
+				require.ErrorIs(t, err, migrations.ErrSchemaUnrecorded, "round %d", round)
+			}
+		}
+		require.Equal(t, 1, won, "round %d: one Up migrates", round)
+		var tables int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = $1 AND relkind = 'r'`,
+			migrations.VersionTable).Scan(&tables))
+		require.Equal(t, 1, tables, "round %d: no empty version table is left", round)
+	}
+}
+
+// withSearchPath opens a pool like pool's whose sessions have the given
+// search path, closed at t's cleanup.
+func withSearchPath(t *testing.T, pool *pgxpool.Pool, path string) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = path
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
 }
 
 // TestAppliedAtInAnyTimeZone: goose records when a migration was applied
