@@ -205,6 +205,50 @@ func TestStartsLeaveDoesNotBlockAdmission(t *testing.T) {
 	requireDeparted(t, mem)
 }
 
+// schemaGate is a landing coordinator with a schema check: the first
+// passes; the second closes entered, waits for out and fails.
+type schemaGate struct {
+	*landing
+	calls        atomic.Int32
+	entered, out chan struct{}
+}
+
+func (c *schemaGate) CheckSchema(ctx context.Context) error {
+	if c.calls.Add(1) == 1 {
+		return nil
+	}
+	close(c.entered)
+	<-c.out
+	return errors.New("database unreachable")
+}
+
+// TestStopDuringAFailingSchemaCheck: a Start whose first heartbeat landed
+// but whose answer was lost fails; a second Start's schema check fails
+// too, while a Stop waits for it. The row the first heartbeat made must
+// still go: before, Start returned at the failed check and Stop returned
+// nil with the row active, holding the whole limit.
+func TestStopDuringAFailingSchemaCheck(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	c := &schemaGate{landing: newLanding(mem), entered: make(chan struct{}), out: make(chan struct{})}
+	n, err := NewWithCoordinator(c, testConfig("k", "a"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := async(func() error { return n.Start(ctx) })
+	<-c.landed
+	cancel()
+	close(c.release)
+	require.Error(t, <-done, "its answer was lost")
+	done = async(func() error { return n.Start(context.Background()) })
+	<-c.entered
+	stopped := async(func() error { return n.Stop(context.Background()) })
+	eventually(t, func() bool { return n.phase0() == phaseStopped }, "Stop marked the node")
+	close(c.out)
+	require.ErrorIs(t, <-done, ErrStopped)
+	require.NoError(t, <-stopped)
+	requireDeparted(t, mem)
+}
+
 // TestStopBoundedByTheRequestBound: a lease never settled holds Stop for
 // MaxRequestDuration at most (by then every request admitted before Stop
 // has reached its bound); Stop then leaves, reporting it in flight.

@@ -158,9 +158,10 @@ func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 // Start checks that the coordinator's schema is at the version this library
 // needs (coord.ErrSchema otherwise, naming both versions), sends the first
 // heartbeat and, if it succeeds, starts the heartbeat loop in a goroutine
-// and returns nil. ctx bounds the start only: the first
-// heartbeat, which may have to open a database connection, is bounded by
-// ctx and by 5s or Config.HeartbeatTimeout, whichever is longer; the loop
+// and returns nil. ctx bounds the start only: the schema check and the
+// first heartbeat (a second one if the first grant came back stale), which
+// may have to open a database connection, are each bounded by ctx and by
+// 5s or Config.HeartbeatTimeout, whichever is longer; the loop
 // runs until Stop has drained the node, whatever happens to ctx (its values
 // are kept). The node admits as soon as that first grant is applied. Start
 // returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
@@ -185,33 +186,33 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
-		n.starting = nil
+		if n.starting == done { // not a later Start's
+			n.starting = nil
+		}
 		n.mu.Unlock()
 		close(done) // a Stop waiting for this Start returns
 	}()
+	var err error
 	if c, ok := n.coord.(schemaChecker); ok {
 		checkCtx, cancel := context.WithTimeout(ctx, max(n.cfg.HeartbeatTimeout, startTimeout))
-		err := c.CheckSchema(checkCtx)
+		err = c.CheckSchema(checkCtx)
 		cancel()
-		if err != nil {
-			return fmt.Errorf("fleet: start: %w", err)
-		}
 	}
-	var err error
-	for range 2 {
+	for i := 0; i < 2 && err == nil; i++ {
 		if n.phase0() != phaseNew {
 			break // stopped: send nothing more
 		}
 		// A stale first grant (a coordinator wrapper that retried a
 		// report whose answer was lost) is not applied: the next
 		// report, with a later seq, is answered afresh.
-		if err = n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err != nil || n.hasJoined() {
+		if err = n.beat(ctx, max(n.cfg.HeartbeatTimeout, startTimeout)); err == nil && n.hasJoined() {
 			break
 		}
 	}
 	n.mu.Lock()
 	if n.phase != phaseNew {
-		// Stop ran meanwhile: whatever the heartbeats joined must go.
+		// Stop ran meanwhile: whatever a heartbeat joined (this Start's,
+		// or a failed earlier one's whose answer was lost) must go.
 		if n.fenceTimer != nil {
 			n.fenceTimer.Stop()
 		}

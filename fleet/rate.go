@@ -197,6 +197,9 @@ type rateState struct {
 	// (cutSince, zero when none); see setPacerLocked.
 	cutFactor float64
 	cutSince  time.Time
+	// unpaced is set for good by stopPacing: the node admits nothing
+	// more, and no later grant or cut of the learner paces it again.
+	unpaced bool
 	// avgDemand is the rate demand per minute averaged over demandMemory.
 	avgDemand [2]float64
 }
@@ -476,6 +479,9 @@ func (r *rateState) setPacerLocked(now time.Time) {
 	if !r.cutSince.IsZero() && r.keyRate.Requests > 0 {
 		r.cutFactor = min(r.learner.Rate(now)*60/float64(r.keyRate.Requests), 1)
 	}
+	if r.unpaced {
+		return
+	}
 	// Both rates are finite and >= 0, which SetRate accepts.
 	_ = r.pacer.SetRate(now, perSecond(r.keyRate.Requests, r.share.Requests, r.cutFactor),
 		perSecond(r.keyRate.Tokens, r.share.Tokens, 1))
@@ -547,7 +553,11 @@ func SettleTokens(resp *http.Response, actual int64) error {
 // stopPacing ends every wait on the pacer: the node admits nothing more
 // (Stop, eviction). Waiters find the node's state and give up.
 func (n *Node) stopPacing(now time.Time) {
-	_ = n.rate.pacer.SetRate(now, pace.Unlimited, pace.Unlimited)
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unpaced = true
+	_ = r.pacer.SetRate(now, pace.Unlimited, pace.Unlimited)
 }
 
 // readRateQuota takes what a response's quota headers say of the key's

@@ -100,8 +100,8 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	err := up(ctx, pool)
 	if isUndefinedTable(err) {
-		// A Reset dropped the table between goose's check for it and its
-		// use: look again.
+		// The table was dropped by hand, without the lock, between
+		// goose's check for it and its use: look again.
 		err = up(ctx, pool)
 	}
 	return err
@@ -120,9 +120,10 @@ func up(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
 		// Another run, whose search path put the table elsewhere,
-		// migrated first; goose, which decides what is pending before
-		// it takes the lock, made an empty table on this path and
-		// tried migration 1 again. That table goes.
+		// migrated between this one's look at what is pending and
+		// goose's lock: goose, finding no table in this role's first
+		// schema, made an empty one there and tried migration 1 again.
+		// That table goes.
 		return errors.Join(serr, dropIdleVersionTable(ctx, pool))
 	}
 	return err
