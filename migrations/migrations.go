@@ -163,12 +163,17 @@ var ErrVersionTableElsewhere = errors.New("migrations: " + VersionTable + " is n
 // only while it records no applied migration whose schema still exists:
 // an [Up] that ran meanwhile keeps it.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := Status(ctx, pool); err == nil {
-		if err := DownTo(ctx, pool, 0); err != nil {
-			return err
-		}
-	} else if !errors.Is(err, ErrSchemaGone) {
+	st, err := Status(ctx, pool)
+	if err != nil && !errors.Is(err, ErrSchemaGone) {
 		return err
+	}
+	for _, s := range st { // none after ErrSchemaGone
+		if s.State == goose.StateApplied {
+			if err := DownTo(ctx, pool, 0); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	return dropIdleVersionTable(ctx, pool)
 }

@@ -130,6 +130,14 @@ func TestResetRemovesAnEmptyVersionTable(t *testing.T) {
 	require.True(t, hasVersionTable(t, pool))
 	require.NoError(t, migrations.Reset(ctx, pool))
 	require.False(t, hasVersionTable(t, pool))
+
+	// One made by hand, without goose's version 0 row: goose refuses to
+	// roll back on it ("missing zero version"), and there is nothing to.
+	_, err := pool.Exec(ctx, `CREATE TABLE `+migrations.VersionTable+
+		` (id serial, version_id bigint, is_applied boolean, tstamp timestamp DEFAULT now())`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Reset(ctx, pool))
+	require.False(t, hasVersionTable(t, pool))
 }
 
 // TestConcurrentResetsLeaveNothing: resets and status reads at once leave
