@@ -308,15 +308,12 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	}
 	n.applyCeilingLocked()
 	n.applyRates(sent, now, g)
-	if g.Status == coord.StatusEvicted || n.phase == phaseStopping || n.phase == phaseStopped {
-		// Nothing more is admitted: the requests waiting for the rate
-		// are woken (and find the node evicted or stopping), not put
-		// back to wait at the share's rate.
-		n.stopPacing(now)
-	}
 	if g.Status == coord.StatusEvicted {
-		// No grant will renew the lease: the queued Acquire calls fail
-		// now (with ErrEvicted), rather than wait for good.
+		// Nothing more is admitted, and no grant will renew the lease:
+		// the requests waiting for the rate are woken and the queued
+		// Acquire calls fail now (with ErrEvicted), rather than wait for
+		// good. Once lifted, here or by Stop, the pacing stays lifted.
+		n.stopPacing(now)
 		n.lim.PauseUntil(now.Add(forever))
 	}
 	n.epoch, n.appliedGen = g.Epoch, g.Generation

@@ -81,25 +81,21 @@ func (le Lease) Deadline() time.Time {
 // latency sample of a request that waited for the key's rate starts when
 // it was let go, not at its admission.
 func (le Lease) Release() {
-	if le.wasAbandoned() {
-		return
+	fn := le.lease.Release
+	if !le.sent.IsZero() {
+		fn = func() { le.lease.ReleaseRTT(time.Since(le.sent)) }
 	}
-	if le.sent.IsZero() {
-		le.settle(le.lease.Release)
-	} else {
-		le.settle(func() { le.lease.ReleaseRTT(time.Since(le.sent)) })
+	if le.settle(fn) {
+		le.record(false)
 	}
-	le.record(false)
 }
 
 // ReleaseRTT settles the lease as a success with rtt as its latency; see
 // adaptive.Lease.ReleaseRTT.
 func (le Lease) ReleaseRTT(rtt time.Duration) {
-	if le.wasAbandoned() {
-		return
+	if le.settle(func() { le.lease.ReleaseRTT(rtt) }) {
+		le.record(false)
 	}
-	le.settle(func() { le.lease.ReleaseRTT(rtt) })
-	le.record(false)
 }
 
 // Drop settles the lease as an overload signal (a 429, a 503, a timeout);
@@ -109,11 +105,9 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 // that learns the key's rate (RateConfig.Learn) counts it as a request
 // refused for the rate.
 func (le Lease) Drop() {
-	if le.wasAbandoned() {
-		return
+	if le.settle(le.lease.Drop) {
+		le.record(true)
 	}
-	le.settle(le.lease.Drop)
-	le.record(true)
 }
 
 // SettleTokens charges the request's actual cost in tokens (an LLM
@@ -144,18 +138,7 @@ func (le Lease) record(limited bool) {
 }
 
 // Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
-func (le Lease) Ignore() {
-	if le.wasAbandoned() {
-		return
-	}
-	le.settle(le.lease.Ignore)
-}
-
-// wasAbandoned reports whether Abandon was called: the slot is then the
-// hold's to free.
-func (le Lease) wasAbandoned() bool {
-	return le.abandoned != nil && le.abandoned.Load()
-}
+func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 
 // Abandon says the caller gave up on a request that may still run at the
 // upstream (it timed out or was cancelled after it was sent): its Context
@@ -188,9 +171,16 @@ func abandon(le adaptive.Lease, drop bool, bound time.Time, hold time.Duration) 
 	time.AfterFunc(d, le.Ignore)
 }
 
-func (le Lease) settle(fn func()) {
+// settle settles the lease with fn and ends its context, unless Abandon
+// was called: the slot is then the hold's to free. It reports whether fn
+// ran.
+func (le Lease) settle(fn func()) bool {
+	if le.abandoned != nil && le.abandoned.Load() {
+		return false
+	}
 	fn()
 	if le.cancel != nil {
 		le.cancel()
 	}
+	return true
 }

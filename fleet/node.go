@@ -302,39 +302,30 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.phase = phaseStopped
 		starting := n.starting
 		n.mu.Unlock()
-		if starting != nil {
-			// Done when Start is: a second Stop must not return while
-			// Start still leaves, even if this one's ctx ends first.
-			go func() {
-				<-starting
-				n.mu.Lock()
-				if n.startLeaveErr != nil {
-					n.stopErr = fmt.Errorf("fleet: stop: %w", n.startLeaveErr)
-				}
-				n.mu.Unlock()
-				close(n.stopDone)
-			}()
-			if err := n.waitFor(ctx, n.stopDone, "Start is still leaving what it joined"); err != nil {
-				return err
+		if starting == nil {
+			var err error
+			if lerr := n.leaveIfSent(context.WithoutCancel(ctx)); lerr != nil {
+				err = fmt.Errorf("fleet: stop: %w", lerr)
 			}
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			return n.stopErr
-		}
-		var err error
-		if lerr := n.leaveIfSent(context.WithoutCancel(ctx)); lerr != nil {
-			err = fmt.Errorf("fleet: stop: %w", lerr)
-		}
-		n.stopped1(err)
-		return err
-	case phaseStopping, phaseStopped:
-		n.mu.Unlock()
-		if err := n.waitFor(ctx, n.stopDone, "another Stop is still leaving"); err != nil {
+			n.stopped1(err)
 			return err
 		}
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.stopErr
+		// Done when Start is: a second Stop must not return while Start
+		// still leaves, even if this one's ctx ends first.
+		go func() {
+			<-starting
+			n.mu.Lock()
+			lerr := n.startLeaveErr
+			n.mu.Unlock()
+			if lerr != nil {
+				lerr = fmt.Errorf("fleet: stop: %w", lerr)
+			}
+			n.stopped1(lerr)
+		}()
+		return n.firstStopResult(ctx, "Start is still leaving what it joined")
+	case phaseStopping, phaseStopped:
+		n.mu.Unlock()
+		return n.firstStopResult(ctx, "another Stop is still leaving")
 	}
 	n.phase = phaseStopping
 	n.applyCeilingLocked()
@@ -411,12 +402,15 @@ func (n *Node) leave(ctx context.Context, inflight int) error {
 	return nil
 }
 
-// waitFor waits until done is closed or ctx ends, and then says why it
-// returned early.
-func (n *Node) waitFor(ctx context.Context, done <-chan struct{}, what string) error {
+// firstStopResult waits until the first Stop is done and returns its
+// result, or, if ctx ends first, an error that says what was still under
+// way (what).
+func (n *Node) firstStopResult(ctx context.Context, what string) error {
 	select {
-	case <-done:
-		return nil
+	case <-n.stopDone:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.stopErr
 	case <-ctx.Done():
 		return fmt.Errorf("fleet: stop: %s: %w", what, ctx.Err())
 	}

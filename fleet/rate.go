@@ -222,8 +222,9 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 // debiting 1 request and its token estimate; it returns the ticket and
 // when the wait ended (zero when the key has no rate). With wait false it
 // refuses at once, with an error wrapping adaptive.ErrWouldWait, instead
-// of waiting. After a wait it checks the node's state again: a node whose
-// lease ran out while the request waited sends nothing.
+// of waiting. Once it has its reservation, at once or after a wait, it
+// checks the node's state again: a node stopped, evicted or whose lease ran
+// out meanwhile sends nothing, and the reservation is given back.
 func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, time.Time, error) {
 	r := n.rate
 	r.arrivedReq.Add(1)
@@ -236,33 +237,29 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	switch {
 	case err != nil:
 		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
-	case ok:
-		if err := n.admissionErr(); err != nil {
-			// Stop or eviction came after the slot: the pacing,
-			// lifted then to wake the waiters, is no rate to send at.
-			r.pacer.Cancel(now, t)
-			return pace.Ticket{}, time.Time{}, err
-		}
-		return t, now, nil
-	case !wait:
+	case !ok && !wait:
 		n.saturated(now)
 		return pace.Ticket{}, time.Time{}, fmt.Errorf("%w: the node's rate share is spent for now", adaptive.ErrWouldWait)
-	}
-	n.saturated(now)
-	r.waits.Add(1)
-	r.waiting.Add(1)
-	r.waitingTok.Add(tokens)
-	t, err = r.pacer.Wait(ctx, tokens)
-	r.waiting.Add(-1)
-	r.waitingTok.Add(-tokens)
-	if err != nil {
-		return pace.Ticket{}, time.Time{}, err
+	case !ok:
+		n.saturated(now)
+		r.waits.Add(1)
+		r.waiting.Add(1)
+		r.waitingTok.Add(tokens)
+		t, err = r.pacer.Wait(ctx, tokens)
+		r.waiting.Add(-1)
+		r.waitingTok.Add(-tokens)
+		if err != nil {
+			return pace.Ticket{}, time.Time{}, err
+		}
+		now = time.Now()
 	}
 	if err := n.admissionErr(); err != nil {
-		r.pacer.Cancel(time.Now(), t)
+		// Stop or eviction came after the slot: the pacing, lifted then
+		// to wake the waiters, is no rate to send at.
+		r.pacer.Cancel(now, t)
 		return pace.Ticket{}, time.Time{}, err
 	}
-	return t, time.Now(), nil
+	return t, now, nil
 }
 
 // sent counts requests let go and their tokens, for the usage reported

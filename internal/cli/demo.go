@@ -154,7 +154,7 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	}
 	defer pool.Close()
 	if err := migrations.Up(ctx, pool); err != nil {
-		return ownerHint(err)
+		return migrationHint(err)
 	}
 	key, err := demoKey()
 	if err != nil {

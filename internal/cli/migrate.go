@@ -36,7 +36,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 							return err
 						}
 						if err := migrations.Up(ctx, pool); err != nil {
-							return ownerHint(err)
+							return migrationHint(err)
 						}
 						after, _, err := schemaVersion(ctx, pool)
 						if err != nil {
@@ -88,16 +88,12 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 							to = applied[len(applied)-2]
 						}
 						if to < before {
-							use, err := liveNodes(ctx, pool)
-							if err != nil {
-								return err
-							}
-							if err := refuseLive(use, "rolling the schema back", c.Bool("force")); err != nil {
+							if _, err := refuseLive(ctx, pool, "rolling the schema back", c.Bool("force")); err != nil {
 								return err
 							}
 						}
 						if err := migrations.DownTo(ctx, pool, to); err != nil {
-							return ownerHint(err)
+							return migrationHint(err)
 						}
 						after, _, err := schemaVersion(ctx, pool)
 						if err != nil {
@@ -128,18 +124,14 @@ dropped by hand) holds no data: it is removed without asking.`,
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, _, err := schemaVersion(ctx, pool)
-						if errors.Is(err, migrations.ErrSchemaGone) {
-							// Nothing is left to lose: only the table.
-							if err := migrations.Reset(ctx, pool); err != nil {
-								return ownerHint(err)
-							}
-							r.printf("the fleetlimit schema was already gone; removed its version table\n")
-							return nil
-						}
-						if err != nil {
+						gone := errors.Is(err, migrations.ErrSchemaGone)
+						if err != nil && !gone {
 							return err
 						}
 						if current == 0 {
+							// Nothing is left to lose but, maybe, the version
+							// table: no migration applied, or the schema
+							// dropped by hand.
 							table, err := migrations.HasVersionTable(ctx, pool)
 							if err != nil {
 								return err
@@ -149,16 +141,17 @@ dropped by hand) holds no data: it is removed without asking.`,
 								return nil
 							}
 							if err := migrations.Reset(ctx, pool); err != nil {
-								return ownerHint(err)
+								return migrationHint(err)
 							}
-							r.printf("no migration is applied; removed the empty version table\n")
+							if gone {
+								r.printf("the fleetlimit schema was already gone; removed its version table\n")
+							} else {
+								r.printf("no migration is applied; removed the empty version table\n")
+							}
 							return nil
 						}
-						use, err := liveNodes(ctx, pool)
+						use, err := refuseLive(ctx, pool, "resetting", c.Bool("force"))
 						if err != nil {
-							return err
-						}
-						if err := refuseLive(use, "resetting", c.Bool("force")); err != nil {
 							return err
 						}
 						if !c.Bool("yes") {
@@ -171,15 +164,12 @@ dropped by hand) holds no data: it is removed without asking.`,
 								return errors.New("not confirmed; nothing was changed")
 							}
 							// Nodes may have joined while the question waited.
-							if use, err = liveNodes(ctx, pool); err != nil {
-								return err
-							}
-							if err := refuseLive(use, "resetting", c.Bool("force")); err != nil {
+							if _, err := refuseLive(ctx, pool, "resetting", c.Bool("force")); err != nil {
 								return err
 							}
 						}
 						if err := migrations.Reset(ctx, pool); err != nil {
-							return ownerHint(err)
+							return migrationHint(err)
 						}
 						r.printf("rolled back from version %d to 0: the fleetlimit schema and its version table are gone\n", current)
 						return nil
@@ -200,7 +190,7 @@ applied_at (null when pending)}.`,
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
-							return ownerHint(err)
+							return migrationHint(err)
 						}
 						views := newMigrationViews(st)
 						if format == formatJSON {
@@ -256,7 +246,7 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return nil, ownerHint(err)
+		return nil, migrationHint(err)
 	}
 	var out []int64
 	for _, s := range st {
@@ -297,10 +287,12 @@ SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
   FROM fleetlimit.nodes AS n
  WHERE n.lease_expires_at > now() AND NOT n.evicted`
 
-// ownerHint adds to a migration's error what to do: when the role lacked
+// migrationHint adds to a migration's error what to do: when the role lacked
 // a privilege, that migrations run as the schema owner; when the schema
-// was dropped by hand, that reset clears its version table.
-func ownerHint(err error) error {
+// was dropped by hand, that reset clears its version table; when the
+// version table is not where this role's search path looks, which role or
+// search path to migrate with.
+func migrationHint(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
@@ -314,14 +306,15 @@ func ownerHint(err error) error {
 	return err
 }
 
-// refuseLive returns the error that stops a schema change (what:
-// "resetting", "rolling the schema back") while u counts live nodes,
-// unless force.
-func refuseLive(u schemaUse, what string, force bool) error {
-	if u.live == 0 || force {
-		return nil
+// refuseLive counts the live nodes (see liveNodes) and returns, with the
+// count, the error that stops a schema change (what: "resetting",
+// "rolling the schema back") while there are any, unless force.
+func refuseLive(ctx context.Context, pool *pgxpool.Pool, what string, force bool) (schemaUse, error) {
+	u, err := liveNodes(ctx, pool)
+	if err != nil || u.live == 0 || force {
+		return u, err
 	}
-	return fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
+	return u, fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
 		plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
 }
 
@@ -338,7 +331,7 @@ func plural(n int, one, many string) string {
 func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pending int, err error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return 0, 0, ownerHint(err)
+		return 0, 0, migrationHint(err)
 	}
 	for _, s := range st {
 		if s.State == goose.StateApplied {
