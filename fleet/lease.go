@@ -17,8 +17,10 @@ import (
 // request ends, or with Abandon when the caller gave up on it; settling
 // also releases the context's timer. Settling again, or settling a copy,
 // is a no-op: after Abandon, a Release (a deferred one, say) does not free
-// the slot the abandoned request may still use upstream. The zero Lease holds nothing. Lease
-// methods are safe for concurrent use.
+// the slot the abandoned request may still use upstream, and of a Release
+// and an Abandon called at once on two goroutines exactly one takes
+// effect. The zero Lease holds nothing. Lease methods are safe for
+// concurrent use.
 type Lease struct {
 	lease  adaptive.Lease
 	ctx    context.Context
@@ -35,7 +37,7 @@ type Lease struct {
 	sent     time.Time
 	recorded *atomic.Bool
 
-	abandoned *atomic.Bool // set by Abandon; nil for the zero Lease
+	settled *atomic.Bool // set by the first settle or Abandon; nil for the zero Lease
 }
 
 // bound returns a lease for a under parent's context, bounded by n's
@@ -53,7 +55,7 @@ func (n *Node) bound(parent context.Context, a admission) Lease {
 func bound(parent context.Context, le adaptive.Lease, cfg *Config) Lease {
 	end := le.Admitted().Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(parent, end)
-	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold, abandoned: new(atomic.Bool)}
+	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold, settled: new(atomic.Bool)}
 }
 
 // Context returns the context to run the request with: done at the
@@ -150,7 +152,7 @@ func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 // lease: a later Release, ReleaseRTT, Drop or Ignore does nothing, and so
 // does a second Abandon.
 func (le Lease) Abandon(drop bool) {
-	if le.ctx == nil || le.abandoned.Swap(true) {
+	if le.ctx == nil || !le.settled.CompareAndSwap(false, true) {
 		return
 	}
 	le.cancel()
@@ -171,11 +173,11 @@ func abandon(le adaptive.Lease, drop bool, bound time.Time, hold time.Duration) 
 	time.AfterFunc(d, le.Ignore)
 }
 
-// settle settles the lease with fn and ends its context, unless Abandon
-// was called: the slot is then the hold's to free. It reports whether fn
-// ran.
+// settle settles the lease with fn and ends its context, unless it was
+// settled or abandoned before: after Abandon the slot is the hold's to
+// free. It reports whether fn ran.
 func (le Lease) settle(fn func()) bool {
-	if le.abandoned != nil && le.abandoned.Load() {
+	if le.settled != nil && !le.settled.CompareAndSwap(false, true) {
 		return false
 	}
 	fn()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 )
 
@@ -365,4 +366,30 @@ func TestAbandonThenRelease(t *testing.T) {
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "the hold frees the slot")
 	require.GreaterOrEqual(t, time.Since(abandoned), cfg.AbandonedHold)
 	require.Zero(t, n.Limiter().Snapshot().Drops, "a Drop after Abandon counts nothing")
+}
+
+// TestAbandonRacingRelease runs Abandon(true) and Release at once on one
+// lease, many times: exactly one may take effect. Abandon's counts a drop
+// and keeps the slot held; Release's frees it and counts none. A drop
+// counted with the slot freed is both.
+func TestAbandonRacingRelease(t *testing.T) {
+	t.Parallel()
+	const rounds = 20000
+	lim, err := adaptive.New(adaptive.Config{InitialLimit: 2 * rounds, MinLimit: 2 * rounds, MaxLimit: 2 * rounds})
+	require.NoError(t, err)
+	cfg := Config{MaxRequestDuration: time.Hour, AbandonedHold: time.Hour}
+	for i := range rounds {
+		inflight, drops := lim.Inflight(), lim.Snapshot().Drops
+		al, ok := lim.TryAcquire()
+		require.True(t, ok)
+		le := bound(context.Background(), al, &cfg)
+		var wg sync.WaitGroup
+		wg.Go(func() { le.Abandon(true) })
+		wg.Go(le.Release)
+		wg.Wait()
+		held, dropped := lim.Inflight()-inflight, lim.Snapshot().Drops-drops
+		require.Truef(t, held == 1 && dropped == 1 || held == 0 && dropped == 0,
+			"round %d: slot held %d, drops counted %d: Abandon and Release both took effect", i, held, dropped)
+		require.Error(t, le.Context().Err(), "either one ends the context")
+	}
 }
