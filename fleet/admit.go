@@ -86,9 +86,13 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	if err != nil {
 		le.Ignore()
 		n.metrics.rejected.Add(1)
+		if ctx.Err() == nil {
+			n.metrics.refused[r.Priority].Add(1)
+		}
 		return admission{}, err
 	}
 	n.rate.sent(1, tokens)
+	n.holdWanted(r.Weight)
 	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
 }
 
@@ -207,9 +211,41 @@ func (n *Node) tooHeavyForFleet(weight int) error {
 }
 
 // noteUnmet counts a refused admission of the given weight as demand the
-// node could not serve, reported with the next heartbeat.
+// node could not serve, reported with the next heartbeat. The heaviest
+// weight refused stays a floor of the demand reported until LeaseTTL
+// passes with no refusal or admission that heavy (see report and
+// holdWanted).
 func (n *Node) noteUnmet(weight int) {
+	now := time.Now()
+	weight = min(weight, coord.MaxCount)
 	n.mu.Lock()
-	n.unmet = min(n.unmet+min(weight, coord.MaxCount), coord.MaxCount)
+	n.unmet = min(n.unmet+weight, coord.MaxCount)
+	if weight >= n.wanted || now.Sub(n.wantedAt) >= n.cfg.LeaseTTL {
+		n.wanted, n.wantedAt = weight, now
+		n.wanting.Store(true)
+	}
+	n.mu.Unlock()
+}
+
+// holdWanted keeps the weight a refusal left in the demand for LeaseTTL
+// more after the admission of a request at least that heavy: a caller
+// that comes back less often than the node heartbeats keeps the share its
+// refusal won, and lighter requests do not keep a heavier one's. Nodes
+// with no refusal held pay one atomic load.
+func (n *Node) holdWanted(weight int) {
+	if !n.wanting.Load() {
+		return
+	}
+	now := time.Now()
+	n.mu.Lock()
+	switch {
+	case now.Sub(n.wantedAt) < n.cfg.LeaseTTL:
+		if weight >= n.wanted {
+			n.wantedAt = now
+		}
+	default:
+		n.wanted = 0
+		n.wanting.Store(false)
+	}
 	n.mu.Unlock()
 }

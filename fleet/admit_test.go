@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -198,5 +199,25 @@ func TestHeavyRequestAtStart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 50, b.State().Inflight)
 		le.Release()
+	})
+}
+
+// A caller that polls TryAcquire less often than the node heartbeats is
+// admitted: its refusal keeps counting as demand for LeaseTTL, so the
+// share it wins is still there at its next try.
+func TestPollingTryAcquireIsServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		time.Sleep(time.Second) // no demand: the share goes back to 0
+		require.Zero(t, n.State().Share)
+		admitted := 0
+		for range 20 {
+			if le, ok := n.TryAcquire(); ok {
+				admitted++
+				le.Release()
+			}
+			time.Sleep(5 * n.cfg.HeartbeatInterval)
+		}
+		require.Equal(t, 19, admitted, "every try but the first finds a share")
 	})
 }

@@ -95,7 +95,12 @@ func RequestFrom(ctx context.Context) adaptive.Request {
 // local limiter's counters (adaptive.Limiter.PriorityStats) with the
 // node's own refusals added to Refused: the admissions it refused before
 // they reached the limiter — not started, stopped, evicted, fenced, or
-// heavier than L_global. In increasing priority; it allocates the
+// heavier than L_global — and those it refused at the key's rate after
+// the limiter admitted them (the rate share spent for TryAcquireRequest,
+// or the node stopped or evicted while the request waited for the rate),
+// which Admitted counts too, as the limiter handed them a lease. A
+// request whose context ended while it waited for the rate is in neither
+// Refused nor Cancelled. In increasing priority; it allocates the
 // returned slice. Safe for concurrent use.
 func (n *Node) PriorityStats() []adaptive.PriorityStats {
 	local := n.lim.PriorityStats()

@@ -149,15 +149,22 @@ func TestRateTokensSettled(t *testing.T) {
 }
 
 // TestRateTryAcquire: TryAcquire does not wait for the rate: once the
-// share is spent it refuses with ErrWouldWait and frees the slot.
+// share is spent it refuses with ErrWouldWait, frees the slot, and counts
+// the refusal at the request's priority.
 func TestRateTryAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := rateKey(t, 60, 0)
 		n := startNode(t, c, testConfig("k", "a"))
-		// The first grant sees no demand; report some, then wait for a share.
-		_, _ = n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
-		time.Sleep(time.Second)
-		require.Equal(t, int64(60), n.Rates().Share.Requests)
+		// The first grant sees no demand; report some until the node has a
+		// share of the concurrency and of the rate.
+		for i := 0; n.State().Share == 0 || n.Rates().Share.Requests != 60; i++ {
+			require.Less(t, i, 50, "no share after 5 s")
+			if le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}); err == nil {
+				le.Release()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		before := statsAt(n, adaptive.DefaultPriority).Refused
 		admitted, refused := 0, 0
 		for range 10 {
 			le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
@@ -166,6 +173,7 @@ func TestRateTryAcquire(t *testing.T) {
 				admitted++
 				le.Release()
 			case errors.Is(err, adaptive.ErrWouldWait):
+				require.ErrorContains(t, err, "rate share is spent")
 				refused++
 			default:
 				t.Fatal(err)
@@ -174,6 +182,7 @@ func TestRateTryAcquire(t *testing.T) {
 		require.Positive(t, refused)
 		require.LessOrEqual(t, admitted, 2, "a one-second bucket at one request a second")
 		require.Zero(t, n.Limiter().Inflight(), "refused requests hold no slot")
+		require.Equal(t, uint64(refused), statsAt(n, adaptive.DefaultPriority).Refused-before, "refusals for the rate count at their priority")
 	})
 }
 
