@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,9 +88,10 @@ func Run(ctx context.Context, args []string, env Env) (code int) {
 		}
 	}()
 	app := r.app()
-	normalized, err := normalizeArgs(app, args)
+	n, err := normalizeArgs(app, args)
 	if err == nil {
-		err = app.RunContext(ctx, normalized)
+		r.args = n
+		err = app.RunContext(ctx, n.args)
 	}
 	if err == nil && r.notFound != nil {
 		err = r.notFound
@@ -109,6 +110,8 @@ type runner struct {
 	parsed func()
 	// notFound is set by CommandNotFound (help for an unknown command).
 	notFound error
+	// args is the normalized command line, which flag errors consult.
+	args normalized
 }
 
 // globalHelp is the app's description: the connection precedence and the
@@ -200,40 +203,81 @@ func setUsageErrorHandlers(cmds []*ucli.Command, fn ucli.OnUsageErrorFunc) {
 	}
 }
 
+// onUsageError reports a flag the parser rejected as a usage error of the
+// command that was run, whichever level of the command line the parser
+// was reading: a global flag's too, which it reads before it reaches the
+// command, so that "keys --statement-timeout=" is a "keys:" error like
+// every other flag error of keys. The command is the innermost of the one
+// named on the command line and the one being parsed (urfave/cli runs
+// "migrate -- status" as migrate status).
 func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
-	return inCommand(commandPath(c), &exitError{code: ExitUsage, err: flagError(c, err)})
+	command := r.args.command
+	if p := commandPath(c); len(p) > len(command) {
+		command = p
+	}
+	return inCommand(command, &exitError{code: ExitUsage, err: r.flagError(c, err)})
 }
 
-// goFlagName matches a flag as Go's flag package names it in its errors
-// ("for flag -min:", "not defined: -bogus"): with one dash, however it
-// was written.
-var goFlagName = regexp.MustCompile(`(for flag |for |argument: |defined: )-([A-Za-z0-9][\w-]+)`)
+// Go's flag package's errors, which urfave/cli passes on. A flag is named
+// with one dash, however it was written; a value is quoted with %q.
+var (
+	goFlagUndefined = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
+	goFlagNoValue   = regexp.MustCompile(`^flag needs an argument: -(.+)$`)
+	goFlagBadValue  = regexp.MustCompile(`^invalid (boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): (.*)$`)
+)
 
-// flagError rewrites an error of Go's flag package, which urfave/cli
-// passes on, into fleetctl's terms: a flag is named with two dashes
-// ("for --min", as fleetctl's own checks do), and a duration or boolean
-// that does not parse says what was wanted rather than "parse error"
-// (integer flags are decimalFlags, which say it themselves).
-func flagError(c *ucli.Context, err error) error {
-	msg := goFlagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		sub := goFlagName.FindStringSubmatch(m)
-		return strings.Replace(sub[1], "for flag ", "for ", 1) + "--" + sub[2]
-	})
-	if rest, ok := strings.CutSuffix(msg, ": parse error"); ok {
-		if m := goFlagName.FindStringSubmatch(err.Error()); m != nil {
-			var flags []ucli.Flag
-			if c.Command != nil {
-				flags = c.Command.Flags
-			}
-			switch findFlag(append(flags, c.App.Flags...), m[2]).(type) {
-			case *ucli.DurationFlag:
-				msg = rest + ": want a duration such as 500ms, 30s or 1m30s"
-			case *ucli.BoolFlag:
-				msg = rest + ": want true or false"
-			}
+// flagError rewrites an error of Go's flag package into fleetctl's terms.
+// A defined flag is named by its name with two dashes, however it was
+// written ("-h=maybe" is "--help"), as fleetctl's own checks name it; an
+// unknown flag is named as it was typed ("-x", "--x"), since it has no
+// other name. A duration or boolean that does not parse says what was
+// wanted rather than "parse error" (integer flags are decimalFlags, which
+// say it themselves). A flag of the command's written before the
+// command's name, where the parser finds no such flag, is reported as
+// misplaced.
+func (r *runner) flagError(c *ucli.Context, err error) error {
+	msg := err.Error()
+	var flags []ucli.Flag
+	if c.Command != nil {
+		flags = c.Command.Flags
+	}
+	flags = slices.Concat(flags, c.App.Flags)
+	canonical := func(name string) string {
+		if f := findFlag(flags, name); f != nil {
+			return "--" + f.Names()[0]
+		}
+		return "--" + name
+	}
+	if m := goFlagUndefined.FindStringSubmatch(msg); m != nil {
+		typed := r.args.unknown[m[1]]
+		if typed == "" {
+			typed = "--" + m[1]
+		}
+		if commandPath(c) != r.args.command && r.args.cmd != nil && findFlag(r.args.cmd.Flags, m[1]) != nil {
+			return fmt.Errorf("flag %s must come after %q, the command it belongs to", typed, r.args.command)
+		}
+		return fmt.Errorf("flag provided but not defined: %s", typed)
+	}
+	if m := goFlagNoValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("flag needs an argument: %s", canonical(m[1]))
+	}
+	m := goFlagBadValue.FindStringSubmatch(msg)
+	if m == nil {
+		return err
+	}
+	boolean, value, name, cause := m[1] != "", m[2], m[3], m[4]
+	if cause == "parse error" {
+		switch findFlag(flags, name).(type) {
+		case *ucli.DurationFlag:
+			cause = "want a duration such as 500ms, 30s or 1m30s"
+		case *ucli.BoolFlag:
+			cause = "want true or false"
 		}
 	}
-	return errors.New(msg)
+	if boolean {
+		return fmt.Errorf("invalid boolean value %s for %s: %s", value, canonical(name), cause)
+	}
+	return fmt.Errorf("invalid value %s for %s: %s", value, canonical(name), cause)
 }
 
 // unknownCommand is the action of the app and of every command group: with

@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	ucli "github.com/urfave/cli/v2"
 	"go.uber.org/goleak"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
@@ -95,6 +97,23 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--bogus"}, `fleetctl: demo: flag provided but not defined: --bogus`},
 		{[]string{"migrate", "reset", "--yes=maybe"}, `fleetctl: migrate reset: invalid boolean value "maybe" for --yes: want true or false`},
 		{[]string{"keys", "create", "k", "--rpm", "99999999999"}, `fleetctl: keys create: invalid value 99999999999 for --rpm: want 0..1000000000 (0 removes the rate)`},
+		// An unknown flag is named as it was typed; a defined one by its
+		// name with two dashes.
+		{[]string{"keys", "-x"}, `fleetctl: keys: flag provided but not defined: -x`},
+		{[]string{"keys", "--x"}, `fleetctl: keys: flag provided but not defined: --x`},
+		{[]string{"keys", "-ojson"}, `fleetctl: keys: flag provided but not defined: -ojson`},
+		{[]string{"nodes", "k", "-x=1", "--x"}, `fleetctl: nodes: flag provided but not defined: -x`},
+		{[]string{"keys", "-h=maybe"}, `fleetctl: keys: invalid boolean value "maybe" for --help: want true or false`},
+		{[]string{"drain", "k", "n", "-timeout=soon"}, `fleetctl: drain: invalid value "soon" for --timeout: want a duration such as 500ms, 30s or 1m30s`},
+		{[]string{"keys", "-o"}, `fleetctl: keys: flag needs an argument: --output`},
+		// A global flag's error names the command, as its checks do.
+		{[]string{"keys", "--statement-timeout="}, `fleetctl: keys: invalid value "" for --statement-timeout: want a duration such as 500ms, 30s or 1m30s`},
+		{[]string{"--connect-timeout=soon", "limits", "get", "k"}, `fleetctl: limits get: invalid value "soon" for --connect-timeout: want a duration such as 500ms, 30s or 1m30s`},
+		{[]string{"--statement-timeout="}, `fleetctl: invalid value "" for --statement-timeout: want a duration such as 500ms, 30s or 1m30s`},
+		{[]string{"--wait", "drain", "k", "n"}, `fleetctl: drain: flag --wait must come after "drain", the command it belongs to`},
+		{[]string{"keys", "-force", "delete", "k"}, `fleetctl: keys delete: flag -force must come after "keys delete", the command it belongs to`},
+		{[]string{"keys", "--bogus", "create", "k"}, `fleetctl: keys create: flag provided but not defined: --bogus`},
+		{[]string{"--bogus", "keys"}, `fleetctl: keys: flag provided but not defined: --bogus`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -106,6 +125,51 @@ func TestUsageErrors(t *testing.T) {
 			require.Contains(t, rest, "--help' for usage.")
 		})
 	}
+}
+
+// TestEmptyFlagValues gives every flag of every command an empty value
+// ("--flag="): each is a usage error that names the command and the flag,
+// global flags included.
+func TestEmptyFlagValues(t *testing.T) {
+	t.Parallel()
+	r := &runner{env: Env{}.withDefaults(), parsed: func() {}}
+	app := r.app()
+	// Arguments that pass the commands' checks, so that the flag's is the
+	// one that fails.
+	argsFor := map[string][]string{"KEY": {"k"}, "KEY NODE": {"k", "n"}, "KIND ROLE": {"node", "r"}}
+	extra := map[string][]string{"set": {"--rpm", "1"}}
+	var walk func(path []string, cmds []*ucli.Command)
+	n := 0
+	walk = func(path []string, cmds []*ucli.Command) {
+		for _, cmd := range cmds {
+			p := append(slices.Clone(path), cmd.Name)
+			if len(cmd.Subcommands) > 0 {
+				walk(p, cmd.Subcommands)
+				if len(cmd.Flags) == 0 {
+					continue // a group that only names its subcommands
+				}
+			}
+			flags := cmd.Flags
+			if cmd.Name != "version" { // uses no database
+				flags = append(slices.Clone(flags), app.Flags...)
+			}
+			for _, f := range flags {
+				name := f.Names()[0]
+				args := slices.Concat(p, argsFor[cmd.ArgsUsage], extra[cmd.Name], []string{"--" + name + "="})
+				n++
+				t.Run(strings.Join(args, " "), func(t *testing.T) {
+					t.Parallel()
+					_, stderr, code := runCLI(t, nil, args...)
+					require.Equal(t, ExitUsage, code, stderr)
+					first, _, _ := strings.Cut(stderr, "\n")
+					require.True(t, strings.HasPrefix(first, "fleetctl: "+strings.Join(p, " ")+": "), first)
+					require.Contains(t, first, "--"+name+": ")
+				})
+			}
+		}
+	}
+	walk(nil, app.Commands)
+	require.Greater(t, n, 40)
 }
 
 func TestHelpDocumentsPrecedence(t *testing.T) {

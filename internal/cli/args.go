@@ -6,6 +6,20 @@ import (
 	ucli "github.com/urfave/cli/v2"
 )
 
+// normalized is a command line as normalizeArgs leaves it.
+type normalized struct {
+	// args is the command line in the order urfave/cli parses.
+	args []string
+	// command is the innermost command named ("limits set"), "" for none;
+	// cmd is that command, nil for none.
+	command string
+	cmd     *ucli.Command
+	// unknown holds, by name, how each flag that no command defines was
+	// written ("-x", "--x"): Go's flag package names it with one dash
+	// whatever the user typed.
+	unknown map[string]string
+}
+
 // normalizeArgs reorders args (args[0] is the program name) into the only
 // order urfave/cli v2 parses, which stops reading flags at a command's
 // first positional argument:
@@ -24,9 +38,9 @@ import (
 // flag, a command's positional arguments are dropped: help needs none.
 // "--" ends flag parsing: it and everything after it stay positional.
 // "help CMD SUB..." is read as "CMD SUB... --help".
-func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
+func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	if len(args) == 0 {
-		return args, nil
+		return normalized{args: args}, nil
 	}
 	if len(args) > 2 && (args[1] == "help" || args[1] == "h") && !strings.HasPrefix(args[2], "-") {
 		// "help migrate reset" is "migrate reset --help": the help
@@ -45,7 +59,15 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 		flags []string
 	}
 	levels := []*level{{name: args[0]}}
+	path := func() string {
+		var names []string
+		for _, l := range levels[1:] {
+			names = append(names, l.cmd.Name)
+		}
+		return strings.Join(names, " ")
+	}
 	var positional []string
+	unknown := map[string]string{}
 	rest := args[1:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
@@ -64,13 +86,15 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 				}
 			}
 			target.flags = append(target.flags, a)
+			if f == nil {
+				if _, ok := unknown[name]; !ok {
+					typed, _, _ := strings.Cut(a, "=")
+					unknown[name] = typed
+				}
+			}
 			if f != nil && takesValue(f) && !hasValue {
 				if i+1 == len(rest) && len(levels) > 1 {
-					var path []string
-					for _, l := range levels[1:] {
-						path = append(path, l.name)
-					}
-					return nil, inCommand(strings.Join(path, " "), usageErrorf("flag needs an argument: %s", a))
+					return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: --%s", f.Names()[0]))
 				}
 				if i+1 < len(rest) {
 					i++
@@ -87,24 +111,25 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 		}
 		positional = append(positional, a)
 	}
-	out := make([]string, 0, len(args))
+	n := normalized{args: make([]string, 0, len(args)), command: path(), cmd: levels[len(levels)-1].cmd, unknown: unknown}
 	help := false
 	for _, l := range levels {
-		out = append(out, l.name)
-		out = append(out, l.flags...)
+		n.args = append(n.args, l.name)
+		n.args = append(n.args, l.flags...)
 		for _, f := range l.flags {
 			name, _ := flagName(f)
 			help = help || findFlag(nil, name) == ucli.HelpFlag
 		}
 	}
-	if help && len(levels) > 1 && (len(positional) == 0 || len(levels[len(levels)-1].cmd.Subcommands) == 0) {
+	if help && len(levels) > 1 && (len(positional) == 0 || len(n.cmd.Subcommands) == 0) {
 		// "nodes KEY --help" asks for the command's help; its arguments
 		// would be read as the name of a subcommand to explain. A
 		// command group's first argument ("migrate bogus --help") is
 		// kept: it names no subcommand, which the parser reports.
-		return out, nil
+		return n, nil
 	}
-	return append(out, positional...), nil
+	n.args = append(n.args, positional...)
+	return n, nil
 }
 
 // flagName returns the name of a flag argument ("--to=3" → "to", true).

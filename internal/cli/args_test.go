@@ -39,7 +39,7 @@ func TestNormalizeArgs(t *testing.T) {
 			r := &runner{env: Env{}.withDefaults(), parsed: func() {}}
 			got, err := normalizeArgs(r.app(), strings.Fields(tt.in))
 			require.NoError(t, err)
-			require.Equal(t, tt.want, strings.Join(got, " "))
+			require.Equal(t, tt.want, strings.Join(got.args, " "))
 		})
 	}
 }
