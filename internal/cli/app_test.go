@@ -172,6 +172,22 @@ func TestEmptyFlagValues(t *testing.T) {
 	require.Greater(t, n, 40)
 }
 
+// TestHelpFalse: --help=false is no request for help; the command runs
+// with its arguments.
+func TestHelpFalse(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"nodes", "k", "--help=false"},
+		{"keys", "create", "-h=false", "k"},
+		{"drain", "k", "--help", "n", "--help=false"},
+	} {
+		stdout, stderr, code := runCLI(t, nil, append(args, "--database-url", "postgres://127.0.0.1:1/x")...)
+		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, args)
+		require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr, args)
+	}
+}
+
 func TestHelpDocumentsPrecedence(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runCLI(t, nil, "--help")

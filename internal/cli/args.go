@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strconv"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -34,9 +35,9 @@ type normalized struct {
 // ends the line after a command is a usage error, which the parser would
 // otherwise never see: moved before the positional arguments (or, for a
 // global flag, before the command), it would take the first of them (or
-// the command's name) as its value. With the help
-// flag, a command's positional arguments are dropped: help needs none.
-// "--" ends flag parsing: it and everything after it stay positional.
+// the command's name) as its value. With the help flag (not
+// --help=false), a command's positional arguments are dropped: help needs
+// none. "--" ends flag parsing: it and everything after it stay positional.
 // "help CMD SUB..." is read as "CMD SUB... --help".
 func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	if len(args) == 0 {
@@ -57,6 +58,8 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		name  string
 		cmd   *ucli.Command // nil for the app
 		flags []string
+		// help is whether the level's last help flag asks for help.
+		help bool
 	}
 	levels := []*level{{name: args[0]}}
 	path := func() string {
@@ -92,6 +95,15 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 					unknown[name] = typed
 				}
 			}
+			if f == ucli.HelpFlag {
+				target.help = true
+				if _, v, ok := strings.Cut(a, "="); ok {
+					// --help=false is no request for help; a value
+					// that is no boolean is the parser's to reject.
+					on, err := strconv.ParseBool(v)
+					target.help = on || err != nil
+				}
+			}
 			if f != nil && takesValue(f) && !hasValue {
 				if i+1 == len(rest) && len(levels) > 1 {
 					return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: --%s", f.Names()[0]))
@@ -116,10 +128,7 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	for _, l := range levels {
 		n.args = append(n.args, l.name)
 		n.args = append(n.args, l.flags...)
-		for _, f := range l.flags {
-			name, _ := flagName(f)
-			help = help || findFlag(nil, name) == ucli.HelpFlag
-		}
+		help = help || l.help
 	}
 	if help && len(levels) > 1 && (len(positional) == 0 || len(n.cmd.Subcommands) == 0) {
 		// "nodes KEY --help" asks for the command's help; its arguments

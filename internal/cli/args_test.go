@@ -32,6 +32,12 @@ func TestNormalizeArgs(t *testing.T) {
 		{"fleetctl migrate bogus --help", "fleetctl migrate --help bogus"},
 		{"fleetctl bogus --wait", "fleetctl --wait bogus"},
 		{"fleetctl", "fleetctl"},
+		// --help=false is no request for help: the arguments stay.
+		{"fleetctl nodes k --help=false", "fleetctl nodes --help=false k"},
+		{"fleetctl keys create -h=0 k", "fleetctl keys create -h=0 k"},
+		{"fleetctl nodes k -h --help=false", "fleetctl nodes -h --help=false k"},
+		{"fleetctl nodes k --help=false -h", "fleetctl nodes --help=false -h"},
+		{"fleetctl nodes k -o h", "fleetctl nodes -o h k"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
