@@ -114,6 +114,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "-force", "delete", "k"}, `fleetctl: keys delete: flag -force must come after "keys delete", the command it belongs to`},
 		{[]string{"keys", "--bogus", "create", "k"}, `fleetctl: keys create: flag provided but not defined: --bogus`},
 		{[]string{"--bogus", "keys"}, `fleetctl: keys: flag provided but not defined: --bogus`},
+		// An unset variable before another flag: no fallback to another
+		// database.
+		{[]string{"keys", "--database-url", "--output=json"}, `fleetctl: keys: flag needs an argument: --database-url`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -182,6 +185,32 @@ func TestHelpFalse(t *testing.T) {
 		{"drain", "k", "--help", "n", "--help=false"},
 	} {
 		stdout, stderr, code := runCLI(t, nil, append(args, "--database-url", "postgres://127.0.0.1:1/x")...)
+		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, args)
+		require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr, args)
+	}
+}
+
+// TestFlagTwoSpellings: a flag written both ways takes its last value, as
+// a flag written twice the same way does.
+func TestFlagTwoSpellings(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "version", "-o", "json", "--output", "table")
+	require.Equal(t, ExitOK, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "fleetctl "), stdout)
+	stdout, stderr, code = runCLI(t, nil, "version", "--output=table", "-o=json")
+	require.Equal(t, ExitOK, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "{"), stdout)
+}
+
+// TestDashDashAfterArguments: "--" may come after the first argument.
+func TestDashDashAfterArguments(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"drain", "k", "--", "-n"},
+		{"nodes", "k", "--"},
+	} {
+		stdout, stderr, code := runCLI(t, nil, append([]string{"--database-url", "postgres://127.0.0.1:1/x"}, args...)...)
 		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
 		require.Empty(t, stdout, args)
 		require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr, args)

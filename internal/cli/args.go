@@ -25,20 +25,30 @@ type normalized struct {
 // order urfave/cli v2 parses, which stops reading flags at a command's
 // first positional argument:
 //
-//	prog [global flags] cmd [flags] [sub [flags]]... [positional args]
+//	prog [global flags] cmd [flags] [sub [flags]]... [--] [positional args]
 //
 // so that a person may write "drain KEY NODE --wait" or
-// "keys --database-url URL". A flag belongs to the innermost command that
-// defines it, else to the app when it is a global flag; an unknown flag is
-// kept where it was found, for the parser to reject. A flag that takes a
-// value takes the next argument unless written --name=value; one that
-// ends the line after a command is a usage error, which the parser would
-// otherwise never see: moved before the positional arguments (or, for a
-// global flag, before the command), it would take the first of them (or
-// the command's name) as its value. With the help flag (not
-// --help=false), a command's positional arguments are dropped: help needs
-// none. "--" ends flag parsing: it and everything after it stay positional.
-// "help CMD SUB..." is read as "CMD SUB... --help".
+// "keys --database-url URL".
+//
+// A flag belongs to the innermost command that defines it, else to the app
+// when it is a global flag, and is written with its name and two dashes
+// ("-o" becomes "--output", so that "-o json --output table" lets the last
+// win as "-o json -o table" does). An unknown flag is kept where it was
+// found, as it was written, for the parser to reject.
+//
+// A flag that takes a value takes the next argument unless written
+// --name=value. One that ends the line after a command, or that is followed
+// by another of the command's or the global flags ("--database-url
+// --output=json", as an unset variable leaves it), is a usage error: the
+// parser would take the command's name, its first argument or the next
+// flag as the value, and --database-url would then connect to another
+// database than the one meant.
+//
+// With the help flag (not --help=false), a command's positional arguments
+// are dropped: help needs none. "--" ends flag parsing: everything after it
+// is positional, and it is put before the positional arguments, so that
+// "drain KEY -- -NODE" is "drain -- KEY -NODE". "help CMD SUB..." is read
+// as "CMD SUB... --help".
 func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	if len(args) == 0 {
 		return normalized{args: args}, nil
@@ -70,16 +80,19 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		return strings.Join(names, " ")
 	}
 	var positional []string
+	var valueless string // the first value flag given no value
+	dashDash := false
 	unknown := map[string]string{}
 	rest := args[1:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		cur := levels[len(levels)-1]
 		if a == "--" {
-			positional = append(positional, rest[i:]...)
+			dashDash = true
+			positional = append(positional, rest[i+1:]...)
 			break
 		}
-		if len(a) > 1 && a[0] == '-' {
+		if isFlag(a) {
 			name, hasValue := flagName(a)
 			target := cur
 			f := findFlag(flagsOf(app, cur.cmd), name)
@@ -88,14 +101,20 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 					f, target = g, levels[0]
 				}
 			}
+			if f != nil {
+				a = "--" + f.Names()[0]
+				if _, v, ok := strings.Cut(rest[i], "="); ok {
+					a += "=" + v
+				}
+			}
 			target.flags = append(target.flags, a)
-			if f == nil {
+			switch {
+			case f == nil:
 				if _, ok := unknown[name]; !ok {
 					typed, _, _ := strings.Cut(a, "=")
 					unknown[name] = typed
 				}
-			}
-			if f == ucli.HelpFlag {
+			case f == ucli.HelpFlag:
 				target.help = true
 				if _, v, ok := strings.Cut(a, "="); ok {
 					// --help=false is no request for help; a value
@@ -103,12 +122,12 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 					on, err := strconv.ParseBool(v)
 					target.help = on || err != nil
 				}
-			}
-			if f != nil && takesValue(f) && !hasValue {
-				if i+1 == len(rest) && len(levels) > 1 {
-					return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: --%s", f.Names()[0]))
-				}
-				if i+1 < len(rest) {
+			case takesValue(f) && !hasValue:
+				if i+1 == len(rest) && len(levels) > 1 || i+1 < len(rest) && isKnownFlag(app, cur.cmd, rest[i+1]) {
+					if valueless == "" {
+						valueless = a
+					}
+				} else if i+1 < len(rest) {
 					i++
 					target.flags = append(target.flags, rest[i])
 				}
@@ -122,6 +141,9 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 			}
 		}
 		positional = append(positional, a)
+	}
+	if valueless != "" {
+		return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: %s", valueless))
 	}
 	n := normalized{args: make([]string, 0, len(args)), command: path(), cmd: levels[len(levels)-1].cmd, unknown: unknown}
 	help := false
@@ -137,8 +159,24 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		// kept: it names no subcommand, which the parser reports.
 		return n, nil
 	}
+	if dashDash {
+		n.args = append(n.args, "--")
+	}
 	n.args = append(n.args, positional...)
 	return n, nil
+}
+
+// isFlag reports whether arg is written as a flag: a dash and more.
+func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' }
+
+// isKnownFlag reports whether arg is written as a flag that cmd (nil for
+// the app) or the app defines.
+func isKnownFlag(app *ucli.App, cmd *ucli.Command, arg string) bool {
+	if !isFlag(arg) {
+		return false
+	}
+	name, _ := flagName(arg)
+	return findFlag(flagsOf(app, cmd), name) != nil || findFlag(app.Flags, name) != nil
 }
 
 // flagName returns the name of a flag argument ("--to=3" → "to", true).

@@ -13,13 +13,13 @@ func TestNormalizeArgs(t *testing.T) {
 		{"fleetctl keys", "fleetctl keys"},
 		{"fleetctl drain k n --wait --timeout 5s", "fleetctl drain --wait --timeout 5s k n"},
 		{"fleetctl drain k --wait n", "fleetctl drain --wait k n"},
-		{"fleetctl keys --database-url U -o json", "fleetctl --database-url U keys -o json"},
+		{"fleetctl keys --database-url U -o json", "fleetctl --database-url U keys --output json"},
 		{"fleetctl --database-url=U nodes k --statement-timeout 1s", "fleetctl --database-url=U --statement-timeout 1s nodes k"},
 		{"fleetctl limits set k --max 5 --clear-min", "fleetctl limits set --max 5 --clear-min k"},
 		{"fleetctl limits --help", "fleetctl limits --help"},
-		{"fleetctl limits get k -h", "fleetctl limits get -h"},
+		{"fleetctl limits get k -h", "fleetctl limits get --help"},
 		{"fleetctl nodes k --help", "fleetctl nodes --help"},
-		{"fleetctl drain k n -h --wait", "fleetctl drain -h --wait"},
+		{"fleetctl drain k n -h --wait", "fleetctl drain --help --wait"},
 		{"fleetctl watch k --count=3", "fleetctl watch --count=3 k"},
 		{"fleetctl keys --bogus x", "fleetctl keys --bogus x"},
 		{"fleetctl nodes -- -weird-key", "fleetctl nodes -- -weird-key"},
@@ -34,10 +34,20 @@ func TestNormalizeArgs(t *testing.T) {
 		{"fleetctl", "fleetctl"},
 		// --help=false is no request for help: the arguments stay.
 		{"fleetctl nodes k --help=false", "fleetctl nodes --help=false k"},
-		{"fleetctl keys create -h=0 k", "fleetctl keys create -h=0 k"},
-		{"fleetctl nodes k -h --help=false", "fleetctl nodes -h --help=false k"},
-		{"fleetctl nodes k --help=false -h", "fleetctl nodes --help=false -h"},
-		{"fleetctl nodes k -o h", "fleetctl nodes -o h k"},
+		{"fleetctl keys create -h=0 k", "fleetctl keys create --help=0 k"},
+		{"fleetctl nodes k -h --help=false", "fleetctl nodes --help --help=false k"},
+		{"fleetctl nodes k --help=false -h", "fleetctl nodes --help=false --help"},
+		{"fleetctl nodes k -o h", "fleetctl nodes --output h k"},
+		// One spelling per flag, the last value wins.
+		{"fleetctl keys -o json --output table", "fleetctl keys --output json --output table"},
+		{"fleetctl -database-url=U keys -wait", "fleetctl --database-url=U keys -wait"},
+		// "--" before the positional arguments, wherever it was.
+		{"fleetctl drain k -- -n", "fleetctl drain -- k -n"},
+		{"fleetctl nodes k --", "fleetctl nodes -- k"},
+		{"fleetctl drain k --wait -- -n --wait", "fleetctl drain --wait -- k -n --wait"},
+		// A value that is a flag of the command's is no value; one that
+		// only looks like a flag is.
+		{"fleetctl migrate down --to -1", "fleetctl migrate down --to -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -46,6 +56,29 @@ func TestNormalizeArgs(t *testing.T) {
 			got, err := normalizeArgs(r.app(), strings.Fields(tt.in))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, strings.Join(got.args, " "))
+		})
+	}
+}
+
+// TestNormalizeArgsValueless: a value flag followed by another flag of the
+// command's, or by a global flag, has no value.
+func TestNormalizeArgsValueless(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"fleetctl keys --database-url --output=json", "keys: flag needs an argument: --database-url"},
+		{"fleetctl --database-url --statement-timeout=1s nodes k", "nodes: flag needs an argument: --database-url"},
+		{"fleetctl drain k n --timeout --wait", "drain: flag needs an argument: --timeout"},
+		{"fleetctl keys -o -h", "keys: flag needs an argument: --output"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			r := &runner{env: Env{}.withDefaults(), parsed: func() {}}
+			_, err := normalizeArgs(r.app(), strings.Fields(tt.in))
+			var ee *exitError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, ExitUsage, ee.code)
+			require.Equal(t, tt.want, ee.command+": "+ee.Error())
 		})
 	}
 }
