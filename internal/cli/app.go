@@ -191,7 +191,19 @@ func (r *runner) app() *ucli.App {
 		ExitErrHandler: func(*ucli.Context, error) {}, // Run maps errors to exit statuses
 	}
 	setUsageErrorHandlers(app.Commands, r.onUsageError)
+	hideHelpCommands(app.Commands)
 	return app
+}
+
+// hideHelpCommands keeps urfave/cli from giving the commands that have no
+// subcommands a "help" subcommand: their arguments are keys, nodes and
+// roles, and "nodes help" lists the key called help. A command group
+// keeps it ("keys help create"); --help works everywhere.
+func hideHelpCommands(cmds []*ucli.Command) {
+	for _, c := range cmds {
+		c.HideHelpCommand = len(c.Subcommands) == 0
+		hideHelpCommands(c.Subcommands)
+	}
 }
 
 // setUsageErrorHandlers makes every command report flag errors as usage

@@ -117,6 +117,7 @@ func TestUsageErrors(t *testing.T) {
 		// An unset variable before another flag: no fallback to another
 		// database.
 		{[]string{"keys", "--database-url", "--output=json"}, `fleetctl: keys: flag needs an argument: --database-url`},
+		{[]string{"demo", "--interval", "0s", "--database-url", "postgres://127.0.0.1:1/x"}, `fleetctl: demo: invalid value 0s for --interval: want >= 10ms`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -189,6 +190,34 @@ func TestHelpFalse(t *testing.T) {
 		require.Empty(t, stdout, args)
 		require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr, args)
 	}
+}
+
+// TestArgumentsLikeHelp: a key, node or role called help or h is an
+// argument, not urfave/cli's help command.
+func TestArgumentsLikeHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"nodes", "help"},
+		{"nodes", "h"},
+		{"keys", "create", "help"},
+		{"drain", "h", "n"},
+		{"drain", "help", "help"},
+		{"grant", "node", "help"},
+		{"nodes", "--", "help"},
+	} {
+		stdout, stderr, code := runCLI(t, nil, append([]string{"--database-url", "postgres://127.0.0.1:1/x"}, args...)...)
+		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, args)
+		require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr, args)
+	}
+	// A command group keeps its help command.
+	stdout, stderr, code := runCLI(t, nil, "keys", "help", "create")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stdout, "fleetctl keys create - create KEY")
+	// "help help" is fleetctl's help.
+	stdout, stderr, code = runCLI(t, nil, "help", "help")
+	require.Equal(t, ExitOK, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "NAME:\n   fleetctl - operate a fleetlimit fleet\n"), stdout)
 }
 
 // TestFlagTwoSpellings: a flag written both ways takes its last value, as

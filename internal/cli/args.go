@@ -48,7 +48,7 @@ type normalized struct {
 // are dropped: help needs none. "--" ends flag parsing: everything after it
 // is positional, and it is put before the positional arguments, so that
 // "drain KEY -- -NODE" is "drain -- KEY -NODE". "help CMD SUB..." is read
-// as "CMD SUB... --help".
+// as "CMD SUB... --help", and "help help" as "--help".
 func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	if len(args) == 0 {
 		return normalized{args: args}, nil
@@ -61,6 +61,11 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		names := 2
 		for names < len(args) && !strings.HasPrefix(args[names], "-") {
 			names++
+		}
+		if args[2] == "help" || args[2] == "h" {
+			// "help help" is fleetctl's help, which lists the help
+			// command.
+			names = 2
 		}
 		args = append(append([]string{args[0]}, args[2:names]...), "--help")
 	}

@@ -48,6 +48,8 @@ func TestNormalizeArgs(t *testing.T) {
 		// A value that is a flag of the command's is no value; one that
 		// only looks like a flag is.
 		{"fleetctl migrate down --to -1", "fleetctl migrate down --to -1"},
+		{"fleetctl help help", "fleetctl --help"},
+		{"fleetctl h h", "fleetctl --help"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -73,7 +73,7 @@ cleaned up, and demo exits 0, as watch does.`,
 				interval: c.Duration("interval"),
 			}
 			live := r.env.IsTerminal(r.env.Stdout)
-			if cfg.interval == 0 {
+			if !c.IsSet("interval") {
 				cfg.interval = time.Second
 				if live {
 					cfg.interval = 500 * time.Millisecond

@@ -37,8 +37,12 @@
 // the coordinator refuses the bound, the rate is not written either.
 //
 // Flags may follow positional arguments (drain KEY NODE --wait) and the
-// global flags may follow the command (keys --database-url URL); "--" ends
-// flag parsing.
+// global flags may follow the command (keys --database-url URL); a
+// command's own flags come after its name. "--" ends flag parsing wherever
+// it comes (drain KEY -- -NODE). A flag that takes a value and is followed
+// by another flag, or ends the line, is a usage error. --help=false is no
+// request for help. A key, node or role may be called help: only the
+// command groups (migrate, keys, limits) have a help subcommand.
 //
 // # Connection
 //
@@ -59,8 +63,9 @@
 // over the URL's connect_timeout). An unreachable database is one line on
 // stderr naming host:port and the cause, exit status 1.
 //
-// demo counts only 1–3 as "a database is configured"; without one it starts
-// a throwaway Postgres cluster (internal/pgtemp).
+// demo uses only a database named with --database-url (1): the environment
+// (2–4) is never used by it; without the flag it starts a throwaway Postgres
+// cluster (internal/pgtemp).
 //
 // # Exit status
 //
