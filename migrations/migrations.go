@@ -23,6 +23,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -212,6 +213,56 @@ func dropIdleVersionTable(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	return nil
 }
 
+// Grant gives role what a fleet node (kind "node") or an operator (kind
+// "operator") needs, and nothing more, through fleetlimit.grant_role. An
+// operator also gets SELECT on the version table wherever it is (the one
+// on the caller's search path, or every table named [VersionTable] when
+// none is on it) and USAGE on that table's schema when role lacks it: an
+// operator whose search path starts with that schema reads the status
+// (see [ErrSchemaUnrecorded]). Grant is the schema owner's to call; it
+// grants everything or nothing.
+func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlGrantRole, role, kind); err != nil {
+			return err
+		}
+		if kind != "operator" {
+			return nil
+		}
+		type table struct {
+			schema, name string
+			usage        bool // role needs USAGE on schema
+		}
+		rows, err := tx.Query(ctx, sqlVersionTablesToGrant, VersionTable, role)
+		if err != nil {
+			return fmt.Errorf("look for %s: %w", VersionTable, err)
+		}
+		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
+			var t table
+			return t, row.Scan(&t.schema, &t.name, &t.usage)
+		})
+		if err != nil {
+			return fmt.Errorf("look for %s: %w", VersionTable, err)
+		}
+		grantee := pgx.Identifier{role}.Sanitize()
+		for _, t := range tables {
+			if t.usage {
+				if _, err := tx.Exec(ctx, fmt.Sprintf(sqlGrantUsage, pgx.Identifier{t.schema}.Sanitize(), grantee)); err != nil {
+					return fmt.Errorf("grant USAGE on schema %q: %w", t.schema, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlGrantSelect, pgx.Identifier{t.schema, t.name}.Sanitize(), grantee)); err != nil {
+				return fmt.Errorf("grant SELECT on %s: %w", pgx.Identifier{t.schema, t.name}.Sanitize(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrations: grant %s rights to %q: %w", kind, role, err)
+	}
+	return nil
+}
+
 // HasVersionTable reports whether a [VersionTable] is on the search path.
 func HasVersionTable(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	var exists bool
@@ -249,6 +300,21 @@ const (
 	// quoted as a search path needs them.
 	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema())`
+	// sqlGrantRole hands role $1 a node's or an operator's rights ($2);
+	// see fleetlimit.grant_role in the migrations.
+	sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`
+	// sqlVersionTablesToGrant: the schema and name of the version table
+	// $1 on the search path or, without one there, of every table named
+	// $1; and whether role $2 lacks USAGE on its schema.
+	sqlVersionTablesToGrant = `SELECT n.nspname, c.relname, NOT has_schema_privilege($2::text, n.oid, 'USAGE')
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE CASE WHEN to_regclass($1::text) IS NULL THEN c.relname = $1::text AND c.relkind = 'r'
+	            ELSE c.oid = to_regclass($1::text) END
+	 ORDER BY n.nspname`
+	// sqlGrantSelect and sqlGrantUsage take identifiers quoted by
+	// pgx.Identifier: the table (schema-qualified) or schema, then the role.
+	sqlGrantSelect = `GRANT SELECT ON TABLE %s TO %s`
+	sqlGrantUsage  = `GRANT USAGE ON SCHEMA %s TO %s`
 )
 
 // Status reports every embedded migration and whether it is applied. It

@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
 // DefaultDrainTimeout is how long drain --wait waits by default.
@@ -475,7 +476,13 @@ func (r *runner) grantCommand() *ucli.Command {
 heartbeat and leave; an operator role may read the tables and drain,
 undrain, evict, relearn, set limits and the aggregate, create and delete
 keys. Neither may write the tables or pass the coordinator a clock. The
-role must exist (CREATE ROLE ... LOGIN).`,
+role must exist (CREATE ROLE ... LOGIN).
+
+An operator may also read the version table (fleetlimit_schema_version)
+where it is: the one on this connection's search path, or every one when
+none is on it. It gets USAGE on that table's schema if it lacks it, so that
+it reads 'fleetctl migrate status' with a search path that starts with the
+table's schema (options=-csearch_path=SCHEMA in the connection string).`,
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KIND", "ROLE")
 			if err != nil {
@@ -490,15 +497,11 @@ role must exist (CREATE ROLE ... LOGIN).`,
 				return err
 			}
 			defer pool.Close()
-			if _, err := pool.Exec(c.Context, sqlGrantRole, role, kind); err != nil {
-				return schemaHint(fmt.Errorf("grant %s rights to %q: %w", kind, role, err))
+			if err := migrations.Grant(c.Context, pool, role, kind); err != nil {
+				return schemaHint(err)
 			}
 			r.printf("role %q has a fleet %s's rights\n", role, kind)
 			return nil
 		}),
 	}
 }
-
-// sqlGrantRole hands a role a node's or an operator's rights; see
-// fleetlimit.grant_role in the migrations.
-const sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`

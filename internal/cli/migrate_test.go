@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/fleettest"
+)
+
+// migrateDB is a fresh database with no schema, its DSN and a pool on it
+// as the test's superuser.
+type migrateDB struct {
+	dsn  string
+	pool *pgxpool.Pool
+}
+
+func newMigrateDB(t *testing.T) migrateDB {
+	t.Helper()
+	dsn := fleettest.EmptyDSN(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return migrateDB{dsn: dsn, pool: pool}
+}
+
+// exec runs sql on the database, failing t on an error.
+func (db migrateDB) exec(t *testing.T, sql string) {
+	t.Helper()
+	_, err := db.pool.Exec(t.Context(), sql)
+	require.NoError(t, err)
+}
+
+// searchPath returns dsn with a search path set through the connection
+// string's options, as migrationHint tells operators to.
+func searchPath(t *testing.T, dsn, path string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("options", "-csearch_path="+path)
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // pgx reads + as itself
+	return u.String()
+}
+
+// loginRole creates a login role whose name needs quoting, dropped at
+// cleanup, and returns its name and db's DSN as it.
+func (db migrateDB) loginRole(t *testing.T) (role, dsn string) {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role = "Fl Op " + hex.EncodeToString(b)
+	db.exec(t, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD 'fl-op-pw'")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = db.pool.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
+		_, _ = db.pool.Exec(ctx, "DROP ROLE "+pgx.Identifier{role}.Sanitize())
+	})
+	u, err := url.Parse(db.dsn)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "fl-op-pw")
+	return role, u.String()
+}
+
+// fleetctlOK runs fleetctl on dsn and requires success; it returns stdout.
+func fleetctlOK(t *testing.T, dsn string, args ...string) string {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: dsn}, args...)
+	require.Equal(t, ExitOK, code, "fleetctl %v: %s", args, stderr)
+	return stdout
+}
+
+// TestGrantOperatorReadsTheVersionTableWhereItIs: migrated from a search
+// path whose first schema is not public, the version table is kept there;
+// grant operator lets the operator read it, as ErrSchemaUnrecorded's hint
+// says: with a search path that starts with that schema.
+func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
+	t.Parallel()
+	db := newMigrateDB(t)
+	db.exec(t, `CREATE SCHEMA "Mig Own"`)
+	migrator := searchPath(t, db.dsn, `"Mig\ Own"`)
+	require.Equal(t, "migrated from version 0 to 6\n", fleetctlOK(t, migrator, "migrate", "up"))
+	role, operator := db.loginRole(t)
+	fleetctlOK(t, migrator, "grant", "operator", role)
+
+	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: operator}, "migrate", "status")
+	require.Equal(t, ExitFailure, code)
+	require.Contains(t, stderr, `schemas holding a fleetlimit_schema_version: "Mig Own"`)
+	require.Contains(t, stderr, "options=-csearch_path=SCHEMA")
+
+	operator = searchPath(t, operator, `"Mig\ Own"`)
+	require.NotContains(t, fleetctlOK(t, operator, "migrate", "status"), "pending")
+	require.Equal(t, "schema is up to date at version 6\n", fleetctlOK(t, operator, "migrate", "validate"))
+	var create bool
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT has_schema_privilege($1, 'Mig Own', 'CREATE')`, role).Scan(&create))
+	require.False(t, create, "the operator may not create in the migrator's schema")
+
+	// Granted from a search path that reaches no version table: the
+	// one there is, wherever it is.
+	other, _ := db.loginRole(t)
+	fleetctlOK(t, db.dsn, "grant", "operator", other)
+	var read bool
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT has_table_privilege($1, '"Mig Own".fleetlimit_schema_version', 'SELECT')
+	    AND has_schema_privilege($1, 'Mig Own', 'USAGE')`, other).Scan(&read))
+	require.True(t, read)
+}
