@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,6 +152,16 @@ var ErrSchemaGone = errors.New("migrations: " + VersionTable + " records applied
 // it in the first schema of the path), or it was dropped by hand.
 var ErrSchemaUnrecorded = errors.New("migrations: the fleetlimit schema exists, but no " + VersionTable +
 	" on this role's search path records it (migrated by a role with another search path?)")
+
+// ErrVersionMismatch reports a version table on the search path whose
+// newest applied migration is not the version the fleetlimit schema says
+// it is at (fleetlimit.schema_version()): a stale table, left in one
+// schema when the fleetlimit schema was dropped by hand and migrated again
+// from a search path that put a new table in another. [Status] returns it,
+// naming the versions and the schemas holding a version table, and how to
+// get out: drop the stale table, and migrate with a search path that
+// reaches the one that agrees.
+var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees with the fleetlimit schema")
 
 // ErrVersionTableElsewhere reports a version table on the search path but
 // not in its first schema, where goose looks for it (and would create
@@ -284,7 +295,26 @@ const (
 	// TimeZone, right when both sessions use the database's default.
 	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone')
 	  FROM ` + VersionTable + ` WHERE version_id > 0 GROUP BY version_id`
-	sqlHasSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
+	sqlLockShared   = `SELECT pg_advisory_lock_shared($1)`
+	sqlUnlockShared = `SELECT pg_advisory_unlock_shared($1)`
+	sqlHasSchema    = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
+	// sqlSchemaVersionFunc: whether fleetlimit.schema_version() exists,
+	// and whether this role may call it (a qualified name would fail
+	// without USAGE on the schema).
+	sqlSchemaVersionFunc = `SELECT count(*) > 0,
+	       coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND has_function_privilege(p.oid, 'EXECUTE')), false)
+	  FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+	 WHERE n.nspname = 'fleetlimit' AND p.proname = 'schema_version' AND p.pronargs = 0`
+	sqlSchemaVersion = `SELECT fleetlimit.schema_version()`
+	// sqlVersionTables lists the schemas holding a table named $1, as
+	// they are and quoted as a search path needs them, and whether it is
+	// the one on the search path.
+	sqlVersionTables = `SELECT n.nspname, quote_ident(n.nspname), coalesce(c.oid = to_regclass($1::text)::oid, false)
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1::text AND c.relkind = 'r' ORDER BY n.nspname`
+	// sqlNewestIn takes a version table quoted by pgx.Identifier, and
+	// reads its newest applied version (see sqlApplied).
+	sqlNewestIn = `SELECT coalesce(max(version_id), 0) FROM %s WHERE version_id > 0`
 	// sqlLiveVersions: some applied version's schema still exists.
 	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + VersionTable + ` WHERE version_id > 0)
 	    AND to_regnamespace('fleetlimit') IS NOT NULL`
@@ -337,6 +367,12 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 		// transaction.
 		applied, err = readApplied(ctx, pool)
 	}
+	if errors.Is(err, ErrVersionMismatch) {
+		// A migration running now changes the schema and its version
+		// row together, but maybe between this look's two reads: look
+		// again while none runs.
+		applied, err = readAppliedLocked(ctx, pool)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -350,9 +386,35 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 	return out, nil
 }
 
+// querier is a pool or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readAppliedLocked is readApplied holding the lock that migrations take,
+// shared: no migration runs meanwhile.
+func readAppliedLocked(ctx context.Context, pool *pgxpool.Pool) (_ map[int64]time.Time, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, sqlLockShared, LockID); err != nil {
+		return nil, fmt.Errorf("migrations: lock: %w", err)
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), sqlUnlockShared, LockID); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
+			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
+		}
+	}()
+	return readApplied(ctx, conn)
+}
+
 // readApplied reads the applied versions, and checks them against the
 // fleetlimit schema (see Status).
-func readApplied(ctx context.Context, pool *pgxpool.Pool) (map[int64]time.Time, error) {
+func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error) {
 	applied := map[int64]time.Time{}
 	rows, err := pool.Query(ctx, sqlApplied)
 	if err == nil {
@@ -388,8 +450,100 @@ func readApplied(ctx context.Context, pool *pgxpool.Pool) (map[int64]time.Time, 
 			return nil, fmt.Errorf("%w: no schema holds a %s (dropped by hand?)", ErrSchemaUnrecorded, VersionTable)
 		}
 		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, where)
+	case schema:
+		var newest int64
+		for v := range applied {
+			newest = max(newest, v)
+		}
+		if err := checkSchemaVersion(ctx, pool, newest); err != nil {
+			return nil, err
+		}
 	}
 	return applied, nil
+}
+
+// firstSchemaVersion is the migration that adds fleetlimit.schema_version().
+const firstSchemaVersion = 4
+
+// checkSchemaVersion returns ErrVersionMismatch when recorded, the newest
+// version the version table on the search path records, is not the one
+// fleetlimit.schema_version() returns, or when that function is missing
+// while recorded says it should exist (and the other way round). A role
+// that may not call the function is not checked.
+func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
+	var exists, callable bool
+	if err := q.QueryRow(ctx, sqlSchemaVersionFunc).Scan(&exists, &callable); err != nil {
+		return fmt.Errorf("migrations: look for fleetlimit.schema_version(): %w", err)
+	}
+	if exists && !callable {
+		return nil
+	}
+	var actual int64
+	if exists {
+		err := q.QueryRow(ctx, sqlSchemaVersion).Scan(&actual)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "3F000"): // undefined function, schema
+			exists = false // rolled back meanwhile
+		case err != nil:
+			return fmt.Errorf("migrations: read fleetlimit.schema_version(): %w", err)
+		}
+	}
+	if exists && actual == recorded || !exists && recorded < firstSchemaVersion {
+		return nil
+	}
+
+	type table struct {
+		schema, quoted string
+		onPath         bool
+		newest         int64 // -1: unreadable
+	}
+	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
+	if err != nil {
+		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
+	}
+	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
+		var t table
+		return t, row.Scan(&t.schema, &t.quoted, &t.onPath)
+	})
+	if err != nil {
+		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
+	}
+	stale := table{quoted: "?"}
+	var others, agreeing []string
+	for _, t := range tables {
+		if t.onPath {
+			stale = t
+			continue
+		}
+		t.newest = -1
+		if err := q.QueryRow(ctx, fmt.Sprintf(sqlNewestIn, pgx.Identifier{t.schema, VersionTable}.Sanitize())).Scan(&t.newest); err != nil {
+			others = append(others, fmt.Sprintf("the one in schema %s is unreadable (%v)", t.quoted, err))
+			continue
+		}
+		others = append(others, fmt.Sprintf("the one in schema %s records version %d", t.quoted, t.newest))
+		if exists && t.newest == actual {
+			agreeing = append(agreeing, t.quoted)
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "the one in schema %s records version %d, but ", stale.quoted, recorded)
+	if exists {
+		fmt.Fprintf(&b, "fleetlimit.schema_version() says %d", actual)
+	} else {
+		fmt.Fprintf(&b, "the schema has no fleetlimit.schema_version(), which version %d added", firstSchemaVersion)
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(&b, "; %s", strings.Join(others, ", "))
+	}
+	drop := "DROP TABLE " + pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+	if len(agreeing) > 0 {
+		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
+	} else {
+		fmt.Fprintf(&b, ": drop the stale table (%s) and look again", drop)
+	}
+	return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
 }
 
 // sourceList lists the embedded migrations, as goose's ListSources does,

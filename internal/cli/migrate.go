@@ -291,7 +291,7 @@ SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
 // a privilege, that migrations run as the schema owner; when the schema
 // was dropped by hand, that reset clears its version table; when the
 // version table is not where this role's search path looks, which role or
-// search path to migrate with.
+// search path to migrate with; when it is stale, how to set a search path.
 func migrationHint(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
@@ -299,6 +299,8 @@ func migrationHint(err error) error {
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
 	case errors.Is(err, migrations.ErrSchemaGone):
 		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the version table, then 'fleetctl migrate up'", err)
+	case errors.Is(err, migrations.ErrVersionMismatch):
+		return fmt.Errorf("%w (a search path is set with options=-csearch_path=SCHEMA in the connection string)", err)
 	case errors.Is(err, migrations.ErrSchemaUnrecorded), errors.Is(err, migrations.ErrVersionTableElsewhere):
 		return fmt.Errorf("%w: run 'fleetctl migrate' as the role that migrated, or put the version table's schema "+
 			"first on the search path (options=-csearch_path=SCHEMA in the connection string)", err)

@@ -247,6 +247,56 @@ func TestConcurrentUpsWithTwoSearchPaths(t *testing.T) {
 	}
 }
 
+// TestStaleVersionTable: the fleetlimit schema dropped by hand and
+// migrated again from another search path leaves two version tables; once
+// they disagree (a rollback through the new one), a reader whose path
+// reaches the old one first is told so, with both versions, the schemas
+// and the way out, rather than that the schema is up to date; Up refuses.
+// The way out works.
+func TestStaleVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	_, err := pool.Exec(ctx, `CREATE SCHEMA a; CREATE SCHEMA b`)
+	require.NoError(t, err)
+	pa, pb := withSearchPath(t, pool, "a"), withSearchPath(t, pool, "b")
+	require.NoError(t, migrations.Up(ctx, pa))
+	_, err = pool.Exec(ctx, `DROP SCHEMA fleetlimit CASCADE`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pb))
+	reader := withSearchPath(t, pool, "a, b")
+	pending, err := migrations.HasPending(ctx, reader)
+	require.NoError(t, err)
+	require.False(t, pending, "both tables record version 6, as the schema is")
+
+	require.NoError(t, migrations.DownTo(ctx, pb, 5))
+	_, err = migrations.Status(ctx, reader)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	require.ErrorContains(t, err, "the one in schema a records version 6, but fleetlimit.schema_version() says 5; "+
+		"the one in schema b records version 5: drop the stale table "+
+		`(DROP TABLE "a"."fleetlimit_schema_version") and migrate with a search path that starts with b`)
+	_, err = migrations.HasPending(ctx, reader)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	require.ErrorIs(t, migrations.Up(ctx, reader), migrations.ErrVersionMismatch)
+
+	// Older than the function.
+	require.NoError(t, migrations.DownTo(ctx, pb, 3))
+	_, err = migrations.Status(ctx, reader)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	require.ErrorContains(t, err, "the one in schema a records version 6, but the schema has no fleetlimit.schema_version(), which version 4 added")
+
+	// The way out.
+	_, err = pool.Exec(ctx, `DROP TABLE "a"."fleetlimit_schema_version"`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pb))
+	pending, err = migrations.HasPending(ctx, reader)
+	require.NoError(t, err)
+	require.False(t, pending)
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.schema_version()`).Scan(&v))
+	require.Equal(t, coord.SchemaVersion, v)
+}
+
 // withSearchPath opens a pool like pool's whose sessions have the given
 // search path, closed at t's cleanup.
 func withSearchPath(t *testing.T, pool *pgxpool.Pool, path string) *pgxpool.Pool {
