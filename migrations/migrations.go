@@ -149,9 +149,16 @@ var ErrSchemaGone = errors.New("migrations: " + VersionTable + " records applied
 // ErrSchemaUnrecorded reports a fleetlimit schema that the version table
 // on the connecting role's search path does not record: the migrations
 // were run by a role whose search path put the table elsewhere (goose puts
-// it in the first schema of the path), or it was dropped by hand.
+// it in the first schema of the path). With no version table anywhere,
+// [ErrVersionTableGone] is returned instead.
 var ErrSchemaUnrecorded = errors.New("migrations: the fleetlimit schema exists, but no " + VersionTable +
 	" on this role's search path records it (migrated by a role with another search path?)")
+
+// ErrVersionTableGone reports a fleetlimit schema while no schema holds a
+// version table (it was dropped by hand): nothing can be rolled back or
+// applied until [Reset] removes the schema, with its data.
+var ErrVersionTableGone = errors.New("migrations: the fleetlimit schema exists, but no schema holds a " + VersionTable +
+	" to record it (dropped by hand?)")
 
 // ErrVersionMismatch reports a version table on the search path whose
 // newest applied migration is not the version the fleetlimit schema says
@@ -173,9 +180,15 @@ var ErrVersionTableElsewhere = errors.New("migrations: " + VersionTable + " is n
 // nothing fleetlimit created is left; after [ErrSchemaGone] it only drops
 // the table. The table is dropped under the lock that migrations take, and
 // only while it records no applied migration whose schema still exists:
-// an [Up] that ran meanwhile keeps it.
+// an [Up] that ran meanwhile keeps it. After [ErrVersionTableGone] it
+// drops the fleetlimit schema with all its data (as rolling back
+// migration 1 does) under that lock, unless a version table is there by
+// then.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 	st, err := Status(ctx, pool)
+	if errors.Is(err, ErrVersionTableGone) {
+		return dropUnrecordedSchema(ctx, pool)
+	}
 	if err != nil && !errors.Is(err, ErrSchemaGone) {
 		return err
 	}
@@ -193,35 +206,69 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 // dropIdleVersionTable drops the version table on the search path unless
 // it records an applied migration whose schema exists, under the lock
 // that migrations take.
-func dropIdleVersionTable(ctx context.Context, pool *pgxpool.Pool) (err error) {
+func dropIdleVersionTable(ctx context.Context, pool *pgxpool.Pool) error {
+	return withLock(ctx, pool, sqlLock, sqlUnlock, func(conn *pgxpool.Conn) error {
+		var live bool
+		if err := conn.QueryRow(ctx, sqlLiveVersions).Scan(&live); err != nil {
+			if isUndefinedTable(err) {
+				return nil // another Reset dropped it
+			}
+			return fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+		}
+		if live {
+			return nil
+		}
+		if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
+			return fmt.Errorf("migrations: drop %s: %w", VersionTable, err)
+		}
+		return nil
+	})
+}
+
+// dropUnrecordedSchema drops the fleetlimit schema while no schema holds
+// a version table, under the lock that migrations take.
+func dropUnrecordedSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	unrecorded := false
+	err := withLock(ctx, pool, sqlLock, sqlUnlock, func(conn *pgxpool.Conn) error {
+		if err := conn.QueryRow(ctx, sqlUnrecordedSchema, VersionTable).Scan(&unrecorded); err != nil {
+			return fmt.Errorf("migrations: look for the fleetlimit schema and %s: %w", VersionTable, err)
+		}
+		if !unrecorded {
+			return nil
+		}
+		if _, err := conn.Exec(ctx, sqlDropSchema); err != nil {
+			return fmt.Errorf("migrations: drop the fleetlimit schema: %w", err)
+		}
+		return nil
+	})
+	if err != nil || unrecorded {
+		return err
+	}
+	// Dropped by another Reset, or recorded by now: what is there is
+	// what Status says.
+	_, err = Status(ctx, pool)
+	return err
+}
+
+// withLock runs fn on a connection of pool that holds the lock that
+// migrations take, taken and released by the statements lock and unlock
+// (exclusive or shared).
+func withLock(ctx context.Context, pool *pgxpool.Pool, lock, unlock string, fn func(*pgxpool.Conn) error) (err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, sqlLock, LockID); err != nil {
+	if _, err := conn.Exec(ctx, lock, LockID); err != nil {
 		return fmt.Errorf("migrations: lock: %w", err)
 	}
 	defer func() {
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), sqlUnlock, LockID); uerr != nil {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), unlock, LockID); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
 			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
 		}
 	}()
-	var live bool
-	if err := conn.QueryRow(ctx, sqlLiveVersions).Scan(&live); err != nil {
-		if isUndefinedTable(err) {
-			return nil // another Reset dropped it
-		}
-		return fmt.Errorf("migrations: read %s: %w", VersionTable, err)
-	}
-	if live {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, sqlDropVersionTable); err != nil {
-		return fmt.Errorf("migrations: drop %s: %w", VersionTable, err)
-	}
-	return nil
+	return fn(conn)
 }
 
 // Grant gives role what a fleet node (kind "node") or an operator (kind
@@ -319,7 +366,12 @@ const (
 	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + VersionTable + ` WHERE version_id > 0)
 	    AND to_regnamespace('fleetlimit') IS NOT NULL`
 	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + VersionTable
-	sqlHasVersionTable  = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+	// sqlUnrecordedSchema: the fleetlimit schema exists, and no schema
+	// holds a table named $1.
+	sqlUnrecordedSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1::text AND relkind = 'r')`
+	sqlDropSchema      = `DROP SCHEMA fleetlimit CASCADE`
+	sqlHasVersionTable = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
 	// sqlVersionTablesAnywhere names the schemas holding a table named
 	// $1, quoted as a search path needs them.
 	sqlVersionTablesAnywhere = `SELECT coalesce(string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname), '')
@@ -394,22 +446,12 @@ type querier interface {
 
 // readAppliedLocked is readApplied holding the lock that migrations take,
 // shared: no migration runs meanwhile.
-func readAppliedLocked(ctx context.Context, pool *pgxpool.Pool) (_ map[int64]time.Time, err error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, sqlLockShared, LockID); err != nil {
-		return nil, fmt.Errorf("migrations: lock: %w", err)
-	}
-	defer func() {
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), sqlUnlockShared, LockID); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
-			conn.Conn().Close(context.WithoutCancel(ctx)) // a session that may hold the lock is not reused
-		}
-	}()
-	return readApplied(ctx, conn)
+func readAppliedLocked(ctx context.Context, pool *pgxpool.Pool) (applied map[int64]time.Time, err error) {
+	err = withLock(ctx, pool, sqlLockShared, sqlUnlockShared, func(conn *pgxpool.Conn) error {
+		applied, err = readApplied(ctx, conn)
+		return err
+	})
+	return applied, err
 }
 
 // readApplied reads the applied versions, and checks them against the
@@ -447,7 +489,7 @@ func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error)
 			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, err)
 		}
 		if where == "" {
-			return nil, fmt.Errorf("%w: no schema holds a %s (dropped by hand?)", ErrSchemaUnrecorded, VersionTable)
+			return nil, ErrVersionTableGone
 		}
 		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, where)
 	case schema:

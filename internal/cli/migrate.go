@@ -116,7 +116,9 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 for confirmation on a terminal and needs --yes otherwise. It refuses while
 nodes are live on any key (their fleets would fail closed) unless --force.
 A version table left alone (no migration applied, or the fleetlimit schema
-dropped by hand) holds no data: it is removed without asking.`,
+dropped by hand) holds no data: it is removed without asking. A fleetlimit
+schema whose version table was dropped by hand is removed as a whole, after
+the same confirmation and check for live nodes.`,
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
 					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live"},
@@ -125,10 +127,11 @@ dropped by hand) holds no data: it is removed without asking.`,
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, _, err := schemaVersion(ctx, pool)
 						gone := errors.Is(err, migrations.ErrSchemaGone)
-						if err != nil && !gone {
+						unrecorded := errors.Is(err, migrations.ErrVersionTableGone)
+						if err != nil && !gone && !unrecorded {
 							return err
 						}
-						if current == 0 {
+						if current == 0 && !unrecorded {
 							// Nothing is left to lose but, maybe, the version
 							// table: no migration applied, or the schema
 							// dropped by hand.
@@ -170,6 +173,10 @@ dropped by hand) holds no data: it is removed without asking.`,
 						}
 						if err := migrations.Reset(ctx, pool); err != nil {
 							return migrationHint(err)
+						}
+						if unrecorded {
+							r.printf("the version table was gone; removed the fleetlimit schema and its data\n")
+							return nil
 						}
 						r.printf("rolled back from version %d to 0: the fleetlimit schema and its version table are gone\n", current)
 						return nil
@@ -289,7 +296,8 @@ SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
 
 // migrationHint adds to a migration's error what to do: when the role lacked
 // a privilege, that migrations run as the schema owner; when the schema
-// was dropped by hand, that reset clears its version table; when the
+// or its version table was dropped by hand, that reset clears what is
+// left; when the
 // version table is not where this role's search path looks, which role or
 // search path to migrate with; when it is stale, how to set a search path.
 func migrationHint(err error) error {
@@ -299,6 +307,9 @@ func migrationHint(err error) error {
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
 	case errors.Is(err, migrations.ErrSchemaGone):
 		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the version table, then 'fleetctl migrate up'", err)
+	case errors.Is(err, migrations.ErrVersionTableGone):
+		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the fleetlimit schema with its data "+
+			"(every key, override and node), then 'fleetctl migrate up'", err)
 	case errors.Is(err, migrations.ErrVersionMismatch):
 		return fmt.Errorf("%w (a search path is set with options=-csearch_path=SCHEMA in the connection string)", err)
 	case errors.Is(err, migrations.ErrSchemaUnrecorded), errors.Is(err, migrations.ErrVersionTableElsewhere):

@@ -111,3 +111,38 @@ func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 	    AND has_schema_privilege($1, 'Mig Own', 'USAGE')`, other).Scan(&read))
 	require.True(t, read)
 }
+
+// TestMigrateResetAfterTheVersionTableWasDroppedByHand: with the version
+// table dropped by hand and the schema left, every migrate command names
+// the way out, reset; reset refuses while nodes are live, asks, and then
+// removes the schema; the database migrates again.
+func TestMigrateResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seedKey(t, dsn) // a live node
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), `DROP TABLE fleetlimit_schema_version`)
+	require.NoError(t, err)
+
+	env := map[string]string{EnvFleetDatabaseURL: dsn}
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "status"}, {"migrate", "validate"}, {"migrate", "down"}} {
+		_, stderr, code := runCLI(t, env, args...)
+		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "no schema holds a fleetlimit_schema_version", args)
+		require.Contains(t, stderr, "run 'fleetctl migrate reset' to remove the fleetlimit schema with its data", args)
+	}
+	_, stderr, code := runCLI(t, env, "migrate", "reset")
+	require.Equal(t, ExitFailure, code, stderr)
+	require.Contains(t, stderr, "1 node is live on 1 key")
+	_, stderr, code = runCLI(t, env, "migrate", "reset", "--force")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "give --yes to confirm")
+	require.Contains(t, fleetctlOK(t, dsn, "nodes", "k"), "node-1", "nothing was removed")
+
+	require.Equal(t, "the version table was gone; removed the fleetlimit schema and its data\n",
+		fleetctlOK(t, dsn, "migrate", "reset", "--yes", "--force"))
+	require.Equal(t, "no migration is applied; nothing to reset\n", fleetctlOK(t, dsn, "migrate", "reset"))
+	require.Equal(t, "migrated from version 0 to 6\n", fleetctlOK(t, dsn, "migrate", "up"))
+}

@@ -120,6 +120,36 @@ func TestResetAfterTheSchemaWasDroppedByHand(t *testing.T) {
 	require.False(t, pending)
 }
 
+// TestResetAfterTheVersionTableWasDroppedByHand: a fleetlimit schema
+// that no version table records, as none is left anywhere, is reported
+// (ErrVersionTableGone) by every reader and by Up; Reset removes the
+// schema, and the database migrates again.
+func TestResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, `DROP TABLE `+migrations.VersionTable)
+	require.NoError(t, err)
+
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionTableGone)
+	_, err = migrations.HasPending(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionTableGone)
+	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionTableGone)
+	require.False(t, hasVersionTable(t, pool), "Up created no empty table")
+
+	require.NoError(t, migrations.Reset(ctx, pool))
+	var schema bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL`).Scan(&schema))
+	require.False(t, schema)
+	require.NoError(t, migrations.Reset(ctx, pool), "a second reset finds nothing to do")
+	require.NoError(t, migrations.Up(ctx, pool))
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+}
+
 // TestResetRemovesAnEmptyVersionTable: a version table that records no
 // migration (a full rollback, a failed first migration) is removed too.
 func TestResetRemovesAnEmptyVersionTable(t *testing.T) {
