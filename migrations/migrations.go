@@ -176,6 +176,13 @@ var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees 
 // starts with the table's schema.
 var ErrVersionTableElsewhere = errors.New("migrations: " + VersionTable + " is not in the first schema of this role's search path")
 
+// ErrNoSchemaOnPath reports a search path none of whose schemas exists
+// (or may be used by the migrating role), so that goose has nowhere to
+// create [VersionTable]. [Up] and [DownTo] return it, naming the search
+// path, before goose runs.
+var ErrNoSchemaOnPath = errors.New("migrations: no schema on this role's search path exists (or may be used), " +
+	"so there is none to keep " + VersionTable + " in")
+
 // Reset rolls every migration back and then drops [VersionTable], so that
 // nothing fleetlimit created is left; after [ErrSchemaGone] it only drops
 // the table. The table is dropped under the lock that migrations take, and
@@ -378,10 +385,12 @@ const (
 	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 	 WHERE c.relname = $1 AND c.relkind = 'r'`
 	// sqlVersionTablePlace: the schema of the version table on the search
-	// path (NULL without one), and the search path's first schema, both
-	// quoted as a search path needs them.
+	// path (NULL without one), and the search path's first schema (NULL
+	// when none of its schemas exists and may be used), both quoted as a
+	// search path needs them; and the search path as set.
 	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema())`
+	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema()),
+	       current_setting('search_path')`
 	// sqlGrantRole hands role $1 a node's or an operator's rights ($2);
 	// see fleetlimit.grant_role in the migrations.
 	sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`
@@ -632,7 +641,8 @@ func isUndefinedTable(err error) bool {
 // goose will find the version table where it is (see ErrVersionTableElsewhere).
 func withProvider(ctx context.Context, pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
 	var where, first *string
-	if err := pool.QueryRow(ctx, sqlVersionTablePlace).Scan(&where, &first); err != nil {
+	var path string
+	if err := pool.QueryRow(ctx, sqlVersionTablePlace).Scan(&where, &first, &path); err != nil {
 		return fmt.Errorf("migrations: look for %s: %w", VersionTable, err)
 	}
 	if where != nil && (first == nil || *where != *first) {
@@ -641,6 +651,10 @@ func withProvider(ctx context.Context, pool *pgxpool.Pool, fn func(*goose.Provid
 			firstName = *first
 		}
 		return fmt.Errorf("%w: it is in schema %s, and this role's first schema is %s", ErrVersionTableElsewhere, *where, firstName)
+	}
+	if first == nil {
+		return fmt.Errorf("%w: search_path is %q; create its first schema, or use a search path that starts with a schema that exists",
+			ErrNoSchemaOnPath, path)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer func() { err = errors.Join(err, db.Close()) }()

@@ -299,7 +299,8 @@ SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
 // or its version table was dropped by hand, that reset clears what is
 // left; when the
 // version table is not where this role's search path looks, which role or
-// search path to migrate with; when it is stale, how to set a search path.
+// search path to migrate with; when it is stale, or the search path has no
+// schema to keep it in, how to set a search path.
 func migrationHint(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
@@ -310,7 +311,7 @@ func migrationHint(err error) error {
 	case errors.Is(err, migrations.ErrVersionTableGone):
 		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the fleetlimit schema with its data "+
 			"(every key, override and node), then 'fleetctl migrate up'", err)
-	case errors.Is(err, migrations.ErrVersionMismatch):
+	case errors.Is(err, migrations.ErrVersionMismatch), errors.Is(err, migrations.ErrNoSchemaOnPath):
 		return fmt.Errorf("%w (a search path is set with options=-csearch_path=SCHEMA in the connection string)", err)
 	case errors.Is(err, migrations.ErrSchemaUnrecorded), errors.Is(err, migrations.ErrVersionTableElsewhere):
 		return fmt.Errorf("%w: run 'fleetctl migrate' as the role that migrated, or put the version table's schema "+

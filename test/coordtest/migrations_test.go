@@ -327,6 +327,31 @@ func TestStaleVersionTable(t *testing.T) {
 	require.Equal(t, coord.SchemaVersion, v)
 }
 
+// TestNoSchemaOnTheSearchPath: a search path none of whose schemas
+// exists gets an error that names it and says what to do, not goose's
+// failure to create its table; with the schema created, Up puts the table
+// there.
+func TestNoSchemaOnTheSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	lost := withSearchPath(t, pool, `nosuch, "Also None"`)
+	for name, err := range map[string]error{
+		"Up":     migrations.Up(ctx, lost),
+		"DownTo": migrations.DownTo(ctx, lost, 0),
+	} {
+		require.ErrorIs(t, err, migrations.ErrNoSchemaOnPath, name)
+		require.ErrorContains(t, err, `search_path is "nosuch, \"Also None\""; create its first schema`, name)
+		require.NotContains(t, err.Error(), "no schema has been selected", name)
+	}
+	_, err := pool.Exec(ctx, `CREATE SCHEMA nosuch`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, lost))
+	var ok bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "nosuch."+migrations.VersionTable).Scan(&ok))
+	require.True(t, ok)
+}
+
 // withSearchPath opens a pool like pool's whose sessions have the given
 // search path, closed at t's cleanup.
 func withSearchPath(t *testing.T, pool *pgxpool.Pool, path string) *pgxpool.Pool {
