@@ -97,38 +97,72 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 
 // Up applies every pending migration to the database behind pool. It is safe
 // to call from many processes at once, and with a [Reset] under way. It
-// returns [ErrSchemaGone] or [ErrSchemaUnrecorded] when the version table
-// and the schema disagree, and does nothing when nothing is pending.
+// returns what [Status] returns when the version table and the schema
+// disagree, [ErrNoSchemaOnPath] when the search path has no schema for the
+// version table, and does nothing when nothing is pending.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	err := up(ctx, pool)
-	if isUndefinedTable(err) {
-		// The table was dropped by hand, without the lock, between
-		// goose's check for it and its use: look again.
-		err = up(ctx, pool)
-	}
+	_, _, err := UpVersions(ctx, pool)
 	return err
 }
 
-func up(ctx context.Context, pool *pgxpool.Pool) error {
-	if pending, err := HasPending(ctx, pool); err != nil || !pending {
-		return err
+// UpVersions is [Up], and reports the newest applied version before and
+// after its run. Both are what the run found and left under the lock that
+// migrations take: a run that waited for the lock while another applied
+// every migration reports before == after, as one with nothing pending
+// does.
+func UpVersions(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error) {
+	before, after, err = up(ctx, pool)
+	if isUndefinedTable(err) {
+		// The table was dropped by hand, without the lock, between
+		// goose's check for it and its use: look again.
+		before, after, err = up(ctx, pool)
 	}
-	err := withProvider(ctx, pool, func(p *goose.Provider) error {
-		_, err := p.Up(ctx)
+	return before, after, err
+}
+
+func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error) {
+	st, err := Status(ctx, pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	current, pending := newestApplied(st)
+	if pending == 0 {
+		return current, current, nil
+	}
+	var applied []*goose.MigrationResult
+	err = withProvider(ctx, pool, func(p *goose.Provider) error {
+		var err error
+		applied, err = p.Up(ctx)
 		return err
 	})
-	if err == nil {
-		return nil
+	if err != nil {
+		if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
+			// Another run, whose search path put the table elsewhere,
+			// migrated between this one's look at what is pending and
+			// goose's lock: goose, finding no table in this role's first
+			// schema, made an empty one there and tried migration 1 again.
+			// That table goes.
+			return 0, 0, errors.Join(serr, dropIdleVersionTable(ctx, pool))
+		}
+		return 0, 0, err
 	}
-	if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
-		// Another run, whose search path put the table elsewhere,
-		// migrated between this one's look at what is pending and
-		// goose's lock: goose, finding no table in this role's first
-		// schema, made an empty one there and tried migration 1 again.
-		// That table goes.
-		return errors.Join(serr, dropIdleVersionTable(ctx, pool))
+	if len(applied) == 0 {
+		// Another run applied them while this one waited for the lock.
+		if st, err = Status(ctx, pool); err != nil {
+			return 0, 0, err
+		}
+		current, _ = newestApplied(st)
+		return current, current, nil
 	}
-	return err
+	// goose applies in order, after every older migration: the one
+	// before the first it applied was the newest.
+	first := applied[0].Source.Version
+	for _, s := range st {
+		if s.Source.Version < first {
+			before = max(before, s.Source.Version)
+		}
+	}
+	return before, applied[len(applied)-1].Source.Version, nil
 }
 
 // DownTo rolls migrations back until version is the newest applied; 0 removes
@@ -412,9 +446,11 @@ const (
 // reads [VersionTable], the first on the search path, and creates nothing
 // (goose would create the table on any call): without the table every
 // migration is pending. It returns [ErrSchemaGone] when the table records
-// applied migrations but the fleetlimit schema is gone, and
+// applied migrations but the fleetlimit schema is gone,
 // [ErrSchemaUnrecorded] when the schema exists but the table records
-// none.
+// none ([ErrVersionTableGone] when no schema holds a version table), and
+// [ErrVersionMismatch] when the table's newest version is not the
+// schema's.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	sources, err := sourceList()
 	if err != nil {
@@ -623,12 +659,21 @@ func HasPending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	_, pending := newestApplied(st)
+	return pending > 0, nil
+}
+
+// newestApplied returns the newest applied version in st (0 for none),
+// and how many migrations are pending.
+func newestApplied(st []*goose.MigrationStatus) (newest int64, pending int) {
 	for _, s := range st {
-		if s.State != goose.StateApplied {
-			return true, nil
+		if s.State == goose.StateApplied {
+			newest = max(newest, s.Source.Version)
+		} else {
+			pending++
 		}
 	}
-	return false, nil
+	return newest, pending
 }
 
 // isUndefinedTable reports a query on a table that does not exist.

@@ -31,16 +31,9 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Usage: "apply every pending migration",
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						before, _, err := schemaVersion(ctx, pool)
+						before, after, err := migrations.UpVersions(ctx, pool)
 						if err != nil {
-							return err
-						}
-						if err := migrations.Up(ctx, pool); err != nil {
 							return migrationHint(err)
-						}
-						after, _, err := schemaVersion(ctx, pool)
-						if err != nil {
-							return err
 						}
 						if after == before {
 							r.printf("schema is up to date at version %d\n", after)

@@ -7,12 +7,14 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/fleettest"
+	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
 // migrateDB is a fresh database with no schema, its DSN and a pool on it
@@ -145,4 +147,46 @@ func TestMigrateResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
 		fleetctlOK(t, dsn, "migrate", "reset", "--yes", "--force"))
 	require.Equal(t, "no migration is applied; nothing to reset\n", fleetctlOK(t, dsn, "migrate", "reset"))
 	require.Equal(t, "migrated from version 0 to 6\n", fleetctlOK(t, dsn, "migrate", "up"))
+}
+
+// TestConcurrentMigrateUpsSayWhatEachDid: two migrate up runs on a fresh
+// database, both past their look at what is pending and waiting for the
+// migration lock: one migrates and says so, the other says the schema is
+// up to date, not that it migrated too.
+func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
+	t.Parallel()
+	db := newMigrateDB(t)
+	holder, err := pgx.Connect(t.Context(), db.dsn)
+	require.NoError(t, err)
+	defer holder.Close(context.Background())
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, migrations.LockID)
+	require.NoError(t, err)
+
+	type result struct {
+		stdout, stderr string
+		code           int
+	}
+	results := make(chan result, 2)
+	for range cap(results) {
+		go func() {
+			stdout, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
+			results <- result{stdout, stderr, code}
+		}()
+	}
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		  WHERE datname = current_database() AND application_name = 'fleetctl' AND query LIKE '%pg_try_advisory_lock%'`).Scan(&waiting)
+		return err == nil && waiting == 2
+	}, 30*time.Second, 20*time.Millisecond, "both runs wait for the lock")
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, migrations.LockID)
+	require.NoError(t, err)
+
+	var said []string
+	for range cap(results) {
+		r := <-results
+		require.Equal(t, ExitOK, r.code, r.stderr)
+		said = append(said, r.stdout)
+	}
+	require.ElementsMatch(t, []string{"migrated from version 0 to 6\n", "schema is up to date at version 6\n"}, said)
 }
