@@ -1,0 +1,72 @@
+package migrations
+
+// The SQL this package runs besides goose's. The version table's name is
+// unqualified, as goose's own reads name it: the first on the search path.
+const (
+	sqlLock   = `SELECT pg_advisory_lock($1)`
+	sqlUnlock = `SELECT pg_advisory_unlock($1)`
+	// sqlApplied lists the applied versions as goose records them (a row
+	// per applied version: goose deletes a version's row when it rolls it
+	// back; version 0 is the table's own) and when each was applied. goose
+	// writes the session's local time: it is read back in this session's
+	// TimeZone, right when both sessions use the database's default.
+	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone')
+	  FROM ` + VersionTable + ` WHERE version_id > 0 GROUP BY version_id`
+	sqlLockShared   = `SELECT pg_advisory_lock_shared($1)`
+	sqlUnlockShared = `SELECT pg_advisory_unlock_shared($1)`
+	sqlHasSchema    = `SELECT to_regnamespace('fleetlimit') IS NOT NULL`
+	// sqlSchemaVersionFunc: whether fleetlimit.schema_version() exists,
+	// and whether this role may call it (a qualified name would fail
+	// without USAGE on the schema).
+	sqlSchemaVersionFunc = `SELECT count(*) > 0,
+	       coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND has_function_privilege(p.oid, 'EXECUTE')), false)
+	  FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+	 WHERE n.nspname = 'fleetlimit' AND p.proname = 'schema_version' AND p.pronargs = 0`
+	sqlSchemaVersion = `SELECT fleetlimit.schema_version()`
+	// sqlVersionTables lists the schemas holding a table named $1, as
+	// they are and quoted as a search path needs them, and whether it is
+	// the one on the search path.
+	sqlVersionTables = `SELECT n.nspname, quote_ident(n.nspname), coalesce(c.oid = to_regclass($1::text)::oid, false)
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1::text AND c.relkind = 'r' ORDER BY n.nspname`
+	// sqlNewestIn takes a version table quoted by pgx.Identifier, and
+	// reads its newest applied version (see sqlApplied).
+	sqlNewestIn = `SELECT coalesce(max(version_id), 0) FROM %s WHERE version_id > 0`
+	// sqlLiveVersions: some applied version's schema still exists.
+	sqlLiveVersions = `SELECT EXISTS (SELECT 1 FROM ` + VersionTable + ` WHERE version_id > 0)
+	    AND to_regnamespace('fleetlimit') IS NOT NULL`
+	sqlDropVersionTable = `DROP TABLE IF EXISTS ` + VersionTable
+	// sqlUnrecordedSchema: the fleetlimit schema exists, and no schema
+	// holds a table named $1.
+	sqlUnrecordedSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1::text AND relkind = 'r')`
+	sqlDropSchema      = `DROP SCHEMA fleetlimit CASCADE`
+	sqlHasVersionTable = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
+	// sqlVersionTablesAnywhere names the schemas holding a table named
+	// $1, quoted as a search path needs them.
+	sqlVersionTablesAnywhere = `SELECT coalesce(string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname), '')
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1 AND c.relkind = 'r'`
+	// sqlVersionTablePlace: the schema of the version table on the search
+	// path (NULL without one), and the search path's first schema (NULL
+	// when none of its schemas exists and may be used), both quoted as a
+	// search path needs them; and the search path as set.
+	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema()),
+	       current_setting('search_path')`
+	// sqlGrantRole hands role $1 a node's or an operator's rights ($2);
+	// see fleetlimit.grant_role in the migrations.
+	sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`
+	// sqlVersionTablesToGrant: the schema and name of the version table
+	// $1 on the search path or, without one there, of every table named
+	// $1; and whether role $2 lacks USAGE on its schema.
+	sqlVersionTablesToGrant = `SELECT n.nspname, c.relname, NOT has_schema_privilege($2::text, n.oid, 'USAGE')
+	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE CASE WHEN to_regclass($1::text) IS NULL THEN c.relname = $1::text AND c.relkind = 'r'
+	            ELSE c.oid = to_regclass($1::text) END
+	 ORDER BY n.nspname`
+	// sqlGrantSelect and sqlGrantUsage take identifiers quoted by
+	// pgx.Identifier: the table (schema-qualified) or schema, then the role.
+	sqlGrantSelect = `GRANT SELECT ON TABLE %s TO %s`
+	sqlGrantUsage  = `GRANT USAGE ON SCHEMA %s TO %s`
+)

@@ -1,0 +1,250 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
+)
+
+// Status reports every embedded migration and whether it is applied. It
+// reads [VersionTable], the first on the search path, and creates nothing
+// (goose would create the table on any call): without the table every
+// migration is pending. It returns [ErrSchemaGone] when the table records
+// applied migrations but the fleetlimit schema is gone,
+// [ErrSchemaUnrecorded] when the schema exists but the table records
+// none ([ErrVersionTableGone] when no schema holds a version table), and
+// [ErrVersionMismatch] when the table's newest version is not the
+// schema's.
+func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
+	sources, err := sourceList()
+	if err != nil {
+		return nil, err
+	}
+	applied, err := readApplied(ctx, pool)
+	if errors.Is(err, ErrSchemaGone) || errors.Is(err, ErrSchemaUnrecorded) {
+		// A migration that commits between the two reads looks the
+		// same: only a second look tells them apart. Each migration
+		// writes its schema change and its version row in one
+		// transaction.
+		applied, err = readApplied(ctx, pool)
+	}
+	if errors.Is(err, ErrVersionMismatch) {
+		// A migration running now changes the schema and its version
+		// row together, but maybe between this look's two reads: look
+		// again while none runs.
+		applied, err = readAppliedLocked(ctx, pool)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*goose.MigrationStatus, len(sources))
+	for i, src := range sources {
+		out[i] = &goose.MigrationStatus{Source: src, State: goose.StatePending}
+		if at, ok := applied[src.Version]; ok {
+			out[i].State, out[i].AppliedAt = goose.StateApplied, at
+		}
+	}
+	return out, nil
+}
+
+// querier is a pool or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readAppliedLocked is readApplied holding the lock that migrations take,
+// shared: no migration runs meanwhile.
+func readAppliedLocked(ctx context.Context, pool *pgxpool.Pool) (applied map[int64]time.Time, err error) {
+	err = withLock(ctx, pool, sqlLockShared, sqlUnlockShared, func(conn *pgxpool.Conn) error {
+		applied, err = readApplied(ctx, conn)
+		return err
+	})
+	return applied, err
+}
+
+// readApplied reads the applied versions, and checks them against the
+// fleetlimit schema (see Status).
+func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error) {
+	applied := map[int64]time.Time{}
+	rows, err := pool.Query(ctx, sqlApplied)
+	if err == nil {
+		for rows.Next() {
+			var (
+				v  int64
+				at time.Time
+			)
+			if err := rows.Scan(&v, &at); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+			}
+			applied[v] = at
+		}
+		err = rows.Err()
+	}
+	if err != nil && !isUndefinedTable(err) {
+		return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+	}
+	var schema bool
+	if err := pool.QueryRow(ctx, sqlHasSchema).Scan(&schema); err != nil {
+		return nil, fmt.Errorf("migrations: look for the fleetlimit schema: %w", err)
+	}
+	switch {
+	case len(applied) > 0 && !schema:
+		return nil, ErrSchemaGone
+	case len(applied) == 0 && schema:
+		var where string
+		if err := pool.QueryRow(ctx, sqlVersionTablesAnywhere, VersionTable).Scan(&where); err != nil {
+			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, err)
+		}
+		if where == "" {
+			return nil, ErrVersionTableGone
+		}
+		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, where)
+	case schema:
+		var newest int64
+		for v := range applied {
+			newest = max(newest, v)
+		}
+		if err := checkSchemaVersion(ctx, pool, newest); err != nil {
+			return nil, err
+		}
+	}
+	return applied, nil
+}
+
+// firstSchemaVersion is the migration that adds fleetlimit.schema_version().
+const firstSchemaVersion = 4
+
+// checkSchemaVersion returns ErrVersionMismatch when recorded, the newest
+// version the version table on the search path records, is not the one
+// fleetlimit.schema_version() returns, or when that function is missing
+// while recorded says it should exist (and the other way round). A role
+// that may not call the function is not checked.
+func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
+	var exists, callable bool
+	if err := q.QueryRow(ctx, sqlSchemaVersionFunc).Scan(&exists, &callable); err != nil {
+		return fmt.Errorf("migrations: look for fleetlimit.schema_version(): %w", err)
+	}
+	if exists && !callable {
+		return nil
+	}
+	var actual int64
+	if exists {
+		err := q.QueryRow(ctx, sqlSchemaVersion).Scan(&actual)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "3F000"): // undefined function, schema
+			exists = false // rolled back meanwhile
+		case err != nil:
+			return fmt.Errorf("migrations: read fleetlimit.schema_version(): %w", err)
+		}
+	}
+	if exists && actual == recorded || !exists && recorded < firstSchemaVersion {
+		return nil
+	}
+
+	type table struct {
+		schema, quoted string
+		onPath         bool
+		newest         int64 // -1: unreadable
+	}
+	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
+	if err != nil {
+		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
+	}
+	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
+		var t table
+		return t, row.Scan(&t.schema, &t.quoted, &t.onPath)
+	})
+	if err != nil {
+		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
+	}
+	stale := table{quoted: "?"}
+	var others, agreeing []string
+	for _, t := range tables {
+		if t.onPath {
+			stale = t
+			continue
+		}
+		t.newest = -1
+		if err := q.QueryRow(ctx, fmt.Sprintf(sqlNewestIn, pgx.Identifier{t.schema, VersionTable}.Sanitize())).Scan(&t.newest); err != nil {
+			others = append(others, fmt.Sprintf("the one in schema %s is unreadable (%v)", t.quoted, err))
+			continue
+		}
+		others = append(others, fmt.Sprintf("the one in schema %s records version %d", t.quoted, t.newest))
+		if exists && t.newest == actual {
+			agreeing = append(agreeing, t.quoted)
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "the one in schema %s records version %d, but ", stale.quoted, recorded)
+	if exists {
+		fmt.Fprintf(&b, "fleetlimit.schema_version() says %d", actual)
+	} else {
+		fmt.Fprintf(&b, "the schema has no fleetlimit.schema_version(), which version %d added", firstSchemaVersion)
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(&b, "; %s", strings.Join(others, ", "))
+	}
+	drop := "DROP TABLE " + pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+	if len(agreeing) > 0 {
+		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
+	} else {
+		fmt.Fprintf(&b, ": drop the stale table (%s) and look again", drop)
+	}
+	return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+}
+
+// sourceList lists the embedded migrations, as goose's ListSources does,
+// in version order.
+func sourceList() ([]*goose.Source, error) {
+	names, err := fs.Glob(FS(), "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	out := make([]*goose.Source, 0, len(names))
+	for _, name := range names {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %s: %w", name, err)
+		}
+		out = append(out, &goose.Source{Type: goose.TypeSQL, Path: name, Version: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// HasPending reports whether some embedded migration is not applied yet.
+// Like [Status], it creates nothing.
+func HasPending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	st, err := Status(ctx, pool)
+	if err != nil {
+		return false, err
+	}
+	_, pending := newestApplied(st)
+	return pending > 0, nil
+}
+
+// newestApplied returns the newest applied version in st (0 for none),
+// and how many migrations are pending.
+func newestApplied(st []*goose.MigrationStatus) (newest int64, pending int) {
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			newest = max(newest, s.Source.Version)
+		} else {
+			pending++
+		}
+	}
+	return newest, pending
+}
