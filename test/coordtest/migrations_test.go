@@ -94,60 +94,48 @@ func TestResetRemovesVersionTable(t *testing.T) {
 	require.False(t, versionTable())
 }
 
-// TestResetAfterTheSchemaWasDroppedByHand: a version table that records
-// migrations whose schema is gone is reported (ErrSchemaGone) by every
-// reader and by Up, which would otherwise find nothing to do; Reset
-// removes the table, and the database migrates again.
-func TestResetAfterTheSchemaWasDroppedByHand(t *testing.T) {
+// TestResetAfterDroppedByHand: a migrated database whose fleetlimit
+// schema, or whose version table, was dropped by hand is reported by
+// every reader and by Up (ErrSchemaGone, ErrVersionTableGone), and Up
+// creates nothing; Reset removes what is left, a second Reset finds
+// nothing to do, and the database migrates again.
+func TestResetAfterDroppedByHand(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := emptyPool(t)
-	require.NoError(t, migrations.Up(ctx, pool))
-	_, err := pool.Exec(ctx, `DROP SCHEMA fleetlimit CASCADE`)
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, drop string
+		want       error
+	}{
+		{"schema", `DROP SCHEMA fleetlimit CASCADE`, migrations.ErrSchemaGone},
+		{"version table", `DROP TABLE ` + migrations.VersionTable, migrations.ErrVersionTableGone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := emptyPool(t)
+			require.NoError(t, migrations.Up(ctx, pool))
+			_, err := pool.Exec(ctx, tc.drop)
+			require.NoError(t, err)
+			hadTable := hasVersionTable(t, pool)
 
-	_, err = migrations.Status(ctx, pool)
-	require.ErrorIs(t, err, migrations.ErrSchemaGone)
-	_, err = migrations.HasPending(ctx, pool)
-	require.ErrorIs(t, err, migrations.ErrSchemaGone)
-	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrSchemaGone)
+			_, err = migrations.Status(ctx, pool)
+			require.ErrorIs(t, err, tc.want)
+			_, err = migrations.HasPending(ctx, pool)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorIs(t, migrations.Up(ctx, pool), tc.want)
+			require.Equal(t, hadTable, hasVersionTable(t, pool), "Up created no table")
 
-	require.NoError(t, migrations.Reset(ctx, pool))
-	require.False(t, hasVersionTable(t, pool))
-	require.NoError(t, migrations.Up(ctx, pool))
-	pending, err := migrations.HasPending(ctx, pool)
-	require.NoError(t, err)
-	require.False(t, pending)
-}
-
-// TestResetAfterTheVersionTableWasDroppedByHand: a fleetlimit schema
-// that no version table records, as none is left anywhere, is reported
-// (ErrVersionTableGone) by every reader and by Up; Reset removes the
-// schema, and the database migrates again.
-func TestResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := emptyPool(t)
-	require.NoError(t, migrations.Up(ctx, pool))
-	_, err := pool.Exec(ctx, `DROP TABLE `+migrations.VersionTable)
-	require.NoError(t, err)
-
-	_, err = migrations.Status(ctx, pool)
-	require.ErrorIs(t, err, migrations.ErrVersionTableGone)
-	_, err = migrations.HasPending(ctx, pool)
-	require.ErrorIs(t, err, migrations.ErrVersionTableGone)
-	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionTableGone)
-	require.False(t, hasVersionTable(t, pool), "Up created no empty table")
-
-	require.NoError(t, migrations.Reset(ctx, pool))
-	var schema bool
-	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL`).Scan(&schema))
-	require.False(t, schema)
-	require.NoError(t, migrations.Reset(ctx, pool), "a second reset finds nothing to do")
-	require.NoError(t, migrations.Up(ctx, pool))
-	pending, err := migrations.HasPending(ctx, pool)
-	require.NoError(t, err)
-	require.False(t, pending)
+			require.NoError(t, migrations.Reset(ctx, pool))
+			require.False(t, hasVersionTable(t, pool))
+			var schema bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL`).Scan(&schema))
+			require.False(t, schema)
+			require.NoError(t, migrations.Reset(ctx, pool), "a second reset finds nothing to do")
+			require.NoError(t, migrations.Up(ctx, pool))
+			pending, err := migrations.HasPending(ctx, pool)
+			require.NoError(t, err)
+			require.False(t, pending)
+		})
+	}
 }
 
 // TestResetRemovesAnEmptyVersionTable: a version table that records no
