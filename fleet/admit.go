@@ -134,7 +134,7 @@ func (n *Node) refusal(r adaptive.Request) error {
 	err := n.admissionErr()
 	if err == nil {
 		if err = n.tooHeavyForFleet(r.Weight); err != nil {
-			n.noteUnmet(r.Weight)
+			n.noteUnmet(r.Weight, false) // no share lets it in: L_global must grow first
 		}
 	}
 	if err != nil {
@@ -146,13 +146,18 @@ func (n *Node) refusal(r adaptive.Request) error {
 
 // limiterRefusal returns the error for an admission of the given weight
 // that the local limiter refused with err, which the limiter has counted
-// at the request's priority. No room now, a full queue and a pause count
-// as demand the node could not serve; when the node's state refuses
-// admissions (Stop pauses the limiter), its error replaces the limiter's.
+// at the request's priority. No room now, a full queue, a wait that ran
+// out (the caller's context or the limiter's bound) and a pause count as
+// demand the node could not serve; all but the pause, which no share
+// ends, also hold the weight as a floor of the demand (see noteUnmet).
+// When the node's state refuses admissions (Stop pauses the limiter), its
+// error replaces the limiter's.
 func (n *Node) limiterRefusal(err error, weight int) error {
 	n.metrics.rejected.Add(1)
-	if errors.Is(err, adaptive.ErrWouldWait) || errors.Is(err, adaptive.ErrQueueFull) || errors.Is(err, adaptive.ErrPaused) {
-		n.noteUnmet(weight)
+	paused := errors.Is(err, adaptive.ErrPaused)
+	if paused || errors.Is(err, adaptive.ErrWouldWait) || errors.Is(err, adaptive.ErrQueueFull) ||
+		errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		n.noteUnmet(weight, !paused)
 		if aerr := n.admissionErr(); aerr != nil {
 			return aerr
 		}
@@ -211,41 +216,48 @@ func (n *Node) tooHeavyForFleet(weight int) error {
 }
 
 // noteUnmet counts a refused admission of the given weight as demand the
-// node could not serve, reported with the next heartbeat. The heaviest
-// weight refused stays a floor of the demand reported until LeaseTTL
-// passes with no refusal or admission that heavy (see report and
-// holdWanted).
-func (n *Node) noteUnmet(weight int) {
+// node could not serve, reported with the next heartbeat. With hold — a
+// refusal a larger share would have let in — the heaviest weight so
+// refused also stays a floor of the demand reported until LeaseTTL passes
+// with no refusal or admission that heavy (see report and holdWanted).
+func (n *Node) noteUnmet(weight int, hold bool) {
 	now := time.Now()
 	weight = min(weight, coord.MaxCount)
 	n.mu.Lock()
 	n.unmet = min(n.unmet+weight, coord.MaxCount)
-	if weight >= n.wanted || now.Sub(n.wantedAt) >= n.cfg.LeaseTTL {
-		n.wanted, n.wantedAt = weight, now
+	if hold && (weight >= n.wanted || now.Sub(n.wantedSince()) >= n.cfg.LeaseTTL) {
+		n.wanted = weight
+		n.wantedAt.Store(now.UnixNano())
 		n.wanting.Store(true)
 	}
 	n.mu.Unlock()
 }
 
+// wantedSince is when the demand floor was last held: the last refusal, or
+// admission since, of a request as heavy as the floor.
+func (n *Node) wantedSince() time.Time { return time.Unix(0, n.wantedAt.Load()) }
+
 // holdWanted keeps the weight a refusal left in the demand for LeaseTTL
 // more after the admission of a request at least that heavy: a caller
 // that comes back less often than the node heartbeats keeps the share its
-// refusal won, and lighter requests do not keep a heavier one's. Nodes
-// with no refusal held pay one atomic load.
+// refusal won, and lighter requests do not keep a heavier one's. The hold
+// is renewed once half of it has passed, so a node with a floor pays a
+// clock read per admission, and one with none an atomic load.
 func (n *Node) holdWanted(weight int) {
 	if !n.wanting.Load() {
 		return
 	}
 	now := time.Now()
+	if now.Sub(n.wantedSince()) < n.cfg.LeaseTTL/2 {
+		return
+	}
 	n.mu.Lock()
 	switch {
-	case now.Sub(n.wantedAt) < n.cfg.LeaseTTL:
-		if weight >= n.wanted {
-			n.wantedAt = now
-		}
-	default:
+	case now.Sub(n.wantedSince()) >= n.cfg.LeaseTTL:
 		n.wanted = 0
 		n.wanting.Store(false)
+	case weight >= n.wanted:
+		n.wantedAt.Store(now.UnixNano())
 	}
 	n.mu.Unlock()
 }

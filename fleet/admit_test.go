@@ -221,3 +221,27 @@ func TestPollingTryAcquireIsServed(t *testing.T) {
 		require.Equal(t, 19, admitted, "every try but the first finds a share")
 	})
 }
+
+// A caller whose wait ends (its deadline) before the share its demand
+// asks for arrives holds that demand as a floor too: its next try, within
+// a lease TTL, finds the share.
+func TestShortDeadlineAcquireIsServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.Limiter.MaxQueued = 16
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		time.Sleep(time.Second) // no demand: the share goes back to 0
+		require.Zero(t, n.State().Share)
+		admitted := 0
+		for range 20 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+			if le, err := n.Acquire(ctx); err == nil {
+				admitted++
+				le.Release()
+			}
+			cancel()
+			time.Sleep(5 * n.cfg.HeartbeatInterval)
+		}
+		require.Equal(t, 19, admitted, "every try but the first finds a share")
+	})
+}

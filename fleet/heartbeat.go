@@ -147,17 +147,19 @@ func (n *Node) report(now time.Time) coord.Report {
 	// peak again (at least one), since a caller that retries a refused
 	// admission in a loop is refused many times for one slot it wants: a
 	// starved node's demand doubles per heartbeat instead of counting
-	// retries. The demand is at least the heaviest weight refused, until
-	// LeaseTTL passes with no refusal and no admission that heavy
-	// (holdWanted), not for one report only: a caller that polls with
-	// TryAcquire less often than the node heartbeats would otherwise find
-	// the share its refusal won taken back by the next report, and never
-	// be admitted; and a heavy one would ask for one slot more at a time
-	// (it has no peak to double). A joining node asks for at least one
-	// slot; a stopping one wants nothing more.
+	// retries. The demand is also at least the heaviest weight refused
+	// for want of room (not for a pause, nor for a weight above
+	// L_global), until LeaseTTL passes with no refusal and no admission
+	// that heavy (noteUnmet, holdWanted), not for one report only: a
+	// caller that polls with TryAcquire less often than the node
+	// heartbeats would otherwise find the share its refusal won taken
+	// back by the next report, and never be admitted; and a heavy one
+	// would ask for one slot more at a time (it has no peak to double).
+	// A joining node asks for at least one slot; a stopping one wants
+	// nothing more.
 	peak := min(n.lim.TakePeak(), coord.MaxCount)
 	demand := min(peak+min(n.unmet, max(peak, 1)), coord.MaxCount)
-	if now.Sub(n.wantedAt) < n.cfg.LeaseTTL {
+	if n.wanting.Load() && now.Sub(n.wantedSince()) < n.cfg.LeaseTTL {
 		demand = max(demand, n.wanted)
 	}
 	// Reports that never arrived (an outage) still count.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -63,9 +65,8 @@ func TestHeavierThanTheShareDoesNotBlockTheNode(t *testing.T) {
 
 // A weight above L_global fails at once, through every admission path,
 // with an error that says how to admit it, and its weight counts as demand
-// the node could not serve: the whole weight, as a queued request's does,
-// held while such requests keep coming (a refusal adds at most the peak
-// again, but the heaviest weight refused is a floor of the demand).
+// the node could not serve (as much of it as a refusal adds: at most the
+// peak again).
 func TestHeavierThanLGlobalSaysHowAndCountsAsDemand(t *testing.T) {
 	t.Parallel()
 	rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
@@ -100,8 +101,8 @@ func TestHeavierThanLGlobalSaysHowAndCountsAsDemand(t *testing.T) {
 		require.ErrorContains(t, err, "Request.Weight = 30 exceeds the key's global limit L_global = 10")
 		require.ErrorContains(t, err, "'fleetctl limits set k --min 30'")
 		require.ErrorContains(t, err, "Config.Limiter.InitialLimit of at least 30")
-		eventually(t, func() bool { return rc.maxDemandSince(from) == 30 },
-			"%s: the refused weight counts as demand", tc.path)
+		eventually(t, func() bool { return rc.maxDemandSince(from) == 10+10 },
+			"%s: the refused weight counts as demand, up to the peak again", tc.path)
 
 		// A weight no L_global could help is the limiter's to refuse, and
 		// sums no overflow into the demand.
@@ -112,7 +113,7 @@ func TestHeavierThanLGlobalSaysHowAndCountsAsDemand(t *testing.T) {
 		eventually(t, func() bool { return rc.reports() > from+2 }, "%s: reports go on", tc.path)
 		for _, d := range rc.demandsSince(from) {
 			require.GreaterOrEqual(t, d, 10, tc.path)
-			require.LessOrEqual(t, d, 30, tc.path)
+			require.LessOrEqual(t, d, 10+10, tc.path)
 		}
 	}
 	require.Equal(t, 10, n.State().Inflight)
@@ -142,4 +143,75 @@ func (r *recordingCoordinator) maxDemandSince(i int) int {
 		m = max(m, d)
 	}
 	return m
+}
+
+// A refusal that no share cures — a weight above L_global, which grows
+// only with the load the fleet admits, or a pause — counts as demand at
+// most up to the peak again, and holds no floor: a node retrying one
+// takes no share from a busy peer, and a paused node asks for no more
+// than one slot.
+func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxLimit int
+		weight   int
+	}{
+		{"weight above L_global", 100, 30},
+		{"weight L_global can never reach", 2_000_000, 1_500_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := coord.NewMemory(nil)
+				ten := 10
+				require.NoError(t, mem.CreateKey(t.Context(), "k", &ten, &ten))
+				cfgA, cfgB := testConfig("k", "a"), testConfig("k", "b")
+				cfgA.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 100, MaxQueued: 100}
+				cfgB.Limiter = cfgA.Limiter
+				cfgB.Limiter.MaxLimit = tc.maxLimit
+				a, b := startNode(t, mem, cfgA), startNode(t, mem, cfgB)
+				ctx, cancel := context.WithCancel(t.Context())
+				var wg sync.WaitGroup
+				for range 20 { // a is busy: 20 callers of weight 1
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							if le, err := a.Acquire(ctx); err == nil {
+								time.Sleep(10 * time.Millisecond)
+								le.Release()
+							}
+						}
+					})
+				}
+				wg.Go(func() { // b retries its heavy request
+					for ctx.Err() == nil {
+						_, _ = b.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: tc.weight})
+						time.Sleep(50 * time.Millisecond)
+					}
+				})
+				time.Sleep(time.Second)
+				for range 20 {
+					require.GreaterOrEqual(t, a.State().Share, 9, "the busy node keeps all but b's one slot")
+					time.Sleep(25 * time.Millisecond)
+				}
+				cancel()
+				wg.Wait()
+			})
+		})
+	}
+	t.Run("paused", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
+			cfg := testConfig("k", "b")
+			cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 100, MaxQueued: 100}
+			n := startNode(t, rc, cfg)
+			time.Sleep(100 * time.Millisecond)
+			n.Limiter().RetryAfter(3 * time.Second)
+			from := rc.reports()
+			for range 50 {
+				_, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 8})
+				require.ErrorIs(t, err, adaptive.ErrPaused)
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.Equal(t, 1, rc.maxDemandSince(from), "a paused node with nothing in flight")
+		})
+	})
 }

@@ -56,7 +56,8 @@ type Node struct {
 	metrics  *metrics
 	rate     *rateState
 
-	wanting atomic.Bool // a refused admission's weight is held in the demand (wanted)
+	wanting  atomic.Bool  // a demand floor (wanted) may be held
+	wantedAt atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
 
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop
@@ -86,8 +87,7 @@ type Node struct {
 	lastBeat      time.Time // send time of the last successful heartbeat
 	lastSend      time.Time // send time of the last heartbeat attempt
 	unmet         int       // weight of the admissions refused since the last report
-	wanted        int       // the heaviest admission refused since demand was last held
-	wantedAt      time.Time // the last refusal, or admission since, that holds wanted
+	wanted        int       // the demand floor: the heaviest admission refused since it was last held
 	unsentDemand  int       // the largest demand of reports that failed since the last success
 	lowered       bool      // share fell below in-flight; beat once drained
 	ackDue        bool      // a lowered share was applied; beat to ack it
