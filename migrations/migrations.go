@@ -74,6 +74,13 @@ func Hash() string {
 // NewProvider returns a goose provider over db for the embedded migrations,
 // using [VersionTable] and a session locker on [LockID]. The caller closes
 // the provider; closing it does not close db.
+//
+// The provider checks nothing before it runs: any of its runs creates
+// [VersionTable] in the first schema of the search path when the path
+// reaches none, and runs migrations against whatever table it finds, even
+// one that disagrees with the fleetlimit schema. [Up], [UpVersions],
+// [DownTo] and [Reset] refuse those states first (see [Status]); use them
+// unless the state is known to be sound.
 func NewProvider(db *sql.DB) (*goose.Provider, error) {
 	// A process that finds the lock taken tries again every second (goose's
 	// default is every 5 s), for up to 5 minutes.
@@ -164,7 +171,24 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 
 // DownTo rolls migrations back until version is the newest applied; 0 removes
 // the fleetlimit schema but keeps [VersionTable] (see [Reset]).
+//
+// Before goose runs, DownTo reads the state as [Status] does and refuses,
+// rolling nothing back and creating nothing, with the error Status returns
+// when the version table and the schema disagree: [ErrSchemaGone],
+// [ErrSchemaUnrecorded], [ErrVersionTableGone] or [ErrVersionMismatch]
+// (goose would otherwise create an empty version table in place of one
+// dropped by hand, or roll back, through a stale table, migrations the
+// schema is not at). It returns [ErrVersionTableElsewhere] when the table
+// on the search path is not in its first schema, and [ErrNoSchemaOnPath]
+// when no schema on the path exists. With no migration applied and none
+// of these, goose creates an empty [VersionTable] in the first schema of
+// the search path, as it does on any run. The check and goose's run are
+// not one step: a state changed by hand, or by a run from another search
+// path, in between is goose's to find.
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	if _, err := Status(ctx, pool); err != nil {
+		return err
+	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
 		return err

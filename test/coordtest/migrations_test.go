@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"path"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -136,6 +138,123 @@ func TestResetAfterDroppedByHand(t *testing.T) {
 			require.False(t, pending)
 		})
 	}
+}
+
+// TestDownToRefusesWhatStatusReports: in every state Status reports as an
+// error, DownTo returns that error before goose runs: it rolls nothing
+// back and creates no version table. Without the check, goose would make
+// an empty version table where the one dropped by hand was (a state Reset
+// could no longer clear), run migration 5's down on a schema at 6 through
+// a stale table, or make a table of its own in the first schema of a
+// search path that does not reach the one that records the schema. Reset
+// afterwards does what it does in that state.
+func TestDownToRefusesWhatStatusReports(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// setup brings a fresh database into the state, and returns the
+		// pool to call DownTo on.
+		setup func(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool
+		want  error
+		// resets: Reset through the same pool then leaves nothing.
+		resets bool
+	}{
+		{"schema gone", func(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+			require.NoError(t, migrations.Up(context.Background(), pool))
+			_, err := pool.Exec(context.Background(), `DROP SCHEMA fleetlimit CASCADE`)
+			require.NoError(t, err)
+			return pool
+		}, migrations.ErrSchemaGone, true},
+		{"version table gone", func(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+			require.NoError(t, migrations.Up(context.Background(), pool))
+			_, err := pool.Exec(context.Background(), `DROP TABLE `+migrations.VersionTable)
+			require.NoError(t, err)
+			return pool
+		}, migrations.ErrVersionTableGone, true},
+		{"schema unrecorded", func(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+			ctx := context.Background()
+			_, err := pool.Exec(ctx, `CREATE SCHEMA own; CREATE SCHEMA other`)
+			require.NoError(t, err)
+			require.NoError(t, migrations.Up(ctx, withSearchPath(t, pool, "own, public")))
+			return withSearchPath(t, pool, "other, public")
+		}, migrations.ErrSchemaUnrecorded, false},
+		{"stale version table", func(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+			ctx := context.Background()
+			_, err := pool.Exec(ctx, `CREATE SCHEMA a; CREATE SCHEMA b`)
+			require.NoError(t, err)
+			pa, pb := withSearchPath(t, pool, "a"), withSearchPath(t, pool, "b")
+			require.NoError(t, migrations.Up(ctx, pa))
+			require.NoError(t, migrations.DownTo(ctx, pa, 5)) // a records 5
+			_, err = pool.Exec(ctx, `DROP SCHEMA fleetlimit CASCADE`)
+			require.NoError(t, err)
+			require.NoError(t, migrations.Up(ctx, pb)) // the schema and b at 6
+			return withSearchPath(t, pool, "a, b")
+		}, migrations.ErrVersionMismatch, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := emptyPool(t)
+			caller := tc.setup(t, pool)
+			_, err := migrations.Status(ctx, caller)
+			require.ErrorIs(t, err, tc.want)
+			before := migrationState(t, pool)
+
+			for _, to := range []int64{4, 0} {
+				require.ErrorIs(t, migrations.DownTo(ctx, caller, to), tc.want, "DownTo(%d)", to)
+				require.Equal(t, before, migrationState(t, pool), "DownTo(%d) changed nothing", to)
+			}
+			_, err = migrations.Status(ctx, caller)
+			require.ErrorIs(t, err, tc.want, "Status reports the same state")
+
+			if !tc.resets {
+				require.ErrorIs(t, migrations.Reset(ctx, caller), tc.want)
+				require.Equal(t, before, migrationState(t, pool))
+				return
+			}
+			require.NoError(t, migrations.Reset(ctx, caller))
+			require.Equal(t, "schema: none; version tables: none", migrationState(t, pool))
+		})
+	}
+}
+
+// migrationState describes what the database behind pool holds of
+// fleetlimit's migrations: whether the fleetlimit schema exists and the
+// version its schema_version() returns, and every version table with the
+// versions it records.
+func migrationState(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	var schema, function bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regnamespace('fleetlimit') IS NOT NULL,
+	       to_regprocedure('fleetlimit.schema_version()') IS NOT NULL`).Scan(&schema, &function))
+	switch {
+	case !schema:
+		b.WriteString("schema: none")
+	case !function:
+		b.WriteString("schema: without schema_version()")
+	default:
+		var v int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.schema_version()`).Scan(&v))
+		fmt.Fprintf(&b, "schema: at %d", v)
+	}
+	b.WriteString("; version tables:")
+	rows, err := pool.Query(ctx, `SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.relname = $1 AND c.relkind = 'r' ORDER BY 1`, migrations.VersionTable)
+	require.NoError(t, err)
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	if len(schemas) == 0 {
+		b.WriteString(" none")
+	}
+	for _, s := range schemas {
+		var versions string
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(string_agg(version_id::text, ',' ORDER BY id), '')
+		  FROM %s`, pgx.Identifier{s, migrations.VersionTable}.Sanitize())).Scan(&versions))
+		fmt.Fprintf(&b, " %s [%s]", s, versions)
+	}
+	return b.String()
 }
 
 // TestResetRemovesAnEmptyVersionTable: a version table that records no
