@@ -261,10 +261,7 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 		return "--" + name
 	}
 	if m := goFlagUndefined.FindStringSubmatch(msg); m != nil {
-		typed := r.args.unknown[m[1]]
-		if typed == "" {
-			typed = "--" + m[1]
-		}
+		typed := r.args.typed(m[1])
 		if commandPath(c) != r.args.command && r.args.cmd != nil && findFlag(r.args.cmd.Flags, m[1]) != nil {
 			return fmt.Errorf("flag %s must come after %q, the command it belongs to", typed, r.args.command)
 		}

@@ -114,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "-force", "delete", "k"}, `fleetctl: keys delete: flag -force must come after "keys delete", the command it belongs to`},
 		{[]string{"keys", "--bogus", "create", "k"}, `fleetctl: keys create: flag provided but not defined: --bogus`},
 		{[]string{"--bogus", "keys"}, `fleetctl: keys: flag provided but not defined: --bogus`},
+		// After "--", a flag's name is an argument.
+		{[]string{"limits", "--", "get", "-k", "-o", "json"}, `fleetctl: limits get: unexpected argument "-o"`},
 		// An unset variable before another flag: no fallback to another
 		// database.
 		{[]string{"keys", "--database-url", "--output=json"}, `fleetctl: keys: flag needs an argument: --database-url`},
@@ -232,12 +234,19 @@ func TestFlagTwoSpellings(t *testing.T) {
 	require.True(t, strings.HasPrefix(stdout, "{"), stdout)
 }
 
-// TestDashDashAfterArguments: "--" may come after the first argument.
+// TestDashDashAfterArguments: "--" may come after the first argument, or
+// between a command group and its subcommand's name; what follows it is
+// never a flag.
 func TestDashDashAfterArguments(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"drain", "k", "--", "-n"},
 		{"nodes", "k", "--"},
+		{"limits", "--", "get", "-k"},
+		{"keys", "--", "delete", "-k"},
+		{"keys", "--", "delete", "--force"},
+		{"--", "drain", "-k", "n"},
+		{"--", "limits", "get", "-k"},
 	} {
 		stdout, stderr, code := runCLI(t, nil, append([]string{"--database-url", "postgres://127.0.0.1:1/x"}, args...)...)
 		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)

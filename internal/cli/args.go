@@ -46,9 +46,12 @@ type normalized struct {
 //
 // With the help flag (not --help=false), a command's positional arguments
 // are dropped: help needs none. "--" ends flag parsing: everything after it
-// is positional, and it is put before the positional arguments, so that
-// "drain KEY -- -NODE" is "drain -- KEY -NODE". "help CMD SUB..." is read
-// as "CMD SUB... --help", and "help help" as "--help".
+// is positional but for the names of commands right after it, which still
+// name the command; it is put after the innermost command's flags, before
+// the positional arguments, so that "drain KEY -- -NODE" is
+// "drain -- KEY -NODE" and "limits -- get -KEY" is "limits get -- -KEY".
+// "help CMD SUB..." is read as "CMD SUB... --help", and "help help" as
+// "--help".
 func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	if len(args) == 0 {
 		return normalized{args: args}, nil
@@ -93,8 +96,17 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		a := rest[i]
 		cur := levels[len(levels)-1]
 		if a == "--" {
+			// Command names are no flags: those right after "--" still
+			// name the command, and "--" goes after them.
 			dashDash = true
-			positional = append(positional, rest[i+1:]...)
+			for i++; len(positional) == 0 && i < len(rest); i++ {
+				sub := findCommand(subcommandsOf(app, levels[len(levels)-1].cmd), rest[i])
+				if sub == nil {
+					break
+				}
+				levels = append(levels, &level{name: rest[i], cmd: sub})
+			}
+			positional = append(positional, rest[i:]...)
 			break
 		}
 		if isFlag(a) {
@@ -169,6 +181,25 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	}
 	n.args = append(n.args, positional...)
 	return n, nil
+}
+
+// typed returns how the flag called name, which no command defines, was
+// written: as normalizeArgs recorded it, else as the first argument that
+// names it (normalizeArgs keeps an unknown flag as it was written), else
+// with one dash, as Go's flag package names it.
+func (n normalized) typed(name string) string {
+	if typed, ok := n.unknown[name]; ok {
+		return typed
+	}
+	for _, a := range n.args {
+		if isFlag(a) && a != "--" {
+			if got, _ := flagName(a); got == name {
+				typed, _, _ := strings.Cut(a, "=")
+				return typed
+			}
+		}
+	}
+	return "-" + name
 }
 
 // isFlag reports whether arg is written as a flag: a dash and more.

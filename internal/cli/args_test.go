@@ -45,6 +45,13 @@ func TestNormalizeArgs(t *testing.T) {
 		{"fleetctl drain k -- -n", "fleetctl drain -- k -n"},
 		{"fleetctl nodes k --", "fleetctl nodes -- k"},
 		{"fleetctl drain k --wait -- -n --wait", "fleetctl drain --wait -- k -n --wait"},
+		// Command names right after "--" still name the command.
+		{"fleetctl limits -- get -k", "fleetctl limits get -- -k"},
+		{"fleetctl keys -- delete -k --force", "fleetctl keys delete -- -k --force"},
+		{"fleetctl -- drain -n k", "fleetctl drain -- -n k"},
+		{"fleetctl keys --database-url U -- create -k", "fleetctl --database-url U keys create -- -k"},
+		{"fleetctl -- -- keys", "fleetctl -- -- keys"},
+		{"fleetctl drain -- k delete", "fleetctl drain -- k delete"},
 		// A value that is a flag of the command's is no value; one that
 		// only looks like a flag is.
 		{"fleetctl migrate down --to -1", "fleetctl migrate down --to -1"},
@@ -83,4 +90,18 @@ func TestNormalizeArgsValueless(t *testing.T) {
 			require.Equal(t, tt.want, ee.command+": "+ee.Error())
 		})
 	}
+}
+
+// TestNormalizedTyped: an unknown flag is named as it was written, also
+// one normalizeArgs did not record.
+func TestNormalizedTyped(t *testing.T) {
+	t.Parallel()
+	n := normalized{
+		args:    strings.Fields("fleetctl limits get --x=1 -- -k --y"),
+		unknown: map[string]string{"x": "-x"},
+	}
+	require.Equal(t, "-x", n.typed("x"), "as recorded")
+	require.Equal(t, "-k", n.typed("k"))
+	require.Equal(t, "--y", n.typed("y"))
+	require.Equal(t, "-z", n.typed("z"), "as Go's flag package names it")
 }

@@ -39,9 +39,12 @@
 // Flags may follow positional arguments (drain KEY NODE --wait) and the
 // global flags may follow the command (keys --database-url URL); a
 // command's own flags come after its name. "--" ends flag parsing wherever
-// it comes (drain KEY -- -NODE). A flag that takes a value and is followed
-// by another flag, or ends the line, is a usage error. --help=false is no
-// request for help. A key, node or role may be called help: only the
+// it comes (drain KEY -- -NODE): everything after it is an argument, but
+// for command names right after it, which still name the command
+// (limits -- get -KEY is limits get -- -KEY). An unknown flag is named in
+// the error as it was typed (-x or --x). A flag that takes a value and is
+// followed by another flag, or ends the line, is a usage error. --help=false
+// is no request for help. A key, node or role may be called help: only the
 // command groups (migrate, keys, limits) have a help subcommand.
 //
 // # Connection
