@@ -49,10 +49,12 @@ the time spent over capacity, and each node's share and successes.
 
 Database: only a database named on the command line (--database-url) is
 used: demo migrates it and uses a key of its own (fleetctl-demo-...),
-which it deletes at the end; nothing else is touched. $FLEET_DATABASE_URL,
-$DATABASE_URL and libpq's PG* variables are not used by the demo: without
---database-url it starts a throwaway Postgres cluster on 127.0.0.1
-(initdb/postgres must be installed) and removes it at the end. The first
+which it deletes at the end; nothing else is touched. $FLEET_DATABASE_URL
+and $DATABASE_URL are not used by the demo, and libpq's PG* variables do not
+choose its database: without --database-url it starts a throwaway Postgres
+cluster on 127.0.0.1 (initdb/postgres must be installed) and removes it at
+the end. The PG* variables still fill in what a connection string leaves
+out (PGPASSWORD, PGOPTIONS, ...), the throwaway cluster's included. The first
 line demo prints (on stderr) names the database. Ctrl-C ends the run early:
 the fleet stops, the summary of the run so far is printed, everything is
 cleaned up, and demo exits 0, as watch does.`,

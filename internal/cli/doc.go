@@ -66,9 +66,19 @@
 // over the URL's connect_timeout). An unreachable database is one line on
 // stderr naming host:port and the cause, exit status 1.
 //
-// demo uses only a database named with --database-url (1): the environment
-// (2–4) is never used by it; without the flag it starts a throwaway Postgres
-// cluster (internal/pgtemp).
+// demo uses a database of the operator's only when --database-url (1) names
+// one; without the flag it starts a throwaway Postgres cluster
+// (internal/pgtemp) and uses that, whatever the environment says:
+// FLEET_DATABASE_URL and DATABASE_URL (2, 3) are never used by demo, and
+// the PG* variables (4) do not choose its database. They still complete
+// its connection string, as for every command, because pgx reads them for
+// whatever a connection string leaves out: a --database-url without a
+// host, user or password takes PGHOST, PGUSER or PGPASSWORD, and the
+// throwaway cluster's connection string, which names the host, port, user,
+// database and sslmode, takes the rest from them (PGPASSWORD, PGOPTIONS,
+// PGTZ, PGTARGETSESSIONATTRS, PGSERVICE, ...). One of those set for another
+// database can keep demo from using its throwaway cluster; unset them to
+// run it.
 //
 // # Exit status
 //
