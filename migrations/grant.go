@@ -9,13 +9,25 @@ import (
 )
 
 // Grant gives role what a fleet node (kind "node") or an operator (kind
-// "operator") needs, and nothing more, through fleetlimit.grant_role. An
-// operator also gets SELECT on the version table wherever it is (the one
-// on the caller's search path, or every table named [VersionTable] when
-// none is on it) and USAGE on that table's schema when role lacks it: an
-// operator whose search path starts with that schema reads the status
-// (see [ErrSchemaUnrecorded]). Grant is the schema owner's to call; it
-// grants everything or nothing.
+// "operator") needs in the fleetlimit schema, and nothing more there,
+// through fleetlimit.grant_role. An operator also gets SELECT on the
+// version table wherever it is (the one on the caller's search path, or
+// every table named [VersionTable] when none is on it), so that with a
+// search path that starts with that table's schema it reads the status
+// (see [ErrSchemaUnrecorded]).
+//
+// Reading a table takes USAGE on its schema, and Postgres grants USAGE
+// only on a whole schema: when role lacks it on the version table's schema
+// (a schema of the migrating role's own, say; on public every role has it
+// by default), Grant grants USAGE on that schema. That is more than the
+// version table: role may then use every object in that schema on which
+// it, or PUBLIC, holds a privilege; by default that is EXECUTE on every
+// function and procedure there and USAGE on every type. Tables, views and
+// sequences there stay closed unless granted. To give an operator nothing
+// beyond fleetlimit's, keep the version table in public or in a schema
+// that holds nothing else (migrate with a search path that starts with
+// it). Grant is the schema owner's to call; it grants everything or
+// nothing.
 func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlGrantRole, role, kind); err != nil {

@@ -82,7 +82,9 @@ func fleetctlOK(t *testing.T, dsn string, args ...string) string {
 // TestGrantOperatorReadsTheVersionTableWhereItIs: migrated from a search
 // path whose first schema is not public, the version table is kept there;
 // grant operator lets the operator read it, as ErrSchemaUnrecorded's hint
-// says: with a search path that starts with that schema.
+// says: with a search path that starts with that schema. The USAGE that
+// takes is on the whole schema, as documented; with the table in public
+// no USAGE is granted.
 func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 	t.Parallel()
 	db := newMigrateDB(t)
@@ -103,6 +105,39 @@ func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 	var create bool
 	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT has_schema_privilege($1, 'Mig Own', 'CREATE')`, role).Scan(&create))
 	require.False(t, create, "the operator may not create in the migrator's schema")
+
+	// usageGranted: role holds a grant of its own on schema.
+	usageGranted := func(pool *pgxpool.Pool, schema, role string) (granted bool) {
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_namespace AS n, aclexplode(n.nspacl) AS a
+		    WHERE n.nspname = $1 AND a.grantee = to_regrole(quote_ident($2)) AND a.privilege_type = 'USAGE')`,
+			schema, role).Scan(&granted))
+		return granted
+	}
+	require.True(t, usageGranted(db.pool, "Mig Own", role))
+
+	// USAGE is on the whole schema, as the grant's help says: what PUBLIC
+	// may run there the operator may now run; its tables stay closed.
+	db.exec(t, `CREATE FUNCTION "Mig Own".open_to_public() RETURNS int LANGUAGE sql AS 'SELECT 1';
+	            CREATE TABLE "Mig Own".closed (x int)`)
+	op, err := pgxpool.New(t.Context(), operator)
+	require.NoError(t, err)
+	defer op.Close()
+	var one int
+	require.NoError(t, op.QueryRow(t.Context(), `SELECT "Mig Own".open_to_public()`).Scan(&one))
+	_, err = op.Exec(t.Context(), `SELECT * FROM "Mig Own".closed`)
+	require.ErrorContains(t, err, "permission denied for table closed")
+
+	// Migrated with the default search path, the table is in public,
+	// which every role may use: no USAGE is granted.
+	pub := newMigrateDB(t)
+	fleetctlOK(t, pub.dsn, "migrate", "up")
+	pubRole, _ := pub.loginRole(t)
+	fleetctlOK(t, pub.dsn, "grant", "operator", pubRole)
+	require.False(t, usageGranted(pub.pool, "public", pubRole), "no USAGE on public granted to the operator")
+	var granted bool
+	require.NoError(t, pub.pool.QueryRow(t.Context(), `SELECT has_table_privilege($1, 'public.fleetlimit_schema_version', 'SELECT')`,
+		pubRole).Scan(&granted))
+	require.True(t, granted)
 
 	// Granted from a search path that reaches no version table: the
 	// one there is, wherever it is.

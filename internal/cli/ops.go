@@ -470,7 +470,7 @@ granted more than it proves it holds.`,
 func (r *runner) grantCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "grant",
-		Usage:     "give ROLE what a fleet node (KIND node) or an operator (KIND operator) needs, and nothing more",
+		Usage:     "give ROLE what a fleet node (KIND node) or an operator (KIND operator) needs",
 		ArgsUsage: argsUsage("KIND", "ROLE"),
 		Description: `Run it as the schema's owner, after 'fleetctl migrate up'. A node role may
 heartbeat and leave; an operator role may read the tables and drain,
@@ -482,7 +482,12 @@ An operator may also read the version table (fleetlimit_schema_version)
 where it is: the one on this connection's search path, or every one when
 none is on it. It gets USAGE on that table's schema if it lacks it, so that
 it reads 'fleetctl migrate status' with a search path that starts with the
-table's schema (options=-csearch_path=SCHEMA in the connection string).`,
+table's schema (options=-csearch_path=SCHEMA in the connection string).
+That USAGE is on the whole schema: the operator may then also run every
+function there that PUBLIC may run (by default, all of them) and use its
+types; its tables stay closed unless granted. Nothing is granted beyond
+fleetlimit's when the version table is in public (every role may use it by
+default) or in a schema of its own.`,
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KIND", "ROLE")
 			if err != nil {
