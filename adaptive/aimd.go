@@ -21,11 +21,11 @@ import (
 // A warm start (SetEstimate) does not end it: a fresh key's first limit
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
-	if l.cfg.LatencyTarget > 0 && rtt > l.cfg.LatencyTarget {
-		l.backoff(now, rec, l.cfg.AIMDBackoff, math.Inf(1))
+	if l.law.latencyTarget > 0 && rtt > l.law.latencyTarget {
+		l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1))
 		return
 	}
-	if l.cfg.AIMDProbe > 0 && l.backoffEpoch == 0 {
+	if l.law.aimdProbe > 0 && l.backoffEpoch == 0 {
 		l.slowStartStep(load)
 		return
 	}
@@ -37,7 +37,7 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 // limit; see aimdSample. The caller holds l.mu.
 func (l *Limiter) slowStartStep(load int) {
 	reach := slowStart
-	if l.cfg.PaceGrowth {
+	if l.law.paceGrowth {
 		reach = pacedSlowStartReach
 	}
 	if reach*float64(load) >= l.estimate || load >= int(l.estimate) {
@@ -73,7 +73,7 @@ func (l *Limiter) ProbeTick() {
 	defer l.mu.Unlock()
 	calm := l.drops == l.tickDrops && l.tickAdmitted
 	l.tickDrops, l.tickAdmitted = l.drops, false
-	if !calm || l.cfg.Law != AIMD || l.cfg.AIMDProbe == 0 || l.recal.active() || l.paused(now) {
+	if !calm || l.law.law != AIMD || l.law.aimdProbe == 0 || l.recal.active() || l.paused(now) {
 		return
 	}
 	l.pace(now)
@@ -102,10 +102,10 @@ func (l *Limiter) ProbeTick() {
 // estimate doubles. It counts the round trip (or the calm ProbeTick).
 // The caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
-	step := l.cfg.AIMDIncrease
-	if l.cfg.AIMDProbe > 0 {
+	step := l.law.aimdIncrease
+	if l.law.aimdProbe > 0 {
 		l.calmRounds++
-		probe := uint64(l.cfg.AIMDProbe)
+		probe := uint64(l.law.aimdProbe)
 		doublings := (l.calmRounds - 1) / probe
 		if l.estimate > l.backedFrom {
 			l.pastRounds++
@@ -115,9 +115,9 @@ func (l *Limiter) aimdStep() float64 {
 		} else {
 			l.pastRounds = 0
 		}
-		step = max(step, l.estimate*(1-l.cfg.BackoffRatio)/float64(probe))
+		step = max(step, l.estimate*(1-l.law.backoffRatio)/float64(probe))
 		step *= float64(uint64(1) << min(doublings, 30))
-		step = max(min(step, l.estimate/4), l.cfg.AIMDIncrease)
+		step = max(min(step, l.estimate/4), l.law.aimdIncrease)
 	}
 	return step
 }

@@ -13,19 +13,46 @@ import (
 type Law int
 
 const (
+	// Auto, the default, runs Gradient2 until the upstream shows that it
+	// refuses above its capacity instead of slowing down, and the law of
+	// FlatLatency from then on, for good. The upstream shows it by
+	// autoFlatRefusals drops in a row that each back the estimate off
+	// (see Config.BackoffRatio), came back faster than half of rttNoload
+	// — answered at once, not served — and followed a round trip whose
+	// fastest clean sample was within autoFlatQueueing × rttNoload: no
+	// queueing before them. A drop that backs off after a slower round
+	// trip, or that took longer to come back, starts the count again; so
+	// an upstream whose latency grows with its load, or that refuses
+	// after a timeout, keeps Gradient2. Under FlatLatency's law the
+	// fields this Config leaves zero take FlatLatency's values
+	// (BackoffRatio 0.95, AIMDIncrease 0.25, AIMDProbe 5,
+	// UtilizationThreshold 0.8, PaceGrowth), and the fields it sets keep
+	// theirs; the estimate and everything else carry over.
+	// Snapshot.Law tells which law runs.
+	Auto Law = iota
 	// Gradient2 compares one sample's round-trip time per round trip with
 	// the windowed minimum (rttNoload) and moves the estimate toward
-	// estimate·gradient + QueueSize(estimate). It is the default.
-	Gradient2 Law = iota
+	// estimate·gradient + QueueSize(estimate).
+	Gradient2
 	// AIMD adds Config.AIMDIncrease on every clean, utilized sample and
 	// multiplies the estimate by Config.AIMDBackoff when a sample is slower
 	// than Config.LatencyTarget.
 	AIMD
 )
 
+// Auto's evidence that the upstream refuses without queueing: this many
+// refusals in a row, each after a round trip whose fastest clean sample
+// was within autoFlatQueueing × rttNoload (see Auto).
+const (
+	autoFlatRefusals = 3
+	autoFlatQueueing = 1.25
+)
+
 // String returns the law's name.
 func (law Law) String() string {
 	switch law {
+	case Auto:
+		return "auto"
 	case Gradient2:
 		return "gradient2"
 	case AIMD:
@@ -95,7 +122,9 @@ type Config struct {
 	// Must be in [MinLimit, 1<<30].
 	MaxLimit int
 
-	// Law selects the inference law. Defaults to Gradient2.
+	// Law selects the inference law. Defaults to Auto: Gradient2, and
+	// FlatLatency's law once the upstream shows it refuses at once above
+	// its capacity.
 	Law Law
 
 	// Tolerance is how much slower than rttNoload a sample may be before
@@ -313,8 +342,8 @@ func (cfg Config) validate() error {
 	if maxOK && minOK && (cfg.InitialLimit < cfg.MinLimit || cfg.InitialLimit > cfg.MaxLimit) {
 		bad("InitialLimit", cfg.InitialLimit, fmt.Sprintf("[MinLimit=%d, MaxLimit=%d]", cfg.MinLimit, cfg.MaxLimit))
 	}
-	if cfg.Law != Gradient2 && cfg.Law != AIMD {
-		bad("Law", cfg.Law, "Gradient2 or AIMD")
+	if cfg.Law != Auto && cfg.Law != Gradient2 && cfg.Law != AIMD {
+		bad("Law", cfg.Law, "Auto, Gradient2 or AIMD")
 	}
 	if !(cfg.Tolerance >= 1 && cfg.Tolerance <= maxTolerance) {
 		bad("Tolerance", cfg.Tolerance, "[1, 1e6]")

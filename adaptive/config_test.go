@@ -16,7 +16,8 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, 20, cfg.InitialLimit)
 	require.Equal(t, 1, cfg.MinLimit)
 	require.Equal(t, 1000, cfg.MaxLimit)
-	require.Equal(t, Gradient2, cfg.Law)
+	require.Equal(t, Auto, cfg.Law)
+	require.Equal(t, Gradient2, l.Snapshot().Law, "Auto starts as Gradient2")
 	require.Equal(t, 2.0, cfg.Tolerance)
 	require.Equal(t, 0.2, cfg.Smoothing)
 	require.Equal(t, 600, cfg.RTTWindow)
@@ -55,7 +56,7 @@ func TestNewRejectsBadFields(t *testing.T) {
 		{"MaxLimit huge", Config{MaxLimit: 1 << 31}, "Config.MaxLimit"},
 		{"InitialLimit above MaxLimit", Config{InitialLimit: 2000}, "Config.InitialLimit = 2000, want [MinLimit=1, MaxLimit=1000]"},
 		{"InitialLimit negative", Config{InitialLimit: -1}, "Config.InitialLimit = -1"},
-		{"Law unknown", Config{Law: Law(7)}, "Config.Law = Law(7), want Gradient2 or AIMD"},
+		{"Law unknown", Config{Law: Law(7)}, "Config.Law = Law(7), want Auto, Gradient2 or AIMD"},
 		{"Tolerance below 1", Config{Tolerance: 0.5}, "Config.Tolerance = 0.5, want [1, 1e6]"},
 		{"Tolerance NaN", Config{Tolerance: math.NaN()}, "Config.Tolerance = NaN"},
 		{"Tolerance Inf", Config{Tolerance: math.Inf(1)}, "Config.Tolerance = +Inf"},

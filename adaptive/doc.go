@@ -20,8 +20,8 @@
 //
 // # Gradient2
 //
-// The default law, after Netflix's Gradient2Limit and Envoy's adaptive
-// concurrency filter, compares the round-trip time rtt of one sample per
+// The law the default (Config.Law Auto) starts with, after Netflix's
+// Gradient2Limit and Envoy's adaptive concurrency filter, compares the round-trip time rtt of one sample per
 // round trip (see Config.RTTWindow) with rttNoload, the minimum of the
 // last Config.RTTWindow round trips' fastest samples:
 //
@@ -106,6 +106,15 @@
 // excess is sent. A fleet node also calls ProbeTick at every grant, a
 // clock for the slow start and for probes above the last backoff's level
 // that does not wait for round trips as long as a slow request.
+//
+// The default law, Auto, moves from Gradient2 to FlatLatency's law by
+// itself once the upstream shows it is such an upstream: three drops in a
+// row that each back the estimate off, come back in less than half of
+// rttNoload (a refusal answered at once) and follow a round trip whose
+// fastest clean sample was within 1.25 × rttNoload (no queueing before
+// them). An upstream whose latency grows with its load before it refuses,
+// or that refuses by timing out, keeps Gradient2. Snapshot.Law tells which
+// law runs; Config.Law Gradient2 or FlatLatency chooses one for good.
 //
 // # Admission
 //

@@ -42,7 +42,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			l.window.push(l.roundMin)
 			l.roundMin = 0
 			l.recoverCut()
-			switch l.cfg.Law {
+			switch l.law.law {
 			case AIMD:
 				l.aimdSample(now, rec, rtt, load)
 			default:
@@ -88,6 +88,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // that limit less the cut (see SetFleetLimit and backoff). The caller
 // holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
+	l.autoFlat(now, rec)
 	l.drops++
 	sinceBackoff := rec.backoffEpoch == l.backoffEpoch // admitted after the last backoff
 	step := 1
@@ -143,7 +144,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	if l.fleetLimit > 0 && l.cut > 0 {
 		bound = float64(l.fleetLimit - l.cut)
 	}
-	l.backoff(now, rec, l.cfg.BackoffRatio, bound)
+	l.backoff(now, rec, l.law.backoffRatio, bound)
 }
 
 // climbing reports whether a drop at now, with held in flight (the
@@ -294,7 +295,7 @@ func (l *Limiter) propose(next float64, load int) {
 	if math.IsNaN(next) {
 		return
 	}
-	if next > l.estimate && float64(load) < l.cfg.UtilizationThreshold*l.estimate && load < int(l.estimate) {
+	if next > l.estimate && float64(load) < l.law.utilization*l.estimate && load < int(l.estimate) {
 		return
 	}
 	l.estimate = l.clampEstimate(next)

@@ -19,6 +19,9 @@ type Limiter struct {
 	cfg Config // defaulted and validated; read-only after New
 
 	mu           sync.Mutex
+	law          lawParams // the running law's fields of cfg (see Auto)
+	flatLaw      lawParams // under Auto, the law it moves to
+	flatRefusals int       // under Auto, the refusals in a row that showed no queueing
 	estimate     float64
 	ceiling      int
 	hasCeiling   bool
@@ -71,17 +74,22 @@ type Limiter struct {
 // New returns a Limiter configured by cfg, or an error naming every
 // out-of-range field of cfg.
 func New(cfg Config) (*Limiter, error) {
+	raw := cfg
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	l := &Limiter{
 		cfg:      cfg,
+		law:      paramsOf(cfg),
 		estimate: float64(cfg.InitialLimit),
 		window:   newMinWindow(cfg.RTTWindow),
 		paced:    cfg.InitialLimit,
 
 		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
+	}
+	if cfg.Law == Auto {
+		l.flatLaw = flatParams(raw)
 	}
 	l.restartCutRecovery()
 	l.queue.heads = make([]head, 0, len(l.queue.flows))
@@ -183,7 +191,7 @@ func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 // by — the leases in flight are long ones, or none has settled yet —
 // and the whole limit is admitted. The caller holds l.mu.
 func (l *Limiter) pacing(now time.Time) bool {
-	if !l.cfg.PaceGrowth {
+	if !l.law.paceGrowth {
 		return false
 	}
 	noload, ok := l.window.min()
@@ -195,7 +203,7 @@ func (l *Limiter) pacing(now time.Time) bool {
 // PaceGrowth it does nothing, so settling costs no extra limit. The
 // caller holds l.mu and calls it after anything that may lower the limit.
 func (l *Limiter) pace(now time.Time) {
-	if l.cfg.PaceGrowth {
+	if l.law.paceGrowth {
 		l.paced = min(l.paced, l.limit(now))
 	}
 }

@@ -51,6 +51,10 @@ type Snapshot struct {
 	PausedUntil time.Time
 	// Recalibrating is true while the limit is pinned for a recalibration.
 	Recalibrating bool
+	// Law is the law moving the estimate: Gradient2 or AIMD. Under Auto
+	// it is Gradient2 until the upstream shows it refuses without
+	// queueing, AIMD (FlatLatency's law) from then on.
+	Law Law
 }
 
 // Snapshot returns the limiter's state at one instant.
@@ -75,6 +79,7 @@ func (l *Limiter) Snapshot() Snapshot {
 		Rounds:        l.round,
 		PausedUntil:   l.pausedUntil,
 		Recalibrating: l.recal.active(),
+		Law:           l.law.law,
 	}
 }
 

@@ -49,6 +49,9 @@ func (w *minWindow) min() (time.Duration, bool) {
 	return w.at(0).rtt, true
 }
 
+// last returns the sample pushed last; the window must not be empty.
+func (w *minWindow) last() time.Duration { return w.at(w.count - 1).rtt }
+
 // reset empties the window.
 func (w *minWindow) reset() {
 	w.head, w.count = 0, 0

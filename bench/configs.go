@@ -47,8 +47,10 @@ func ModelBaseConfig() adaptive.Config {
 }
 
 // ModelDefaultsConfig returns the limiter with the library's defaults
-// (Gradient2, tolerance 2, smoothing 0.2, backoff 0.9) plus ModelBaseConfig:
-// what a user gets without tuning.
+// (law Auto, tolerance 2, smoothing 0.2, backoff 0.9) plus ModelBaseConfig:
+// what a user gets without tuning. Auto stays Gradient2 on the model: its
+// failures are steps slower than the success threshold, not refusals
+// answered at once.
 func ModelDefaultsConfig() adaptive.Config { return ModelBaseConfig() }
 
 // ModelGradient2Config returns the Gradient2 configuration chosen for the

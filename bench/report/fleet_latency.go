@@ -95,7 +95,8 @@ func renderFleetLatency(e *env, sc bench.FleetScenario, ways []*latencyWay, load
 request that arrives with k requests in flight (itself included) above
 the capacity C takes %v·k/C, so above C the provider serves no more
 requests per second, only slower ones. Here the round-trip time is the
-signal, and the library's defaults (Gradient2, Tolerance 2, headroom
+signal, and the library's defaults (law Auto, which stays Gradient2
+here since the provider refuses nothing: Tolerance 2, headroom
 √estimate) are what a user gets without choosing; `+"`adaptive.FlatLatency()`"+`,
 the preset of sections 3–4, is shown for contrast.
 

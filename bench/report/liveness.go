@@ -135,6 +135,12 @@ InitialLimit 1. L_global is the lowest value any running node last heard.
   how far L_global moves by itself, through the law's own probes and
   backoffs, and a restart's lowest includes that movement too.
 
+**defaults** is the zero Config but for InitialLimit: law Auto, which
+starts as Gradient2 and moves to FlatLatency's law after three refusals
+answered at once that followed round trips without queueing, as this
+provider's 429s are; a restarted node's limiter starts as Gradient2
+again.
+
 `, climbCapacity, base.BaseLatency, climbNodes, climbWorkers, 100*climbTarget, int(climbTarget*climbCapacity), climbDeadline,
 		restartNodes, restartWorkers, restartWarmup, restartSettle, restartSettle)
 	t := &table{header: []string{"limiter", "climb: time to 0.8·C (s)", "L_global at the end", "restart: before", "lowest", "lowest ÷ before", "no restart: lowest ÷ before"}, align: []byte("lrrrrrr")}

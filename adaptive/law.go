@@ -1,0 +1,88 @@
+package adaptive
+
+import "time"
+
+// lawParams are the fields of a Config that the running law reads. Under
+// Auto they change once, when the law moves to FlatLatency's (see
+// autoFlat); they are guarded by the limiter's lock.
+type lawParams struct {
+	law           Law // Gradient2 or AIMD: the law running
+	backoffRatio  float64
+	aimdIncrease  float64
+	aimdBackoff   float64
+	aimdProbe     int
+	latencyTarget time.Duration
+	utilization   float64
+	paceGrowth    bool
+}
+
+// paramsOf returns the law fields of a defaulted cfg; Auto starts as
+// Gradient2.
+func paramsOf(cfg Config) lawParams {
+	law := cfg.Law
+	if law == Auto {
+		law = Gradient2
+	}
+	return lawParams{
+		law:           law,
+		backoffRatio:  cfg.BackoffRatio,
+		aimdIncrease:  cfg.AIMDIncrease,
+		aimdBackoff:   cfg.AIMDBackoff,
+		aimdProbe:     cfg.AIMDProbe,
+		latencyTarget: cfg.LatencyTarget,
+		utilization:   cfg.UtilizationThreshold,
+		paceGrowth:    cfg.PaceGrowth,
+	}
+}
+
+// flatParams returns the law Auto moves to for raw, a Config as given to
+// New: FlatLatency's law, with raw's own value for every law field raw
+// sets.
+func flatParams(raw Config) lawParams {
+	f := FlatLatency()
+	if raw.BackoffRatio != 0 {
+		f.BackoffRatio = raw.BackoffRatio
+	}
+	if raw.AIMDIncrease != 0 {
+		f.AIMDIncrease = raw.AIMDIncrease
+	}
+	if raw.AIMDBackoff != 0 {
+		f.AIMDBackoff = raw.AIMDBackoff
+	}
+	if raw.AIMDProbe != 0 {
+		f.AIMDProbe = raw.AIMDProbe
+	}
+	if raw.UtilizationThreshold != 0 {
+		f.UtilizationThreshold = raw.UtilizationThreshold
+	}
+	f.LatencyTarget = raw.LatencyTarget
+	f.PaceGrowth = f.PaceGrowth || raw.PaceGrowth
+	return paramsOf(f.withDefaults())
+}
+
+// autoFlat counts a drop of rec that is about to back the estimate off
+// toward Auto's move to FlatLatency's law, and makes the move on the
+// autoFlatRefusals-th in a row (see Auto): rec came back in less than
+// half of rttNoload, after a round trip whose fastest clean sample was
+// within autoFlatQueueing × rttNoload. Any other backing-off drop starts
+// the count again. The move keeps the estimate, and lets the in-flight
+// climb at once to the limit it has now, as before the move. The caller
+// holds l.mu.
+func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) {
+	if l.cfg.Law != Auto || l.law.law != Gradient2 || l.recal.active() || l.answered(now, rec) {
+		return
+	}
+	noload, ok := l.window.min()
+	if !ok {
+		return
+	}
+	if 2*now.Sub(rec.start) < noload && float64(l.window.last()) <= autoFlatQueueing*float64(noload) {
+		l.flatRefusals++
+	} else {
+		l.flatRefusals = 0
+	}
+	if l.flatRefusals >= autoFlatRefusals {
+		l.law = l.flatLaw
+		l.paced = l.limit(now)
+	}
+}

@@ -1,0 +1,119 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// refuse admits one lease, lets rtt pass and drops it.
+func refuse(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration) {
+	t.Helper()
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	clk.Advance(rtt)
+	le.Drop()
+}
+
+// flatRefusal is a round trip served at the no-load latency, then a
+// refusal answered at once: an upstream that refuses above its capacity
+// without queueing first.
+func flatRefusal(t *testing.T, l *Limiter, clk *fakeClock) {
+	t.Helper()
+	sampleOne(t, l, clk, 20*time.Millisecond)
+	refuse(t, l, clk, time.Millisecond)
+}
+
+func TestAutoMovesToFlatLatencyOnRefusalsAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{})
+	flatRefusal(t, l, clk)
+	flatRefusal(t, l, clk)
+	require.Equal(t, Gradient2, l.Snapshot().Law)
+	require.InDelta(t, 20*0.9*0.9, l.Estimate(), 1e-9, "Gradient2's backoff of 0.9")
+	flatRefusal(t, l, clk)
+	require.Equal(t, AIMD, l.Snapshot().Law, "the third refusal in a row moves the law")
+	require.InDelta(t, 20*0.9*0.9*0.95, l.Estimate(), 1e-9, "FlatLatency's backoff of 0.95, from the third on")
+	require.Equal(t, lawParams{law: AIMD, backoffRatio: 0.95, aimdIncrease: 0.25, aimdBackoff: 0.9, aimdProbe: 5,
+		utilization: 0.8, paceGrowth: true}, l.law, "FlatLatency's law")
+}
+
+func TestAutoKeepsGradient2(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		refusal func(t *testing.T, l *Limiter, clk *fakeClock)
+	}{
+		{"refusals after queueing", func(t *testing.T, l *Limiter, clk *fakeClock) {
+			sampleOne(t, l, clk, 30*time.Millisecond) // 1.5 × rttNoload
+			refuse(t, l, clk, time.Millisecond)
+		}},
+		{"refusals after a timeout", func(t *testing.T, l *Limiter, clk *fakeClock) {
+			sampleOne(t, l, clk, 20*time.Millisecond)
+			refuse(t, l, clk, time.Second)
+		}},
+		{"refusals answered after half of rttNoload", func(t *testing.T, l *Limiter, clk *fakeClock) {
+			sampleOne(t, l, clk, 20*time.Millisecond)
+			refuse(t, l, clk, 10*time.Millisecond)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l, clk := newTestLimiter(t, Config{})
+			sampleOne(t, l, clk, 20*time.Millisecond) // rttNoload 20ms
+			for range 10 {
+				tc.refusal(t, l, clk)
+			}
+			require.Equal(t, Gradient2, l.Snapshot().Law)
+		})
+	}
+}
+
+func TestAutoCountsRefusalsInARow(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{})
+	flatRefusal(t, l, clk)
+	flatRefusal(t, l, clk)
+	sampleOne(t, l, clk, 30*time.Millisecond)
+	refuse(t, l, clk, time.Millisecond) // after queueing: the count starts again
+	flatRefusal(t, l, clk)
+	flatRefusal(t, l, clk)
+	require.Equal(t, Gradient2, l.Snapshot().Law)
+	flatRefusal(t, l, clk)
+	require.Equal(t, AIMD, l.Snapshot().Law)
+
+	// Refusals of one round trip back off once, and count once.
+	l, clk = newTestLimiter(t, Config{})
+	sampleOne(t, l, clk, 20*time.Millisecond)
+	leases := acquireN(t, l, 10)
+	clk.Advance(time.Millisecond)
+	for _, le := range leases {
+		le.Drop()
+	}
+	require.Equal(t, Gradient2, l.Snapshot().Law)
+}
+
+func TestAutoKeepsTheLawFieldsItSets(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{BackoffRatio: 0.8, UtilizationThreshold: 0.5})
+	for range 3 {
+		flatRefusal(t, l, clk)
+	}
+	require.Equal(t, AIMD, l.Snapshot().Law)
+	require.InDelta(t, 20*0.8*0.8*0.8, l.Estimate(), 1e-9, "BackoffRatio 0.8 under either law")
+	require.Equal(t, 0.5, l.law.utilization)
+	require.True(t, l.law.paceGrowth, "FlatLatency's PaceGrowth: the Config left it unset")
+	require.Equal(t, 5, l.law.aimdProbe)
+}
+
+func TestChosenLawsNeverMove(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{{Law: Gradient2}, {Law: AIMD}, FlatLatency()} {
+		l, clk := newTestLimiter(t, cfg)
+		for range 10 {
+			flatRefusal(t, l, clk)
+		}
+		require.Equal(t, cfg.Law, l.Snapshot().Law, cfg.Law)
+	}
+}
