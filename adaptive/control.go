@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -92,13 +93,21 @@ func (l *Limiter) ClearCeiling() {
 // node admits past
 // its share; so the fleet's limit, and this node's estimate of the
 // whole upstream, was too high by at least the cut. Backoffs alone would
-// take one BackoffRatio per round trip to get there. 0, the default,
-// turns it off, as for a lone process; a negative n counts as 0. Safe
-// for concurrent use.
+// take one BackoffRatio per round trip to get there. A queued request
+// heavier than n fails with an error wrapping ErrTooHeavy: no share of the
+// fleet's limit can hold it, and that limit grows only with the load the
+// fleet admits. 0, the default, turns all this off, as for a lone
+// process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
+	now := l.cfg.Clock.Now()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.fleetLimit = max(n, 0)
-	l.mu.Unlock()
+	if n > 0 && l.queue.len > 0 && l.queue.rejectHeavier(n, func(w int) error {
+		return fmt.Errorf("%w: Request.Weight = %d exceeds the fleet's limit %d, which fell below it while the request waited", ErrTooHeavy, w, n)
+	}) {
+		l.dispatch(now) // a heavy head may have held back lighter waiters
+	}
 }
 
 // SetPeerInflight tells the limiter how many requests the rest of the

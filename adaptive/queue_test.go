@@ -199,3 +199,38 @@ func TestRefusalRacingTheEndOfAWaitCountsAsTheCallerSeesIt(t *testing.T) {
 		held.Release()
 	})
 }
+
+// SetFleetLimit fails the queued requests heavier than the fleet's limit
+// with ErrTooHeavy, counted refused at their priority; lighter ones wait
+// on.
+func TestSetFleetLimitFailsHeavierWaiters(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 8})
+	l.SetCeiling(20)
+	held, err := l.TryAcquireRequest(Request{Priority: 1, Weight: 18})
+	require.NoError(t, err)
+	heavy, light := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := l.AcquireRequest(context.Background(), Request{Priority: 9, Weight: 15})
+		heavy <- err
+	}()
+	go func() {
+		le, err := l.AcquireRequest(context.Background(), Request{Priority: 1, Weight: 5})
+		le.Release()
+		light <- err
+	}()
+	require.Eventually(t, func() bool { return l.Queued() == 2 }, 5*time.Second, time.Millisecond)
+
+	l.SetFleetLimit(14)
+	err = <-heavy
+	require.ErrorIs(t, err, ErrTooHeavy)
+	require.ErrorContains(t, err, "Request.Weight = 15 exceeds the fleet's limit 14")
+	require.Equal(t, 1, l.Queued(), "the lighter waiter waits on")
+	held.Release()
+	require.NoError(t, <-light)
+	for _, s := range l.PriorityStats() {
+		if s.Priority == 9 {
+			require.Equal(t, uint64(1), s.Refused)
+		}
+	}
+}

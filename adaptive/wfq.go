@@ -321,6 +321,31 @@ func (q *wfq) worse(p uint8, c uint64) *waiter {
 	return worst
 }
 
+// rejectHeavier fails every waiter heavier than n with the error err
+// returns for its weight, counting it refused, and reports whether it
+// failed any.
+func (q *wfq) rejectHeavier(n int, err func(weight int) error) bool {
+	var heavy []*waiter
+	for i, word := range q.active {
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			word &^= 1 << b
+			for w := q.flows[i<<6|b].head; w != nil; w = w.next {
+				if w.weight > n {
+					heavy = append(heavy, w)
+				}
+			}
+		}
+	}
+	for _, w := range heavy {
+		q.remove(w)
+		q.stats[w.priority].refused++
+		w.err = err(w.weight)
+		w.ready <- struct{}{}
+	}
+	return len(heavy) > 0
+}
+
 // rejectAll empties the queue, failing every waiter with err and counting
 // it refused.
 func (q *wfq) rejectAll(err error) {

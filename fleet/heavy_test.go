@@ -215,3 +215,44 @@ func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
 		})
 	})
 }
+
+// A request queued for its share fails with ErrTooHeavy once L_global
+// falls below its weight (an operator's lower max), as a new one would,
+// instead of waiting for a share that can no longer hold it.
+func TestQueuedHeavierThanAFallenLGlobalFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 16}
+		n := startNode(t, mem, cfg)
+		held, err := n.AcquireRequest(t.Context(), adaptive.Request{Weight: 10})
+		require.NoError(t, err)
+		defer held.Release()
+		heavy := make(chan error, 1)
+		light := make(chan error, 1)
+		go func() {
+			_, err := n.AcquireRequest(context.Background(), adaptive.Request{Weight: 15})
+			heavy <- err
+		}()
+		synctest.Wait()
+		go func() {
+			le, err := n.AcquireRequest(context.Background(), adaptive.Request{Weight: 2})
+			if err == nil {
+				le.Release()
+			}
+			light <- err
+		}()
+		synctest.Wait()
+		twelve := 12
+		require.NoError(t, mem.SetLimits(t.Context(), "k", nil, &twelve))
+		time.Sleep(time.Second)
+		select {
+		case err := <-heavy:
+			require.ErrorIs(t, err, adaptive.ErrTooHeavy)
+			require.ErrorContains(t, err, "Request.Weight = 15 exceeds the fleet's limit 12")
+		default:
+			t.Fatal("the weight-15 request still waits under L_global 12")
+		}
+		require.NoError(t, <-light, "the lighter one behind it is admitted")
+	})
+}
