@@ -10,10 +10,16 @@ import (
 // sampleOne admits one lease, lets rtt pass and releases it.
 func sampleOne(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration) {
 	t.Helper()
+	settleOne(t, l, clk, rtt, Lease.Release)
+}
+
+// settleOne admits one lease, lets rtt pass and settles it with settle.
+func settleOne(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration, settle func(Lease)) {
+	t.Helper()
 	le, ok := l.TryAcquire()
 	require.True(t, ok)
 	clk.Advance(rtt)
-	le.Release()
+	settle(le)
 }
 
 func TestGuardLoneIdleProcessDoesNotGrow(t *testing.T) {

@@ -10,10 +10,7 @@ import (
 // refuse admits one lease, lets rtt pass and drops it.
 func refuse(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration) {
 	t.Helper()
-	le, ok := l.TryAcquire()
-	require.True(t, ok)
-	clk.Advance(rtt)
-	le.Drop()
+	settleOne(t, l, clk, rtt, Lease.Drop)
 }
 
 // flatRefusal is a round trip served at the no-load latency, then a
