@@ -20,15 +20,22 @@ const (
 	// (see Config.BackoffRatio), came back faster than half of rttNoload
 	// — answered at once, not served — and followed a round trip whose
 	// fastest clean sample was within autoFlatQueueing × rttNoload: no
-	// queueing before them. A drop that backs off after a slower round
-	// trip, or that took longer to come back, starts the count again; so
-	// an upstream whose latency grows with its load, or that refuses
-	// after a timeout, keeps Gradient2. Under FlatLatency's law the
-	// fields this Config leaves zero take FlatLatency's values
-	// (BackoffRatio 0.95, AIMDIncrease 0.25, AIMDProbe 5,
-	// UtilizationThreshold 0.8, PaceGrowth), and the fields it sets keep
-	// theirs; the estimate and everything else carry over.
-	// Snapshot.Law tells which law runs.
+	// queueing before them. The drops of one burst, or of an outage with
+	// no request served between them, count once; the count starts again
+	// at a drop that backs off and does not count (a slow one, one after
+	// queueing, one during a recalibration), at a clean round trip that
+	// shows queueing, and when the drops are more than autoFlatSpan round
+	// trips apart. So an upstream whose latency grows with its load, or
+	// that refuses by timing out, or a brief outage, keeps Gradient2. The
+	// evidence needs round trips of tight latency: a flat upstream whose
+	// latencies spread widely (sizes that differ, LLM completions), or
+	// whose refusal takes most of a network round trip, rarely shows it
+	// and keeps Gradient2 — choose FlatLatency for it. Under
+	// FlatLatency's law the fields this Config leaves zero take
+	// FlatLatency's values (BackoffRatio 0.95, AIMDIncrease 0.25,
+	// AIMDProbe 5, UtilizationThreshold 0.8, PaceGrowth on), and the
+	// fields it sets keep theirs; the estimate and everything else carry
+	// over. Snapshot.Law tells which law runs.
 	Auto Law = iota
 	// Gradient2 compares one sample's round-trip time per round trip with
 	// the windowed minimum (rttNoload) and moves the estimate toward
@@ -42,10 +49,12 @@ const (
 
 // Auto's evidence that the upstream refuses without queueing: this many
 // refusals in a row, each after a round trip whose fastest clean sample
-// was within autoFlatQueueing × rttNoload (see Auto).
+// was within autoFlatQueueing × rttNoload, within autoFlatSpan round
+// trips (see Auto and Limiter.autoFlat).
 const (
 	autoFlatRefusals = 3
 	autoFlatQueueing = 1.25
+	autoFlatSpan     = 64 // round trips
 )
 
 // String returns the law's name.
@@ -145,7 +154,8 @@ type Config struct {
 	QueueSize func(estimate float64) float64
 
 	// BackoffRatio multiplies the estimate on a drop, under every law,
-	// at most once per round trip. Defaults to 0.9. Must be in (0, 1).
+	// at most once per round trip. Defaults to 0.9 (0.95 once Auto runs
+	// FlatLatency's law). Must be in (0, 1).
 	BackoffRatio float64
 
 	// AIMDIncrease is what AIMD adds to the estimate on each clean,
@@ -220,7 +230,8 @@ type Config struct {
 	// UtilizationThreshold is the fraction of the estimate that the load a
 	// sample governs must reach for that sample to raise the estimate; a
 	// load of floor(estimate), the whole limit, always suffices.
-	// Defaults to 0.5. Must be in (0, 1]. Every sample carries a load of at
+	// Defaults to 0.5 (0.8 once Auto runs FlatLatency's law). Must be in
+	// (0, 1]. Every sample carries a load of at
 	// least 1, so a value at or below 1/MaxLimit switches the guard off.
 	UtilizationThreshold float64
 
@@ -241,7 +252,8 @@ type Config struct {
 	// during a recalibration do not count. A burst that arrives just
 	// after a raise finds fewer slots than Limit() free, and the rest wait
 	// in the queue (see MaxQueued). Defaults to false: the whole limit is
-	// admitted at once. FlatLatency sets it.
+	// admitted at once. FlatLatency sets it, and so does Auto once it runs
+	// FlatLatency's law (choose a Law to keep it off).
 	PaceGrowth bool
 
 	// Clock supplies the time. Defaults to the system clock (time.Now).

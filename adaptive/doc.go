@@ -109,12 +109,15 @@
 //
 // The default law, Auto, moves from Gradient2 to FlatLatency's law by
 // itself once the upstream shows it is such an upstream: three drops in a
-// row that each back the estimate off, come back in less than half of
-// rttNoload (a refusal answered at once) and follow a round trip whose
-// fastest clean sample was within 1.25 × rttNoload (no queueing before
-// them). An upstream whose latency grows with its load before it refuses,
-// or that refuses by timing out, keeps Gradient2. Snapshot.Law tells which
-// law runs; Config.Law Gradient2 or FlatLatency chooses one for good.
+// row, with requests served between them and within 64 round trips, that
+// each back the estimate off, come back in less than half of rttNoload (a
+// refusal answered at once) and follow a round trip whose fastest clean
+// sample was within 1.25 × rttNoload (no queueing before them). An
+// upstream whose latency grows with its load before it refuses, that
+// refuses by timing out, or a brief outage, keeps Gradient2; so does a
+// flat upstream whose latencies spread widely, which rarely shows such
+// evidence — choose FlatLatency for it. Snapshot.Law tells which law
+// runs; Config.Law Gradient2 or FlatLatency chooses one for good.
 //
 // # Admission
 //

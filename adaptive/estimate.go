@@ -40,6 +40,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		if rec.round == l.round {
 			l.round++
 			l.window.push(l.roundMin)
+			l.autoRound(l.roundMin)
 			l.roundMin = 0
 			l.recoverCut()
 			switch l.law.law {

@@ -62,27 +62,51 @@ func flatParams(raw Config) lawParams {
 
 // autoFlat counts a drop of rec that is about to back the estimate off
 // toward Auto's move to FlatLatency's law, and makes the move on the
-// autoFlatRefusals-th in a row (see Auto): rec came back in less than
-// half of rttNoload, after a round trip whose fastest clean sample was
-// within autoFlatQueueing × rttNoload. Any other backing-off drop starts
-// the count again. The move keeps the estimate, and lets the in-flight
-// climb at once to the limit it has now, as before the move. The caller
-// holds l.mu.
+// autoFlatRefusals-th in a row (see Auto). The drop counts when rec came
+// back in less than half of rttNoload, after a clean round trip whose
+// fastest sample was within autoFlatQueueing × rttNoload, and a clean
+// round trip has ended since the last drop that counted: the refusals of
+// one burst, or of an outage with no request served, count once. The
+// count starts again at a backing-off drop that does not count (a slow
+// one, one after queueing, one that cannot be judged: before any clean
+// round trip, during a recalibration, timed by a clock that went back),
+// at a clean round trip that shows queueing (see autoRound), and when
+// more than autoFlatSpan round trips separate the first refusal counted
+// from the last. The move keeps the estimate and lets the in-flight climb
+// at once to the limit it has now, as before the move. The caller holds
+// l.mu.
 func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) {
-	if l.cfg.Law != Auto || l.law.law != Gradient2 || l.recal.active() || l.answered(now, rec) {
+	if l.cfg.Law != Auto || l.law.law != Gradient2 || l.answered(now, rec) {
 		return
 	}
 	noload, ok := l.window.min()
-	if !ok {
-		return
-	}
-	if 2*now.Sub(rec.start) < noload && float64(l.window.last()) <= autoFlatQueueing*float64(noload) {
-		l.flatRefusals++
-	} else {
+	flat := ok && !l.recal.active() && !now.Before(rec.start) &&
+		2*now.Sub(rec.start) < noload && float64(l.window.last()) <= autoFlatQueueing*float64(noload)
+	switch {
+	case !flat:
 		l.flatRefusals = 0
+		return
+	case l.flatRefusals > 0 && l.round == l.flatRound:
+		return // no request served since the last one counted
+	case l.flatRefusals == 0 || l.round-l.flatFirst > autoFlatSpan:
+		l.flatRefusals, l.flatFirst = 0, l.round
 	}
+	l.flatRefusals++
+	l.flatRound = l.round
 	if l.flatRefusals >= autoFlatRefusals {
 		l.law = l.flatLaw
 		l.paced = l.limit(now)
+	}
+}
+
+// autoRound starts Auto's count of refusals again when the fastest sample
+// of a clean round trip shows queueing: slower than autoFlatQueueing ×
+// rttNoload. The caller holds l.mu.
+func (l *Limiter) autoRound(fastest time.Duration) {
+	if l.flatRefusals == 0 {
+		return
+	}
+	if noload, ok := l.window.min(); ok && float64(fastest) > autoFlatQueueing*float64(noload) {
+		l.flatRefusals = 0
 	}
 }

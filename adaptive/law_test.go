@@ -114,3 +114,75 @@ func TestChosenLawsNeverMove(t *testing.T) {
 		require.Equal(t, cfg.Law, l.Snapshot().Law, cfg.Law)
 	}
 }
+
+// What is no evidence of an upstream that refuses without queueing.
+func TestAutoIgnoresOutagesAndStrayErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("an outage: no request served between the refusals", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{})
+		for range 200 {
+			sampleOne(t, l, clk, 20*time.Millisecond)
+		}
+		for range 100 {
+			refuse(t, l, clk, time.Millisecond)
+		}
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+		flatRefusal(t, l, clk) // the outage counted once
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+		flatRefusal(t, l, clk)
+		require.Equal(t, AIMD, l.Snapshot().Law)
+	})
+	t.Run("stray refusals between spells of queueing", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{})
+		sampleOne(t, l, clk, 20*time.Millisecond)
+		for range 5 {
+			flatRefusal(t, l, clk)
+			sampleOne(t, l, clk, 35*time.Millisecond) // queueing: the count starts again
+			flatRefusal(t, l, clk)
+			for range 3 {
+				sampleOne(t, l, clk, 35*time.Millisecond)
+			}
+		}
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+	})
+	t.Run("stray refusals far apart", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{})
+		for range 5 {
+			flatRefusal(t, l, clk)
+			for range autoFlatSpan {
+				sampleOne(t, l, clk, 20*time.Millisecond)
+			}
+		}
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+	})
+	t.Run("a drop during a recalibration", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{Recalibration: Recalibration{Interval: time.Second, Samples: 3}})
+		sampleOne(t, l, clk, 20*time.Millisecond)
+		flatRefusal(t, l, clk)
+		flatRefusal(t, l, clk)
+		clk.Advance(2 * time.Second)
+		sampleOne(t, l, clk, 20*time.Millisecond) // starts the recalibration
+		require.True(t, l.Snapshot().Recalibrating)
+		refuse(t, l, clk, time.Second) // backs off, and cannot be judged
+		for range 3 {
+			sampleOne(t, l, clk, 20*time.Millisecond)
+		}
+		require.False(t, l.Snapshot().Recalibrating)
+		flatRefusal(t, l, clk)
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+	})
+	t.Run("a clock that went back", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{})
+		for range 3 {
+			sampleOne(t, l, clk, 20*time.Millisecond)
+			settleOne(t, l, clk, -500*time.Millisecond, Lease.Drop)
+			clk.Advance(time.Second)
+		}
+		require.Equal(t, Gradient2, l.Snapshot().Law)
+	})
+}

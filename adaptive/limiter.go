@@ -22,6 +22,8 @@ type Limiter struct {
 	law          lawParams // the running law's fields of cfg (see Auto)
 	flatLaw      lawParams // under Auto, the law it moves to
 	flatRefusals int       // under Auto, the refusals in a row that showed no queueing
+	flatFirst    uint64    // under Auto, the round of the first of them
+	flatRound    uint64    // under Auto, the round of the last of them
 	estimate     float64
 	ceiling      int
 	hasCeiling   bool

@@ -71,6 +71,7 @@ func ModelDefaultsConfig() adaptive.Config { return ModelBaseConfig() }
 //     to follow the run (the default 600 spans the whole 300-step run).
 func ModelGradient2Config() adaptive.Config {
 	cfg := ModelBaseConfig()
+	cfg.Law = adaptive.Gradient2
 	cfg.Tolerance = 1.15
 	cfg.Smoothing = 0.75
 	cfg.BackoffRatio = 0.5

@@ -30,6 +30,7 @@ func Gradient2Grid() []Candidate {
 			for _, bo := range []float64{0.5, 0.75, 0.9} {
 				for _, w := range []int{10, 30, 100, 600} {
 					cfg := ModelBaseConfig()
+					cfg.Law = adaptive.Gradient2
 					cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow = tol, sm, bo, w
 					out = append(out, Candidate{Label: ConfigLabel(cfg), Config: cfg})
 				}
@@ -72,8 +73,8 @@ func ConfigLabel(cfg adaptive.Config) string {
 			cfg.AIMDIncrease, cfg.LatencyTarget, cfg.AIMDBackoff, cfg.BackoffRatio)
 	default:
 		tol, sm, bo, w := cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow
-		if tol == 0 && sm == 0 && bo == 0 && w == 0 {
-			return "gradient2 defaults (tolerance=2 smoothing=0.2 backoff=0.9 window=600)"
+		if cfg.Law == adaptive.Auto && tol == 0 && sm == 0 && bo == 0 && w == 0 {
+			return "defaults (law auto: gradient2 tolerance=2 smoothing=0.2 backoff=0.9 window=600)"
 		}
 		if w == 0 {
 			w = 600
