@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -48,9 +49,9 @@ import (
 //     none yet (0), every member votes.
 //   - Target: 0 when draining (a durable mark on the node id) or without
 //     demand. Otherwise, with n eligible members (not draining, demand >
-//     0), D their summed demand, d self's demand and R = max(0, L_global −
-//     n): 1 + ⌈R·d/D⌉. The targets may add up to more than L_global (by
-//     less than n); the occupancy cap below keeps the shares within it.
+//     0, self included) and R = max(0, L_global − n): 1 plus self's part
+//     of R split by demand by largest remainder (see apportion). The
+//     eligible members' targets add up to max(n, L_global).
 //   - Share = max(0, min(target, L_global − Σ Reserve of every other
 //     holding row)), members or not; in learning mode also at most what
 //     the node proves it holds: r.Inflight, or the share this epoch already
@@ -123,11 +124,8 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	if self.votes() {
 		voters = append(voters, self.LLocal)
 	}
-	var peerInflight, peerReserve, sumDemand, members int
-	eligible := 0
-	if !self.Draining && self.Demand > 0 {
-		eligible, sumDemand = 1, self.Demand
-	}
+	var peerInflight, peerReserve, members int
+	var claims []claim[int] // the other eligible members' demands
 	for j, n := range s.Nodes {
 		if found && j == i {
 			continue
@@ -150,8 +148,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 				voters = append(voters, n.LLocal)
 			}
 			if !n.Draining && n.Demand > 0 {
-				eligible++
-				sumDemand += n.Demand
+				claims = append(claims, claim[int]{n.NodeID, n.Instance, n.Demand})
 			}
 		}
 	}
@@ -168,7 +165,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	lGlobal = s.Key.clamp(lGlobal)
 	target := 0
 	if !self.Draining && self.Demand > 0 {
-		target = splitTarget(lGlobal, eligible, sumDemand, self.Demand)
+		target = splitTarget(lGlobal, claim[int]{self.NodeID, self.Instance, self.Demand}, claims)
 	}
 	share := max(0, min(target, lGlobal-peerReserve))
 	learning := next.Key.learning(now)
@@ -286,15 +283,49 @@ func (s State) evictedGrant(now time.Time) Grant {
 	return g
 }
 
-// splitTarget is the demand-proportional target of one of n eligible nodes
-// with demand d > 0 out of total demand sumDemand, under ceiling lGlobal.
-// Every eligible node gets a floor of 1; the rest, R = max(0, lGlobal − n),
-// is split by demand, rounded up so that no remainder is left ungranted:
-// the targets may add up to more than lGlobal, and the occupancy cap gives
-// the last to ask what the others leave.
-func splitTarget(lGlobal, n, sumDemand, d int) int {
-	rest := max(0, lGlobal-n)
-	return 1 + (rest*d+sumDemand-1)/sumDemand
+// splitTarget is the demand-proportional target of self, an eligible node
+// (demand > 0, not draining), among the other eligible members others,
+// under ceiling lGlobal. Every eligible node gets a floor of 1; the rest,
+// R = max(0, lGlobal − n) for n eligible nodes, is split by demand with
+// apportion, so the n targets add up to max(n, lGlobal).
+func splitTarget(lGlobal int, self claim[int], others []claim[int]) int {
+	return 1 + apportion(max(0, lGlobal-len(others)-1), self, others)
+}
+
+// claim is one node's demand in a split: its row (node id, instance) and
+// its demand, > 0.
+type claim[T int | int64] struct {
+	nodeID, instance string
+	want             T
+}
+
+// apportion is self's part of total split among self and others in
+// proportion to their wants (each > 0) by largest remainder: with W the
+// summed want, each claim gets ⌊total·w/W⌋, and the total −
+// Σ⌊total·w/W⌋ units left over go one each to the first claims ordered by
+// remainder total·w mod W descending, then by node id and instance
+// ascending (byte order). The parts add up to exactly total, each within
+// 1 of total·w/W, and every heartbeat that sees the same rows computes the
+// same parts. total·w must not overflow T.
+func apportion[T int | int64](total T, self claim[T], others []claim[T]) T {
+	sum := self.want
+	for _, o := range others {
+		sum += o.want
+	}
+	part, rem := total*self.want/sum, total*self.want%sum
+	left := total - part
+	ahead := 0 // claims ordered before self
+	for _, o := range others {
+		left -= total * o.want / sum
+		r := total * o.want % sum
+		if r > rem || r == rem && cmp.Or(strings.Compare(o.nodeID, self.nodeID), strings.Compare(o.instance, self.instance)) < 0 {
+			ahead++
+		}
+	}
+	if T(ahead) < left {
+		part++
+	}
+	return part
 }
 
 // votes reports whether n's l_local counts toward L_global: only a node

@@ -2,6 +2,8 @@ package coord
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,9 +294,11 @@ func TestHeartbeatAcknowledgement(t *testing.T) {
 	s, g = mustHeartbeat(t, s, rep("b", 1, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share)
 	// a reports without having applied gen 1: its target is now
-	// 1+⌈2·1/5⌉ = 2 (b has most of the demand), but it may still enforce 4.
+	// 1+⌊2·1/5⌋ = 1 (R = 2 splits as 0 rem 2 for a, 1 rem 3 for b, and
+	// the unit left goes to b's larger remainder), but it may still
+	// enforce 4.
 	s, g = mustHeartbeat(t, s, rep("a", 2, 4, 0, 1, 0), t0)
-	require.Equal(t, 2, g.Share)
+	require.Equal(t, 1, g.Share)
 	require.Equal(t, 4, node(s, "a").UnackedHigh, "unacknowledged grants stay reserved")
 	s, g = mustHeartbeat(t, s, rep("b", 2, 4, 0, 4, 0), t0)
 	require.Equal(t, 0, g.Share, "a may still enforce 4")
@@ -304,16 +308,16 @@ func TestHeartbeatAcknowledgement(t *testing.T) {
 	wrongEpoch.Epoch = a.Epoch - 1
 	s, _ = mustHeartbeat(t, s, wrongEpoch, t0)
 	require.Equal(t, 4, node(s, "a").UnackedHigh)
-	// a applies its newest grant and says so: the reserve drops to 2.
+	// a applies its newest grant and says so: the reserve drops to 1.
 	ack := rep("a", 4, 4, 0, 1, a.GrantedGen)
 	ack.Epoch = a.Epoch
 	s, g = mustHeartbeat(t, s, ack, t0)
-	require.Equal(t, 2, node(s, "a").UnackedHigh)
-	require.Equal(t, 2, g.Share)
-	// b's target: L=4, n=2, R=2, D=1+4: 1+⌈2·4/5⌉ = 3, capped at 4−2 by
-	// a's reserve.
+	require.Equal(t, 1, node(s, "a").UnackedHigh)
+	require.Equal(t, 1, g.Share)
+	// b's target: L=4, n=2, R=2, D=1+4: 1+⌊2·4/5⌋+1 = 3, within 4−1
+	// after a's reserve: the targets add up to L.
 	_, g = mustHeartbeat(t, s, rep("b", 3, 4, 0, 4, 0), t0)
-	require.Equal(t, 2, g.Share)
+	require.Equal(t, 3, g.Share)
 }
 
 func TestHeartbeatStaleSeq(t *testing.T) {
@@ -737,4 +741,65 @@ func TestJoinersFirstReportNeverVotes(t *testing.T) {
 	require.True(t, node(s, "b").Measuring)
 	_, g = mustHeartbeat(t, s, rep("a", 2, 41, 20, 60, 1), t0)
 	require.Equal(t, 30, g.LGlobal)
+}
+
+// TestHeartbeatSplitLeavesNoNodeOut: six nodes with demand 1 under
+// L_global 10 heartbeat in turn, each acknowledging its newest grant. The
+// targets add up to exactly L_global (R = 4 split by largest remainder:
+// the four first by node id get 2, the others 1), so once the shares have
+// settled every node holds at least 1 and they add up to 10. Rounded up,
+// every target was 2 and the last node stayed at 0.
+func TestHeartbeatSplitLeavesNoNodeOut(t *testing.T) {
+	t.Parallel()
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	s := NewState("k", t0)
+	for round := range 4 {
+		for _, id := range ids {
+			r := rep(id, int64(round+1), 10, 0, 1, 0)
+			if n, ok := s.Node(id, t0); ok {
+				r.Epoch, r.AppliedGen = n.Epoch, n.GrantedGen
+			}
+			s, _ = mustHeartbeat(t, s, r, t0)
+		}
+	}
+	sum := 0
+	for _, id := range ids {
+		sum += node(s, id).Share
+	}
+	require.Equal(t, 10, s.Key.LGlobal)
+	require.Equal(t, 10, sum)
+	require.Equal(t, []int{2, 2, 2, 2, 1, 1}, []int{node(s, "a").Share, node(s, "b").Share, node(s, "c").Share,
+		node(s, "d").Share, node(s, "e").Share, node(s, "f").Share})
+}
+
+// TestSplitTargetAddsUp: for every eligible set, the targets add up to
+// max(n, L_global), each is at least 1, and each is within 1 of its
+// proportional part of the rest.
+func TestSplitTargetAddsUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		l       int
+		demands []int
+	}{
+		{10, []int{1, 1, 1, 1, 1, 1}}, {4, []int{1, 1, 1}}, {3, []int{5, 1, 1}}, {2, []int{1, 1, 1}},
+		{100, []int{7, 3, 5, 1}}, {7, []int{1000000, 1, 1}}, {1, []int{1}}, {9, []int{3, 3, 3}},
+	} {
+		claims := make([]claim[int], len(tc.demands))
+		for i, d := range tc.demands {
+			claims[i] = claim[int]{fmt.Sprintf("n%d", i), "i", d}
+		}
+		sum, total := 0, 0
+		for _, d := range tc.demands {
+			total += d
+		}
+		rest := max(0, tc.l-len(claims))
+		for i := range claims {
+			target := splitTarget(tc.l, claims[i], slices.Delete(slices.Clone(claims), i, i+1))
+			part := float64(rest*claims[i].want) / float64(total)
+			require.GreaterOrEqual(t, target, 1)
+			require.InDelta(t, part, float64(target-1), 1, "L %d, demands %v, node %d", tc.l, tc.demands, i)
+			sum += target
+		}
+		require.Equal(t, max(len(claims), tc.l), sum, "L %d, demands %v", tc.l, tc.demands)
+	}
 }

@@ -16,3 +16,13 @@ var (
 
 // TTL is core_test.go's lease TTL.
 const TTL = ttl
+
+// Apportion is apportion for the claim (nodeID, instance, want) among the
+// others (wants[i], ids[i], instances[i]).
+func Apportion(total, want int64, nodeID, instance string, wants []int64, ids, instances []string) int64 {
+	others := make([]claim[int64], len(wants))
+	for i := range wants {
+		others[i] = claim[int64]{ids[i], instances[i], wants[i]}
+	}
+	return apportion(total, claim[int64]{nodeID, instance, want}, others)
+}

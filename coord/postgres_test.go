@@ -3,6 +3,8 @@ package coord_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,4 +167,42 @@ func TestPostgresWithoutSchema(t *testing.T) {
 	_, err = p.Keys(ctx)
 	require.ErrorIs(t, err, coord.ErrSchema)
 	require.ErrorIs(t, p.Drain(ctx, "k", "a"), coord.ErrSchema)
+}
+
+// TestApportionAgrees: fleetlimit.apportion and the core's apportion give
+// every claim the same part, and the parts add up to the total.
+func TestApportionAgrees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	rng := rand.New(rand.NewPCG(7, 7))
+	ids := []string{"a", "B", "é", "a/1", "ab", "Z", "b"}
+	for range 200 {
+		n := 1 + rng.IntN(6)
+		total := rng.Int64N(30)
+		if rng.IntN(4) == 0 {
+			total = rng.Int64N(coord.MaxRate + 1)
+		}
+		wants, nodes, insts := make([]int64, n), make([]string, n), make([]string, n)
+		for i := range n {
+			wants[i] = 1 + rng.Int64N(5)
+			if rng.IntN(4) == 0 {
+				wants[i] = 1 + rng.Int64N(coord.MaxRate)
+			}
+			nodes[i] = ids[rng.IntN(len(ids))]
+			insts[i] = fmt.Sprintf("%s/%d", nodes[i], i)
+		}
+		var sum int64
+		for i := range n {
+			others := func(s []int64) []int64 { return slices.Delete(slices.Clone(s), i, i+1) }
+			otherS := func(s []string) []string { return slices.Delete(slices.Clone(s), i, i+1) }
+			want := coord.Apportion(total, wants[i], nodes[i], insts[i], others(wants), otherS(nodes), otherS(insts))
+			var got int64
+			require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.apportion($1, $2, $3, $4, $5, $6, $7)`,
+				total, wants[i], nodes[i], insts[i], others(wants), otherS(nodes), otherS(insts)).Scan(&got))
+			require.Equal(t, want, got, "total %d, claim %d of %v %v %v", total, i, wants, nodes, insts)
+			sum += want
+		}
+		require.Equal(t, total, sum, "total %d split among %v", total, wants)
+	}
 }

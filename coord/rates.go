@@ -100,9 +100,10 @@ func (n NodeState) RateReserve(now time.Time) Rates {
 //     operator's rate (KeyState.RateLimit) when there is one; the
 //     operator's rate alone when no member reports one; 0 — no rate, every
 //     node unpaced — when neither does.
-//   - Target: 0 when draining or without rate demand; otherwise, with D the
-//     summed rate demand of the eligible members (not draining, rate demand
-//     > 0) and d self's, ⌈R·d/D⌉: all of R is split by demand.
+//   - Target: 0 when draining or without rate demand; otherwise self's part
+//     of R split by rate demand among the eligible members (not draining,
+//     rate demand > 0, self included) by largest remainder (see
+//     apportion): all of R is split, and the targets add up to exactly R.
 //   - Share = max(0, min(target, R − Σ RateReserve of every other row)); in
 //     learning mode also at most what the node reports it enforces
 //     (RateApplied), since the database may have forgotten rate shares it
@@ -112,7 +113,8 @@ func (n NodeState) RateReserve(now time.Time) Rates {
 // report.
 func (s State) rateGrant(self NodeState, others []NodeState, r Report, learning bool, now time.Time) (rate, share Rates) {
 	var votes [2][]int64
-	var demand, reserve [2]int64
+	var reserve [2]int64
+	var claims [2][]claim[int64] // the other eligible members' rate demands
 	for i, v := range self.RateLocal.dims() {
 		if v > 0 {
 			votes[i] = append(votes[i], v)
@@ -132,8 +134,8 @@ func (s State) rateGrant(self NodeState, others []NodeState, r Report, learning 
 			if local[i] > 0 {
 				votes[i] = append(votes[i], local[i])
 			}
-			if !n.Draining {
-				demand[i] += want[i]
+			if !n.Draining && want[i] > 0 {
+				claims[i] = append(claims[i], claim[int64]{n.NodeID, n.Instance, want[i]})
 			}
 		}
 	}
@@ -154,8 +156,7 @@ func (s State) rateGrant(self NodeState, others []NodeState, r Report, learning 
 		if l == 0 || !eligible || want[i] == 0 {
 			continue
 		}
-		sum := demand[i] + want[i]
-		target := (l*want[i] + sum - 1) / sum
+		target := apportion(l, claim[int64]{self.NodeID, self.Instance, want[i]}, claims[i])
 		shares[i] = max(0, min(target, l-reserve[i]))
 		if learning {
 			shares[i] = min(shares[i], applied[i])

@@ -159,3 +159,30 @@ func TestRatesValidation(t *testing.T) {
 	require.True(t, errors.Is(err, ErrInvalidOverride))
 	require.ErrorContains(t, err, "rpm = -2")
 }
+
+// TestRateSplitLeavesNoNodeOut: six nodes with rate demand 1 under a rate
+// of 10 per minute heartbeat in turn, each acknowledging its newest grant.
+// The rate targets add up to exactly the rate (largest remainder: the four
+// first by node id get 2, the others 1), so every node ends with a rate
+// share. Rounded up, every target was 2 and the last node stayed at 0.
+func TestRateSplitLeavesNoNodeOut(t *testing.T) {
+	t.Parallel()
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	s, err := NewState("k", t0).SetRates(RatesChange{SetRequests: true, Requests: 10})
+	require.NoError(t, err)
+	for round := range 4 {
+		for _, id := range ids {
+			r := rep(id, int64(round+1), 10, 0, 1, 0)
+			r.RateDemand = Rates{Requests: 1}
+			if n, ok := s.Node(id, t0); ok {
+				r.Epoch, r.AppliedGen = n.Epoch, n.GrantedGen
+			}
+			s, _ = mustHeartbeat(t, s, r, t0)
+		}
+	}
+	var shares []int64
+	for _, id := range ids {
+		shares = append(shares, node(s, id).RateShare.Requests)
+	}
+	require.Equal(t, []int64{2, 2, 2, 2, 1, 1}, shares)
+}

@@ -443,12 +443,13 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 }
 
 // TestLimitsSetSaysWhatItChanged: a change written before a failure says
-// so, here the read-back on a schema one migration behind.
+// so, here the read-back on a schema from before the rate usage columns
+// (version 5).
 func TestLimitsSetSaysWhatItChanged(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "api")
-	mustRun(t, dsn, "migrate", "down")
+	mustRun(t, dsn, "migrate", "down", "--to", "5")
 	res := run(t, dsn, "limits", "set", "api", "--max", "10")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `key "api" was changed, but reading it back failed: `)
@@ -477,12 +478,12 @@ func TestMigrateDownRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 6 to 5")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 7 to 6")
 	// On an older schema the nodes still count.
 	res = run(t, dsn, "migrate", "down")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 5 to 2")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 6 to 2")
 	res = run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: resetting now")
