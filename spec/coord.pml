@@ -1,7 +1,8 @@
 /*
  * coord.pml: the coordinator, step for step the rules of coord.State
  * (Heartbeat, Leave, Drain, Undrain, Evict, Incarnate, learn) and of their
- * SQL twins in migrations/sql/00003_requests_not_admissions.sql. Each
+ * SQL twins in migrations/sql/00003_requests_not_admissions.sql (the
+ * split of the targets as 00007_largest_remainder.sql replaced it). Each
  * inline is run inside one d_step: a transaction. The mutants (MUT_*)
  * replace one rule by the weaker rule the code used before.
  */
@@ -414,8 +415,43 @@ inline mainPath(I, J) {
 		helig++;
 		hsumd = hsumd + db.row[hs].dem;
 		hx = MAX2(0, hlg - helig);
-		/* coord.splitTarget: the rest split by demand, rounded up. */
-		htarget = 1 + (hx * db.row[hs].dem + hsumd - 1) / hsumd
+#if LCAP > 1
+		/* coord.splitTarget: 1 plus self's part of the rest hx split by
+		 * demand by largest remainder (coord.apportion): the floor of
+		 * hx·d/D, and one of the hz units left over when fewer than hz
+		 * eligible members (hw) come first by remainder descending, then
+		 * node id and instance. The gone rows are cleared. The order of
+		 * ties by node id is not symmetric in node ids, so a search with
+		 * L_global above 1 runs without symmetry reduction. */
+#if !defined(LIVE) && !defined(TRACE) && !defined(NOSYM)
+#error "coord.pml: L_global above 1 (LCAP) needs NOSYM, LIVE or TRACE: the order of tied remainders is by node id"
+#endif
+		hy = hx * db.row[hs].dem % hsumd;
+		hz = hx - hx * db.row[hs].dem / hsumd;
+		hw = 0;
+		for (hk : 0 .. NROWS-1) {
+			if
+			:: hk != hs && MEMBER(db.row[hk]) && !db.row[hk].dr && db.row[hk].dem > 0 ->
+				hz = hz - hx * db.row[hk].dem / hsumd;
+				if
+				:: hx * db.row[hk].dem % hsumd > hy ||
+				   hx * db.row[hk].dem % hsumd == hy &&
+				   (hk/RPN < hs/RPN || hk/RPN == hs/RPN && db.row[hk].inst < db.row[hs].inst) -> hw++
+				:: else
+				fi
+			:: else
+			fi
+		};
+		htarget = 1 + hx * db.row[hs].dem / hsumd + (hw < hz -> 1 : 0)
+#else
+		/* coord.splitTarget with L_global 1, as in every search with
+		 * symmetry reduction: no rest to split (hx is max(0, 1 −
+		 * eligible), and self is eligible), so the target is 1. (The
+		 * loop above, with the symmetry reduction, would make the
+		 * heartbeat's d_step longer than spin allows.) */
+		assert(hx == 0);
+		htarget = 1
+#endif
 	:: else
 	fi;
 	hx = MAX2(0, MIN2(htarget, hlg - hpres));

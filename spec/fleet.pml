@@ -177,9 +177,11 @@ inline sendReport(I, D) {
 	:: else
 	fi;
 #endif
-#if LCAP <= NN && !defined(TRACE)
-	/* With L_global <= the node ids, every target is 1 or L_global: how
-	 * much demand a node has never matters, only whether it has any. */
+#if LCAP <= 2 && !defined(TRACE)
+	/* With L_global <= 2 no rest is left to split among two nodes with
+	 * demand: every target is 1, or L_global for a node alone with
+	 * demand. How much demand a node has never matters, only whether it
+	 * has any. */
 	hx = MIN2(hx, 1);
 #endif
 	nd[I].rep[NREP-1].used = 1;

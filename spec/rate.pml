@@ -21,10 +21,15 @@
  *     generation is >= the row's acknowledges the grant: rh := rs;
  *   - the rate reserve of a row is max(rh, rs) while its lease runs (on the
  *     database's clock) and it has not departed, 0 after;
- *   - a heartbeat of a node with rate demand d > 0 computes
- *     target = ceil(R·d/D) (D: the rate demand of the members, self
- *     included) and grants rs = max(0, min(target, R − Σ rate reserve of
- *     the other rows)); without demand, 0.
+ *   - a heartbeat of a node with rate demand d > 0 computes its target,
+ *     its part of R split by demand among the members with demand (self
+ *     included) by largest remainder (coord.apportion: ⌊R·d/D⌋ for D the
+ *     summed demand, plus one of the units left over when fewer of those
+ *     come first by remainder R·d mod D descending, ties by node id), and
+ *     grants rs = max(0, min(target, R − Σ rate reserve of the other
+ *     rows)); without demand, 0. The order of tied remainders, by node
+ *     id, is not symmetric in node ids; the model lets each heartbeat
+ *     break a tie either way (TIE), which includes the order by node id.
  *
  * A node paces to the rate share of the newest grant it applied, at once,
  * while its fence deadline (send time + lease remaining − margin, on its
@@ -245,7 +250,7 @@ hidden byte nm[NN];          /* each node id slot's original name (symmetry) */
 /* ratePath: the heartbeat's main path for report J of node id I, whose
  * row has taken over (hfound 0: a fresh row); BUMP 1: the concurrency
  * share changed, so a new generation whatever the rate share. */
-inline ratePath(I, J, BUMP) {
+inline ratePath(I, J, BUMP, TIE) {
 	/* takeReport, and the acknowledgement. */
 	row[I].seq = nd[I].rep[J].seq;
 	row[I].dem = nd[I].rep[J].dem;
@@ -267,12 +272,28 @@ inline ratePath(I, J, BUMP) {
 		:: else
 		fi
 	};
-	/* Target: all of R split by demand, rounded up; then the cap. */
+	/* Target: all of R split by demand by largest remainder (hy: self's
+	 * remainder; hz: the units left over; hj: the members with demand
+	 * that come first, a tied one when TIE is 0); then the cap. */
 	htarget = 0;
 	if
 	:: row[I].dem > 0 ->
 		hsumd = hsumd + row[I].dem;
-		htarget = (rate * row[I].dem + hsumd - 1) / hsumd
+		hy = rate * row[I].dem % hsumd;
+		hz = rate - rate * row[I].dem / hsumd;
+		hj = 0;
+		for (hk : 0 .. NN-1) {
+			if
+			:: hk != I && RMEMBER(row[hk]) && row[hk].dem > 0 ->
+				hz = hz - rate * row[hk].dem / hsumd;
+				if
+				:: rate * row[hk].dem % hsumd > hy || rate * row[hk].dem % hsumd == hy && !(TIE) -> hj++
+				:: else
+				fi
+			:: else
+			fi
+		};
+		htarget = rate * row[I].dem / hsumd + (hj < hz -> 1 : 0)
 	:: else
 	fi;
 	hx = MAX2(0, MIN2(htarget, rate - hpres));
@@ -299,7 +320,7 @@ inline ratePath(I, J, BUMP) {
 
 /* rateHeartbeat: the transaction for report J of node id I; the answer in
  * hkind, hshare, hgen. */
-inline rateHeartbeat(I, J, BUMP) {
+inline rateHeartbeat(I, J, BUMP, TIE) {
 	if
 	:: row[I].used && row[I].inst == nd[I].rep[J].inst ->
 		if
@@ -307,7 +328,7 @@ inline rateHeartbeat(I, J, BUMP) {
 			hkind = G_STALE; hshare = row[I].rs; hgen = row[I].gen
 		:: else ->
 			hfound = 1;
-			ratePath(I, J, BUMP)
+			ratePath(I, J, BUMP, TIE)
 		fi
 	:: RMEMBER(row[I]) && row[I].inst != nd[I].rep[J].inst ->
 		/* ErrNodeIDInUse: the instance before is a member. */
@@ -317,7 +338,7 @@ inline rateHeartbeat(I, J, BUMP) {
 		hfound = 0;
 		row[I].used = 1; row[I].inst = nd[I].rep[J].inst; row[I].dep = 0;
 		row[I].rs = 0; row[I].rh = 0; row[I].gen = 0;
-		ratePath(I, J, BUMP)
+		ratePath(I, J, BUMP, TIE)
 	fi
 }
 
@@ -708,8 +729,8 @@ end:
 /* handle: the database runs the heartbeat; the reply goes back if the node
  * still waits for it (a stale grant or ErrNodeIDInUse the node ignores: its
  * call just ends). */
-inline handle(I, J, BUMP) {
-	rateHeartbeat(I, J, BUMP);
+inline handle(I, J, BUMP, TIE) {
+	rateHeartbeat(I, J, BUMP, TIE);
 	if
 	:: hkind == G_INUSE ->
 		printf("t=%d   db: n%d i%d seq %d refused: ErrNodeIDInUse\n", T, nm[I], nd[I].rep[J].inst, nd[I].rep[J].seq)
@@ -737,13 +758,25 @@ inline handle(I, J, BUMP) {
 	normalize()
 }
 
+/* RIVAL(I, J): report J has demand and so has another member: a tie of
+ * remainders may arise, and the heartbeat is also run with the tie
+ * broken the other way (TIE 1: self first; with three node ids, self
+ * first or last among those tied with it). */
+#if NN == 2
+#define RIVAL(I, J) (nd[I].rep[J].dem > 0 && RMEMBER(row[1-(I)]) && row[1-(I)].dem > 0)
+#else
+#define RIVAL(I, J) (nd[I].rep[J].dem > 0 && \
+	(RMEMBER(row[((I)+1)%NN]) && row[((I)+1)%NN].dem > 0 || RMEMBER(row[((I)+2)%NN]) && row[((I)+2)%NN].dem > 0))
+#endif
 #if CGEN
-#define BUMPACT(J) :: d_step { nd[ME].rep[J].used -> handle(ME, J, 1) }
+#define BUMPACT(J) :: d_step { nd[ME].rep[J].used -> handle(ME, J, 1, 0) } \
+	:: d_step { nd[ME].rep[J].used && RIVAL(ME, J) -> handle(ME, J, 1, 1) }
 #else
 #define BUMPACT(J)
 #endif
 #define REPACT(J) \
-	:: d_step { nd[ME].rep[J].used -> handle(ME, J, 0) } \
+	:: d_step { nd[ME].rep[J].used -> handle(ME, J, 0, 0) } \
+	:: d_step { nd[ME].rep[J].used && RIVAL(ME, J) -> handle(ME, J, 0, 1) } \
 	BUMPACT(J) \
 	:: d_step { nd[ME].rep[J].used -> \
 		printf("t=%d net: report seq %d of n%d i%d is lost\n", T, nd[ME].rep[J].seq, nm[ME], nd[ME].rep[J].inst); \

@@ -37,8 +37,8 @@ BASE="-DNN=2 -DLLO=1 -DLHI=1 -DOPMAX=1 -DOPTOGGLE=0 -DNREP=1 -DDUP=0 -DDSLACK=0
 #          requests that outlive the lease (the node's clock stands still).
 # drain:   drain and undrain across lapses.
 # The rate model (rate.pml): two node ids, the key's rate R = 3 (two
-# nodes with demand are each targeted 2, so the targets overbook R and the
-# cap decides), rate demand 0..1, leases of 2 ticks, margin 1, clocks that
+# nodes with demand tie: one is targeted 2, the other 1, either way), rate
+# demand 0..1, leases of 2 ticks, margin 1, clocks that
 # drift by 1 and stand still, one report of a node id in the network at a
 # time, heartbeats that issue a generation for the concurrency share only.
 # rate:        Stop and leave, crash, restart as a new instance; R fixed.
