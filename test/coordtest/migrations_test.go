@@ -404,12 +404,12 @@ func TestStaleVersionTable(t *testing.T) {
 	reader := withSearchPath(t, pool, "a, b")
 	pending, err := migrations.HasPending(ctx, reader)
 	require.NoError(t, err)
-	require.False(t, pending, "both tables record version 6, as the schema is")
+	require.False(t, pending, "both tables record version 7, as the schema is")
 
 	require.NoError(t, migrations.DownTo(ctx, pb, 5))
 	_, err = migrations.Status(ctx, reader)
 	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
-	require.ErrorContains(t, err, "the one in schema a records version 6, but fleetlimit.schema_version() says 5; "+
+	require.ErrorContains(t, err, "the one in schema a records version 7, but fleetlimit.schema_version() says 5; "+
 		"the one in schema b records version 5: drop the stale table "+
 		`(DROP TABLE "a"."fleetlimit_schema_version") and migrate with a search path that starts with b`)
 	_, err = migrations.HasPending(ctx, reader)
@@ -420,7 +420,7 @@ func TestStaleVersionTable(t *testing.T) {
 	require.NoError(t, migrations.DownTo(ctx, pb, 3))
 	_, err = migrations.Status(ctx, reader)
 	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
-	require.ErrorContains(t, err, "the one in schema a records version 6, but the schema has no fleetlimit.schema_version(), which version 4 added")
+	require.ErrorContains(t, err, "the one in schema a records version 7, but the schema has no fleetlimit.schema_version(), which version 4 added")
 
 	// The way out.
 	_, err = pool.Exec(ctx, `DROP TABLE "a"."fleetlimit_schema_version"`)
