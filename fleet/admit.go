@@ -151,16 +151,18 @@ func (n *Node) refusal(r adaptive.Request) error {
 // demand the node could not serve; all but the pause, which no share
 // ends, also hold the weight as a floor of the demand (see noteUnmet).
 // When the node's state refuses admissions (Stop pauses the limiter), its
-// error replaces the limiter's.
+// error replaces the limiter's refusal, but not the end of a wait.
 func (n *Node) limiterRefusal(err error, weight int) error {
 	n.metrics.rejected.Add(1)
 	paused := errors.Is(err, adaptive.ErrPaused)
-	if paused || errors.Is(err, adaptive.ErrWouldWait) || errors.Is(err, adaptive.ErrQueueFull) ||
-		errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	switch {
+	case paused || errors.Is(err, adaptive.ErrWouldWait) || errors.Is(err, adaptive.ErrQueueFull):
 		n.noteUnmet(weight, !paused)
 		if aerr := n.admissionErr(); aerr != nil {
 			return aerr
 		}
+	case errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		n.noteUnmet(weight, true) // the caller's own bound: its error stands
 	}
 	return err
 }
