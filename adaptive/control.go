@@ -99,14 +99,13 @@ func (l *Limiter) ClearCeiling() {
 // fleet admits. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
-	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.fleetLimit = max(n, 0)
 	if n > 0 && l.queue.len > 0 && l.queue.rejectHeavier(n, func(w int) error {
 		return fmt.Errorf("%w: Request.Weight = %d exceeds the fleet's limit %d, which fell below it while the request waited", ErrTooHeavy, w, n)
 	}) {
-		l.dispatch(now) // a heavy head may have held back lighter waiters
+		l.dispatch(l.cfg.Clock.Now()) // a heavy head may have held back lighter waiters
 	}
 }
 

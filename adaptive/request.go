@@ -169,10 +169,7 @@ func (l *Limiter) enter(ctx context.Context, r Request) (Lease, *waiter, error) 
 	w := l.getWaiter()
 	w.priority, w.weight, w.cost, w.since = r.Priority, r.Weight, rc, now
 	if evict != nil {
-		l.queue.remove(evict)
-		l.queue.stats[evict.priority].refused++
-		evict.err = ErrQueueFull
-		evict.ready <- struct{}{}
+		l.queue.reject(evict, ErrQueueFull)
 	}
 	l.queue.resume(r.Priority, l.hardBound(now))
 	l.queue.push(w)

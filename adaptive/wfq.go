@@ -338,23 +338,25 @@ func (q *wfq) rejectHeavier(n int, err func(weight int) error) bool {
 		}
 	}
 	for _, w := range heavy {
-		q.remove(w)
-		q.stats[w.priority].refused++
-		w.err = err(w.weight)
-		w.ready <- struct{}{}
+		q.reject(w, err(w.weight))
 	}
 	return len(heavy) > 0
+}
+
+// reject takes w out of the queue and fails it with err, counting it
+// refused.
+func (q *wfq) reject(w *waiter, err error) {
+	q.remove(w)
+	q.stats[w.priority].refused++
+	w.err = err
+	w.ready <- struct{}{}
 }
 
 // rejectAll empties the queue, failing every waiter with err and counting
 // it refused.
 func (q *wfq) rejectAll(err error) {
 	for q.len > 0 {
-		w := q.head()
-		q.remove(w)
-		q.stats[w.priority].refused++
-		w.err = err
-		w.ready <- struct{}{}
+		q.reject(q.head(), err)
 	}
 }
 

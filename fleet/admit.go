@@ -227,7 +227,7 @@ func (n *Node) noteUnmet(weight int, hold bool) {
 	weight = min(weight, coord.MaxCount)
 	n.mu.Lock()
 	n.unmet = min(n.unmet+weight, coord.MaxCount)
-	if hold && (weight >= n.wanted || now.Sub(n.wantedSince()) >= n.cfg.LeaseTTL) {
+	if hold && (weight >= n.wanted || !n.floorHeld(now)) {
 		n.wanted = weight
 		n.wantedAt.Store(now.UnixNano())
 		n.wanting.Store(true)
@@ -238,6 +238,12 @@ func (n *Node) noteUnmet(weight int, hold bool) {
 // wantedSince is when the demand floor was last held: the last refusal, or
 // admission since, of a request as heavy as the floor.
 func (n *Node) wantedSince() time.Time { return time.Unix(0, n.wantedAt.Load()) }
+
+// floorHeld reports whether the demand floor (wanted) still holds at now:
+// it was held less than LeaseTTL ago.
+func (n *Node) floorHeld(now time.Time) bool {
+	return n.wanting.Load() && now.Sub(n.wantedSince()) < n.cfg.LeaseTTL
+}
 
 // holdWanted keeps the weight a refusal left in the demand for LeaseTTL
 // more after the admission of a request at least that heavy: a caller
@@ -255,7 +261,7 @@ func (n *Node) holdWanted(weight int) {
 	}
 	n.mu.Lock()
 	switch {
-	case now.Sub(n.wantedSince()) >= n.cfg.LeaseTTL:
+	case !n.floorHeld(now):
 		n.wanted = 0
 		n.wanting.Store(false)
 	case weight >= n.wanted:

@@ -159,7 +159,7 @@ func (n *Node) report(now time.Time) coord.Report {
 	// nothing more.
 	peak := min(n.lim.TakePeak(), coord.MaxCount)
 	demand := min(peak+min(n.unmet, max(peak, 1)), coord.MaxCount)
-	if n.wanting.Load() && now.Sub(n.wantedSince()) < n.cfg.LeaseTTL {
+	if n.floorHeld(now) {
 		demand = max(demand, n.wanted)
 	}
 	// Reports that never arrived (an outage) still count.
