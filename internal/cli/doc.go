@@ -75,8 +75,8 @@
 // whatever a connection string leaves out: a --database-url without a
 // host, user or password takes PGHOST, PGUSER or PGPASSWORD, and the
 // throwaway cluster's connection string, which names the host, port, user,
-// database and sslmode, takes the rest from them (PGPASSWORD, PGOPTIONS,
-// PGTZ, PGTARGETSESSIONATTRS, PGSERVICE, ...). One of those set for another
+// database, sslmode and target_session_attrs, takes the rest from them
+// (PGPASSWORD, PGOPTIONS, PGTZ, PGSERVICE, ...). One of those set for another
 // database can keep demo from using its throwaway cluster; unset them to
 // run it.
 //

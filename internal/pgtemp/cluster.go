@@ -275,7 +275,9 @@ func (c *Cluster) logTail(offset int64) []byte {
 }
 
 // DSN returns a URL that connects to database dbname as [Superuser] over TCP
-// on 127.0.0.1 without TLS or password. Every new cluster has the database
+// on 127.0.0.1 without TLS or password, to this server whichever role it has
+// (target_session_attrs=any, so that a PGTARGETSESSIONATTRS set for another
+// database does not turn it away). Every new cluster has the database
 // "postgres".
 func (c *Cluster) DSN(dbname string) string {
 	u := url.URL{
@@ -283,7 +285,7 @@ func (c *Cluster) DSN(dbname string) string {
 		User:     url.User(Superuser),
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
 		Path:     "/" + dbname,
-		RawQuery: "sslmode=disable",
+		RawQuery: "sslmode=disable&target_session_attrs=any",
 	}
 	return u.String()
 }

@@ -127,3 +127,20 @@ func TestStartHonoursContext(t *testing.T) {
 	_, err := pgtemp.Start(ctx, pgtemp.Options{})
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// TestDSNIgnoresTargetSessionAttrs starts a cluster with
+// PGTARGETSESSIONATTRS asking for a standby, as a shell set up for another
+// database may: the cluster's own connection string still reaches it.
+func TestDSNIgnoresTargetSessionAttrs(t *testing.T) {
+	requirePostgres(t)
+	t.Setenv("PGTARGETSESSIONATTRS", "standby")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	cluster, err := pgtemp.Start(ctx, pgtemp.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+	conn, err := pgx.Connect(ctx, cluster.DSN("postgres"))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+}
