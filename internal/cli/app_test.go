@@ -114,6 +114,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "-force", "delete", "k"}, `fleetctl: keys delete: flag -force must come after "keys delete", the command it belongs to`},
 		{[]string{"keys", "--bogus", "create", "k"}, `fleetctl: keys create: flag provided but not defined: --bogus`},
 		{[]string{"--bogus", "keys"}, `fleetctl: keys: flag provided but not defined: --bogus`},
+		// A value flag written with its value before its command.
+		{[]string{"-o", "json", "keys"}, `fleetctl: keys: flag -o must come after "keys", the command it belongs to`},
+		{[]string{"limits", "--min", "3", "set", "k"}, `fleetctl: limits set: flag --min must come after "limits set", the command it belongs to`},
+		{[]string{"--min", "3", "limits", "set", "k"}, `fleetctl: limits set: flag --min must come after "limits set", the command it belongs to`},
 		// After "--", a flag's name is an argument.
 		{[]string{"limits", "--", "get", "-k", "-o", "json"}, `fleetctl: limits get: unexpected argument "-o"`},
 		// An unset variable before another flag: no fallback to another

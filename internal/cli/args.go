@@ -131,6 +131,12 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 					typed, _, _ := strings.Cut(a, "=")
 					unknown[name] = typed
 				}
+				if !hasValue && i+2 < len(rest) && misplacedValueFlag(app, cur.cmd, name, rest[i+2:]) {
+					// "-o json keys": the value is the flag's, so that
+					// "keys" names the command the flag belongs to.
+					i++
+					target.flags = append(target.flags, rest[i])
+				}
 			case f == ucli.HelpFlag:
 				target.help = true
 				if _, v, ok := strings.Cut(a, "="); ok {
@@ -200,6 +206,23 @@ func (n normalized) typed(name string) string {
 		}
 	}
 	return "-" + name
+}
+
+// misplacedValueFlag reports whether the flag called name, which cmd (nil
+// for the app) does not define, is a flag taking a value of a command that
+// rest begins by naming, a subcommand of cmd's or one below it: a flag
+// written, with its value, before its command.
+func misplacedValueFlag(app *ucli.App, cmd *ucli.Command, name string, rest []string) bool {
+	for _, a := range rest {
+		cmd = findCommand(subcommandsOf(app, cmd), a)
+		if cmd == nil {
+			return false
+		}
+		if f := findFlag(cmd.Flags, name); f != nil {
+			return takesValue(f)
+		}
+	}
+	return false
 }
 
 // isFlag reports whether arg is written as a flag: a dash and more.
