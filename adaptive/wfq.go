@@ -59,7 +59,10 @@ type wfq struct {
 	// waiter becomes a head, made exact again by next when it exceeds the
 	// bound, 0 when the queue is empty.
 	maxHead int
-	stats   [256]priorityCounters
+	// maxWeight is at least the weight of every waiter: raised by push,
+	// made exact by rejectHeavier, 0 when the queue is empty.
+	maxWeight int
+	stats     [256]priorityCounters
 }
 
 // flow is one priority's waiters.
@@ -230,6 +233,7 @@ func (q *wfq) push(w *waiter) {
 	f.cost += w.cost
 	q.len++
 	q.weight += int64(w.weight)
+	q.maxWeight = max(q.maxWeight, w.weight)
 }
 
 // head returns the queue's head: the waiter with the earliest finish. The
@@ -291,7 +295,7 @@ func (q *wfq) remove(w *waiter) {
 	if q.len == 0 {
 		q.gen++
 		q.vt = 0
-		q.maxHead = 0
+		q.maxHead, q.maxWeight = 0, 0
 	}
 }
 
@@ -323,9 +327,15 @@ func (q *wfq) worse(p uint8, c uint64) *waiter {
 
 // rejectHeavier fails every waiter heavier than n with the error err
 // returns for its weight, counting it refused, and reports whether it
-// failed any.
+// failed any. It walks the queue only when some waiter may be heavier
+// than n (see maxWeight), so a fleet limit that does not fall below the
+// heaviest weight queued costs nothing.
 func (q *wfq) rejectHeavier(n int, err func(weight int) error) bool {
+	if q.maxWeight <= n {
+		return false
+	}
 	var heavy []*waiter
+	q.maxWeight = 0
 	for i, word := range q.active {
 		for word != 0 {
 			b := bits.TrailingZeros64(word)
@@ -333,6 +343,8 @@ func (q *wfq) rejectHeavier(n int, err func(weight int) error) bool {
 			for w := q.flows[i<<6|b].head; w != nil; w = w.next {
 				if w.weight > n {
 					heavy = append(heavy, w)
+				} else {
+					q.maxWeight = max(q.maxWeight, w.weight)
 				}
 			}
 		}

@@ -289,3 +289,34 @@ func TestWFQMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+// rejectHeavier fails exactly the waiters heavier than the bound, walks
+// the queue only while one may be, and keeps maxWeight at least every
+// waiter's weight.
+func TestWFQRejectHeavier(t *testing.T) {
+	t.Parallel()
+	var q wfq
+	ws := []*waiter{newQueueWaiter(1, 3), newQueueWaiter(2, 9), newQueueWaiter(1, 5), newQueueWaiter(3, 2)}
+	for _, w := range ws {
+		q.push(w)
+	}
+	require.Equal(t, 9, q.maxWeight)
+	tooHeavy := func(int) error { return ErrTooHeavy }
+	require.False(t, q.rejectHeavier(9, tooHeavy))
+	require.Equal(t, 4, q.len)
+
+	require.True(t, q.rejectHeavier(4, tooHeavy))
+	require.Equal(t, 2, q.len)
+	for _, w := range ws {
+		require.Equal(t, w.weight > 4, w.err != nil, "weight %d", w.weight)
+	}
+	require.Equal(t, 3, q.maxWeight, "exact after a walk")
+	require.False(t, q.rejectHeavier(3, tooHeavy))
+
+	q.pop()
+	q.pop()
+	require.Zero(t, q.maxWeight)
+	q.push(newQueueWaiter(4, 7))
+	require.True(t, q.rejectHeavier(6, tooHeavy))
+	require.Zero(t, q.len)
+}
