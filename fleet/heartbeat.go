@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fence"
 )
@@ -124,6 +126,21 @@ func (n *Node) eagerDue(now time.Time) bool {
 	return n.rateStarved() || n.share < min(demand, fair)
 }
 
+// waitsForHeavier reports whether the node, with nothing in flight, not
+// paused, under an unexpired share of L_global that leaves room to
+// others, has requests queued: the head of its queue weighs more than its
+// share. Nodes that
+// each wait for such a weight can be split so that no share holds any of
+// them — two waiting with a weight of 6 under an L_global of 10 hold 5
+// each — and stay so while their demand stays. Each such report asks, at
+// random half the time, for one slot only: with two such nodes, one of
+// them steps aside within two intervals on average, and the other's next
+// share holds its request. The caller holds n.mu.
+func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
+	return snap.Inflight == 0 && snap.QueuedWeight > 0 && n.share > 0 && n.share < n.lGlobal &&
+		!now.Before(snap.PausedUntil) && (snap.CeilingUntil.IsZero() || now.Before(snap.CeilingUntil))
+}
+
 // report samples the node's state for one heartbeat and records the send.
 func (n *Node) report(now time.Time) coord.Report {
 	snap := n.lim.Snapshot()
@@ -169,6 +186,11 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = max(demand, 1)
 	case n.phase != phaseRunning:
 		demand = 0
+	case n.waitsForHeavier(snap, now) && rand.IntN(2) == 0:
+		// Step aside for this interval (see waitsForHeavier), so that
+		// one of the nodes split this way can take a share that holds
+		// its request. The queued weight is in the next report's peak.
+		demand = 1
 	}
 	n.unmet = 0
 	n.ackDue = false
