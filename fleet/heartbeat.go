@@ -118,8 +118,8 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
 		return true
 	}
-	if n.claimed {
-		return false
+	if n.claimed || now.Before(n.yieldUntil) {
+		return false // claimed this period, or stepping aside for it
 	}
 	demand := min(snap.Inflight, coord.MaxCount) + min(snap.QueuedWeight, coord.MaxCount) + n.unmet
 	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
@@ -128,17 +128,35 @@ func (n *Node) eagerDue(now time.Time) bool {
 
 // waitsForHeavier reports whether the node, with nothing in flight, not
 // paused, under an unexpired share of L_global that leaves room to
-// others, has requests queued: the head of its queue weighs more than its
-// share. Nodes that
+// others, has requests queued — the head of its queue weighs more than
+// its share — or holds a demand floor (see holdWanted) heavier than its
+// share: its callers are refused a weight the share cannot hold. Nodes that
 // each wait for such a weight can be split so that no share holds any of
-// them — two waiting with a weight of 6 under an L_global of 10 hold 5
-// each — and stay so while their demand stays. Each such report asks, at
-// random half the time, for one slot only: with two such nodes, one of
-// them steps aside within two intervals on average, and the other's next
-// share holds its request. The caller holds n.mu.
+// them — two waiting with a weight of 6 under an L_global of 10 are given
+// 5 each — and stay so while their demand stays. Such a node steps aside
+// (see stepAside): for two intervals its reports ask for one slot, and
+// the share they lower is acknowledged at once, so every peer's next
+// share may hold its request. The caller holds n.mu.
 func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
-	return snap.Inflight == 0 && snap.QueuedWeight > 0 && n.share > 0 && n.share < n.lGlobal &&
+	waiting := snap.QueuedWeight > 0 || n.wanted > n.share && n.floorHeld(now)
+	return waiting && snap.Inflight == 0 && n.share > 0 && n.share < n.lGlobal &&
 		!now.Before(snap.PausedUntil) && (snap.CeilingUntil.IsZero() || now.Before(snap.CeilingUntil))
+}
+
+// stepAside decides, at a report where the node waitsForHeavier and is
+// not stepping aside already, whether it does: always after a turn — a
+// request admitted since its last such report — so that two such nodes
+// alternate, and otherwise at random half the time, so that three or more
+// (or two that both just had a turn) do not step aside together for
+// good. The caller holds n.mu.
+func (n *Node) stepAside() bool {
+	var admitted uint64
+	for _, s := range n.lim.PriorityStats() {
+		admitted += s.Admitted
+	}
+	served := admitted != n.admittedAtWait
+	n.admittedAtWait = admitted
+	return served || rand.IntN(2) == 0
 }
 
 // report samples the node's state for one heartbeat and records the send.
@@ -186,11 +204,21 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = max(demand, 1)
 	case n.phase != phaseRunning:
 		demand = 0
-	case n.waitsForHeavier(snap, now) && rand.IntN(2) == 0:
-		// Step aside for this interval (see waitsForHeavier), so that
-		// one of the nodes split this way can take a share that holds
-		// its request. The queued weight is in the next report's peak.
+	case !n.waitsForHeavier(snap, now):
+		n.yieldUntil = time.Time{}
+	case now.Before(n.yieldUntil.Add(-n.minEagerGap())):
+		demand = 1 // still stepping aside
+	case n.stepAside():
+		// Step aside (see waitsForHeavier) so that one of the nodes
+		// split this way can take a share that holds its request: the
+		// lowered share is acknowledged at once, and the step lasts two
+		// intervals, so every peer heartbeats after the acknowledgement
+		// and before the step ends. The queued weight is in the next
+		// report's peak.
+		n.yieldUntil = now.Add(2 * n.cfg.HeartbeatInterval)
 		demand = 1
+	default:
+		n.yieldUntil = time.Time{}
 	}
 	n.unmet = 0
 	n.ackDue = false
@@ -310,9 +338,10 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.generation = g.Generation
 		// A lowered share is acknowledged early only when a peer may be
 		// waiting for what it frees: the peers' in-flight and the node's
-		// former share reach the key's ceiling. Otherwise the next
-		// periodic heartbeat carries the acknowledgement.
-		if g.Share < oldShare && !first && g.PeerInflight+oldShare >= g.LGlobal {
+		// former share reach the key's ceiling, or the node steps aside
+		// for a peer (see waitsForHeavier). Otherwise the next periodic
+		// heartbeat carries the acknowledgement.
+		if g.Share < oldShare && !first && (g.PeerInflight+oldShare >= g.LGlobal || sent.Before(n.yieldUntil)) {
 			n.ackDue = true
 		}
 	}

@@ -65,36 +65,38 @@ type Node struct {
 	stopDone   chan struct{} // closed when the first Stop returns
 	cancelLoop context.CancelFunc
 
-	mu            sync.Mutex
-	phase         phase
-	starting      chan struct{} // while a Start runs: closed when it returns
-	startLeaveErr error         // the leave a Stop during Start made Start send failed
-	stopErr       error         // the first Stop's result, set before stopDone closes
-	seq           int64
-	joined        bool // a first grant arrived
-	measured      bool // the limiter has had a clean round trip or a drop: its estimate is its own
-	share         int
-	lGlobal       int
-	epoch         int64 // the epoch of the newest grant applied
-	generation    int64
-	appliedGen    int64
-	status        coord.Status
-	learning      bool
-	peerInflight  int
-	liveNodes     int
-	outage        bool
-	lastErr       error
-	lastBeat      time.Time // send time of the last successful heartbeat
-	lastSend      time.Time // send time of the last heartbeat attempt
-	unmet         int       // weight of the admissions refused since the last report
-	wanted        int       // the demand floor: the heaviest admission refused since it was last held
-	unsentDemand  int       // the largest demand of reports that failed since the last success
-	lowered       bool      // share fell below in-flight; beat once drained
-	ackDue        bool      // a lowered share was applied; beat to ack it
-	claimed       bool      // a heartbeat claimed capacity (share or rate) this period
-	left          bool      // an evicted node drained and left on its own
-	evictedAt     time.Time // when the node learned it was evicted
-	fenceTimer    *time.Timer
+	mu             sync.Mutex
+	phase          phase
+	starting       chan struct{} // while a Start runs: closed when it returns
+	startLeaveErr  error         // the leave a Stop during Start made Start send failed
+	stopErr        error         // the first Stop's result, set before stopDone closes
+	seq            int64
+	joined         bool // a first grant arrived
+	measured       bool // the limiter has had a clean round trip or a drop: its estimate is its own
+	share          int
+	lGlobal        int
+	epoch          int64 // the epoch of the newest grant applied
+	generation     int64
+	appliedGen     int64
+	status         coord.Status
+	learning       bool
+	peerInflight   int
+	liveNodes      int
+	outage         bool
+	lastErr        error
+	lastBeat       time.Time // send time of the last successful heartbeat
+	lastSend       time.Time // send time of the last heartbeat attempt
+	unmet          int       // weight of the admissions refused since the last report
+	wanted         int       // the demand floor: the heaviest admission refused since it was last held
+	unsentDemand   int       // the largest demand of reports that failed since the last success
+	yieldUntil     time.Time // a report before it still steps aside (see waitsForHeavier)
+	admittedAtWait uint64    // admissions at the last report that waitsForHeavier (see stepAside)
+	lowered        bool      // share fell below in-flight; beat once drained
+	ackDue         bool      // a lowered share was applied; beat to ack it
+	claimed        bool      // a heartbeat claimed capacity (share or rate) this period
+	left           bool      // an evicted node drained and left on its own
+	evictedAt      time.Time // when the node learned it was evicted
+	fenceTimer     *time.Timer
 }
 
 // New returns a Node for cfg that coordinates through the fleetlimit schema

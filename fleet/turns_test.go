@@ -14,9 +14,10 @@ import (
 )
 
 // Two nodes whose every request weighs 6 under an L_global of 10: the
-// split gives each 5 while both wait, which holds neither. A node that
-// waits with nothing in flight for a weight its share cannot hold steps
-// aside now and then, so the nodes take turns: both are served.
+// split gives each 5 while both wait, which holds neither (before: 4-5
+// and 0 served in 3 s). A node that waits with nothing in flight for a
+// weight its share cannot hold steps aside after its turn, or at random,
+// so the nodes take turns: both are served.
 func TestHeavyWaitersTakeTurns(t *testing.T) {
 	t.Parallel()
 	mem := coord.NewMemory(nil)

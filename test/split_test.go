@@ -57,3 +57,44 @@ func TestEveryNodeWithDemandIsAdmitted(t *testing.T) {
 	}
 	require.LessOrEqual(t, sum, ten)
 }
+
+// TestHeavyWaitersTakeTurnsOnPostgres: two nodes on Postgres whose every
+// request weighs 6, on a key held at 10, and whose queues hold less than
+// 6, so their callers poll: each refusal is a demand floor of 6. The
+// split gives each 5 while both want 6; a node that wants more than its
+// share with nothing in flight steps aside in half its reports, so the
+// two take turns and both are served.
+func TestHeavyWaitersTakeTurnsOnPostgres(t *testing.T) {
+	t.Parallel()
+	c := postgresCoordinator(t)
+	ten := 10
+	require.NoError(t, c.CreateKey(t.Context(), "turns", &ten, &ten))
+	lim := adaptive.Config{InitialLimit: 10, MaxQueued: 4}
+	nodes := []*fleet.Node{
+		startNode(t, c, nodeConfig("turns", "a", lim)),
+		startNode(t, c, nodeConfig("turns", "b", lim)),
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	served := make([]atomic.Int64, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 6})
+				if err != nil {
+					time.Sleep(time.Millisecond) // the queue holds less than 6: a poller
+					continue
+				}
+				served[i].Add(1)
+				time.Sleep(5 * time.Millisecond)
+				le.Release()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("served: a %d, b %d", served[0].Load(), served[1].Load())
+	for i, n := range nodes {
+		require.GreaterOrEqual(t, served[i].Load(), int64(3), "%s was served too rarely", n.ID())
+	}
+}
