@@ -127,19 +127,22 @@ func (n *Node) eagerDue(now time.Time) bool {
 }
 
 // waitsForHeavier reports whether the node, with nothing in flight, not
-// paused, under an unexpired share of L_global that leaves room to
-// others, has requests queued — the head of its queue weighs more than
-// its share — or holds a demand floor (see holdWanted) heavier than its
-// share: its callers are refused a weight the share cannot hold. Nodes that
-// each wait for such a weight can be split so that no share holds any of
-// them — two waiting with a weight of 6 under an L_global of 10 are given
-// 5 each — and stay so while their demand stays. Such a node steps aside
-// (see stepAside): for two intervals its reports ask for one slot, and
-// the share they lower is acknowledged at once, so every peer's next
-// share may hold its request. The caller holds n.mu.
+// paused, not fenced, its limiter under the share of L_global it was
+// granted, unexpired, which leaves room to others, has requests queued —
+// the head of its queue weighs more than its share — or holds a demand
+// floor (see holdWanted) heavier than its share: its callers are refused
+// a weight the share cannot hold. Nodes that each wait for such a weight
+// can be split so that no share holds any of them — two waiting with a
+// weight of 6 under an L_global of 10 are given 5 each — and stay so while
+// their demand stays. Such a node steps aside (see stepAside): for two
+// intervals, while it still waits with nothing in flight, its reports ask
+// for nothing, so the split gives it no share, not even the floor of 1,
+// and the share they lower is acknowledged at once: every peer's next
+// share may then hold its own request. The caller holds n.mu.
 func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
 	waiting := snap.QueuedWeight > 0 || n.wanted > n.share && n.floorHeld(now)
 	return waiting && snap.Inflight == 0 && n.share > 0 && n.share < n.lGlobal &&
+		snap.HasCeiling && snap.Ceiling == n.share && !n.fence.State().Fenced &&
 		!now.Before(snap.PausedUntil) && (snap.CeilingUntil.IsZero() || now.Before(snap.CeilingUntil))
 }
 
@@ -204,19 +207,20 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = max(demand, 1)
 	case n.phase != phaseRunning:
 		demand = 0
+	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && snap.Inflight == 0 &&
+		(snap.QueuedWeight > 0 || n.floorHeld(now)):
+		demand = 0 // still stepping aside, with nothing admitted meanwhile
 	case !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
-	case now.Before(n.yieldUntil.Add(-n.minEagerGap())):
-		demand = 1 // still stepping aside
 	case n.stepAside():
 		// Step aside (see waitsForHeavier) so that one of the nodes
 		// split this way can take a share that holds its request: the
 		// lowered share is acknowledged at once, and the step lasts two
 		// intervals, so every peer heartbeats after the acknowledgement
-		// and before the step ends. The queued weight is in the next
-		// report's peak.
+		// and before the step ends. The queued weight is in the peak of
+		// the report that ends it.
 		n.yieldUntil = now.Add(2 * n.cfg.HeartbeatInterval)
-		demand = 1
+		demand = 0
 	default:
 		n.yieldUntil = time.Time{}
 	}

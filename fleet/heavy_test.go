@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -258,40 +259,163 @@ func TestQueuedHeavierThanAFallenLGlobalFails(t *testing.T) {
 	})
 }
 
-// Two nodes whose every request weighs 6 under an L_global of 10: the
-// split gives each 5 while both wait, which holds neither (before: 4-5
-// and 0 served in 3 s). A node that waits with nothing in flight for a
+// Nodes whose every request is heavier than half of an L_global of 10:
+// while all wait, the split gives each less than its weight, which holds
+// none of them (before, the first node served 4-5 requests alone and then
+// no node was served). A node that waits with nothing in flight for a
 // weight its share cannot hold steps aside after its turn, or at random,
-// so the nodes take turns: both are served.
+// so the nodes take turns: every node is served, whether its callers
+// queue or poll.
 func TestHeavyWaitersTakeTurns(t *testing.T) {
 	t.Parallel()
+	cases := []struct {
+		name      string
+		weights   []int
+		try       bool
+		maxQueued int
+	}{
+		{"2x6", []int{6, 6}, false, 10},
+		{"6 and 8", []int{6, 8}, false, 10},
+		{"6 and 9", []int{6, 9}, false, 10},
+		{"2x9", []int{9, 9}, false, 10},
+		{"3x6", []int{6, 6, 6}, false, 10},
+		{"3x7", []int{7, 7, 7}, false, 10},
+		{"4x6", []int{6, 6, 6, 6}, false, 10},
+		{"2x6 polling", []int{6, 6}, true, 0},
+		{"2x6 no queue", []int{6, 6}, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := 3 * time.Second
+			if len(c.weights) > 2 {
+				d = 6 * time.Second // turns go round more nodes, at random
+			}
+			served := heavyLoops(t, c.weights, c.try, c.maxQueued, d)
+			t.Logf("weights %v: served %v", c.weights, served)
+			for i, s := range served {
+				require.Positive(t, s, "node %d (weight %d) was never served", i, c.weights[i])
+			}
+		})
+	}
+}
+
+// heavyLoops runs one node per weight under an L_global of 10, each with
+// one caller that loops on AcquireRequest (or, with try, on
+// TryAcquireRequest every 2 ms) at that weight and holds each lease 5 ms,
+// for d; it returns how many requests each node served.
+func heavyLoops(t *testing.T, weights []int, try bool, maxQueued int, d time.Duration) []int64 {
+	t.Helper()
 	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 10}
-	var served [2]atomic.Int64
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: maxQueued}
+	served := make([]atomic.Int64, len(weights))
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, id := range []string{"a", "b"} {
-		cfg := testConfig("k", id)
+	for i, w := range weights {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
 		cfg.Limiter = limits
 		n := startNode(t, mem, cfg)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: w}
+		wg.Go(func() {
 			for ctx.Err() == nil {
-				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 6})
+				var le Lease
+				var err error
+				if try {
+					le, err = n.TryAcquireRequest(r)
+				} else {
+					le, err = n.AcquireRequest(ctx, r)
+				}
 				if err != nil {
+					time.Sleep(2 * time.Millisecond)
 					continue
 				}
 				served[i].Add(1)
 				time.Sleep(5 * time.Millisecond)
 				le.Release()
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	a, b := served[0].Load(), served[1].Load()
-	t.Logf("served: a %d, b %d", a, b)
-	require.GreaterOrEqual(t, a, int64(5), "a was served")
-	require.GreaterOrEqual(t, b, int64(5), "b was served")
+	out := make([]int64, len(weights))
+	for i := range served {
+		out[i] = served[i].Load()
+	}
+	return out
+}
+
+// A node fenced under FailClosed keeps its queued callers; once its
+// in-flight has drained, those light waiters (weight 1, which any share
+// holds) wait with nothing in flight, as a heavy waiter does, but under a
+// ceiling of 0 with no deadline. They are not waiting for a heavier
+// weight: the first report after the outage asks for them, not for
+// nothing (before, 4 to 6 trials of 6 reported a demand of 1).
+func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
+	low := 0
+	const trials = 6
+	for trial := range trials {
+		mem := coord.NewMemory(nil)
+		oc := &failingCoord{Coordinator: mem}
+		limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 100}
+		cfgA, cfgB := testConfig("k", "a"), testConfig("k", "b")
+		cfgA.Limiter, cfgB.Limiter = limits, limits
+		a := startNode(t, oc, cfgA)
+		b := startNode(t, mem, cfgB)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		var bl []Lease
+		for range 4 {
+			le, err := b.Acquire(ctx)
+			require.NoError(t, err)
+			bl = append(bl, le)
+		}
+		// a fills its share, then queues 8 light callers behind it.
+		var al []Lease
+		first0, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		al = append(al, first0)
+		eventually(t, func() bool { s := a.State().Share; return s > 0 && s < 10 }, "a's share is below L_global")
+		for {
+			le, err := a.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+			if err != nil {
+				break
+			}
+			al = append(al, le)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				le, err := a.Acquire(ctx)
+				if err == nil {
+					le.Release()
+				}
+			}()
+		}
+		eventually(t, func() bool { return a.State().Queued == 8 }, "8 light callers wait on a")
+		oc.fail.Store(true)
+		eventually(t, func() bool { return a.State().Fenced }, "a is fenced")
+		for _, le := range al {
+			le.Release()
+		}
+		oc.mu.Lock()
+		from := len(oc.reports)
+		oc.mu.Unlock()
+		oc.fail.Store(false)
+		eventually(t, func() bool { oc.mu.Lock(); defer oc.mu.Unlock(); return len(oc.reports) > from }, "a reports again")
+		oc.mu.Lock()
+		first := oc.reports[from]
+		oc.mu.Unlock()
+		t.Logf("trial %d: a held %d, first report after the outage: demand %d (8 light waiters queued)", trial, len(al), first.Demand)
+		if first.Demand < 8 {
+			low++
+		}
+		wg.Wait()
+		for _, le := range bl {
+			le.Release()
+		}
+		cancel()
+	}
+	t.Logf("%d of %d recoveries reported a demand below the 8 queued light waiters", low, trials)
+	require.Zero(t, low)
 }

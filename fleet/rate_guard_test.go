@@ -147,13 +147,14 @@ func TestRateTightestQuotaPolicy(t *testing.T) {
 	require.LessOrEqual(t, b, 60.0, "the hour's quota allows 60 a minute")
 }
 
-// failingCoord fails every heartbeat while fail is set, and keeps the last
-// report that reached the coordinator.
+// failingCoord fails every heartbeat while fail is set, and keeps the
+// reports that reached the coordinator, the last apart.
 type failingCoord struct {
 	coord.Coordinator
-	fail atomic.Bool
-	mu   sync.Mutex
-	last coord.Report
+	fail    atomic.Bool
+	mu      sync.Mutex
+	last    coord.Report
+	reports []coord.Report
 }
 
 func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
@@ -162,6 +163,7 @@ func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gra
 	}
 	c.mu.Lock()
 	c.last = r
+	c.reports = append(c.reports, r)
 	c.mu.Unlock()
 	return c.Coordinator.Heartbeat(ctx, r)
 }
