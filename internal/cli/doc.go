@@ -77,8 +77,9 @@
 // throwaway cluster's connection string, which names the host, port, user,
 // database, sslmode and target_session_attrs, takes the rest from them
 // (PGPASSWORD, PGOPTIONS, PGTZ, PGSERVICE, ...). One of those set for another
-// database can keep demo from using its throwaway cluster; unset them to
-// run it.
+// database can keep demo from using its throwaway cluster (PGTZ naming no
+// zone, PGSERVICE naming no service, PGCHANNELBINDING=require, ...): demo
+// then fails at once with the connection's error; unset them to run it.
 //
 // # Exit status
 //

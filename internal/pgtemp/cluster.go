@@ -240,7 +240,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 }
 
 // waitReady polls until the server accepts a connection, the server exits or
-// ctx ends.
+// ctx ends. An error that no wait cures — a connection setting the server
+// rejects, or that cannot be parsed, such as a PG* environment variable
+// meant for another database — ends it at once.
 func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 	dsn := c.DSN("postgres")
 	for {
@@ -250,6 +252,9 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		if err == nil {
 			return conn.Close(ctx)
 		}
+		if !startingUp(err) && ctx.Err() == nil {
+			return fmt.Errorf("pgtemp: connecting to the new server failed, and waiting will not help (check the PG* environment variables, which complete the cluster's connection string): %w", err)
+		}
 		select {
 		case <-srv.exited:
 			return fmt.Errorf("pgtemp: postgres exited before accepting connections: %v", srv.waitErr)
@@ -258,6 +263,24 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// startingUp reports whether err, from a connection attempt, may be the
+// server not accepting connections yet: nothing listens on the port, the
+// server says it is starting up, or the attempt timed out.
+func startingUp(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P03" // cannot_connect_now: starting up
+	}
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // logTail returns the last lines the server logged since offset.

@@ -144,3 +144,21 @@ func TestDSNIgnoresTargetSessionAttrs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx))
 }
+
+// TestStartFailsAtOnceOnARejectedSetting: a PG* variable the new server
+// rejects (PGTZ naming no time zone) fails Start with the server's word,
+// rather than after its whole timeout with a deadline error.
+func TestStartFailsAtOnceOnARejectedSetting(t *testing.T) {
+	requirePostgres(t)
+	t.Setenv("PGTZ", "No/Such_Zone")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	cluster, err := pgtemp.Start(ctx, pgtemp.Options{})
+	if err == nil {
+		require.NoError(t, cluster.Stop())
+	}
+	require.ErrorContains(t, err, "waiting will not help")
+	require.ErrorContains(t, err, "TimeZone")
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+}
