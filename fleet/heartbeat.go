@@ -138,10 +138,15 @@ func (n *Node) eagerDue(now time.Time) bool {
 // intervals, while it still waits with nothing in flight, its reports ask
 // for nothing, so the split gives it no share, not even the floor of 1,
 // and the share they lower is acknowledged at once: every peer's next
-// share may then hold its own request. The caller holds n.mu.
+// share may then hold its own request. Not in learning mode: there the
+// coordinator caps every share at what its node proves it holds, so a
+// peer's share cannot grow into the slots freed, and a node granted 0
+// with nothing in flight proves nothing and stays at 0 — its lighter
+// callers too — until learning ends (LeaseTTL + MaxRequestDuration). The
+// caller holds n.mu.
 func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
 	waiting := snap.QueuedWeight > 0 || n.wanted > n.share && n.floorHeld(now)
-	return waiting && snap.Inflight == 0 && n.share > 0 && n.share < n.lGlobal &&
+	return waiting && !n.learning && snap.Inflight == 0 && n.share > 0 && n.share < n.lGlobal &&
 		snap.HasCeiling && snap.Ceiling == n.share && !n.fence.State().Fenced &&
 		!now.Before(snap.PausedUntil) && (snap.CeilingUntil.IsZero() || now.Before(snap.CeilingUntil))
 }
@@ -207,7 +212,7 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = max(demand, 1)
 	case n.phase != phaseRunning:
 		demand = 0
-	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && snap.Inflight == 0 &&
+	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && !n.learning && snap.Inflight == 0 &&
 		(snap.QueuedWeight > 0 || n.floorHeld(now)):
 		demand = 0 // still stepping aside, with nothing admitted meanwhile
 	case !n.waitsForHeavier(snap, now):
