@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -252,7 +253,11 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		if err == nil {
 			return conn.Close(ctx)
 		}
-		if !startingUp(err) && ctx.Err() == nil {
+		// An error no wait cures fails at once, but only once this server
+		// says it accepts connections: before that, what answered may be
+		// another process that holds the port (the server then exits, and
+		// its log says the port is in use), or a server too busy to fork.
+		if !startingUp(err) && ctx.Err() == nil && c.accepting(srv) {
 			return fmt.Errorf("pgtemp: connecting to the new server failed, and waiting will not help (check the PG* environment variables, which complete the cluster's connection string): %w", err)
 		}
 		select {
@@ -263,6 +268,24 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// accepting reports whether srv has written, in its postmaster.pid, that
+// it accepts connections (status "ready", or "standby" for a hot standby).
+func (c *Cluster) accepting(srv *server) bool {
+	b, err := os.ReadFile(filepath.Join(c.dataDir, "postmaster.pid"))
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(srv.cmd.Process.Pid) {
+		return false
+	}
+	switch strings.TrimSpace(lines[7]) {
+	case "ready", "standby":
+		return true
+	}
+	return false
 }
 
 // startingUp reports whether err, from a connection attempt, may be the

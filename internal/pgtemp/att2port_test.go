@@ -1,0 +1,48 @@
+package pgtemp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// A port that another (non-Postgres) process holds: the new server cannot
+// bind it. Is that recognised as a port in use (which Start, on a port it
+// chose, retries with another)?
+func TestAtt2ForeignListenerOnThePort(t *testing.T) {
+	if _, err := FindBinDir(); err != nil {
+		t.Skip(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 1024)
+				_, _ = c.Read(buf)
+				_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
+				c.Close()
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{Port: ln.Addr().(*net.TCPAddr).Port})
+	if err == nil {
+		c.Stop()
+		t.Fatal("started on a port another process holds")
+	}
+	t.Logf("port in use recognised: %v\nerr: %.300v", errors.Is(err, errPortInUse), err)
+	if !errors.Is(err, errPortInUse) {
+		t.Error("a port another process holds is not recognised as in use: Start(Port: 0) would not retry another port")
+	}
+}
