@@ -157,14 +157,56 @@ func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
 // alternate, and otherwise at random half the time, so that three or more
 // (or two that both just had a turn) do not step aside together for
 // good. The caller holds n.mu.
-func (n *Node) stepAside() bool {
-	var admitted uint64
-	for _, s := range n.lim.PriorityStats() {
-		admitted += s.Admitted
-	}
+func (n *Node) stepAside(admitted uint64) bool {
 	served := admitted != n.admittedAtWait
 	n.admittedAtWait = admitted
 	return served || rand.IntN(2) == 0
+}
+
+// admitted returns how many requests the node's limiter has admitted.
+func (n *Node) admitted() uint64 {
+	var sum uint64
+	for _, s := range n.lim.PriorityStats() {
+		sum += s.Admitted
+	}
+	return sum
+}
+
+// press returns the demand a report asks for when the node waits for a
+// heavier weight (see waitsForHeavier) and does not step aside: twice its
+// demand at the first such report since its last admission, then twice
+// the demand of the last such report each time the share granted since
+// did not grow. The demand-proportional split gives a node whose few
+// callers wait for a heavy weight less than that weight beside a peer
+// busy with many light requests, for as long as the peer stays busy (a
+// weight of 6 beside 12 callers of weight 1, under an L_global of 10,
+// is given 4), and stepping aside frees nothing the peer does not take.
+// Pressing, the node's share grows toward its weight within a few
+// heartbeats whatever its peers' demand; theirs shrink as much, and its
+// own grows as their in-flight drains to their new shares. A node whose
+// share reached the most a split among the live nodes gives one node,
+// L_global − (live nodes − 1), and still waits, waits for a weight that
+// no split holds while its peers want slots: it stops pressing until a
+// request of its own is admitted, rather than hold most of the key for
+// nothing. The caller holds n.mu.
+func (n *Node) press(demand int, admitted uint64) int {
+	if admitted != n.pressAdmitted {
+		n.pressAdmitted, n.pressed, n.pressStuck = admitted, 0, false
+	}
+	switch {
+	case n.pressStuck:
+		return demand
+	case n.share >= n.lGlobal-max(n.liveNodes, 1)+1:
+		n.pressed, n.pressStuck = 0, true
+		return demand
+	case n.pressed == 0:
+		n.pressed = 2 * demand
+	case n.share <= n.pressShare:
+		n.pressed *= 2
+	}
+	n.pressed = min(max(n.pressed, demand), coord.MaxCount)
+	n.pressShare = n.share
+	return n.pressed
 }
 
 // report samples the node's state for one heartbeat and records the send.
@@ -217,7 +259,14 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = 0 // still stepping aside, with nothing admitted meanwhile
 	case !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
-	case n.stepAside():
+		n.pressed = 0
+	case n.peerInflight >= n.lGlobal-n.share:
+		// The peers use every slot of the rest: stepping aside would
+		// free nothing for the heavier weight. Press for it instead.
+		n.yieldUntil = time.Time{}
+		n.admittedAtWait = n.admitted()
+		demand = n.press(demand, n.admittedAtWait)
+	case n.stepAside(n.admitted()):
 		// Step aside (see waitsForHeavier) so that one of the nodes
 		// split this way can take a share that holds its request: the
 		// lowered share is acknowledged at once, and the step lasts two

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,45 +304,94 @@ func TestHeavyWaitersTakeTurns(t *testing.T) {
 // heavyLoops runs one node per weight under an L_global of 10, each with
 // one caller that loops on AcquireRequest (or, with try, on
 // TryAcquireRequest every 2 ms) at that weight and holds each lease 5 ms,
-// for d; it returns how many requests each node served.
+// for d; it returns how many requests each node served after the first
+// third of d.
 func heavyLoops(t *testing.T, weights []int, try bool, maxQueued int, d time.Duration) []int64 {
+	t.Helper()
+	nodes := make([]loopNode, len(weights))
+	for i, w := range weights {
+		nodes[i] = loopNode{weight: w, callers: 1}
+	}
+	return servedLoops(t, nodes, try, maxQueued, d)
+}
+
+// loopNode is one node of servedLoops: its callers each loop on requests
+// of the given weight.
+type loopNode struct{ weight, callers int }
+
+// servedLoops runs the nodes under an L_global of 10, each caller looping
+// on AcquireRequest (or, with try, on TryAcquireRequest every 2 ms) at its
+// node's weight and holding each lease 5 ms, for d; it returns how many
+// requests each node was admitted after the first third of d (the first
+// admissions, before every node waits, say nothing of turns).
+func servedLoops(t *testing.T, nodes []loopNode, try bool, maxQueued int, d time.Duration) []int64 {
 	t.Helper()
 	mem := coord.NewMemory(nil)
 	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: maxQueued}
-	served := make([]atomic.Int64, len(weights))
+	served := make([]atomic.Int64, len(nodes))
 	ctx, cancel := context.WithTimeout(t.Context(), d)
+	warm := time.Now().Add(d / 3)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, w := range weights {
+	for i, ln := range nodes {
 		cfg := testConfig("k", fmt.Sprintf("n%d", i))
 		cfg.Limiter = limits
 		n := startNode(t, mem, cfg)
-		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: w}
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				var le Lease
-				var err error
-				if try {
-					le, err = n.TryAcquireRequest(r)
-				} else {
-					le, err = n.AcquireRequest(ctx, r)
+		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: ln.weight}
+		for range ln.callers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					var le Lease
+					var err error
+					if try {
+						le, err = n.TryAcquireRequest(r)
+					} else {
+						le, err = n.AcquireRequest(ctx, r)
+					}
+					if err != nil {
+						time.Sleep(2 * time.Millisecond)
+						continue
+					}
+					if time.Now().After(warm) {
+						served[i].Add(1)
+					}
+					time.Sleep(5 * time.Millisecond)
+					le.Release()
 				}
-				if err != nil {
-					time.Sleep(2 * time.Millisecond)
-					continue
-				}
-				served[i].Add(1)
-				time.Sleep(5 * time.Millisecond)
-				le.Release()
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
-	out := make([]int64, len(weights))
+	out := make([]int64, len(nodes))
 	for i := range served {
 		out[i] = served[i].Load()
 	}
 	return out
+}
+
+// A node whose requests weigh 6 beside a busy node of light requests
+// under an L_global of 10: the demand-proportional split gives the heavy
+// node less than 6 (6 against 12 callers: 4) for as long as the light
+// node stays busy, and stepping aside frees nothing the light node does
+// not take. Before, the heavy node was never served.
+func TestHeavyNodeBesideBusyLightPeerIsServed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		try       bool
+		maxQueued int
+	}{
+		{"queued", false, 10},
+		{"polling", true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			served := servedLoops(t, []loopNode{{weight: 6, callers: 1}, {weight: 1, callers: 12}}, c.try, c.maxQueued, 3*time.Second)
+			t.Logf("served: heavy %d, light %d", served[0], served[1])
+			require.Positive(t, served[0], "the heavy node was never served")
+			require.Greater(t, served[1], 10*served[0], "the light node keeps most of the key")
+		})
+	}
 }
 
 // A node fenced under FailClosed keeps its queued callers; once its
@@ -418,4 +468,62 @@ func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
 	}
 	t.Logf("%d of %d recoveries reported a demand below the 8 queued light waiters", low, trials)
 	require.Zero(t, low)
+}
+
+// A weight that no split holds while the peers are busy — 9 under an
+// L_global of 10 beside two busy nodes, which keep a slot each — is not
+// pressed for for good: its node stops pressing once its share reached
+// the most a split gives (8) and it still waited, and asks for its
+// demand's part again (about 3), rather than hold 8 slots for nothing
+// (pressing without the stop: a share of 8 all the time).
+func TestWeightNoSplitHoldsIsNotPressedFor(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	loop := func(n *Node, weight int) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: weight})
+				if err != nil {
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				time.Sleep(5 * time.Millisecond)
+				le.Release()
+			}
+		})
+	}
+	var heavy *Node
+	for i, w := range []int{9, 1, 1} {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		n := startNode(t, mem, cfg)
+		if w == 9 {
+			heavy = n
+			loop(n, w)
+			continue
+		}
+		for range 12 {
+			loop(n, w)
+		}
+	}
+	time.Sleep(time.Second)
+	var shares []int
+	for ctx.Err() == nil {
+		shares = append(shares, heavy.State().Share)
+		time.Sleep(10 * time.Millisecond)
+	}
+	slices.Sort(shares)
+	median := shares[len(shares)/2]
+	sum := 0
+	for _, s := range shares {
+		sum += s
+	}
+	mean := float64(sum) / float64(len(shares))
+	t.Logf("the heavy node's share: median %d, mean %.2f, p90 %d", median, mean, shares[len(shares)*9/10])
+	require.LessOrEqual(t, mean, 4.0, "the heavy node holds its demand's part of the key, not most of it, for a weight it cannot run")
 }

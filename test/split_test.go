@@ -66,35 +66,72 @@ func TestEveryNodeWithDemandIsAdmitted(t *testing.T) {
 // two take turns and both are served.
 func TestHeavyWaitersTakeTurnsOnPostgres(t *testing.T) {
 	t.Parallel()
+	served := servedOnPostgres(t, "turns", []callers{{6, 1}, {6, 1}})
+	t.Logf("served: a %d, b %d", served[0], served[1])
+	for i, s := range served {
+		require.GreaterOrEqual(t, s, int64(3), "node %d was served too rarely", i)
+	}
+}
+
+// TestHeavyNodeBesideBusyLightPeerOnPostgres: a node whose requests weigh
+// 6 beside a node with 12 callers of weight 1, on a key held at 10. The
+// split gives the heavy node 4 for as long as the light one stays busy;
+// the heavy node presses for its weight (its reported demand doubles
+// while its share does not grow), so it is served, and the light node
+// keeps most of the key.
+func TestHeavyNodeBesideBusyLightPeerOnPostgres(t *testing.T) {
+	t.Parallel()
+	served := servedOnPostgres(t, "press", []callers{{6, 1}, {1, 12}})
+	t.Logf("served: heavy %d, light %d", served[0], served[1])
+	require.GreaterOrEqual(t, served[0], int64(3), "the heavy node was served too rarely")
+	require.Greater(t, served[1], 10*served[0], "the light node keeps most of the key")
+}
+
+// callers is one node of servedOnPostgres: that many callers, each
+// looping on requests of that weight.
+type callers struct{ weight, count int }
+
+// servedOnPostgres runs one node per entry of nodes on a Postgres key held
+// at 10, each of its callers looping on AcquireRequest at the node's
+// weight (a queue that holds less than the weight makes a poller of it)
+// and holding each lease 5 ms, for 4 s; it returns how many requests each
+// node was admitted after the first second (the first admissions, before
+// every node waits, say nothing of turns).
+func servedOnPostgres(t *testing.T, key string, nodes []callers) []int64 {
+	t.Helper()
 	c := postgresCoordinator(t)
 	ten := 10
-	require.NoError(t, c.CreateKey(t.Context(), "turns", &ten, &ten))
+	require.NoError(t, c.CreateKey(t.Context(), key, &ten, &ten))
 	lim := adaptive.Config{InitialLimit: 10, MaxQueued: 4}
-	nodes := []*fleet.Node{
-		startNode(t, c, nodeConfig("turns", "a", lim)),
-		startNode(t, c, nodeConfig("turns", "b", lim)),
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 	defer cancel()
+	warm := time.Now().Add(time.Second)
 	served := make([]atomic.Int64, len(nodes))
 	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 6})
-				if err != nil {
-					time.Sleep(time.Millisecond) // the queue holds less than 6: a poller
-					continue
+	for i, nc := range nodes {
+		n := startNode(t, c, nodeConfig(key, fmt.Sprintf("n%d", i), lim))
+		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: nc.weight}
+		for range nc.count {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					le, err := n.AcquireRequest(ctx, r)
+					if err != nil {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					if time.Now().After(warm) {
+						served[i].Add(1)
+					}
+					time.Sleep(5 * time.Millisecond)
+					le.Release()
 				}
-				served[i].Add(1)
-				time.Sleep(5 * time.Millisecond)
-				le.Release()
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
-	t.Logf("served: a %d, b %d", served[0].Load(), served[1].Load())
-	for i, n := range nodes {
-		require.GreaterOrEqual(t, served[i].Load(), int64(3), "%s was served too rarely", n.ID())
+	out := make([]int64, len(nodes))
+	for i := range served {
+		out[i] = served[i].Load()
 	}
+	return out
 }
