@@ -265,6 +265,9 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 		if commandPath(c) != r.args.command && r.args.cmd != nil && findFlag(r.args.cmd.Flags, m[1]) != nil {
 			return fmt.Errorf("flag %s must come after %q, the command it belongs to", typed, r.args.command)
 		}
+		if owner := groupOwning(c.App, r.args.command, m[1]); owner != "" {
+			return fmt.Errorf("flag %s belongs to %q, not to %q", typed, owner, r.args.command)
+		}
 		return fmt.Errorf("flag provided but not defined: %s", typed)
 	}
 	if m := goFlagNoValue.FindStringSubmatch(msg); m != nil {

@@ -118,6 +118,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-o", "json", "keys"}, `fleetctl: keys: flag -o must come after "keys", the command it belongs to`},
 		{[]string{"limits", "--min", "3", "set", "k"}, `fleetctl: limits set: flag --min must come after "limits set", the command it belongs to`},
 		{[]string{"--min", "3", "limits", "set", "k"}, `fleetctl: limits set: flag --min must come after "limits set", the command it belongs to`},
+		// A command group's own flag given before a subcommand, which
+		// would ignore it.
+		{[]string{"keys", "-o", "json", "create", "k"}, `fleetctl: keys create: flag -o belongs to "keys", not to "keys create"`},
+		{[]string{"keys", "--output=json", "delete", "k"}, `fleetctl: keys delete: flag --output belongs to "keys", not to "keys delete"`},
+		{[]string{"-o", "json", "keys", "create", "k"}, `fleetctl: keys create: flag -o belongs to "keys", not to "keys create"`},
 		// After "--", a flag's name is an argument.
 		{[]string{"limits", "--", "get", "-k", "-o", "json"}, `fleetctl: limits get: unexpected argument "-o"`},
 		// An unset variable before another flag: no fallback to another

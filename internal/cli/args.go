@@ -80,15 +80,19 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		help bool
 	}
 	levels := []*level{{name: args[0]}}
-	path := func() string {
+	// pathTo names the commands of the first k levels; path all of them.
+	pathTo := func(k int) string {
 		var names []string
-		for _, l := range levels[1:] {
+		for _, l := range levels[1:k] {
 			names = append(names, l.cmd.Name)
 		}
 		return strings.Join(names, " ")
 	}
+	path := func() string { return pathTo(len(levels)) }
 	var positional []string
-	var valueless string // the first value flag given no value
+	var valueless string  // the first value flag given no value
+	var parentFlag string // the first flag given to a command whose subcommand then follows
+	parentAt := 0         // the level it was given to
 	dashDash := false
 	unknown := map[string]string{}
 	rest := args[1:]
@@ -125,6 +129,10 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 				}
 			}
 			target.flags = append(target.flags, a)
+			if f != nil && f != ucli.HelpFlag && target == cur && cur.cmd != nil && parentFlag == "" {
+				parentFlag, _, _ = strings.Cut(rest[i], "=")
+				parentAt = len(levels) - 1
+			}
 			switch {
 			case f == nil:
 				if _, ok := unknown[name]; !ok {
@@ -160,6 +168,12 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		if len(positional) == 0 {
 			if sub := findCommand(subcommandsOf(app, cur.cmd), a); sub != nil {
 				levels = append(levels, &level{name: a, cmd: sub})
+				if parentFlag != "" && parentAt == len(levels)-2 {
+					// "keys -o json create k": the flag is the group's
+					// own, which the subcommand that runs would ignore.
+					return normalized{}, inCommand(path(), usageErrorf("flag %s belongs to %q, not to %q",
+						parentFlag, pathTo(parentAt+1), path()))
+				}
 				continue
 			}
 		}
@@ -223,6 +237,24 @@ func misplacedValueFlag(app *ucli.App, cmd *ucli.Command, name string, rest []st
 		}
 	}
 	return false
+}
+
+// groupOwning returns the path of the command group on path (the
+// commands' names, space-separated) that defines the flag called name,
+// deepest first, leaving out path's own command; "" if none does.
+func groupOwning(app *ucli.App, path, name string) string {
+	names := strings.Fields(path)
+	owner := ""
+	var cmd *ucli.Command
+	for i, n := range names[:max(len(names)-1, 0)] {
+		if cmd = findCommand(subcommandsOf(app, cmd), n); cmd == nil {
+			break
+		}
+		if findFlag(cmd.Flags, name) != nil {
+			owner = strings.Join(names[:i+1], " ")
+		}
+	}
+	return owner
 }
 
 // isFlag reports whether arg is written as a flag: a dash and more.
