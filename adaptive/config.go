@@ -154,8 +154,11 @@ type Config struct {
 	QueueSize func(estimate float64) float64
 
 	// BackoffRatio multiplies the estimate on a drop, under every law,
-	// at most once per round trip. Defaults to 0.9 (0.95 once Auto runs
-	// FlatLatency's law). Must be in (0, 1).
+	// at most once per round trip. Under Gradient2 a drop after a round
+	// trip whose fastest clean sample was slower than rttNoload backs off
+	// by rttNoload over that sample instead, when it is smaller (but not
+	// below 0.5), once per such round trip. Defaults to 0.9 (0.95 once
+	// Auto runs FlatLatency's law). Must be in (0, 1).
 	BackoffRatio float64
 
 	// AIMDIncrease is what AIMD adds to the estimate on each clean,

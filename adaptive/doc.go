@@ -67,7 +67,12 @@
 //
 // A drop multiplies the estimate by Config.BackoffRatio under every law,
 // at most once per round trip: a drop of a request admitted before the
-// last decrease does not decrease again. Under a ceiling that binds the
+// last decrease does not decrease again. Under Gradient2, whose signal is
+// latency, a drop after a round trip whose fastest clean sample queued
+// (was slower than rttNoload) multiplies it by rttNoload over that sample
+// instead when that is smaller, down to 0.5 — where the round trip said
+// the queue would empty — once per such round trip; a stray slow request
+// leaves the round trips' fastest samples alone. Under a ceiling that binds the
 // limit, the drop of a request admitted since the last decrease that
 // comes while Config.PaceGrowth holds the in-flight below it, all the
 // paced room in use (a climb to a share that rose, or to slots given

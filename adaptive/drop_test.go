@@ -102,3 +102,38 @@ func TestInstantDropsBackOffNoSoonerThanRTTNoload(t *testing.T) {
 	le.Drop()
 	require.InDelta(t, 81, l.Estimate(), 1e-9, "a round trip later, drops count again")
 }
+
+// Under Gradient2 a drop after a round trip whose fastest sample queued
+// backs off by rttNoload over that sample, down to 0.5, instead of
+// BackoffRatio, once per such round trip: the round trip said how much too
+// high the estimate was. A drop with no clean round trip since the last
+// one that did, one after a round trip without queueing (a stray timeout
+// on a healthy upstream), and every drop under AIMD back off by
+// BackoffRatio.
+func TestDropAfterQueueingBacksOffByTheQueue(t *testing.T) {
+	t.Parallel()
+	drop := func(l *Limiter, clk *fakeClock) float64 {
+		t.Helper()
+		before := l.Estimate()
+		clk.Advance(20 * time.Millisecond) // past rttNoload since the last backoff
+		settleOne(t, l, clk, time.Millisecond, Lease.Drop)
+		return l.Estimate() / before
+	}
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	sampleOne(t, l, clk, 10*time.Millisecond) // rttNoload
+	sampleOne(t, l, clk, 16*time.Millisecond) // within tolerance: the estimate stays
+	require.Equal(t, 100.0, l.Estimate())
+	require.InDelta(t, 10.0/16, drop(l, clk), 1e-9, "the round trip queued 1.6 times rttNoload")
+	require.InDelta(t, 0.9, drop(l, clk), 1e-9, "no clean round trip since: BackoffRatio")
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	require.InDelta(t, 0.9, drop(l, clk), 1e-9, "no queueing: BackoffRatio")
+	sampleOne(t, l, clk, 40*time.Millisecond)
+	require.InDelta(t, 0.5, drop(l, clk), 1e-9, "four times rttNoload: at most halved")
+	sampleOne(t, l, clk, 10500*time.Microsecond)
+	require.InDelta(t, 0.9, drop(l, clk), 1e-9, "less queueing than BackoffRatio answers")
+
+	a, aclk := newTestLimiter(t, Config{Law: AIMD, InitialLimit: 100})
+	sampleOne(t, a, aclk, 10*time.Millisecond)
+	sampleOne(t, a, aclk, 16*time.Millisecond)
+	require.InDelta(t, 0.9, drop(a, aclk), 1e-9, "AIMD: BackoffRatio")
+}

@@ -145,7 +145,36 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	if l.fleetLimit > 0 && l.cut > 0 {
 		bound = float64(l.fleetLimit - l.cut)
 	}
-	l.backoff(now, rec, l.law.backoffRatio, bound)
+	ratio := l.law.backoffRatio
+	if !l.answered(now, rec) {
+		ratio = l.dropRatio()
+	}
+	l.backoff(now, rec, ratio, bound)
+}
+
+// dropRatio is what the backoff of a drop that backs off multiplies the
+// estimate by: BackoffRatio, or under Gradient2, when the fastest clean
+// sample of the last round trip was slower than rttNoload and no backoff
+// since that round trip used it, rttNoload over that sample if it is
+// smaller, but not below gradient2's own floor of 0.5. Under Gradient2
+// latency is the signal: a round trip whose every request queued says how
+// much too high the estimate was, as the gradient would with a tolerance
+// of 1, and the refusal says the upstream could not wait for the
+// gradient's smoothed descent. A stray slow request (a timeout on a
+// healthy upstream) changes no round trip's fastest sample, and refusals
+// with no clean round trip between them (an outage) use that round trip
+// once: both back off by BackoffRatio alone. The caller holds l.mu.
+func (l *Limiter) dropRatio() float64 {
+	ratio := l.law.backoffRatio
+	noload, ok := l.window.min()
+	if !ok || l.law.law != Gradient2 || l.queueRound == l.round {
+		return ratio
+	}
+	if last := l.window.last(); last > noload {
+		l.queueRound = l.round
+		ratio = min(ratio, max(float64(noload)/float64(last), minGradient))
+	}
+	return ratio
 }
 
 // climbing reports whether a drop at now, with held in flight (the

@@ -12,6 +12,10 @@ func (l *Limiter) gradientSample(rtt time.Duration, load int) {
 	l.propose(gradient2(l.estimate, rtt, noload, &l.cfg), load)
 }
 
+// minGradient is the least gradient: one round trip at most halves the
+// Gradient2 target.
+const minGradient = 0.5
+
 // gradient2 returns the Gradient2 successor of estimate for a sample of
 // rtt against a windowed minimum of noload (both positive):
 //
@@ -21,7 +25,7 @@ func (l *Limiter) gradientSample(rtt time.Duration, load int) {
 //
 // The result is not yet guarded or clamped to [MinLimit, MaxLimit].
 func gradient2(estimate float64, rtt, noload time.Duration, cfg *Config) float64 {
-	gradient := min(max(cfg.Tolerance*float64(noload)/float64(rtt), 0.5), 1.0)
+	gradient := min(max(cfg.Tolerance*float64(noload)/float64(rtt), minGradient), 1.0)
 	queue := cfg.QueueSize(estimate)
 	if !(queue >= 0) || math.IsInf(queue, 1) {
 		queue = 0

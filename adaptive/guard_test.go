@@ -70,7 +70,9 @@ func TestGuardNeverBlocksDecreases(t *testing.T) {
 	le, _ := l.TryAcquire()
 	before := l.Estimate()
 	le.Drop()
-	require.InDelta(t, before*0.9, l.Estimate(), 1e-9)
+	// After a round trip at three times rttNoload a drop halves the
+	// estimate (see TestDropAfterQueueingBacksOffByTheQueue).
+	require.InDelta(t, before*0.5, l.Estimate(), 1e-9)
 }
 
 func TestGuardLoadIsMaxOfAdmissionAndSettlement(t *testing.T) {

@@ -57,6 +57,7 @@ type Limiter struct {
 	pastRounds   uint64        // consecutive AIMD round trips (and calm ProbeTicks) above backedFrom since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
+	queueRound   uint64        // the round whose queueing a drop's backoff last answered (see dropRatio)
 	window       minWindow
 	recal        recalState
 	free         *leaseRecord

@@ -431,14 +431,17 @@ const modelFindings = `### What the numbers say
   to tame it. Now a step is one move, the parameters read per round trip,
   and the same search meets the target with both laws (gradient2
   narrowly).
-- **Defaults still do not fit this model, but no longer collapse.** With
+- **The defaults learn from the refusal how far to back off.** With
   tolerance 2 and rttNoload about 0.75 s, tolerance·rttNoload is about the
   1.5 s rate-limit threshold: every successful step has a gradient of 1
-  and adds 0.2·√estimate, until a step is rate-limited and the estimate
-  backs off by 0.9. The result is a sawtooth that spends about a quarter of
-  its requests rate-limited. Before the change the same defaults added that
-  much per sample, about 20 times per step, and were rate-limited almost
-  all the time.
+  and adds 0.2·√estimate, until a step is rate-limited. The step before
+  it was slower than rttNoload — its requests queued — so the drop backs
+  the estimate off by rttNoload over that step's latency (down to 0.5)
+  rather than by the backoff ratio of 0.9 alone, which left a sawtooth
+  that spent about a quarter of its requests rate-limited. The climb back
+  is still gradient2's 0.2·√estimate per step, slower than the AIMD law's
+  2, which is most of what the defaults give up to the model
+  configurations.
 - **Gradient2 has a capacity-independent ceiling.** This is a flaw in the
   law, visible in the scale check. Gradient2 settles where
   estimate·(1 − gradient) = QueueSize(estimate). With the √estimate
