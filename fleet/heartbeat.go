@@ -173,32 +173,54 @@ func (n *Node) admitted() uint64 {
 }
 
 // press returns the demand a report asks for when the node waits for a
-// heavier weight (see waitsForHeavier) and does not step aside: twice its
-// demand at the first such report since its last admission, then twice
-// the demand of the last such report each time the share granted since
-// did not grow. The demand-proportional split gives a node whose few
-// callers wait for a heavy weight less than that weight beside a peer
-// busy with many light requests, for as long as the peer stays busy (a
-// weight of 6 beside 12 callers of weight 1, under an L_global of 10,
-// is given 4), and stepping aside frees nothing the peer does not take.
-// Pressing, the node's share grows toward its weight within a few
-// heartbeats whatever its peers' demand; theirs shrink as much, and its
-// own grows as their in-flight drains to their new shares. A node whose
-// share reached the most a split among the live nodes gives one node,
-// L_global − (live nodes − 1), and still waits, waits for a weight that
-// no split holds while its peers want slots: it stops pressing until a
-// request of its own is admitted, rather than hold most of the key for
-// nothing. The caller holds n.mu.
-func (n *Node) press(demand int, admitted uint64) int {
+// heavier weight (see waitsForHeavier) while its peers use every slot its
+// share leaves, and whether it presses: twice its demand at the first
+// such report since its last admission, then twice the demand of the last
+// such report each time the share granted since did not grow. The
+// demand-proportional split gives a node whose few callers wait for a
+// heavy weight less than that weight beside a peer busy with many light
+// requests, for as long as the peer stays busy (a weight of 6 beside 12
+// callers of weight 1, under an L_global of 10, is given 4), and stepping
+// aside frees nothing the peer does not take. Pressing, the node's share
+// grows toward its weight within a few heartbeats whatever its peers'
+// demand; theirs shrink as much, and its own grows as their in-flight
+// drains to their new shares.
+//
+// The most a split gives the node is L_global less one slot for each
+// other node with demand, which the node does not know: live nodes that
+// want nothing take no slot. Once its share reached L_global − (live
+// nodes − 1) and still does not hold the head, the node presses with the
+// most demand a report carries (coord.MaxCount), which takes the split's
+// most whatever the peers' demands; if the share then stays where it is
+// for three reports (a peer acknowledges a lowered share at its next
+// periodic heartbeat, and the split counts it until then), the weight is
+// one no split holds while its peers want slots, and the node stops
+// pressing until a request of its own is admitted (it steps aside as
+// before, see stepAside), rather than hold part of the key for nothing,
+// or until L_global − (live nodes − 1) grows: a peer left, or L_global
+// grew, and a split may hold the weight now. The caller holds n.mu.
+func (n *Node) press(demand int, admitted uint64) (int, bool) {
 	if admitted != n.pressAdmitted {
-		n.pressAdmitted, n.pressed, n.pressStuck = admitted, 0, false
+		n.pressAdmitted, n.pressed, n.pressStuck, n.pressFlat = admitted, 0, false, 0
+	}
+	top := n.lGlobal - max(n.liveNodes, 1) + 1
+	if n.pressStuck && top > n.pressTop {
+		// A peer left, or L_global grew: a split may hold the weight now.
+		n.pressed, n.pressStuck, n.pressFlat = 0, false, 0
+	}
+	if n.pressStuck {
+		return demand, false
 	}
 	switch {
-	case n.pressStuck:
-		return demand
-	case n.share >= n.lGlobal-max(n.liveNodes, 1)+1:
-		n.pressed, n.pressStuck = 0, true
-		return demand
+	case n.share >= top && n.pressed >= coord.MaxCount:
+		if n.share > n.pressShare {
+			n.pressFlat = 0
+		} else if n.pressFlat++; n.pressFlat >= 3 {
+			n.pressed, n.pressStuck, n.pressTop = 0, true, top
+			return demand, false
+		}
+	case n.share >= top:
+		n.pressed = coord.MaxCount
 	case n.pressed == 0:
 		n.pressed = 2 * demand
 	case n.share <= n.pressShare:
@@ -206,7 +228,20 @@ func (n *Node) press(demand int, admitted uint64) int {
 	}
 	n.pressed = min(max(n.pressed, demand), coord.MaxCount)
 	n.pressShare = n.share
-	return n.pressed
+	return n.pressed, true
+}
+
+// pressFor sets *demand to what a pressing report asks for (see press)
+// and reports whether the node presses; when it does not, the node may
+// step aside. The caller holds n.mu.
+func (n *Node) pressFor(demand *int) bool {
+	admitted := n.admitted()
+	d, ok := n.press(*demand, admitted)
+	if ok {
+		n.admittedAtWait = admitted
+		*demand = d
+	}
+	return ok
 }
 
 // report samples the node's state for one heartbeat and records the send.
@@ -260,12 +295,10 @@ func (n *Node) report(now time.Time) coord.Report {
 	case !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
 		n.pressed = 0
-	case n.peerInflight >= n.lGlobal-n.share:
+	case n.peerInflight >= n.lGlobal-n.share && n.pressFor(&demand):
 		// The peers use every slot of the rest: stepping aside would
 		// free nothing for the heavier weight. Press for it instead.
 		n.yieldUntil = time.Time{}
-		n.admittedAtWait = n.admitted()
-		demand = n.press(demand, n.admittedAtWait)
 	case n.stepAside(n.admitted()):
 		// Step aside (see waitsForHeavier) so that one of the nodes
 		// split this way can take a share that holds its request: the

@@ -95,6 +95,8 @@ type Node struct {
 	pressShare     int       // the share granted when that report was sent
 	pressAdmitted  uint64    // admissions when pressing last started again
 	pressStuck     bool      // the share reached the most a split gives and the node still waited
+	pressFlat      int       // reports pressing with coord.MaxCount at which the share did not grow
+	pressTop       int       // L_global − (live nodes − 1) when pressStuck was set
 	lowered        bool      // share fell below in-flight; beat once drained
 	ackDue         bool      // a lowered share was applied; beat to ack it
 	claimed        bool      // a heartbeat claimed capacity (share or rate) this period
