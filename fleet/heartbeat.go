@@ -295,9 +295,12 @@ func (n *Node) report(now time.Time) coord.Report {
 	case !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
 		n.pressed = 0
-	case n.peerInflight >= n.lGlobal-n.share && n.pressFor(&demand):
+	case n.peerInflight >= n.lGlobal-n.share && (snap.QueuedWeight > 0 || n.unmet > 0) && n.pressFor(&demand):
 		// The peers use every slot of the rest: stepping aside would
-		// free nothing for the heavier weight. Press for it instead.
+		// free nothing for the heavier weight. Press for it instead —
+		// while a request waits, or a caller was refused since the last
+		// report: a floor that outlives its caller (one that gave up
+		// waiting, see holdWanted) is not pressed for.
 		n.yieldUntil = time.Time{}
 	case n.stepAside(n.admitted()):
 		// Step aside (see waitsForHeavier) so that one of the nodes

@@ -599,3 +599,51 @@ func TestStoppedPressingResumesWhenAPeerLeaves(t *testing.T) {
 	t.Logf("heavy served %d beside two busy nodes, %d in 1 s after one left", before, after)
 	require.Positive(t, after, "the heavy node is served beside one busy node")
 }
+
+// A heavy request whose caller gives up before it is admitted leaves its
+// weight as a demand floor for LeaseTTL (see holdWanted), for a caller
+// that polls; but nobody waits any more, and pressing for it would take
+// the slots of a busy peer for nothing. Before, the node went on pressing
+// after the caller gave up: its share reached 6 to 9 of 10, idle, and the
+// busy peer served a sixth less beside a caller that gave up every 300 ms.
+func TestAbandonedHeavyRequestIsNotPressedFor(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var nodes [2]*Node
+	for i := range nodes {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		nodes[i] = startNode(t, mem, cfg)
+	}
+	heavy := nodes[0]
+	for range 12 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				le, err := nodes[1].Acquire(ctx)
+				if err != nil {
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				time.Sleep(5 * time.Millisecond)
+				le.Release()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	waitCtx, cancelWait := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err := heavy.AcquireRequest(waitCtx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 6})
+	cancelWait()
+	require.Error(t, err, "the caller gives up before its request is admitted")
+	time.Sleep(2 * testConfig("k", "x").HeartbeatInterval)
+	top := 0
+	for end := time.Now().Add(testConfig("k", "x").LeaseTTL); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		top = max(top, heavy.State().Share)
+	}
+	t.Logf("the heavy node's largest share after its caller gave up: %d", top)
+	require.Less(t, top, 6, "the node does not press for a request nobody waits for")
+}
