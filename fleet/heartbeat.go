@@ -175,16 +175,17 @@ func (n *Node) admitted() uint64 {
 // press returns the demand a report asks for when the node waits for a
 // heavier weight (see waitsForHeavier) while its peers use every slot its
 // share leaves, and whether it presses: twice its demand at the first
-// such report since its last admission, then twice the demand of the last
-// such report each time the share granted since did not grow. The
+// such report since the node last did not wait so (it was admitted, or
+// its wait ended), then twice the demand of the last such report each
+// time the share granted since did not grow. The
 // demand-proportional split gives a node whose few callers wait for a
 // heavy weight less than that weight beside a peer busy with many light
 // requests, for as long as the peer stays busy (a weight of 6 beside 12
 // callers of weight 1, under an L_global of 10, is given 4), and stepping
 // aside frees nothing the peer does not take. Pressing, the node's share
-// grows toward its weight within a few heartbeats whatever its peers'
-// demand; theirs shrink as much, and its own grows as their in-flight
-// drains to their new shares.
+// grows toward its weight within a few heartbeats however many light
+// callers the peers have; theirs shrink as much, and its own grows as
+// their in-flight drains to their new shares.
 //
 // The most a split gives the node is L_global less one slot for each
 // other node with demand, which the node does not know: live nodes that
