@@ -337,26 +337,10 @@ func servedLoops(t *testing.T, nodes []loopNode, try bool, maxQueued int, d time
 		cfg := testConfig("k", fmt.Sprintf("n%d", i))
 		cfg.Limiter = limits
 		n := startNode(t, mem, cfg)
-		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: ln.weight}
 		for range ln.callers {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					var le Lease
-					var err error
-					if try {
-						le, err = n.TryAcquireRequest(r)
-					} else {
-						le, err = n.AcquireRequest(ctx, r)
-					}
-					if err != nil {
-						time.Sleep(2 * time.Millisecond)
-						continue
-					}
-					if time.Now().After(warm) {
-						served[i].Add(1)
-					}
-					time.Sleep(5 * time.Millisecond)
-					le.Release()
+			callerLoop(ctx, &wg, n, ln.weight, try, func() {
+				if time.Now().After(warm) {
+					served[i].Add(1)
 				}
 			})
 		}
@@ -367,6 +351,34 @@ func servedLoops(t *testing.T, nodes []loopNode, try bool, maxQueued int, d time
 		out[i] = served[i].Load()
 	}
 	return out
+}
+
+// callerLoop starts a caller on wg that, until ctx ends, admits requests
+// of the given weight on n with AcquireRequest (or, with try, with
+// TryAcquireRequest, 2 ms after each refusal), holds each lease 5 ms and
+// calls served (if not nil) at each admission.
+func callerLoop(ctx context.Context, wg *sync.WaitGroup, n *Node, weight int, try bool, served func()) {
+	r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: weight}
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			var le Lease
+			var err error
+			if try {
+				le, err = n.TryAcquireRequest(r)
+			} else {
+				le, err = n.AcquireRequest(ctx, r)
+			}
+			if err != nil {
+				time.Sleep(2 * time.Millisecond)
+				continue
+			}
+			if served != nil {
+				served()
+			}
+			time.Sleep(5 * time.Millisecond)
+			le.Release()
+		}
+	})
 }
 
 // A node whose requests weigh 6 beside a busy node of light requests
@@ -486,19 +498,7 @@ func TestWeightNoSplitHoldsIsNotPressedFor(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	loop := func(n *Node, weight int) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: weight})
-				if err != nil {
-					time.Sleep(2 * time.Millisecond)
-					continue
-				}
-				time.Sleep(5 * time.Millisecond)
-				le.Release()
-			}
-		})
-	}
+	loop := func(n *Node, weight int) { callerLoop(ctx, &wg, n, weight, false, nil) }
 	var heavy *Node
 	for i, w := range []int{9, 1, 1} {
 		cfg := testConfig("k", fmt.Sprintf("n%d", i))
@@ -558,20 +558,11 @@ func TestStoppedPressingResumesWhenAPeerLeaves(t *testing.T) {
 	defer wg.Wait()
 	var served atomic.Int64
 	loop := func(ctx context.Context, n *Node, weight int, count *atomic.Int64) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				le, err := n.AcquireRequest(ctx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: weight})
-				if err != nil {
-					time.Sleep(2 * time.Millisecond)
-					continue
-				}
-				if count != nil {
-					count.Add(1)
-				}
-				time.Sleep(5 * time.Millisecond)
-				le.Release()
-			}
-		})
+		var add func()
+		if count != nil {
+			add = func() { count.Add(1) }
+		}
+		callerLoop(ctx, &wg, n, weight, false, add)
 	}
 	nodes := make([]*Node, 3)
 	for i := range nodes {
@@ -622,17 +613,7 @@ func TestAbandonedHeavyRequestIsNotPressedFor(t *testing.T) {
 	}
 	heavy := nodes[0]
 	for range 12 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				le, err := nodes[1].Acquire(ctx)
-				if err != nil {
-					time.Sleep(2 * time.Millisecond)
-					continue
-				}
-				time.Sleep(5 * time.Millisecond)
-				le.Release()
-			}
-		})
+		callerLoop(ctx, &wg, nodes[1], 1, false, nil)
 	}
 	time.Sleep(500 * time.Millisecond)
 	waitCtx, cancelWait := context.WithTimeout(ctx, 30*time.Millisecond)
