@@ -123,6 +123,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "-o", "json", "create", "k"}, `fleetctl: keys create: flag -o belongs to "keys", not to "keys create"`},
 		{[]string{"keys", "--output=json", "delete", "k"}, `fleetctl: keys delete: flag --output belongs to "keys", not to "keys delete"`},
 		{[]string{"-o", "json", "keys", "create", "k"}, `fleetctl: keys create: flag -o belongs to "keys", not to "keys create"`},
+		{[]string{"keys", "-o", "json", "--", "create", "k"}, `fleetctl: keys create: flag -o belongs to "keys", not to "keys create"`},
 		// After "--", a flag's name is an argument.
 		{[]string{"limits", "--", "get", "-k", "-o", "json"}, `fleetctl: limits get: unexpected argument "-o"`},
 		// An unset variable before another flag: no fallback to another
@@ -225,6 +226,16 @@ func TestArgumentsLikeHelp(t *testing.T) {
 	stdout, stderr, code := runCLI(t, nil, "keys", "help", "create")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, stdout, "fleetctl keys create - create KEY")
+	// A request for help wins over a group's flag before the subcommand.
+	for _, args := range [][]string{
+		{"keys", "-o", "json", "--help", "create"},
+		{"keys", "-o", "json", "create", "--help"},
+		{"keys", "-o", "json", "create", "k", "-h"},
+	} {
+		stdout, stderr, code = runCLI(t, nil, args...)
+		require.Equal(t, ExitOK, code, "%v: %s", args, stderr)
+		require.Contains(t, stdout, "fleetctl keys create - create KEY", args)
+	}
 	// "help help" is fleetctl's help.
 	stdout, stderr, code = runCLI(t, nil, "help", "help")
 	require.Equal(t, ExitOK, code, stderr)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,6 +94,17 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	var valueless string  // the first value flag given no value
 	var parentFlag string // the first flag given to a command whose subcommand then follows
 	parentAt := 0         // the level it was given to
+	// parentErr reports the first such flag; a request for help, at any
+	// level, wins over it ("keys -o json create --help").
+	var parentErr error
+	checkParent := func() {
+		if parentErr == nil && parentFlag != "" && parentAt == len(levels)-2 {
+			// "keys -o json create k": the flag is the group's
+			// own, which the subcommand that runs would ignore.
+			parentErr = inCommand(path(), usageErrorf("flag %s belongs to %q, not to %q",
+				parentFlag, pathTo(parentAt+1), path()))
+		}
+	}
 	dashDash := false
 	unknown := map[string]string{}
 	rest := args[1:]
@@ -109,6 +121,7 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 					break
 				}
 				levels = append(levels, &level{name: rest[i], cmd: sub})
+				checkParent() // "keys -o json -- create k" too
 			}
 			positional = append(positional, rest[i:]...)
 			break
@@ -168,16 +181,14 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		if len(positional) == 0 {
 			if sub := findCommand(subcommandsOf(app, cur.cmd), a); sub != nil {
 				levels = append(levels, &level{name: a, cmd: sub})
-				if parentFlag != "" && parentAt == len(levels)-2 {
-					// "keys -o json create k": the flag is the group's
-					// own, which the subcommand that runs would ignore.
-					return normalized{}, inCommand(path(), usageErrorf("flag %s belongs to %q, not to %q",
-						parentFlag, pathTo(parentAt+1), path()))
-				}
+				checkParent()
 				continue
 			}
 		}
 		positional = append(positional, a)
+	}
+	if parentErr != nil && !slices.ContainsFunc(levels, func(l *level) bool { return l.help }) {
+		return normalized{}, parentErr
 	}
 	if valueless != "" {
 		return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: %s", valueless))
