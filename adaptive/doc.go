@@ -72,7 +72,11 @@
 // (was slower than rttNoload) multiplies it by rttNoload over that sample
 // instead when that is smaller, down to 0.5 — where the round trip said
 // the queue would empty — once per such round trip; a stray slow request
-// leaves the round trips' fastest samples alone. Under a ceiling that binds the
+// leaves the round trips' fastest samples alone. Round trips of requests
+// sent within the queued round trip after such a backoff (the queue it
+// answered still draining), recalibration probes, and round trips before
+// SetEstimate do not count; with a fleet limit, one drop still takes at
+// most 1 − BackoffRatio/2 of the estimate. Under a ceiling that binds the
 // limit, the drop of a request admitted since the last decrease that
 // comes while Config.PaceGrowth holds the in-flight below it, all the
 // paced room in use (a climb to a share that rose, or to slots given

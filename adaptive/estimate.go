@@ -40,6 +40,13 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		if rec.round == l.round {
 			l.round++
 			l.window.push(l.roundMin)
+			// The round trip is evidence of queueing for dropRatio only
+			// if the request closing it was sent once the queue that the
+			// last queue backoff answered could have drained.
+			l.queueLast = l.roundMin
+			if rec.start.Before(l.queueDrained) {
+				l.queueLast = 0
+			}
 			l.autoRound(l.roundMin)
 			l.roundMin = 0
 			l.recoverCut()
@@ -147,7 +154,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	ratio := l.law.backoffRatio
 	if !l.answered(now, rec) {
-		ratio = l.dropRatio()
+		ratio = l.dropRatio(now)
 	}
 	l.backoff(now, rec, ratio, bound)
 }
@@ -164,17 +171,18 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // healthy upstream) changes no round trip's fastest sample, and refusals
 // with no clean round trip between them (an outage) use that round trip
 // once: both back off by BackoffRatio alone. The caller holds l.mu.
-func (l *Limiter) dropRatio() float64 {
+func (l *Limiter) dropRatio(now time.Time) float64 {
 	ratio := l.law.backoffRatio
 	noload, ok := l.window.min()
-	if !ok || l.law.law != Gradient2 || l.queueRound == l.round {
+	last := l.queueLast
+	if !ok || l.law.law != Gradient2 || last <= noload {
 		return ratio
 	}
-	if last := l.window.last(); last > noload {
-		l.queueRound = l.round
-		ratio = min(ratio, max(float64(noload)/float64(last), minGradient))
-	}
-	return ratio
+	l.queueLast = 0
+	// Requests sent within a queued round trip of this backoff still
+	// meet the queue it answers: their round trips say nothing new.
+	l.queueDrained = now.Add(last)
+	return min(ratio, max(float64(noload)/float64(last), minGradient))
 }
 
 // climbing reports whether a drop at now, with held in flight (the
@@ -352,7 +360,9 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	l.calmRounds, l.pastRounds = 0, 0
 	next := l.estimate * ratio
 	if bound < next {
-		next = max(bound, next/2)
+		// At most half of what BackoffRatio leaves, even when the
+		// queue's ratio (see dropRatio) took more already.
+		next = max(bound, min(next, l.estimate*l.law.backoffRatio/2))
 	}
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio

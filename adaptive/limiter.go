@@ -57,7 +57,8 @@ type Limiter struct {
 	pastRounds   uint64        // consecutive AIMD round trips (and calm ProbeTicks) above backedFrom since the last drop or backoff
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
-	queueRound   uint64        // the round whose queueing a drop's backoff last answered (see dropRatio)
+	queueLast    time.Duration // fastest clean sample of the last round trip, if evidence of queueing for dropRatio; 0 if none or used
+	queueDrained time.Time     // when the queue the last queue backoff answered has drained (see dropRatio)
 	window       minWindow
 	recal        recalState
 	free         *leaseRecord

@@ -71,6 +71,7 @@ func (l *Limiter) startProbe() {
 	l.recal.seq++
 	l.recal.samples = 0
 	l.window.reset()
+	l.queueLast = 0 // probes at MinLimit are no round trips at the estimate
 }
 
 // recalObserve accounts a lease settled during a recalibration. The

@@ -30,7 +30,7 @@ func TestLimiterPolicyGolden(t *testing.T) {
 		{"gradient2 model config, seed 0", ModelGradient2Config(), 0, 4912, 4506, 406},
 		{"gradient2 model config, seed 7", ModelGradient2Config(), 7, 6607, 6290, 317},
 		{"AIMD law model config, seed 0", ModelAIMDConfig(), 0, 5081, 4649, 432},
-		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4882, 4162, 720},
+		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4829, 4048, 781},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
