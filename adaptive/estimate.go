@@ -92,7 +92,8 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // cut, while the requests sent before it still hold their slots upstream,
 // says the node is still sending its excess; at a limit of hundreds it is
 // many slots, so it cuts two. The estimate is multiplied by BackoffRatio
-// (or, under Gradient2, dropRatio's ratio), at most once per round trip, and, with a fleet limit set, capped at
+// (or, under Gradient2, dropRatio's ratio), at most once per round trip,
+// and, with a fleet limit set, capped at
 // that limit less the cut (see SetFleetLimit and backoff). The caller
 // holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
@@ -348,7 +349,8 @@ func (l *Limiter) propose(next float64, load int) {
 //
 // The result is also capped at bound, but never below half of
 // estimate·BackoffRatio (or estimate·ratio, if lower), so that one backoff
-// takes at most half of what BackoffRatio leaves, whatever dropRatio gave. math.Inf(1) means no cap. The level the estimate came
+// takes at most half of what BackoffRatio leaves, whatever dropRatio gave.
+// math.Inf(1) means no cap. The level the estimate came
 // down from, for AIMD's probe (see aimdStep), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
