@@ -112,13 +112,7 @@ func TestInstantDropsBackOffNoSoonerThanRTTNoload(t *testing.T) {
 // BackoffRatio.
 func TestDropAfterQueueingBacksOffByTheQueue(t *testing.T) {
 	t.Parallel()
-	drop := func(l *Limiter, clk *fakeClock) float64 {
-		t.Helper()
-		before := l.Estimate()
-		clk.Advance(20 * time.Millisecond) // past rttNoload since the last backoff
-		settleOne(t, l, clk, time.Millisecond, Lease.Drop)
-		return l.Estimate() / before
-	}
+	drop := func(l *Limiter, clk *fakeClock) float64 { return dropRatioOf(t, l, clk) }
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
 	sampleOne(t, l, clk, 10*time.Millisecond) // rttNoload
 	sampleOne(t, l, clk, 16*time.Millisecond) // within tolerance: the estimate stays
@@ -136,4 +130,96 @@ func TestDropAfterQueueingBacksOffByTheQueue(t *testing.T) {
 	sampleOne(t, a, aclk, 10*time.Millisecond)
 	sampleOne(t, a, aclk, 16*time.Millisecond)
 	require.InDelta(t, 0.9, drop(a, aclk), 1e-9, "AIMD: BackoffRatio")
+}
+
+// dropRatioOf reports by how much a drop, rttNoload-clear of the last
+// backoff, multiplies the estimate.
+func dropRatioOf(t *testing.T, l *Limiter, clk *fakeClock) float64 {
+	t.Helper()
+	before := l.Estimate()
+	clk.Advance(20 * time.Millisecond)
+	settleOne(t, l, clk, time.Millisecond, Lease.Drop)
+	return l.Estimate() / before
+}
+
+// With a fleet limit and a cut, the bound's floor in backoff does not
+// compound with a queue's halving: one drop takes at most what it took
+// before the queue's ratio, 0.45 (not a quarter).
+func TestQueueBackoffUnderAFleetBoundTakesAtMostHalf(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	l.SetFleetLimit(20)
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	sampleOne(t, l, clk, 40*time.Millisecond)
+	require.InDelta(t, 0.45, dropRatioOf(t, l, clk), 1e-9, "half of what BackoffRatio leaves, the bound's floor")
+}
+
+// Samples of requests admitted before a queue backoff, already answered by
+// it, that close the next round trip are no new evidence of queueing: a
+// drop of a request admitted after the backoff backs off by BackoffRatio,
+// not by the same queue again.
+func TestQueueAnsweredOnceIsNotAnsweredAgain(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	sampleOne(t, l, clk, 10*time.Millisecond) // rttNoload
+	a := acquireN(t, l, 20)
+	clk.Advance(20 * time.Millisecond) // all of them queued 2x
+	a[0].Release()                     // closes the round: last = 20ms
+	e0 := l.Estimate()
+	a[1].Drop() // 429: backs off by the queue, 0.5
+	e1 := l.Estimate()
+	require.InDelta(t, 0.5, e1/e0, 1e-9)
+	for _, le := range a[2:] {
+		le.Release() // the rest of the queued batch: roundMin = 20ms
+	}
+	clk.Advance(11 * time.Millisecond) // past rttNoload since the backoff
+	b := acquireN(t, l, 2)             // admitted after the backoff
+	clk.Advance(25 * time.Millisecond)
+	b[0].Release() // closes the round whose fastest sample is a[2]'s 20ms
+	e2 := l.Estimate()
+	b[1].Drop()
+	require.InDelta(t, 0.9, l.Estimate()/e2, 1e-9,
+		"the 20ms queueing was answered by the first backoff already")
+}
+
+// A recalibration's probe samples, taken at MinLimit, are no round trip at
+// the estimate: a drop after them backs off by BackoffRatio, not by their
+// jitter.
+func TestRecalibrationProbesAreNoQueueEvidence(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		Recalibration: Recalibration{Interval: time.Second, Samples: 3},
+	})
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	clk.Advance(time.Second)
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	require.True(t, l.Snapshot().Recalibrating)
+	sampleOne(t, l, clk, 19*time.Millisecond)
+	require.False(t, l.Snapshot().Recalibrating)
+	require.InDelta(t, 0.9, dropRatioOf(t, l, clk), 1e-9, "one probe's jitter at concurrency 1 says nothing about the estimate")
+}
+
+// A round trip measured before SetEstimate (a fleet warm start) says
+// nothing of the new estimate: a drop after it backs off by BackoffRatio.
+func TestSetEstimateForgetsQueueEvidence(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	sampleOne(t, l, clk, 20*time.Millisecond)
+	l.SetEstimate(40)
+	require.InDelta(t, 0.9, dropRatioOf(t, l, clk), 1e-9)
+}
+
+// A refusal of a request sent an hour after the last round trip, which
+// queued, says nothing of that queue: it backs off by BackoffRatio.
+func TestStaleQueueEvidenceIsIgnored(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	sampleOne(t, l, clk, 10*time.Millisecond)
+	sampleOne(t, l, clk, 20*time.Millisecond)
+	clk.Advance(time.Hour)
+	require.InDelta(t, 0.9, dropRatioOf(t, l, clk), 1e-9)
 }

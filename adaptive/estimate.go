@@ -43,7 +43,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			// The round trip is evidence of queueing for dropRatio only
 			// if the request closing it was sent once the queue that the
 			// last queue backoff answered could have drained.
-			l.queueLast = l.roundMin
+			l.queueLast, l.queueAt = l.roundMin, now
 			if rec.start.Before(l.queueDrained) {
 				l.queueLast = 0
 			}
@@ -155,24 +155,28 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	}
 	ratio := l.law.backoffRatio
 	if !l.answered(now, rec) {
-		ratio = l.dropRatio(now)
+		ratio = l.dropRatio(now, rec)
 	}
 	l.backoff(now, rec, ratio, bound)
 }
 
-// dropRatio is what the backoff of a drop that backs off multiplies the
-// estimate by: BackoffRatio, or under Gradient2, when the fastest clean
-// sample of the last round trip was slower than rttNoload and no backoff
-// since that round trip used it, rttNoload over that sample if it is
+// dropRatio is what the backoff of a drop of rec that backs off
+// multiplies the estimate by: BackoffRatio, or under Gradient2, when the
+// last round trip is evidence of queueing (queueLast: its fastest clean
+// sample was slower than rttNoload), rttNoload over that sample if it is
 // smaller, but not below gradient2's own floor of 0.5. Under Gradient2
 // latency is the signal: a round trip whose every request queued says how
 // much too high the estimate was, as the gradient would with a tolerance
 // of 1, and the refusal says the upstream could not wait for the
-// gradient's smoothed descent. A stray slow request (a timeout on a
-// healthy upstream) changes no round trip's fastest sample, and refusals
-// with no clean round trip between them (an outage) use that round trip
-// once: both back off by BackoffRatio alone. The caller holds l.mu.
-func (l *Limiter) dropRatio(now time.Time) float64 {
+// gradient's smoothed descent. The evidence counts once, and only for a
+// request sent no later than two such round trips after it: a stray slow
+// request (a timeout on a healthy upstream) changes no round trip's
+// fastest sample; refusals with no clean round trip between them (an
+// outage) use it once; and a refusal long after it (an idle hour) says
+// nothing of it. A round trip closed by a request sent before the queue
+// a backoff answered could drain, a recalibration's probes and a round
+// trip measured before SetEstimate are no evidence. The caller holds l.mu.
+func (l *Limiter) dropRatio(now time.Time, rec *leaseRecord) float64 {
 	ratio := l.law.backoffRatio
 	noload, ok := l.window.min()
 	last := l.queueLast
@@ -180,6 +184,9 @@ func (l *Limiter) dropRatio(now time.Time) float64 {
 		return ratio
 	}
 	l.queueLast = 0
+	if rec.start.After(l.queueAt.Add(2 * last)) {
+		return ratio // sent long after the queueing was seen
+	}
 	// Requests sent within a queued round trip of this backoff still
 	// meet the queue it answers: their round trips say nothing new.
 	l.queueDrained = now.Add(last)

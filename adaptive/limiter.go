@@ -58,6 +58,7 @@ type Limiter struct {
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	queueLast    time.Duration // fastest clean sample of the last round trip, if evidence of queueing for dropRatio; 0 if none or used
+	queueAt      time.Time     // when the round trip of queueLast closed
 	queueDrained time.Time     // when the queue the last queue backoff answered has drained (see dropRatio)
 	window       minWindow
 	recal        recalState
