@@ -75,7 +75,13 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		err error
 	)
 	if wait {
+		if r.Weight > 1 {
+			n.beginHeavyWait(r.Weight)
+		}
 		le, err = n.lim.AcquireRequest(ctx, r)
+		if r.Weight > 1 {
+			n.endHeavyWait(r.Weight, err == nil)
+		}
 	} else {
 		le, err = n.lim.TryAcquireRequest(r)
 	}
@@ -94,6 +100,41 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	n.rate.sent(1, tokens)
 	n.holdWanted(r.Weight)
 	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
+}
+
+// beginHeavyWait counts a caller about to wait for a weight above 1: while
+// it waits for a weight above the share, the node presses for it even
+// with lighter requests in flight (see report).
+func (n *Node) beginHeavyWait(weight int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.heavyWaits == nil {
+		n.heavyWaits = map[int]int{}
+	}
+	n.heavyWaits[weight]++
+}
+
+// endHeavyWait ends a wait that beginHeavyWait counted, admitted or not,
+// counting an admission in heavyAdmits.
+func (n *Node) endHeavyWait(weight int, admitted bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.heavyWaits[weight]--; n.heavyWaits[weight] <= 0 {
+		delete(n.heavyWaits, weight)
+	}
+	if admitted {
+		n.heavyAdmits++
+	}
+}
+
+// heaviestWait returns the heaviest weight a caller counted by
+// beginHeavyWait waits for, or 0. The caller holds n.mu.
+func (n *Node) heaviestWait() int {
+	w := 0
+	for k := range n.heavyWaits {
+		w = max(w, k)
+	}
+	return w
 }
 
 // TryAcquire admits a request of weight 1 at adaptive.DefaultPriority if

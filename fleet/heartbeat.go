@@ -146,7 +146,14 @@ func (n *Node) eagerDue(now time.Time) bool {
 // caller holds n.mu.
 func (n *Node) waitsForHeavier(snap adaptive.Snapshot, now time.Time) bool {
 	waiting := snap.QueuedWeight > 0 || n.wanted > n.share && n.floorHeld(now)
-	return waiting && !n.learning && snap.Inflight == 0 && n.share > 0 && n.share < n.lGlobal &&
+	return waiting && snap.Inflight == 0 && n.underShare(snap, now)
+}
+
+// underShare reports whether the node is not in learning mode, paused or
+// fenced, and its limiter is under the share of L_global it was granted,
+// unexpired, which leaves room to others. The caller holds n.mu.
+func (n *Node) underShare(snap adaptive.Snapshot, now time.Time) bool {
+	return !n.learning && n.share > 0 && n.share < n.lGlobal &&
 		snap.HasCeiling && snap.Ceiling == n.share && !n.fence.State().Fenced &&
 		!now.Before(snap.PausedUntil) && (snap.CeilingUntil.IsZero() || now.Before(snap.CeilingUntil))
 }
@@ -199,10 +206,19 @@ func (n *Node) admitted() uint64 {
 // pressing until a request of its own is admitted (it steps aside as
 // before, see stepAside), rather than hold part of the key for nothing,
 // or until L_global − (live nodes − 1) grows: a peer left, or L_global
-// grew, and a split may hold the weight now. The caller holds n.mu.
-func (n *Node) press(demand int, admitted uint64) (int, bool) {
+// grew, and a split may hold the weight now. heavy is the heaviest weight
+// a caller waits for in AcquireRequest (0: none known); once the share
+// holds it, the node waits for its own in-flight to make room, and holds
+// the pressed demand meanwhile. The caller holds n.mu.
+func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 	if admitted != n.pressAdmitted {
 		n.pressAdmitted, n.pressed, n.pressStuck, n.pressFlat = admitted, 0, false, 0
+	}
+	if heavy > 0 && n.share >= heavy {
+		// The share holds the weight a caller waits for: the node
+		// waits for its own in-flight to make room. Hold the demand
+		// pressed, if any.
+		return max(demand, n.pressed), true
 	}
 	top := n.lGlobal - max(n.liveNodes, 1) + 1
 	if n.pressStuck && top > n.pressTop {
@@ -234,12 +250,20 @@ func (n *Node) press(demand int, admitted uint64) (int, bool) {
 
 // pressFor sets *demand to what a pressing report asks for (see press)
 // and reports whether the node presses; when it does not, the node may
-// step aside. The caller holds n.mu.
-func (n *Node) pressFor(demand *int) bool {
-	admitted := n.admitted()
-	d, ok := n.press(*demand, admitted)
+// step aside. A blocked node (a caller waits in AcquireRequest for a
+// weight above the share while lighter requests are in flight) counts
+// the admissions of such callers only, heavy the heaviest weight one
+// waits for (0: none). The caller holds n.mu.
+func (n *Node) pressFor(demand *int, blocked bool, heavy int) bool {
+	admitted := n.heavyAdmits
+	if !blocked {
+		admitted = n.admitted()
+	}
+	d, ok := n.press(*demand, admitted, heavy)
 	if ok {
-		n.admittedAtWait = admitted
+		if !blocked {
+			n.admittedAtWait = admitted
+		}
 		*demand = d
 	}
 	return ok
@@ -285,6 +309,13 @@ func (n *Node) report(now time.Time) coord.Report {
 	}
 	// Reports that never arrived (an outage) still count.
 	demand = max(demand, n.unsentDemand)
+	// A caller that waits in AcquireRequest for a weight above the share
+	// while lighter requests are in flight is blocked as one that waits
+	// with nothing in flight is (see waitsForHeavier), but it never steps
+	// aside: it presses. Its admissions, not the lighter ones', start the
+	// pressing again.
+	heavy := n.heaviestWait()
+	blocked := heavy > 0 && snap.Inflight > 0 && n.underShare(snap, now)
 	switch {
 	case n.phase == phaseNew:
 		demand = max(demand, 1)
@@ -293,16 +324,18 @@ func (n *Node) report(now time.Time) coord.Report {
 	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && !n.learning && snap.Inflight == 0 &&
 		(snap.QueuedWeight > 0 || n.floorHeld(now)):
 		demand = 0 // still stepping aside, with nothing admitted meanwhile
-	case !n.waitsForHeavier(snap, now):
+	case !blocked && !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
 		n.pressed = 0
-	case n.peerInflight >= n.lGlobal-n.share && (snap.QueuedWeight > 0 || n.unmet > 0) && n.pressFor(&demand):
+	case n.peerInflight >= n.lGlobal-n.share && (snap.QueuedWeight > 0 || n.unmet > 0) && n.pressFor(&demand, blocked, heavy):
 		// The peers use every slot of the rest: stepping aside would
 		// free nothing for the heavier weight. Press for it instead —
 		// while a request waits, or a caller was refused since the last
 		// report: a floor that outlives its caller (one that gave up
 		// waiting, see holdWanted) is not pressed for.
 		n.yieldUntil = time.Time{}
+	case blocked:
+		n.yieldUntil = time.Time{} // requests in flight: stepping aside would cut them off
 	case n.stepAside(n.admitted()):
 		// Step aside (see waitsForHeavier) so that one of the nodes
 		// split this way can take a share that holds its request: the

@@ -290,7 +290,7 @@ func TestHeavyWaitersTakeTurns(t *testing.T) {
 			t.Parallel()
 			d := 3 * time.Second
 			if len(c.weights) > 2 {
-				d = 6 * time.Second // turns go round more nodes, at random
+				d = 9 * time.Second // turns go round more nodes, at random
 			}
 			served := heavyLoops(t, c.weights, c.try, c.maxQueued, d)
 			t.Logf("weights %v: served %v", c.weights, served)
@@ -627,4 +627,48 @@ func TestAbandonedHeavyRequestIsNotPressedFor(t *testing.T) {
 	}
 	t.Logf("the heavy node's largest share after its caller gave up: %d", top)
 	require.Less(t, top, 6, "the node does not press for a request nobody waits for")
+}
+
+// A node with one caller of weight 6 and four of weight 1, beside a node
+// with 12 callers of weight 1, under an L_global of 10: the split gives it
+// about 5, which holds its light requests but not the heavy one, and with
+// light requests always in flight it never waits with nothing in flight,
+// so it neither stepped aside nor pressed, and the heavy request was
+// never served. The node now presses while a caller waits in
+// AcquireRequest for a weight above its share.
+func TestHeavyBesideOwnLightRequestsIsServed(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var nodes [2]*Node
+	for i := range nodes {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		nodes[i] = startNode(t, mem, cfg)
+	}
+	warm := time.Now().Add(time.Second)
+	var heavy, light, peer atomic.Int64
+	count := func(c *atomic.Int64) func() {
+		return func() {
+			if time.Now().After(warm) {
+				c.Add(1)
+			}
+		}
+	}
+	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
+	for range 4 {
+		callerLoop(ctx, &wg, nodes[0], 1, false, count(&light))
+	}
+	for range 12 {
+		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
+	}
+	<-ctx.Done()
+	wg.Wait()
+	t.Logf("served in 2 s: heavy %d, its node's light %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
+	require.Positive(t, heavy.Load(), "the heavy request was never served")
+	require.Positive(t, light.Load(), "its node's light requests are served too")
 }

@@ -84,24 +84,26 @@ type Node struct {
 	liveNodes      int
 	outage         bool
 	lastErr        error
-	lastBeat       time.Time // send time of the last successful heartbeat
-	lastSend       time.Time // send time of the last heartbeat attempt
-	unmet          int       // weight of the admissions refused since the last report
-	wanted         int       // the demand floor: the heaviest admission refused since it was last held
-	unsentDemand   int       // the largest demand of reports that failed since the last success
-	yieldUntil     time.Time // a report before it still steps aside (see waitsForHeavier)
-	admittedAtWait uint64    // admissions at the last report that waitsForHeavier (see stepAside)
-	pressed        int       // the demand of the last report that pressed (see press); 0: none since the last admission
-	pressShare     int       // the share granted when that report was sent
-	pressAdmitted  uint64    // admissions when pressing last started again
-	pressStuck     bool      // the share reached the most a split gives and the node still waited
-	pressFlat      int       // reports pressing with coord.MaxCount at which the share did not grow
-	pressTop       int       // L_global − (live nodes − 1) when pressStuck was set
-	lowered        bool      // share fell below in-flight; beat once drained
-	ackDue         bool      // a lowered share was applied; beat to ack it
-	claimed        bool      // a heartbeat claimed capacity (share or rate) this period
-	left           bool      // an evicted node drained and left on its own
-	evictedAt      time.Time // when the node learned it was evicted
+	lastBeat       time.Time   // send time of the last successful heartbeat
+	lastSend       time.Time   // send time of the last heartbeat attempt
+	unmet          int         // weight of the admissions refused since the last report
+	wanted         int         // the demand floor: the heaviest admission refused since it was last held
+	unsentDemand   int         // the largest demand of reports that failed since the last success
+	yieldUntil     time.Time   // a report before it still steps aside (see waitsForHeavier)
+	admittedAtWait uint64      // admissions at the last report that waitsForHeavier (see stepAside)
+	pressed        int         // the demand of the last report that pressed (see press); 0: none since the last admission
+	pressShare     int         // the share granted when that report was sent
+	pressAdmitted  uint64      // admissions when pressing last started again
+	pressStuck     bool        // the share reached the most a split gives and the node still waited
+	pressFlat      int         // reports pressing with coord.MaxCount at which the share did not grow
+	pressTop       int         // L_global − (live nodes − 1) when pressStuck was set
+	heavyWaits     map[int]int // callers waiting in AcquireRequest, by weight (above 1)
+	heavyAdmits    uint64      // admissions of such callers
+	lowered        bool        // share fell below in-flight; beat once drained
+	ackDue         bool        // a lowered share was applied; beat to ack it
+	claimed        bool        // a heartbeat claimed capacity (share or rate) this period
+	left           bool        // an evicted node drained and left on its own
+	evictedAt      time.Time   // when the node learned it was evicted
 	fenceTimer     *time.Timer
 }
 
