@@ -75,13 +75,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		err error
 	)
 	if wait {
-		if r.Weight > 1 {
-			n.beginHeavyWait(r.Weight)
-		}
-		le, err = n.lim.AcquireRequest(ctx, r)
-		if r.Weight > 1 {
-			n.endHeavyWait(r.Weight, err == nil)
-		}
+		le, err = n.waitRequest(ctx, r)
 	} else {
 		le, err = n.lim.TryAcquireRequest(r)
 	}
@@ -102,9 +96,25 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
 }
 
-// beginHeavyWait counts a caller about to wait for a weight above 1: while
-// it waits for a weight above the share, the node presses for it even
-// with lighter requests in flight (see report).
+// waitRequest is the limiter's AcquireRequest, counting a caller of a
+// weight above 1 while it waits (see beginHeavyWait), until it returns
+// or panics.
+func (n *Node) waitRequest(ctx context.Context, r adaptive.Request) (adaptive.Lease, error) {
+	if r.Weight <= 1 {
+		return n.lim.AcquireRequest(ctx, r)
+	}
+	admitted := false
+	n.beginHeavyWait(r.Weight)
+	defer func() { n.endHeavyWait(r.Weight, admitted) }()
+	le, err := n.lim.AcquireRequest(ctx, r)
+	admitted = err == nil
+	return le, err
+}
+
+// beginHeavyWait counts a caller of a weight above 1 entering the
+// limiter's AcquireRequest (admitted at once or not): while it waits for
+// a weight above the share, the node presses for it even with lighter
+// requests in flight (see report).
 func (n *Node) beginHeavyWait(weight int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -115,15 +125,18 @@ func (n *Node) beginHeavyWait(weight int) {
 }
 
 // endHeavyWait ends a wait that beginHeavyWait counted, admitted or not,
-// counting an admission in heavyAdmits.
+// counting in heavyAdmits the admission of a caller of the heaviest weight
+// waiting: the one the node presses for (see report). A lighter weighted
+// caller's admission is not the heavy one's turn, and restarting the
+// pressing at each would keep it from ever growing.
 func (n *Node) endHeavyWait(weight int, admitted bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if admitted && weight >= n.heaviestWait() {
+		n.heavyAdmits++
+	}
 	if n.heavyWaits[weight]--; n.heavyWaits[weight] <= 0 {
 		delete(n.heavyWaits, weight)
-	}
-	if admitted {
-		n.heavyAdmits++
 	}
 }
 

@@ -251,9 +251,9 @@ func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 // pressFor sets *demand to what a pressing report asks for (see press)
 // and reports whether the node presses; when it does not, the node may
 // step aside. A blocked node (a caller waits in AcquireRequest for a
-// weight above the share while lighter requests are in flight) counts
-// the admissions of such callers only, heavy the heaviest weight one
-// waits for (0: none). The caller holds n.mu.
+// weight above 1 while requests are in flight, see report) counts the
+// admissions of the heaviest weight waiting only (heavyAdmits), heavy
+// that weight (0: none). The caller holds n.mu.
 func (n *Node) pressFor(demand *int, blocked bool, heavy int) bool {
 	admitted := n.heavyAdmits
 	if !blocked {
@@ -309,11 +309,13 @@ func (n *Node) report(now time.Time) coord.Report {
 	}
 	// Reports that never arrived (an outage) still count.
 	demand = max(demand, n.unsentDemand)
-	// A caller that waits in AcquireRequest for a weight above the share
-	// while lighter requests are in flight is blocked as one that waits
-	// with nothing in flight is (see waitsForHeavier), but it never steps
-	// aside: it presses. Its admissions, not the lighter ones', start the
-	// pressing again.
+	// A caller that waits in AcquireRequest for a weight above 1 while
+	// requests are in flight blocks the node: above the share, as one
+	// that waits with nothing in flight does (see waitsForHeavier), but
+	// the node never steps aside, it presses; within the share, it holds
+	// what it pressed (see press). The admissions of the heaviest weight
+	// waiting, not of lighter ones, start the pressing again (see
+	// endHeavyWait).
 	heavy := n.heaviestWait()
 	blocked := heavy > 0 && snap.Inflight > 0 && n.underShare(snap, now)
 	switch {

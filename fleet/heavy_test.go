@@ -672,3 +672,47 @@ func TestHeavyBesideOwnLightRequestsIsServed(t *testing.T) {
 	require.Positive(t, heavy.Load(), "the heavy request was never served")
 	require.Positive(t, light.Load(), "its node's light requests are served too")
 }
+
+// As TestHeavyBesideOwnLightRequestsIsServed, but the heavy node's other
+// callers weigh 2 and the peer has 40 light callers: the node's first
+// pressing report (twice its demand, 20 against 40) gives it 4, and each
+// admission of a weight of 2 restarted the pressing, so its demand stayed
+// at 20 and the weight of 6 was never served (0 in 2 s; the node took a
+// slot from the peer for its weights of 2). Only the admission of the
+// weight the node presses for restarts it now.
+func TestHeavyBesideOwnWeightedRequestsIsServed(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 50}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var nodes [2]*Node
+	for i := range nodes {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		nodes[i] = startNode(t, mem, cfg)
+	}
+	warm := time.Now().Add(time.Second)
+	var heavy, light, peer atomic.Int64
+	count := func(c *atomic.Int64) func() {
+		return func() {
+			if time.Now().After(warm) {
+				c.Add(1)
+			}
+		}
+	}
+	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
+	for range 2 {
+		callerLoop(ctx, &wg, nodes[0], 2, false, count(&light))
+	}
+	for range 40 {
+		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
+	}
+	<-ctx.Done()
+	wg.Wait()
+	t.Logf("served in 2 s: heavy %d, its node's weight 2 %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
+	require.Positive(t, heavy.Load(), "the heavy request was never served")
+	require.Positive(t, light.Load(), "its node's lighter requests are served too")
+}

@@ -98,7 +98,7 @@ type Node struct {
 	pressFlat      int         // reports pressing with coord.MaxCount at which the share did not grow
 	pressTop       int         // L_global − (live nodes − 1) when pressStuck was set
 	heavyWaits     map[int]int // callers waiting in AcquireRequest, by weight (above 1)
-	heavyAdmits    uint64      // admissions of such callers
+	heavyAdmits    uint64      // admissions of such callers of the heaviest weight waiting (see endHeavyWait)
 	lowered        bool        // share fell below in-flight; beat once drained
 	ackDue         bool        // a lowered share was applied; beat to ack it
 	claimed        bool        // a heartbeat claimed capacity (share or rate) this period
