@@ -250,16 +250,21 @@ func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 
 // pressFor sets *demand to what a pressing report asks for (see press)
 // and reports whether the node presses; when it does not, the node may
-// step aside. A blocked node (a caller waits in AcquireRequest for a
-// weight above 1 while requests are in flight, see report) counts the
-// admissions of the heaviest weight waiting only (heavyAdmits), heavy
-// that weight (0: none). The caller holds n.mu.
+// step aside. heavy is the heaviest weight a caller waits for in
+// AcquireRequest (0: none); while there is one, blocked (requests in
+// flight, see report) or not, only the admissions of that weight
+// (heavyAdmits) start the pressing again. The caller holds n.mu.
 func (n *Node) pressFor(demand *int, blocked bool, heavy int) bool {
-	admitted := n.heavyAdmits
-	if !blocked {
-		admitted = n.admitted()
+	admitted := n.admitted()
+	turns := admitted
+	if heavy > 0 {
+		// Whether or not requests are in flight: a node whose light
+		// requests come and go switches between the two at every report,
+		// and comparing one count with the other restarted the pressing
+		// at each switch.
+		turns = n.heavyAdmits
 	}
-	d, ok := n.press(*demand, admitted, heavy)
+	d, ok := n.press(*demand, turns, heavy)
 	if ok {
 		if !blocked {
 			n.admittedAtWait = admitted

@@ -716,3 +716,55 @@ func TestHeavyBesideOwnWeightedRequestsIsServed(t *testing.T) {
 	require.Positive(t, heavy.Load(), "the heavy request was never served")
 	require.Positive(t, light.Load(), "its node's lighter requests are served too")
 }
+
+// As TestHeavyBesideOwnLightRequestsIsServed, but the heavy node's one
+// light caller pauses 15 ms between its requests of 5 ms: the node has
+// requests in flight at some reports and none at others, and pressing
+// counted the heavy caller's admissions at the first and every admission
+// at the second, so each switch started it again from twice the demand.
+// The weight of 6 was served 2-8 times in 2 s; about 50 now.
+func TestHeavyBesideSparseOwnLightRequestsIsServed(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var nodes [2]*Node
+	for i := range nodes {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		nodes[i] = startNode(t, mem, cfg)
+	}
+	warm := time.Now().Add(time.Second)
+	var heavy, light, peer atomic.Int64
+	count := func(c *atomic.Int64) func() {
+		return func() {
+			if time.Now().After(warm) {
+				c.Add(1)
+			}
+		}
+	}
+	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
+	wg.Go(func() {
+		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}
+		for ctx.Err() == nil {
+			le, err := nodes[0].AcquireRequest(ctx, r)
+			if err == nil {
+				count(&light)()
+				time.Sleep(5 * time.Millisecond)
+				le.Release()
+			}
+			time.Sleep(15 * time.Millisecond)
+		}
+	})
+	for range 12 {
+		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
+	}
+	<-ctx.Done()
+	wg.Wait()
+	t.Logf("served in 2 s: heavy %d, its node's light %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
+	require.GreaterOrEqual(t, heavy.Load(), int64(25), "the heavy request is served at least every other heartbeat or so")
+	require.Positive(t, light.Load(), "its node's light requests are served too")
+}
