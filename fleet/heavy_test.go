@@ -326,26 +326,18 @@ type loopNode struct{ weight, callers int }
 // admissions, before every node waits, say nothing of turns).
 func servedLoops(t *testing.T, nodes []loopNode, try bool, maxQueued int, d time.Duration) []int64 {
 	t.Helper()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: maxQueued}
+	r := newRig(t, len(nodes), maxQueued, d, d/3)
 	served := make([]atomic.Int64, len(nodes))
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	warm := time.Now().Add(d / 3)
-	defer cancel()
-	var wg sync.WaitGroup
 	for i, ln := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		n := startNode(t, mem, cfg)
 		for range ln.callers {
-			callerLoop(ctx, &wg, n, ln.weight, try, func() {
-				if time.Now().After(warm) {
+			callerLoop(r.ctx, &r.wg, r.nodes[i], ln.weight, try, func() {
+				if time.Now().After(r.warm) {
 					served[i].Add(1)
 				}
 			})
 		}
 	}
-	wg.Wait()
+	r.run()
 	out := make([]int64, len(nodes))
 	for i := range served {
 		out[i] = served[i].Load()
@@ -379,6 +371,56 @@ func callerLoop(ctx context.Context, wg *sync.WaitGroup, n *Node, weight int, tr
 			le.Release()
 		}
 	})
+}
+
+// rig is a key held at 10 on one memory coordinator, with nodes n0… that
+// queue up to a given number of callers, and callers (see callerLoop)
+// that run until ctx ends. Its cleanup ends ctx and waits for them.
+type rig struct {
+	ctx   context.Context
+	wg    sync.WaitGroup
+	nodes []*Node
+	warm  time.Time // counted admissions are those after it
+}
+
+// newRig starts k nodes for d; admissions count from warm-up on.
+func newRig(t *testing.T, k, maxQueued int, d, warmUp time.Duration) *rig {
+	t.Helper()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: maxQueued}
+	r := &rig{warm: time.Now().Add(warmUp)}
+	for i := range k {
+		cfg := testConfig("k", fmt.Sprintf("n%d", i))
+		cfg.Limiter = limits
+		r.nodes = append(r.nodes, startNode(t, mem, cfg))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	r.ctx = ctx
+	t.Cleanup(r.wg.Wait)
+	t.Cleanup(cancel)
+	return r
+}
+
+// callers starts count callers of the given weight on node i, each
+// counting its admissions after warm-up in c (if not nil).
+func (r *rig) callers(i, count, weight int, c *atomic.Int64) {
+	var served func()
+	if c != nil {
+		served = func() {
+			if time.Now().After(r.warm) {
+				c.Add(1)
+			}
+		}
+	}
+	for range count {
+		callerLoop(r.ctx, &r.wg, r.nodes[i], weight, false, served)
+	}
+}
+
+// run waits until the rig's time is up and its callers have returned.
+func (r *rig) run() {
+	<-r.ctx.Done()
+	r.wg.Wait()
 }
 
 // A node whose requests weigh 6 beside a busy node of light requests
@@ -492,30 +534,14 @@ func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
 // part, 3, which the busy peers lose (the stop without stepping aside).
 func TestWeightNoSplitHoldsIsNotPressedFor(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	loop := func(n *Node, weight int) { callerLoop(ctx, &wg, n, weight, false, nil) }
-	var heavy *Node
-	for i, w := range []int{9, 1, 1} {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		n := startNode(t, mem, cfg)
-		if w == 9 {
-			heavy = n
-			loop(n, w)
-			continue
-		}
-		for range 12 {
-			loop(n, w)
-		}
-	}
+	r := newRig(t, 3, 20, 3*time.Second, 0)
+	heavy := r.nodes[0]
+	r.callers(0, 1, 9, nil)
+	r.callers(1, 12, 1, nil)
+	r.callers(2, 12, 1, nil)
 	time.Sleep(time.Second)
 	var shares []int
-	for ctx.Err() == nil {
+	for r.ctx.Err() == nil {
 		shares = append(shares, heavy.State().Share)
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -550,41 +576,22 @@ func TestHeavyNodeBesideIdleLiveNodeIsServed(t *testing.T) {
 // aside frees nothing the busy node does not take.
 func TestStoppedPressingResumesWhenAPeerLeaves(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	r := newRig(t, 3, 20, 4*time.Second, 0)
 	var served atomic.Int64
-	loop := func(ctx context.Context, n *Node, weight int, count *atomic.Int64) {
-		var add func()
-		if count != nil {
-			add = func() { count.Add(1) }
-		}
-		callerLoop(ctx, &wg, n, weight, false, add)
-	}
-	nodes := make([]*Node, 3)
-	for i := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		nodes[i] = startNode(t, mem, cfg)
-	}
-	loop(ctx, nodes[0], 9, &served)
-	loop(ctx, nodes[1], 1, nil)
-	leaving, leave := context.WithCancel(ctx)
+	r.callers(0, 1, 9, &served)
+	r.callers(1, 13, 1, nil)
+	leaving, leave := context.WithCancel(r.ctx)
 	defer leave()
 	for range 12 {
-		loop(ctx, nodes[1], 1, nil)
-		loop(leaving, nodes[2], 1, nil)
+		callerLoop(leaving, &r.wg, r.nodes[2], 1, false, nil)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	before := served.Load()
 	leave()
-	stopCtx, cancelStop := context.WithTimeout(ctx, time.Second)
-	require.NoError(t, nodes[2].Stop(stopCtx))
+	stopCtx, cancelStop := context.WithTimeout(r.ctx, time.Second)
+	require.NoError(t, r.nodes[2].Stop(stopCtx))
 	cancelStop()
-	eventually(t, func() bool { return nodes[0].State().LiveNodes == 2 }, "the node that stopped has left")
+	eventually(t, func() bool { return r.nodes[0].State().LiveNodes == 2 }, "the node that stopped has left")
 	time.Sleep(time.Second)
 	after := served.Load() - before
 	t.Logf("heavy served %d beside two busy nodes, %d in 1 s after one left", before, after)
@@ -599,24 +606,11 @@ func TestStoppedPressingResumesWhenAPeerLeaves(t *testing.T) {
 // busy peer served a sixth less beside a caller that gave up every 300 ms.
 func TestAbandonedHeavyRequestIsNotPressedFor(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var nodes [2]*Node
-	for i := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		nodes[i] = startNode(t, mem, cfg)
-	}
-	heavy := nodes[0]
-	for range 12 {
-		callerLoop(ctx, &wg, nodes[1], 1, false, nil)
-	}
+	r := newRig(t, 2, 20, 3*time.Second, 0)
+	heavy := r.nodes[0]
+	r.callers(1, 12, 1, nil)
 	time.Sleep(500 * time.Millisecond)
-	waitCtx, cancelWait := context.WithTimeout(ctx, 30*time.Millisecond)
+	waitCtx, cancelWait := context.WithTimeout(r.ctx, 30*time.Millisecond)
 	_, err := heavy.AcquireRequest(waitCtx, adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 6})
 	cancelWait()
 	require.Error(t, err, "the caller gives up before its request is admitted")
@@ -638,36 +632,12 @@ func TestAbandonedHeavyRequestIsNotPressedFor(t *testing.T) {
 // AcquireRequest for a weight above its share.
 func TestHeavyBesideOwnLightRequestsIsServed(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var nodes [2]*Node
-	for i := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		nodes[i] = startNode(t, mem, cfg)
-	}
-	warm := time.Now().Add(time.Second)
+	r := newRig(t, 2, 20, 3*time.Second, time.Second)
 	var heavy, light, peer atomic.Int64
-	count := func(c *atomic.Int64) func() {
-		return func() {
-			if time.Now().After(warm) {
-				c.Add(1)
-			}
-		}
-	}
-	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
-	for range 4 {
-		callerLoop(ctx, &wg, nodes[0], 1, false, count(&light))
-	}
-	for range 12 {
-		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
-	}
-	<-ctx.Done()
-	wg.Wait()
+	r.callers(0, 1, 6, &heavy)
+	r.callers(0, 4, 1, &light)
+	r.callers(1, 12, 1, &peer)
+	r.run()
 	t.Logf("served in 2 s: heavy %d, its node's light %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
 	require.Positive(t, heavy.Load(), "the heavy request was never served")
 	require.Positive(t, light.Load(), "its node's light requests are served too")
@@ -682,36 +652,12 @@ func TestHeavyBesideOwnLightRequestsIsServed(t *testing.T) {
 // weight the node presses for restarts it now.
 func TestHeavyBesideOwnWeightedRequestsIsServed(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 50}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var nodes [2]*Node
-	for i := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		nodes[i] = startNode(t, mem, cfg)
-	}
-	warm := time.Now().Add(time.Second)
+	r := newRig(t, 2, 50, 3*time.Second, time.Second)
 	var heavy, light, peer atomic.Int64
-	count := func(c *atomic.Int64) func() {
-		return func() {
-			if time.Now().After(warm) {
-				c.Add(1)
-			}
-		}
-	}
-	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
-	for range 2 {
-		callerLoop(ctx, &wg, nodes[0], 2, false, count(&light))
-	}
-	for range 40 {
-		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
-	}
-	<-ctx.Done()
-	wg.Wait()
+	r.callers(0, 1, 6, &heavy)
+	r.callers(0, 2, 2, &light)
+	r.callers(1, 40, 1, &peer)
+	r.run()
 	t.Logf("served in 2 s: heavy %d, its node's weight 2 %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
 	require.Positive(t, heavy.Load(), "the heavy request was never served")
 	require.Positive(t, light.Load(), "its node's lighter requests are served too")
@@ -725,45 +671,25 @@ func TestHeavyBesideOwnWeightedRequestsIsServed(t *testing.T) {
 // The weight of 6 was served 2-8 times in 2 s; about 50 now.
 func TestHeavyBesideSparseOwnLightRequestsIsServed(t *testing.T) {
 	t.Parallel()
-	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var nodes [2]*Node
-	for i := range nodes {
-		cfg := testConfig("k", fmt.Sprintf("n%d", i))
-		cfg.Limiter = limits
-		nodes[i] = startNode(t, mem, cfg)
-	}
-	warm := time.Now().Add(time.Second)
+	r := newRig(t, 2, 20, 3*time.Second, time.Second)
 	var heavy, light, peer atomic.Int64
-	count := func(c *atomic.Int64) func() {
-		return func() {
-			if time.Now().After(warm) {
-				c.Add(1)
-			}
-		}
-	}
-	callerLoop(ctx, &wg, nodes[0], 6, false, count(&heavy))
-	wg.Go(func() {
-		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}
-		for ctx.Err() == nil {
-			le, err := nodes[0].AcquireRequest(ctx, r)
+	r.callers(0, 1, 6, &heavy)
+	r.wg.Go(func() {
+		req := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}
+		for r.ctx.Err() == nil {
+			le, err := r.nodes[0].AcquireRequest(r.ctx, req)
 			if err == nil {
-				count(&light)()
+				if time.Now().After(r.warm) {
+					light.Add(1)
+				}
 				time.Sleep(5 * time.Millisecond)
 				le.Release()
 			}
 			time.Sleep(15 * time.Millisecond)
 		}
 	})
-	for range 12 {
-		callerLoop(ctx, &wg, nodes[1], 1, false, count(&peer))
-	}
-	<-ctx.Done()
-	wg.Wait()
+	r.callers(1, 12, 1, &peer)
+	r.run()
 	t.Logf("served in 2 s: heavy %d, its node's light %d, the peer %d", heavy.Load(), light.Load(), peer.Load())
 	require.GreaterOrEqual(t, heavy.Load(), int64(25), "the heavy request is served at least every other heartbeat or so")
 	require.Positive(t, light.Load(), "its node's light requests are served too")
