@@ -91,7 +91,7 @@ type Node struct {
 	unsentDemand   int         // the largest demand of reports that failed since the last success
 	yieldUntil     time.Time   // a report before it still steps aside (see waitsForHeavier)
 	admittedAtWait uint64      // admissions at the last report that waitsForHeavier (see stepAside)
-	pressed        int         // the demand of the last report that pressed (see press); 0: none since the last admission
+	pressed        int         // the demand of the last report that pressed (see press); 0: not pressing
 	pressShare     int         // the share granted when that report was sent
 	pressAdmitted  uint64      // admissions when pressing last started again
 	pressStuck     bool        // the share reached the most a split gives and the node still waited

@@ -250,9 +250,9 @@ func misplacedValueFlag(app *ucli.App, cmd *ucli.Command, name string, rest []st
 	return false
 }
 
-// groupOwning returns the path of the command group on path (the
-// commands' names, space-separated) that defines the flag called name,
-// deepest first, leaving out path's own command; "" if none does.
+// groupOwning returns the path of the deepest command group on path (the
+// commands' names, space-separated), path's own command left out, that
+// defines the flag called name; "" if none does.
 func groupOwning(app *ucli.App, path, name string) string {
 	names := strings.Fields(path)
 	owner := ""
