@@ -255,7 +255,10 @@ func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 // flight, see report) or not, only the admissions of that weight
 // (heavyAdmits) start the pressing again. The caller holds n.mu.
 func (n *Node) pressFor(demand *int, blocked bool, heavy int) bool {
-	admitted := n.admitted()
+	var admitted uint64 // all admissions, for stepAside: read only when it may step aside
+	if !blocked {
+		admitted = n.admitted()
+	}
 	turns := admitted
 	if heavy > 0 {
 		// Whether or not requests are in flight: a node whose light
