@@ -106,6 +106,13 @@ type Grant struct {
 	// LiveNodes counts the key's live members, this one included: rows
 	// whose lease runs, neither evicted nor departed.
 	LiveNodes int
+	// Waiting counts the key's other live members that want capacity
+	// (demand > 0 at their last report, not draining) and hold a share of
+	// 0: with more such members than L_global, the floors of 1 add up to
+	// more than L_global, and a node whose share is 0 stays so until a
+	// holder's demand ends. A holder that sees members waiting can take
+	// turns with them (the fleet node does, see fleet.Node).
+	Waiting int
 	// Stale is true when the report was ignored because its Seq was not newer
 	// than the stored one; the other fields then describe the stored state.
 	Stale bool

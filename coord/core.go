@@ -124,7 +124,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	if self.votes() {
 		voters = append(voters, self.LLocal)
 	}
-	var peerInflight, peerReserve, members int
+	var peerInflight, peerReserve, members, waiting int
 	var claims []claim[int] // the other eligible members' demands
 	for j, n := range s.Nodes {
 		if found && j == i {
@@ -149,6 +149,9 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 			}
 			if !n.Draining && n.Demand > 0 {
 				claims = append(claims, claim[int]{n.NodeID, n.Instance, n.Demand})
+			}
+			if n.waiting() {
+				waiting++
 			}
 		}
 	}
@@ -207,6 +210,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		Learning:       learning,
 		PeerInflight:   peerInflight,
 		LiveNodes:      members + 1,
+		Waiting:        waiting,
 		Rate:           rate,
 		RateShare:      self.RateShare,
 	}, nil
@@ -264,6 +268,9 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 		}
 		if n.Member(now) {
 			g.LiveNodes++
+			if n.waiting() {
+				g.Waiting++
+			}
 		}
 	}
 	return g
@@ -278,6 +285,9 @@ func (s State) evictedGrant(now time.Time) Grant {
 		}
 		if n.Member(now) {
 			g.LiveNodes++
+			if n.waiting() {
+				g.Waiting++
+			}
 		}
 	}
 	return g

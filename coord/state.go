@@ -145,6 +145,11 @@ func (n NodeState) Member(now time.Time) bool {
 	return n.LeaseExpiresAt.After(now) && !n.Evicted && !n.Departed
 }
 
+// waiting reports whether the row, a member, wants capacity at its last
+// report (demand > 0, not draining) and holds a share of 0 (see
+// Grant.Waiting).
+func (n NodeState) waiting() bool { return !n.Draining && n.Demand > 0 && n.Share == 0 }
+
 // Holding reports whether the row's reserve still counts at now: until
 // HoldUntil, whether or not the row is a member.
 func (n NodeState) Holding(now time.Time) bool { return n.HoldUntil.After(now) }
