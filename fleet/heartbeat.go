@@ -118,8 +118,8 @@ func (n *Node) eagerDue(now time.Time) bool {
 	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {
 		return true
 	}
-	if n.claimed || now.Before(n.yieldUntil) {
-		return false // claimed this period, or stepping aside for it
+	if n.claimed || now.Before(n.yieldUntil) || now.Before(n.turnUntil) {
+		return false // claimed this period, or stepping aside for it or giving its turn
 	}
 	demand := min(snap.Inflight, coord.MaxCount) + min(snap.QueuedWeight, coord.MaxCount) + n.unmet
 	fair := (n.lGlobal + max(n.liveNodes, 1) - 1) / max(n.liveNodes, 1)
@@ -168,6 +168,41 @@ func (n *Node) stepAside(admitted uint64) bool {
 	served := admitted != n.admittedAtWait
 	n.admittedAtWait = admitted
 	return served || rand.IntN(2) == 0
+}
+
+// turnLength is how many heartbeat intervals a node holds a share of 1
+// before it may give its turn (see giveTurn): the longer, the less a
+// turn's hand-over (about an interval with the slot idle) costs.
+const turnLength = 4
+
+// giveTurn decides, at a report, whether the node gives up its share for
+// a turn. With more nodes that want capacity than L_global, the split
+// gives each a floor of 1 that the key cannot hold: the nodes that hold
+// a slot keep it for as long as their callers stay busy, and the others
+// (Grant.Waiting) are never admitted — 2 of 12 busy nodes under an
+// L_global of 10 served nothing. A node whose share is that floor of 1,
+// held for turnLength intervals, not in learning mode nor fenced, that
+// was admitted a request since the last report at which it could give
+// its turn, and that sees others waiting, gives it with probability
+// waiting ÷ L_global (at most 1): about as many holders give a turn as
+// nodes wait, so a waiting node is admitted within a few turns and
+// holders leave no slot idle that nobody waits for. Nodes that want
+// nothing are not waiting, so idle live nodes cost nothing. Giving its
+// turn, its reports ask for nothing (the split gives it no share) until
+// two intervals have passed with nothing of its own in flight: its
+// requests run to their end, the lowered share is acknowledged once they
+// have (see apply), and a waiting node takes the slot at its next
+// heartbeat. The node then asks again and waits its own turn. The caller
+// holds n.mu.
+func (n *Node) giveTurn(now time.Time) bool {
+	if n.waiting == 0 || n.share != 1 || n.learning || n.fence.State().Fenced ||
+		now.Sub(n.heldSince) < turnLength*n.cfg.HeartbeatInterval {
+		return false
+	}
+	admitted := n.admitted()
+	served := admitted != n.admittedAtTurn
+	n.admittedAtTurn = admitted
+	return served && rand.IntN(max(n.lGlobal, 1)) < n.waiting
 }
 
 // admitted returns how many requests the node's limiter has admitted.
@@ -331,6 +366,17 @@ func (n *Node) report(now time.Time) coord.Report {
 		demand = max(demand, 1)
 	case n.phase != phaseRunning:
 		demand = 0
+	case now.Before(n.turnUntil) && !n.learning:
+		// Still giving its turn (see giveTurn): the slot comes free
+		// when the node's requests end, and a waiting node takes it at
+		// its next heartbeat after that.
+		demand = 0
+		if snap.Inflight > 0 {
+			n.turnUntil = now.Add(2 * n.cfg.HeartbeatInterval)
+		}
+	case n.giveTurn(now):
+		n.turnUntil = now.Add(2 * n.cfg.HeartbeatInterval)
+		demand = 0
 	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && !n.learning && snap.Inflight == 0 &&
 		(snap.QueuedWeight > 0 || n.floorHeld(now)):
 		demand = 0 // still stepping aside, with nothing admitted meanwhile
@@ -471,7 +517,10 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.lastErr = nil
 	n.lastBeat = sent
 	n.share, n.lGlobal, n.status, n.learning = g.Share, g.LGlobal, g.Status, g.Learning
-	n.peerInflight, n.liveNodes = g.PeerInflight, g.LiveNodes
+	n.peerInflight, n.liveNodes, n.waiting = g.PeerInflight, g.LiveNodes, g.Waiting
+	if g.Share > 0 && (oldShare == 0 || first) {
+		n.heldSince = now
+	}
 	if g.Generation != n.generation || g.Epoch != n.epoch {
 		n.generation = g.Generation
 		// A lowered share is acknowledged early only when a peer may be
@@ -479,7 +528,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		// former share reach the key's ceiling, or the node steps aside
 		// for a peer (see waitsForHeavier). Otherwise the next periodic
 		// heartbeat carries the acknowledgement.
-		if g.Share < oldShare && !first && (g.PeerInflight+oldShare >= g.LGlobal || sent.Before(n.yieldUntil)) {
+		if g.Share < oldShare && !first && (g.PeerInflight+oldShare >= g.LGlobal || sent.Before(n.yieldUntil) || sent.Before(n.turnUntil)) {
 			n.ackDue = true
 		}
 	}

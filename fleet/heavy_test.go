@@ -373,7 +373,7 @@ func callerLoop(ctx context.Context, wg *sync.WaitGroup, n *Node, weight int, tr
 	})
 }
 
-// rig is a key held at 10 on one memory coordinator, with nodes n0… that
+// rig is a key held at 10 (or another limit, see newRigAt) on one memory coordinator, with nodes n0… that
 // queue up to a given number of callers, and callers (see callerLoop)
 // that run until ctx ends. Its cleanup ends ctx and waits for them.
 type rig struct {
@@ -386,8 +386,14 @@ type rig struct {
 // newRig starts k nodes for d; admissions count from warm-up on.
 func newRig(t *testing.T, k, maxQueued int, d, warmUp time.Duration) *rig {
 	t.Helper()
+	return newRigAt(t, 10, k, maxQueued, d, warmUp)
+}
+
+// newRigAt is newRig with the key held at limit instead of 10.
+func newRigAt(t *testing.T, limit, k, maxQueued int, d, warmUp time.Duration) *rig {
+	t.Helper()
 	mem := coord.NewMemory(nil)
-	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: maxQueued}
+	limits := adaptive.Config{InitialLimit: limit, MinLimit: limit, MaxLimit: limit, MaxQueued: maxQueued}
 	r := &rig{warm: time.Now().Add(warmUp)}
 	for i := range k {
 		cfg := testConfig("k", fmt.Sprintf("n%d", i))

@@ -24,7 +24,7 @@ type metrics struct {
 
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
-	learning, quotaPauses                                                       *prometheus.Desc
+	learning, quotaPauses, waitingNodes                                         *prometheus.Desc
 
 	// Rate budgets, labelled "dimension" (requests, tokens), per minute.
 	rateKey, rateShare, rateLearned, rateDemand, rateUsed *prometheus.Desc
@@ -55,14 +55,16 @@ func newMetrics(n *Node) *metrics {
 			ConstLabels: labels,
 			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
-		limit:             desc("limit", "Requests the node may have in flight now: min(share, local estimate), 0 when fenced."),
-		estimate:          desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
-		share:             desc("share", "The node's share of the global limit, as last granted."),
-		lGlobal:           desc("l_global", "The fleet's global limit for the key, as last granted."),
-		inflight:          desc("inflight", "Sum of the weights of the requests this node has in flight (their number when each weighs 1)."),
-		queued:            desc("queued", "Acquire calls waiting for a slot."),
-		peerInflight:      desc("peer_inflight", "The other nodes' in-flight requests, as of the last grant."),
-		liveNodes:         desc("live_nodes", "Live nodes on the key, this one included, as of the last grant."),
+		limit:        desc("limit", "Requests the node may have in flight now: min(share, local estimate), 0 when fenced."),
+		estimate:     desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
+		share:        desc("share", "The node's share of the global limit, as last granted."),
+		lGlobal:      desc("l_global", "The fleet's global limit for the key, as last granted."),
+		inflight:     desc("inflight", "Sum of the weights of the requests this node has in flight (their number when each weighs 1)."),
+		queued:       desc("queued", "Acquire calls waiting for a slot."),
+		peerInflight: desc("peer_inflight", "The other nodes' in-flight requests, as of the last grant."),
+		liveNodes:    desc("live_nodes", "Live nodes on the key, this one included, as of the last grant."),
+		waitingNodes: desc("waiting_nodes", "Other live nodes on the key that want capacity and hold a share of 0, "+
+			"as of the last grant: above 0 for long, more nodes want the key than its L_global holds, and they take turns."),
 		drops:             desc("drops_total", "Requests settled as dropped (429, 503, timeout)."),
 		rejections:        desc("rejections_total", "Admissions refused: queue full, paused, fenced or stopped."),
 		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
@@ -97,7 +99,7 @@ func newMetrics(n *Node) *metrics {
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
-		m.peerInflight, m.liveNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
+		m.peerInflight, m.liveNodes, m.waitingNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
 		m.outage, m.draining, m.learning, m.quotaPauses, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
 		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds, m.rateKey, m.rateShare,
 		m.rateLearned, m.rateDemand, m.rateUsed, m.rateWaiting, m.rateWaits} {
@@ -123,6 +125,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.queued, float64(s.Queued))
 	gauge(m.peerInflight, float64(s.PeerInflight))
 	gauge(m.liveNodes, float64(s.LiveNodes))
+	gauge(m.waitingNodes, float64(s.Waiting))
 	counter(m.drops, s.Drops)
 	counter(m.rejections, m.rejected.Load())
 	counter(m.heartbeatFailures, m.heartbeatErrors.Load())

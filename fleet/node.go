@@ -82,6 +82,7 @@ type Node struct {
 	learning       bool
 	peerInflight   int
 	liveNodes      int
+	waiting        int // the other members that want capacity and hold a share of 0, as of the last grant
 	outage         bool
 	lastErr        error
 	lastBeat       time.Time   // send time of the last successful heartbeat
@@ -91,6 +92,9 @@ type Node struct {
 	unsentDemand   int         // the largest demand of reports that failed since the last success
 	yieldUntil     time.Time   // a report before it still steps aside (see waitsForHeavier)
 	admittedAtWait uint64      // admissions at the last report that waitsForHeavier (see stepAside)
+	turnUntil      time.Time   // a report before it still gives the node's turn (see giveTurn)
+	admittedAtTurn uint64      // admissions at the last report that could give a turn
+	heldSince      time.Time   // when the share last rose from 0 (see giveTurn)
 	pressed        int         // the demand of the last report that pressed (see press); 0: not pressing
 	pressShare     int         // the share granted when that report was sent
 	pressAdmitted  uint64      // admissions when pressing last started again

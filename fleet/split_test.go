@@ -64,3 +64,37 @@ func TestEveryNodeWithDemandIsAdmitted(t *testing.T) {
 		})
 	}
 }
+
+// TestMoreNodesThanLGlobalTakeTurns: more nodes want capacity than the
+// key's L_global holds, so their floors of 1 add up to more than it. The
+// nodes that held a slot kept it for as long as their callers stayed
+// busy and the others were never admitted (12 nodes under 10: two served
+// 0 while the rest served about 700 each in 4 s; 3 nodes under 1: two
+// served 0). Holders now give their turn to the waiting nodes, and every
+// node is served a fair part.
+func TestMoreNodesThanLGlobalTakeTurns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ limit, nodes int }{{10, 12}, {1, 3}, {3, 4}} {
+		t.Run(fmt.Sprintf("L%d_nodes%d", tc.limit, tc.nodes), func(t *testing.T) {
+			t.Parallel()
+			const d = 6 * time.Second
+			r := newRigAt(t, tc.limit, tc.nodes, 10, d, d/3)
+			served := make([]atomic.Int64, tc.nodes)
+			for i := range tc.nodes {
+				r.callers(i, 2, 1, &served[i])
+			}
+			r.run()
+			var sum int64
+			counts := make([]int64, tc.nodes)
+			for i := range served {
+				counts[i] = served[i].Load()
+				sum += counts[i]
+			}
+			t.Logf("served %v", counts)
+			mean := sum / int64(tc.nodes)
+			for i, c := range counts {
+				require.Greater(t, 4*c, mean, "node %d served %d, a quarter of the mean is %d", i, c, mean/4)
+			}
+		})
+	}
+}

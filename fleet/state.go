@@ -17,14 +17,19 @@ type State struct {
 	Inflight, Queued int
 	// Drops counts leases settled as dropped.
 	Drops uint64
-	// Share, LGlobal, Generation, Status, PeerInflight and LiveNodes are
-	// from the last grant.
+	// Share, LGlobal, Generation, Status, PeerInflight, LiveNodes and
+	// Waiting are from the last grant.
 	Share        int
 	LGlobal      int
 	Generation   int64
 	Status       coord.Status
 	PeerInflight int
 	LiveNodes    int
+	// Waiting counts the other live nodes that want capacity and hold a
+	// share of 0 (coord.Grant.Waiting). Above 0 for more than a few
+	// heartbeats, the key's L_global is below the number of nodes that
+	// want it, and the nodes take turns (see Node).
+	Waiting int
 	// Learning is true while the key is in learning mode (see
 	// coord.Grant.Learning), as of the last grant.
 	Learning bool
@@ -59,6 +64,7 @@ func (n *Node) State() State {
 		Status:        n.status,
 		PeerInflight:  n.peerInflight,
 		LiveNodes:     n.liveNodes,
+		Waiting:       n.waiting,
 		Learning:      n.learning,
 		Joined:        n.joined,
 		Fenced:        fs.Fenced,
