@@ -86,9 +86,11 @@ func (p *Postgres) now() *time.Time {
 }
 
 // Heartbeat records r and returns the node's grant, in one call of
-// fleetlimit.heartbeat_rates (fleetlimit.heartbeat and the rate rule). It returns errors wrapping ErrInvalidReport or
-// ErrNodeIDInUse as State.Heartbeat does, and "coord: heartbeat: ..." around
-// database errors. A transient conflict is retried up to 5 times.
+// fleetlimit.heartbeat_waiting (fleetlimit.heartbeat, the rate rule, then
+// the count of the members waiting, Grant.Waiting). It returns errors
+// wrapping ErrInvalidReport or ErrNodeIDInUse as State.Heartbeat does, and
+// "coord: heartbeat: ..." around database errors. A transient conflict is
+// retried up to 5 times.
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if !p.skipValidation {
 		if err := r.Validate(); err != nil {
@@ -113,7 +115,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
 		err = p.pool.QueryRow(ctx, sql, args...).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
-			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens)
+			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
 		}

@@ -11,13 +11,13 @@ package coord
 var (
 	sqlHeartbeat = timed{
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
-       live_nodes, stale, rpm, tpm, rpm_share, tpm_share
-FROM fleetlimit.heartbeat_rates($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                                $19, $20)`,
+       live_nodes, stale, rpm, tpm, rpm_share, tpm_share, waiting
+FROM fleetlimit.heartbeat_waiting($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                                  $19, $20)`,
 		`SELECT share, l_global, epoch, generation, lease_remaining_us, status, learning, peer_inflight,
-       live_nodes, stale, rpm, tpm, rpm_share, tpm_share
-FROM fleetlimit.heartbeat_rates_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                                   $19, $20, $21)`}
+       live_nodes, stale, rpm, tpm, rpm_share, tpm_share, waiting
+FROM fleetlimit.heartbeat_waiting_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                                     $19, $20, $21)`}
 	sqlLeave     = timed{`SELECT fleetlimit.leave($1, $2, $3, $4, $5)`, `SELECT fleetlimit.leave_at($1, $2, $3, $4, $5, $6)`}
 	sqlDrain     = timed{`SELECT fleetlimit.drain($1, $2)`, `SELECT fleetlimit.drain_at($1, $2, $3)`}
 	sqlUndrain   = timed{`SELECT fleetlimit.undrain($1, $2)`, `SELECT fleetlimit.undrain_at($1, $2, $3)`}

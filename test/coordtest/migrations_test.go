@@ -187,7 +187,7 @@ func TestDownToRefusesWhatStatusReports(t *testing.T) {
 			require.NoError(t, migrations.DownTo(ctx, pa, 5)) // a records 5
 			_, err = pool.Exec(ctx, `DROP SCHEMA fleetlimit CASCADE`)
 			require.NoError(t, err)
-			require.NoError(t, migrations.Up(ctx, pb)) // the schema and b at 6
+			require.NoError(t, migrations.Up(ctx, pb)) // the schema and b at the newest version
 			return withSearchPath(t, pool, "a, b")
 		}, migrations.ErrVersionMismatch, false},
 	} {
@@ -404,12 +404,12 @@ func TestStaleVersionTable(t *testing.T) {
 	reader := withSearchPath(t, pool, "a, b")
 	pending, err := migrations.HasPending(ctx, reader)
 	require.NoError(t, err)
-	require.False(t, pending, "both tables record version 7, as the schema is")
+	require.False(t, pending, "both tables record the newest version, as the schema is")
 
 	require.NoError(t, migrations.DownTo(ctx, pb, 5))
 	_, err = migrations.Status(ctx, reader)
 	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
-	require.ErrorContains(t, err, "the one in schema a records version 7, but fleetlimit.schema_version() says 5; "+
+	require.ErrorContains(t, err, fmt.Sprintf("the one in schema a records version %d, but fleetlimit.schema_version() says 5; ", coord.SchemaVersion)+
 		"the one in schema b records version 5: drop the stale table "+
 		`(DROP TABLE "a"."fleetlimit_schema_version") and migrate with a search path that starts with b`)
 	_, err = migrations.HasPending(ctx, reader)
@@ -420,7 +420,7 @@ func TestStaleVersionTable(t *testing.T) {
 	require.NoError(t, migrations.DownTo(ctx, pb, 3))
 	_, err = migrations.Status(ctx, reader)
 	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
-	require.ErrorContains(t, err, "the one in schema a records version 7, but the schema has no fleetlimit.schema_version(), which version 4 added")
+	require.ErrorContains(t, err, fmt.Sprintf("the one in schema a records version %d, but the schema has no fleetlimit.schema_version(), which version 4 added", coord.SchemaVersion))
 
 	// The way out.
 	_, err = pool.Exec(ctx, `DROP TABLE "a"."fleetlimit_schema_version"`)

@@ -100,6 +100,7 @@ func TestRoles(t *testing.T) {
 		"delete key":        `SELECT fleetlimit.delete_key('k', true)`,
 		"time travel":       `SELECT * FROM fleetlimit.heartbeat_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', $1)`,
 		"leave at":          `SELECT fleetlimit.leave_at('k', 'a', 'a-1', 0, 0, $1)`,
+		"waiting at":        `SELECT * FROM fleetlimit.heartbeat_waiting_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', 0, 0, 0, 0, 0, 0, 0, 0, $1)`,
 		"the core function": `SELECT fleetlimit.set_flags('k', 'a', true, NULL, $1)`,
 	} {
 		args := []any{}
@@ -132,6 +133,7 @@ func TestRoles(t *testing.T) {
 	require.NoError(t, op.Evict(ctx, "k", "a"))
 	for what, sql := range map[string]string{
 		"heartbeat":   `SELECT * FROM fleetlimit.heartbeat('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0)`,
+		"waiting":     `SELECT * FROM fleetlimit.heartbeat_waiting('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', 0, 0, 0, 0, 0, 0, 0, 0)`,
 		"update":      `UPDATE fleetlimit.nodes SET share = 100`,
 		"delete":      `DELETE FROM fleetlimit.nodes`,
 		"time travel": `SELECT * FROM fleetlimit.heartbeat_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', $1)`,
