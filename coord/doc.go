@@ -44,8 +44,11 @@
 // remainder so that the targets add up to exactly max(n, L_global) (0 when
 // draining or without demand), and its share is that target capped by what every
 // other holding row's reserve leaves: share = max(0, min(target, L_global −
-// Σ reserve)). A changed share is issued under a new generation. All
-// arithmetic is integer, so SQL and Go agree bit for bit.
+// Σ reserve)). A changed share is issued under a new generation. Every
+// grant also counts the key's other members that want capacity (demand > 0
+// at their last report, not draining) and hold a share of 0
+// (Grant.Waiting). All arithmetic is integer, so SQL and Go agree bit for
+// bit.
 //
 // # Why Σ in-flight ≤ L_global
 //
