@@ -87,6 +87,20 @@ func TestHeavyNodeBesideBusyLightPeerOnPostgres(t *testing.T) {
 	require.Greater(t, served[1], 10*served[0], "the light node keeps most of the key")
 }
 
+// TestMoreNodesThanLGlobalTakeTurnsOnPostgres: four nodes of two busy
+// callers each on a key held at 3. The floors of 1 add up to more than
+// L_global; before, the three nodes that first held a slot kept it and
+// the fourth was never admitted. Holders now give their turn to the
+// node waiting (the grant's Waiting), and every node is served.
+func TestMoreNodesThanLGlobalTakeTurnsOnPostgres(t *testing.T) {
+	t.Parallel()
+	served := servedOnPostgresAt(t, "over", 3, []callers{{1, 2}, {1, 2}, {1, 2}, {1, 2}})
+	t.Logf("served: %v", served)
+	for i, s := range served {
+		require.GreaterOrEqual(t, s, int64(20), "node %d was served too rarely", i)
+	}
+}
+
 // callers is one node of servedOnPostgres: that many callers, each
 // looping on requests of that weight.
 type callers struct{ weight, count int }
@@ -99,10 +113,15 @@ type callers struct{ weight, count int }
 // every node waits, say nothing of turns).
 func servedOnPostgres(t *testing.T, key string, nodes []callers) []int64 {
 	t.Helper()
+	return servedOnPostgresAt(t, key, 10, nodes)
+}
+
+// servedOnPostgresAt is servedOnPostgres on a key held at limit.
+func servedOnPostgresAt(t *testing.T, key string, limit int, nodes []callers) []int64 {
+	t.Helper()
 	c := postgresCoordinator(t)
-	ten := 10
-	require.NoError(t, c.CreateKey(t.Context(), key, &ten, &ten))
-	lim := adaptive.Config{InitialLimit: 10, MaxQueued: 4}
+	require.NoError(t, c.CreateKey(t.Context(), key, &limit, &limit))
+	lim := adaptive.Config{InitialLimit: limit, MaxQueued: 4}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 	defer cancel()
 	warm := time.Now().Add(time.Second)
