@@ -244,6 +244,21 @@ func (n *Node) admissionErr() error {
 	return nil
 }
 
+// sendErr returns an error wrapping ErrFenced when a request admitted
+// earlier may no longer be sent: under FailClosed, the node's lease ran
+// out since (see fence.Fence.Check). Admission checked the lease, but a
+// process frozen between the admission and the send would otherwise send
+// the request so late that it runs at the upstream past its bound
+// (MaxRequestDuration from admission, when its slot is freed) and past
+// the coordinator's reserve for the node, beside requests admitted into
+// that capacity since.
+func (n *Node) sendErr() error {
+	if n.cfg.Outage != FailClosed || !n.fence.Check(time.Now()) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s after the request was admitted; it was not sent", ErrFenced, n.fence.State().Reason)
+}
+
 // tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
 // weight exceeds the key's global limit as last granted: no share can
 // hold it while L_global stays where it is, and L_global grows only with

@@ -20,7 +20,12 @@ import (
 //
 // A request waits for a slot with its own context (see Node.Acquire); if it
 // cannot be admitted, RoundTrip returns the admission error and sends
-// nothing. Once admitted it is sent with its context bounded by
+// nothing. Nor does it send a request whose node's lease ran out after
+// the admission (the process was frozen or stalled in between; FailClosed
+// only): it returns an error wrapping ErrFenced and frees the slot. Sent
+// that late, it could run at the upstream past its bound, when its slot
+// is freed, and past the coordinator's reserve for the node, beside
+// requests admitted into that capacity since. Once admitted it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
 // cancelled, body included. Its slot is freed when the request has ended
 // at the upstream, a refusal's no sooner than a served request's headers
@@ -71,12 +76,25 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 type transport struct {
 	node *Node
 	base http.RoundTripper
+	// admitted, when set, runs between a request's admission and the
+	// check that it may still be sent (tests).
+	admitted func()
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
 	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
+	}
+	if t.admitted != nil {
+		t.admitted()
+	}
+	if err := t.node.sendErr(); err != nil {
+		le.Ignore()
 		if req.Body != nil {
 			req.Body.Close()
 		}

@@ -412,3 +412,46 @@ func TestTransportStreamClosedAtItsEndMarker(t *testing.T) {
 	require.Positive(t, n.lim.RTTNoload(), "and gives a latency sample")
 	require.Zero(t, n.State().Drops)
 }
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestTransportSendsNothingOnALeaseThatRanOut: a process frozen between a
+// request's admission and its sending resumes past its lease. Sent then,
+// the request ran at the upstream past its bound, when its slot was freed,
+// and beside the requests admitted into the node's capacity since (a
+// chaos run: peak 25 for 24 over 1.28 s, 60 ms after a 2.94 s SIGSTOP).
+// Transport now checks the lease again before sending.
+func TestTransportSendsNothingOnALeaseThatRanOut(t *testing.T) {
+	t.Parallel()
+	fc := &failingCoord{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	n := startNode(t, fc, cfg)
+	var sent atomic.Int64
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+	})
+	tr := n.Transport(base).(*transport)
+	client := &http.Client{Transport: tr}
+
+	resp, err := get(t, client, "http://127.0.0.1:1/")
+	require.NoError(t, err, "a request on a live lease is sent")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.EqualValues(t, 1, sent.Load())
+
+	// The "freeze": once admitted, no heartbeat gets through until the
+	// lease has run out.
+	tr.admitted = func() {
+		fc.fail.Store(true)
+		time.Sleep(cfg.LeaseTTL + cfg.HeartbeatInterval)
+	}
+	_, err = get(t, client, "http://127.0.0.1:1/")
+	require.ErrorIs(t, err, ErrFenced)
+	require.ErrorContains(t, err, "after the request was admitted; it was not sent")
+	require.EqualValues(t, 1, sent.Load(), "the request admitted before the lease ran out was sent after it")
+	require.Zero(t, n.State().Inflight, "its slot is freed")
+}
