@@ -87,7 +87,11 @@ type Config struct {
 	// a lapsed lease stay counted. A larger bound keeps long streams alive;
 	// a smaller one frees a dead node's capacity sooner and shortens the
 	// learning mode after a database failover. The node asks the
-	// coordinator to hold 0.1% more, for clock-rate drift. Defaults to 5m.
+	// coordinator to hold 0.1% more, for clock-rate drift. The bound runs
+	// from admission, not from sending: a process stalled in between
+	// (Transport sends nothing once the lease has run out, so for less
+	// than a LeaseTTL) leaves the request that much less, so keep it above
+	// the upstream's own longest request by a LeaseTTL. Defaults to 5m.
 	// Must be in (0, 23h].
 	MaxRequestDuration time.Duration
 	// AbandonedHold is how long the upstream may go on serving a request
