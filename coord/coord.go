@@ -108,10 +108,13 @@ type Grant struct {
 	LiveNodes int
 	// Waiting counts the key's other live members that want capacity
 	// (demand > 0 at their last report, not draining) and hold a share of
-	// 0: with more such members than L_global, the floors of 1 add up to
-	// more than L_global, and a node whose share is 0 stays so until a
-	// holder's demand ends. A holder that sees members waiting can take
-	// turns with them (the fleet node does, see fleet.Node).
+	// 0, when more members want capacity than L_global holds (0
+	// otherwise): the floors of 1 then add up to more than L_global, and
+	// a node whose share is 0 stays so until a holder's demand ends. A
+	// holder that sees members waiting can take turns with them (the
+	// fleet node does, see fleet.Node). While every floor fits, a member
+	// granted 0 gets its floor once the reserves it waits for drain, and
+	// is not counted.
 	Waiting int
 	// Stale is true when the report was ignored because its Seq was not newer
 	// than the stored one; the other fields then describe the stored state.

@@ -171,6 +171,12 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		target = splitTarget(lGlobal, claim[int]{self.NodeID, self.Instance, self.Demand}, claims)
 	}
 	share := max(0, min(target, lGlobal-peerReserve))
+	if len(claims)+min(target, 1) <= lGlobal {
+		// Every floor of 1 fits: a member granted 0 gets its floor once
+		// the reserves it waits for drain, and no holder need give it a
+		// turn (see Grant.Waiting).
+		waiting = 0
+	}
 	learning := next.Key.learning(now)
 	if learning {
 		// No more than the node proves it holds: its in-flight now, or
@@ -256,8 +262,12 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 	if !self.Evicted {
 		g.RateShare = self.RateShare
 	}
+	wanting := 0 // the members that want capacity, self included
 	if self.Member(now) {
 		g.LiveNodes = 1
+		if self.wants() {
+			wanting++
+		}
 	}
 	for _, n := range s.Nodes {
 		if n.NodeID == self.NodeID && n.Instance == self.Instance {
@@ -271,7 +281,13 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 			if n.waiting() {
 				g.Waiting++
 			}
+			if n.wants() {
+				wanting++
+			}
 		}
+	}
+	if wanting <= s.Key.LGlobal {
+		g.Waiting = 0 // every floor of 1 fits (see Grant.Waiting)
 	}
 	return g
 }
@@ -279,6 +295,7 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 // evictedGrant answers a report of an evicted instance whose row has gone.
 func (s State) evictedGrant(now time.Time) Grant {
 	g := Grant{LGlobal: s.Key.LGlobal, Status: StatusEvicted, Learning: s.Key.learning(now), Rate: s.Key.Rate}
+	wanting := 0 // the members that want capacity
 	for _, n := range s.Nodes {
 		if n.Holding(now) {
 			g.PeerInflight += n.Inflight
@@ -288,7 +305,13 @@ func (s State) evictedGrant(now time.Time) Grant {
 			if n.waiting() {
 				g.Waiting++
 			}
+			if n.wants() {
+				wanting++
+			}
 		}
+	}
+	if wanting <= s.Key.LGlobal {
+		g.Waiting = 0 // every floor of 1 fits (see Grant.Waiting)
 	}
 	return g
 }

@@ -803,3 +803,25 @@ func TestSplitTargetAddsUp(t *testing.T) {
 		require.Equal(t, max(len(claims), tc.l), sum, "L %d, demands %v", tc.l, tc.demands)
 	}
 }
+
+// TestWaitingOnlyWhenTheFloorsDoNotFit: Grant.Waiting counts the members
+// granted 0 that want capacity only when more members want it than
+// L_global holds. While every floor fits, such a member waits for a
+// peer's reserve to drain, not for a turn.
+func TestWaitingOnlyWhenTheFloorsDoNotFit(t *testing.T) {
+	t.Parallel()
+	// L_global 3: a holds 3 for a demand of 10, b (demand 1) was granted 0
+	// while a's reserve held every slot. Two members want 3 slots: b's
+	// floor fits, it is not waiting.
+	s := state(3, 5, row("a", 3, 3, 10, 3, 3), row("b", 3, 0, 1, 0, 0))
+	_, g := mustHeartbeat(t, s, rep("a", 2, 3, 3, 10, 5), t0)
+	require.Zero(t, g.Waiting, "b's floor fits")
+	// Four members want 3 slots: c, granted 0, waits for a turn.
+	s = state(3, 5, row("a", 3, 1, 10, 1, 1), row("b", 3, 1, 1, 1, 1), row("c", 3, 0, 1, 0, 0), row("d", 3, 1, 1, 1, 1))
+	_, g = mustHeartbeat(t, s, rep("a", 2, 3, 1, 10, 5), t0)
+	require.Equal(t, 1, g.Waiting)
+	// The stored grant of a stale report says the same.
+	_, g = mustHeartbeat(t, s, rep("a", 1, 3, 1, 10, 5), t0)
+	require.True(t, g.Stale)
+	require.Equal(t, 1, g.Waiting)
+}

@@ -148,7 +148,11 @@ func (n NodeState) Member(now time.Time) bool {
 // waiting reports whether the row, a member, wants capacity at its last
 // report (demand > 0, not draining) and holds a share of 0 (see
 // Grant.Waiting).
-func (n NodeState) waiting() bool { return !n.Draining && n.Demand > 0 && n.Share == 0 }
+func (n NodeState) waiting() bool { return n.wants() && n.Share == 0 }
+
+// wants reports whether the row wants capacity at its last report: demand
+// > 0, not draining (an eligible member of the split).
+func (n NodeState) wants() bool { return !n.Draining && n.Demand > 0 }
 
 // Holding reports whether the row's reserve still counts at now: until
 // HoldUntil, whether or not the row is a member.
