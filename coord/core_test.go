@@ -114,18 +114,18 @@ func TestHeartbeatRules(t *testing.T) {
 		name:  "lower median of an even count",
 		s:     state(0, 0, row("b", 10, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0), row("d", 40, 0, 1, 0, 0)),
 		r:     rep("a", 1, 20, 0, 1, 0),
-		grant: Grant{Share: 5, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 4, Waiting: 3},
+		grant: Grant{Share: 5, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 4},
 	}, {
 		name: "lower median ignores evicted rows",
 		// Counting them, the lower median of 1, 1, 9, 9 would be 1.
 		s:     state(0, 0, row("b", 9, 0, 1, 0, 0), evictedRow("c", 1), evictedRow("d", 1)),
 		r:     rep("a", 1, 9, 0, 1, 0),
-		grant: Grant{Share: 5, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2, Waiting: 1},
+		grant: Grant{Share: 5, LGlobal: 9, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
 	}, {
 		name:  "lower median ignores expired rows",
 		s:     state(0, 0, row("c", 30, 0, 1, 0, 0), done, expired),
 		r:     rep("a", 1, 20, 0, 1, 0),
-		grant: Grant{Share: 10, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 2, Waiting: 1},
+		grant: Grant{Share: 10, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, PeerInflight: 2, LiveNodes: 2},
 	}, {
 		name: "min aggregate",
 		s: func() State {
@@ -134,7 +134,7 @@ func TestHeartbeatRules(t *testing.T) {
 			return s
 		}(),
 		r:     rep("a", 1, 20, 0, 1, 0),
-		grant: Grant{Share: 3, LGlobal: 7, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 2},
+		grant: Grant{Share: 3, LGlobal: 7, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "max override clamps",
 		s: func() State {
@@ -158,14 +158,14 @@ func TestHeartbeatRules(t *testing.T) {
 		// L=10, n=2, R=8, D=3+1: self 1+8*3/4 = 7.
 		s:     state(10, 4, row("b", 10, 0, 1, 0, 0)),
 		r:     rep("a", 1, 10, 0, 3, 0),
-		grant: Grant{Share: 7, LGlobal: 10, Generation: 5, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2, Waiting: 1},
+		grant: Grant{Share: 7, LGlobal: 10, Generation: 5, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 2},
 	}, {
 		name: "demand split rounds up, so the shares can add up to L_global",
 		// L=10, n=3, R=7, D=1+1+1: self 1+⌈7/3⌉ = 4; the occupancy cap
 		// keeps the sum within L_global.
 		s:     state(10, 0, row("b", 10, 0, 1, 0, 0), row("c", 10, 0, 1, 0, 0)),
 		r:     rep("a", 1, 10, 0, 1, 0),
-		grant: Grant{Share: 4, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 2},
+		grant: Grant{Share: 4, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "the last of three rounded-up shares is capped by the others' reserve",
 		// b and c hold 4 each: self gets 10−8 = 2, and Σ share = L_global.
@@ -181,7 +181,7 @@ func TestHeartbeatRules(t *testing.T) {
 		s: state(1, 1, func() NodeState { a := row("a", 1, 1, 5, 1, 1); a.GrantedGen = 1; return a }(),
 			row("b", 1, 0, 5, 0, 0), row("c", 1, 0, 5, 0, 0)),
 		r:     rep("a", 2, 5, 1, 5, 1),
-		grant: Grant{Share: 2, LGlobal: 5, Generation: 2, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 2},
+		grant: Grant{Share: 2, LGlobal: 5, Generation: 2, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "a joiner's first report does not vote",
 		// b holds 60 of a measured 60; c joins with its initial 20. The
@@ -194,18 +194,18 @@ func TestHeartbeatRules(t *testing.T) {
 		// Nobody holds a share or requests: nothing new to go by.
 		s:     state(30, 0, row("b", 10, 0, 1, 0, 0), row("c", 40, 0, 1, 0, 0)),
 		r:     rep("a", 1, 5, 0, 1, 0),
-		grant: Grant{Share: 10, LGlobal: 30, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 2},
+		grant: Grant{Share: 10, LGlobal: 30, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name:  "with no voter and no L_global yet, every member votes",
 		s:     state(0, 0, row("b", 10, 0, 1, 0, 0), row("c", 30, 0, 1, 0, 0)),
 		r:     rep("a", 1, 20, 0, 1, 0),
-		grant: Grant{Share: 7, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 2},
+		grant: Grant{Share: 7, LGlobal: 20, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name: "idle peers get no floor",
 		// L=10, n=2 (c is idle), R=8, D=2: self 1+8*1/2 = 5.
 		s:     state(10, 0, row("b", 10, 0, 1, 0, 0), row("c", 10, 0, 0, 0, 0)),
 		r:     rep("a", 1, 10, 0, 1, 0),
-		grant: Grant{Share: 5, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3, Waiting: 1},
+		grant: Grant{Share: 5, LGlobal: 10, Generation: 1, LeaseRemaining: ttl, Status: StatusActive, LiveNodes: 3},
 	}, {
 		name:  "draining peers get no target and hold only their reserve",
 		s:     state(10, 0, draining),

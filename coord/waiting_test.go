@@ -14,7 +14,8 @@ import (
 // TestGrantWaiting pins Grant.Waiting, on Memory and on Postgres: the
 // key's other members (lease running, neither evicted nor departed) that
 // want capacity (demand > 0 at their last report, not draining) and hold
-// a share of 0. Under L_global 1, a holds the slot and b and c wait; the
+// a share of 0, while more members want capacity than L_global holds
+// (0 otherwise). Under L_global 1, a holds the slot and b and c wait; the
 // reporting row never counts itself; a row whose demand drops to 0, a
 // draining row, a row whose lease ran out and a departed row are not
 // counted. Stale reports, an evicted row and an evicted instance whose
@@ -55,6 +56,8 @@ func TestGrantWaiting(t *testing.T) {
 				require.Equal(t, w, want{g.Share, g.Waiting, g.Stale, g.Status}, what)
 			}
 
+			// Waiting counts only while more members want capacity than
+			// L_global holds (see TestWaitingOnlyWhenTheFloorsDoNotFit).
 			beat("a takes the only slot", rep("a", 1, 8, 0, 1, 0), want{share: 1})
 			beat("b waits; a holds its share", long(rep("b", 1, 8, 0, 1, 0)), want{})
 			beat("c waits behind a; b waits", rep("c", 1, 8, 0, 1, 0), want{waiting: 1})
@@ -70,7 +73,8 @@ func TestGrantWaiting(t *testing.T) {
 			beat("undrained, b counts again", rep("a", 5, 8, 1, 1, 0), want{share: 1, waiting: 1})
 
 			require.NoError(t, c.Evict(ctx, "k", "a"))
-			beat("an evicted row sees b waiting", rep("a", 6, 8, 1, 1, 0), want{waiting: 1, status: coord.StatusEvicted})
+			beat("evicted, a no longer wants a slot: b's floor fits", rep("a", 6, 8, 1, 1, 0),
+				want{status: coord.StatusEvicted})
 
 			// Every lease runs out; a's and c's rows hold no longer, b's
 			// does. c's report deletes a's row.

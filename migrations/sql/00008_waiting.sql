@@ -1,9 +1,10 @@
 -- Waiting members (docs/design.md §4, step 9): a grant counts the key's
 -- other members that want capacity — demand > 0 at their last report, not
--- draining — and hold a share of 0 (coord.Grant.Waiting). With more such
--- members than L_global, the floors of 1 add up to more than L_global and
--- a node whose share is 0 stays so until a holder's demand ends; a holder
--- that sees members waiting can take turns with them.
+-- draining — and hold a share of 0 (coord.Grant.Waiting), when more
+-- members want capacity than L_global holds: the floors of 1 then add up
+-- to more than L_global, and a node whose share is 0 stays so until a
+-- holder's demand ends; a holder that sees members waiting can take
+-- turns with them.
 -- fleetlimit.heartbeat_waiting is fleetlimit.heartbeat_rates (the 20-
 -- parameter form of 00006) followed by that count, returned as one more
 -- column. heartbeat, heartbeat_rates and their *_at twins are left as
@@ -16,7 +17,10 @@
 -- heartbeat_waiting_at is fleetlimit.heartbeat_rates_at followed by the
 -- count of the key's other rows (not this node id and instance) that are
 -- members (lease running, neither evicted nor departed), not draining,
--- with demand > 0 and a share of 0, as stored at their last report. The
+-- with demand > 0 and a share of 0, as stored at their last report — 0
+-- unless the members that want capacity (those rows, this one included,
+-- whatever their share) outnumber L_global: while every floor of 1 fits,
+-- a member granted 0 gets its floor once the reserves drain. The
 -- count is taken after heartbeat_rates_at, in the same transaction and
 -- under its lock on the key, over the same rows coord.State.Heartbeat
 -- counts on every path: the fresh grant (the rows whose hold ended are
@@ -55,15 +59,20 @@ DECLARE
     v_now     timestamptz := coalesce(p_now, now());
     g         record;
     v_waiting bigint;
+    v_wanting bigint;
 BEGIN
     SELECT * INTO g FROM fleetlimit.heartbeat_rates_at(p_key, p_node_id, p_instance, p_seq, p_l_local, p_inflight,
         p_demand, p_epoch, p_applied_gen, p_lease_ttl_us, p_max_request_us, p_labels, p_rpm_local, p_tpm_local,
         p_rpm_demand, p_tpm_demand, p_rpm_applied, p_tpm_applied, p_rpm_used, p_tpm_used, v_now) AS h;
-    SELECT count(*) INTO v_waiting
+    SELECT count(*) FILTER (WHERE NOT (o.node_id = p_node_id AND o.instance = p_instance) AND o.share = 0),
+           count(*)
+      INTO v_waiting, v_wanting
       FROM fleetlimit.nodes AS o
-     WHERE o.key = p_key AND NOT (o.node_id = p_node_id AND o.instance = p_instance)
-       AND o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed)
-       AND NOT o.draining AND o.demand > 0 AND o.share = 0;
+     WHERE o.key = p_key AND o.lease_expires_at > v_now AND NOT (o.evicted OR o.departed)
+       AND NOT o.draining AND o.demand > 0;
+    IF v_wanting <= g.l_global THEN
+        v_waiting := 0; -- every floor of 1 fits
+    END IF;
     RETURN QUERY SELECT g.share, g.l_global, g.epoch, g.generation, g.lease_remaining_us, g.status, g.learning,
         g.peer_inflight, g.live_nodes, g.stale, g.rpm, g.tpm, g.rpm_share, g.tpm_share, v_waiting::integer;
 END
