@@ -172,8 +172,49 @@ func (n *Node) stepAside(admitted uint64) bool {
 
 // turnLength is how many heartbeat intervals a node holds a share of 1
 // before it may give its turn (see giveTurn): the longer, the less a
-// turn's hand-over (about an interval with the slot idle) costs.
-const turnLength = 4
+// turn's hand-over (about an interval with the slot idle) costs. Each
+// turn that no one took doubles it for the next, up to maxTurnHold; a
+// turn taken sets it back.
+const (
+	turnLength  = 4
+	maxTurnHold = 64
+)
+
+// noteTurnTaken sets the hold before the node's next turn from the
+// grants that follow its last turn (see nextTurnHold): a share in the
+// first means no one took the slot; otherwise the grant a heartbeat
+// interval after the turn ended, once the taker has reported what it has
+// in flight, says whether the peers use every slot, and a share by then
+// is a turn given back. The caller holds n.mu.
+func (n *Node) noteTurnTaken(sent time.Time, g coord.Grant) {
+	if n.turnEnded.IsZero() || g.Stale {
+		return
+	}
+	first := !n.turnAsked
+	n.turnAsked = true
+	switch {
+	case first && g.Share > 0:
+		n.turnHold = nextTurnHold(n.turnHold, true)
+	case sent.Sub(n.turnEnded) < n.cfg.HeartbeatInterval:
+		return
+	default:
+		n.turnHold = nextTurnHold(n.turnHold, g.Share == 0 && g.PeerInflight < g.LGlobal)
+	}
+	n.turnEnded = time.Time{}
+}
+
+// nextTurnHold is the hold before the next turn after one that was
+// wasted — the node was granted a share at once when it asked again (no
+// one took the slot), or its peers had less in flight than L_global (one
+// holds the slot unused, as a node does whose demand is only the floor
+// held for a caller that comes back now and then, see holdWanted) — or
+// not.
+func nextTurnHold(hold int, wasted bool) int {
+	if !wasted {
+		return turnLength
+	}
+	return min(2*max(hold, turnLength), maxTurnHold)
+}
 
 // giveTurn decides, at a report, whether the node gives up its share for
 // a turn. With more nodes that want capacity than L_global, the split
@@ -195,8 +236,8 @@ const turnLength = 4
 // heartbeat. The node then asks again and waits its own turn. The caller
 // holds n.mu.
 func (n *Node) giveTurn(now time.Time) bool {
-	if n.waiting == 0 || n.share != 1 || n.learning || n.fence.State().Fenced ||
-		now.Sub(n.heldSince) < turnLength*n.cfg.HeartbeatInterval {
+	hold := time.Duration(max(n.turnHold, turnLength)) * n.cfg.HeartbeatInterval
+	if n.waiting == 0 || n.share != 1 || n.learning || n.fence.State().Fenced || now.Sub(n.heldSince) < hold {
 		return false
 	}
 	admitted := n.admitted()
@@ -361,6 +402,9 @@ func (n *Node) report(now time.Time) coord.Report {
 	// endHeavyWait).
 	heavy := n.heaviestWait()
 	blocked := heavy > 0 && snap.Inflight > 0 && n.underShare(snap, now)
+	if !n.turnUntil.IsZero() && !now.Before(n.turnUntil) {
+		n.turnUntil, n.turnEnded, n.turnAsked = time.Time{}, now, false // this report asks again
+	}
 	switch {
 	case n.phase == phaseNew:
 		demand = max(demand, 1)
@@ -521,6 +565,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	if g.Share > 0 && (oldShare == 0 || first) {
 		n.heldSince = now
 	}
+	n.noteTurnTaken(sent, g)
 	if g.Generation != n.generation || g.Epoch != n.epoch {
 		n.generation = g.Generation
 		// A lowered share is acknowledged early only when a peer may be

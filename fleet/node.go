@@ -95,6 +95,9 @@ type Node struct {
 	turnUntil      time.Time   // a report before it still gives the node's turn (see giveTurn)
 	admittedAtTurn uint64      // admissions at the last report that could give a turn
 	heldSince      time.Time   // when the share last rose from 0 (see giveTurn)
+	turnHold       int         // intervals to hold a share of 1 before giving a turn; 0: turnLength
+	turnEnded      time.Time   // when the last turn ended, until a grant says whether it was taken
+	turnAsked      bool        // a grant came after it
 	pressed        int         // the demand of the last report that pressed (see press); 0: not pressing
 	pressShare     int         // the share granted when that report was sent
 	pressAdmitted  uint64      // admissions when pressing last started again

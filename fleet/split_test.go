@@ -98,3 +98,45 @@ func TestMoreNodesThanLGlobalTakeTurns(t *testing.T) {
 		})
 	}
 }
+
+// TestUnusedTurnsBackOff: three busy nodes under an L_global of 3 beside
+// a node whose one caller polls with TryAcquire every 300 ms, longer than
+// the lease TTL, so that the node holds a demand floor it rarely uses
+// (see holdWanted) and counts as waiting. Turns handed to it sat idle: a
+// third of the key went unused (mean Σ in-flight of the busy nodes
+// 2.13–2.17 of 3, 2.96 with no turns given) and the poller was served no
+// more for it. A turn no one took, or whose slot its taker left unused,
+// now doubles the hold before the next (up to 64 intervals): 2.51–2.79.
+func TestUnusedTurnsBackOff(t *testing.T) {
+	t.Parallel()
+	const d = 8 * time.Second
+	r := newRigAt(t, 3, 4, 10, d, 2*time.Second)
+	for i := range 3 {
+		r.callers(i, 2, 1, nil)
+	}
+	r.wg.Go(func() {
+		for r.ctx.Err() == nil {
+			if le, ok := r.nodes[3].TryAcquire(); ok {
+				time.Sleep(5 * time.Millisecond)
+				le.Release()
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+	var samples, sum int64
+	r.wg.Go(func() {
+		for r.ctx.Err() == nil {
+			if time.Now().After(r.warm) {
+				samples++
+				for _, n := range r.nodes[:3] {
+					sum += int64(n.State().Inflight)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	r.run()
+	mean := float64(sum) / float64(samples)
+	t.Logf("mean in-flight of the busy nodes %.2f of 3", mean)
+	require.Greater(t, mean, 2.3, "turns handed to a node that does not use them leave the key idle")
+}
