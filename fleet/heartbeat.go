@@ -222,13 +222,15 @@ func nextTurnHold(hold int, wasted bool) int {
 // a slot keep it for as long as their callers stay busy, and the others
 // (Grant.Waiting) are never admitted — 2 of 12 busy nodes under an
 // L_global of 10 served nothing. A node whose share is that floor of 1,
-// held for turnLength intervals, not in learning mode nor fenced, that
-// was admitted a request since the last report at which it could give
-// its turn, and that sees others waiting, gives it with probability
-// waiting ÷ L_global (at most 1): about as many holders give a turn as
-// nodes wait, so a waiting node is admitted within a few turns and
-// holders leave no slot idle that nobody waits for. Nodes that want
-// nothing are not waiting, so idle live nodes cost nothing. Giving its
+// held for its hold (turnLength intervals, more after wasted turns, see
+// nextTurnHold), not in learning mode nor fenced, that was admitted a
+// request since the last report at which it could give its turn, and
+// that sees others waiting, gives it with probability waiting ÷ L_global
+// (at most 1): about as many holders give a turn as nodes wait, so a
+// waiting node is admitted within a few turns. Nodes that want nothing
+// are not waiting, and while every floor fits no node is (see
+// coord.Grant.Waiting), so idle live nodes and fleets with room cost
+// nothing. Giving its
 // turn, its reports ask for nothing (the split gives it no share) until
 // two intervals have passed with nothing of its own in flight: its
 // requests run to their end, the lowered share is acknowledged once they
@@ -372,7 +374,8 @@ func (n *Node) report(now time.Time) coord.Report {
 	n.lastSend = now
 	// Demand is the most the node had in flight and queued at any moment
 	// since its last report, plus what it refused: a node that served
-	// anything during the interval keeps a share. Refusals add at most the
+	// anything during the interval keeps a share (unless it steps aside
+	// or gives its turn, below). Refusals add at most the
 	// peak again (at least one), since a caller that retries a refused
 	// admission in a loop is refused many times for one slot it wants: a
 	// starved node's demand doubles per heartbeat instead of counting
