@@ -46,8 +46,9 @@
 // other holding row's reserve leaves: share = max(0, min(target, L_global −
 // Σ reserve)). A changed share is issued under a new generation. Every
 // grant also counts the key's other members that want capacity (demand > 0
-// at their last report, not draining) and hold a share of 0
-// (Grant.Waiting). All arithmetic is integer, so SQL and Go agree bit for
+// at their last report, not draining) and hold a share of 0, while
+// more members want capacity than L_global holds (Grant.Waiting). All
+// arithmetic is integer, so SQL and Go agree bit for
 // bit.
 //
 // # Why Σ in-flight ≤ L_global
