@@ -262,58 +262,49 @@ func (s State) storedGrant(self NodeState, now time.Time, stale bool) Grant {
 	if !self.Evicted {
 		g.RateShare = self.RateShare
 	}
-	wanting := 0 // the members that want capacity, self included
-	if self.Member(now) {
-		g.LiveNodes = 1
-		if self.wants() {
-			wanting++
-		}
-	}
-	for _, n := range s.Nodes {
-		if n.NodeID == self.NodeID && n.Instance == self.Instance {
-			continue
-		}
-		if n.Holding(now) {
-			g.PeerInflight += n.Inflight
-		}
-		if n.Member(now) {
-			g.LiveNodes++
-			if n.waiting() {
-				g.Waiting++
-			}
-			if n.wants() {
-				wanting++
-			}
-		}
-	}
-	if wanting <= s.Key.LGlobal {
-		g.Waiting = 0 // every floor of 1 fits (see Grant.Waiting)
-	}
+	g.PeerInflight, g.LiveNodes, g.Waiting = s.peers(now, &self)
 	return g
 }
 
 // evictedGrant answers a report of an evicted instance whose row has gone.
 func (s State) evictedGrant(now time.Time) Grant {
 	g := Grant{LGlobal: s.Key.LGlobal, Status: StatusEvicted, Learning: s.Key.learning(now), Rate: s.Key.Rate}
-	wanting := 0 // the members that want capacity
+	g.PeerInflight, g.LiveNodes, g.Waiting = s.peers(now, nil)
+	return g
+}
+
+// peers counts, for a grant answered from the stored rows, the in-flight
+// of the rows other than self's (every row when self is nil) that still
+// hold, the live members (self included when it is one), and the other
+// members waiting (see Grant.Waiting): 0 while the members that want
+// capacity, self included, do not outnumber the key's stored L_global.
+func (s State) peers(now time.Time, self *NodeState) (inflight, live, waiting int) {
+	wanting := 0
 	for _, n := range s.Nodes {
-		if n.Holding(now) {
-			g.PeerInflight += n.Inflight
+		if !n.Member(now) {
+			if n.Holding(now) && (self == nil || n.NodeID != self.NodeID || n.Instance != self.Instance) {
+				inflight += n.Inflight
+			}
+			continue
 		}
-		if n.Member(now) {
-			g.LiveNodes++
-			if n.waiting() {
-				g.Waiting++
-			}
-			if n.wants() {
-				wanting++
-			}
+		live++
+		if n.wants() {
+			wanting++
+		}
+		if self != nil && n.NodeID == self.NodeID && n.Instance == self.Instance {
+			continue
+		}
+		if n.Holding(now) {
+			inflight += n.Inflight
+		}
+		if n.waiting() {
+			waiting++
 		}
 	}
 	if wanting <= s.Key.LGlobal {
-		g.Waiting = 0 // every floor of 1 fits (see Grant.Waiting)
+		waiting = 0 // every floor of 1 fits
 	}
-	return g
+	return inflight, live, waiting
 }
 
 // splitTarget is the demand-proportional target of self, an eligible node
