@@ -41,6 +41,7 @@ type Fence struct {
 
 	mu       sync.Mutex
 	deadline time.Time // zero until the first renewal
+	since    time.Time // when the current unbroken run of the lease began
 	fenced   bool
 	reason   Reason // why fenced; empty before the first renewal
 	evicted  bool
@@ -65,14 +66,31 @@ func (f *Fence) SafetyMargin() time.Duration { return f.margin }
 func (f *Fence) Renew(now, sendTime time.Time, leaseRemaining time.Duration) (fenced bool, deadline time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	lapsed := f.fenced || !now.Before(f.deadline)
 	if d := sendTime.Add(leaseRemaining - f.margin); d.After(f.deadline) {
 		f.deadline = d
 	}
-	if f.fenced && !f.evicted && now.Before(f.deadline) {
+	if lapsed && !f.evicted && now.Before(f.deadline) {
+		f.since = now // a new unbroken run begins
 		f.fenced = false
 		f.reason = ""
 	}
 	return f.fenced, f.deadline
+}
+
+// Unbroken reports whether the lease has held without a break from t until
+// now: the node is not fenced at now (as Check), and no renewal since t
+// came after a deadline had passed or the node was fenced. Something the
+// node decided at t under its lease — a request it admitted then — still
+// stands at now only if so: a process frozen past its deadline and renewed
+// on resuming has a lease again, but not the one it decided under.
+func (f *Fence) Unbroken(t, now time.Time) bool {
+	if f.Check(now) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !t.Before(f.since)
 }
 
 // Check fences the node if now is at or past the deadline and reports

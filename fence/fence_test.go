@@ -129,3 +129,27 @@ func TestConcurrentChecksNotifyOnce(t *testing.T) {
 	wg.Wait()
 	require.Len(t, rec.reasons, 1)
 }
+
+// TestUnbrokenAcrossALapse: a lease renewed before each deadline holds
+// without a break from any time since the first renewal; one renewed
+// after its deadline passed — with or without a Check in between, as
+// after a freeze that ran no timer — begins a new run, and what was
+// decided before the lapse no longer stands, though the fence is lifted.
+func TestUnbrokenAcrossALapse(t *testing.T) {
+	t.Parallel()
+	for _, checked := range []bool{false, true} {
+		f, _ := newFence(t, 0)
+		f.Renew(at(0), at(0), 100*time.Millisecond)   // deadline 100
+		f.Renew(at(80), at(80), 100*time.Millisecond) // 180, no break
+		require.True(t, f.Unbroken(at(10), at(150)), "renewed before its deadline")
+		require.False(t, f.Unbroken(at(-10), at(150)), "before the first renewal")
+		if checked {
+			require.True(t, f.Check(at(190)))
+		}
+		fenced, _ := f.Renew(at(300), at(300), 100*time.Millisecond) // 400, after a lapse
+		require.False(t, fenced)
+		require.False(t, f.Unbroken(at(150), at(310)), "decided before the lapse (checked %v)", checked)
+		require.True(t, f.Unbroken(at(300), at(310)), "decided under the renewed lease")
+		require.False(t, f.Unbroken(at(300), at(400)), "past the deadline")
+	}
+}

@@ -244,19 +244,23 @@ func (n *Node) admissionErr() error {
 	return nil
 }
 
-// sendErr returns an error wrapping ErrFenced when a request admitted
-// earlier may no longer be sent: under FailClosed, the node's lease ran
-// out since (see fence.Fence.Check). Admission checked the lease, but a
-// process frozen between the admission and the send would otherwise send
-// the request so late that it runs at the upstream past its bound
-// (MaxRequestDuration from admission, when its slot is freed) and past
-// the coordinator's reserve for the node, beside requests admitted into
-// that capacity since.
-func (n *Node) sendErr() error {
-	if n.cfg.Outage != FailClosed || !n.fence.Check(time.Now()) {
+// sendErr returns an error when a request admitted at admitted may no
+// longer be sent: the node was evicted since (ErrEvicted), or, under
+// FailClosed, its lease did not hold without a break since (ErrFenced, see
+// fence.Fence.Unbroken) — even if a renewal has lifted the fence again.
+// Admission checked the lease, but a process frozen between the admission
+// and the send would otherwise send the request so late that it runs at
+// the upstream past its bound (MaxRequestDuration from admission, when its
+// slot is freed) and past the coordinator's reserve for the node, beside
+// requests admitted into that capacity since.
+func (n *Node) sendErr(admitted time.Time) error {
+	if n.fence.State().Evicted {
+		return fmt.Errorf("%w after the request was admitted; it was not sent", ErrEvicted)
+	}
+	if n.cfg.Outage != FailClosed || n.fence.Unbroken(admitted, time.Now()) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s after the request was admitted; it was not sent", ErrFenced, n.fence.State().Reason)
+	return fmt.Errorf("%w: the lease ran out after the request was admitted; it was not sent", ErrFenced)
 }
 
 // tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a

@@ -88,10 +88,12 @@ type Config struct {
 	// a smaller one frees a dead node's capacity sooner and shortens the
 	// learning mode after a database failover. The node asks the
 	// coordinator to hold 0.1% more, for clock-rate drift. The bound runs
-	// from admission, not from sending: a process stalled in between
-	// (Transport sends nothing once the lease has run out, so for less
-	// than a LeaseTTL) leaves the request that much less, so keep it above
-	// the upstream's own longest request by a LeaseTTL. Defaults to 5m.
+	// from admission, not from sending: a process stalled in between, or a
+	// wait for a connection, leaves the request that much less (Transport
+	// sends nothing once the lease has lapsed since the admission, so a
+	// stall leaves at least the bound less a LeaseTTL), so keep it above
+	// the upstream's own longest request by a LeaseTTL and by the longest
+	// wait for a connection. Defaults to 5m.
 	// Must be in (0, 23h].
 	MaxRequestDuration time.Duration
 	// AbandonedHold is how long the upstream may go on serving a request

@@ -20,9 +20,11 @@ import (
 //
 // A request waits for a slot with its own context (see Node.Acquire); if it
 // cannot be admitted, RoundTrip returns the admission error and sends
-// nothing. Nor does it send a request whose node's lease ran out after
-// the admission (the process was frozen or stalled in between; FailClosed
-// only): it returns an error wrapping ErrFenced and frees the slot. Sent
+// nothing. Nor does it send a request whose node was evicted, or whose
+// node's lease did not hold without a break, since the admission (the
+// process was frozen or stalled in between, even if a heartbeat renewed
+// the lease since; FailClosed only): it returns an error wrapping
+// ErrEvicted or ErrFenced and frees the slot. Sent
 // that late, it could run at the upstream past its bound, when its slot
 // is freed, and past the coordinator's reserve for the node, beside
 // requests admitted into that capacity since. Once admitted it is sent with its context bounded by
@@ -93,7 +95,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.admitted != nil {
 		t.admitted()
 	}
-	if err := t.node.sendErr(); err != nil {
+	if err := t.node.sendErr(le.Admitted()); err != nil {
 		le.Ignore()
 		if req.Body != nil {
 			req.Body.Close()
