@@ -230,13 +230,12 @@ func nextTurnHold(hold int, wasted bool) int {
 // waiting node is admitted within a few turns. Nodes that want nothing
 // are not waiting, and while every floor fits no node is (see
 // coord.Grant.Waiting), so idle live nodes and fleets with room cost
-// nothing. Giving its
-// turn, its reports ask for nothing (the split gives it no share) until
-// two intervals have passed with nothing of its own in flight: its
-// requests run to their end, the lowered share is acknowledged once they
-// have (see apply), and a waiting node takes the slot at its next
-// heartbeat. The node then asks again and waits its own turn. The caller
-// holds n.mu.
+// nothing. Giving its turn, its reports ask for nothing (the split gives
+// it no share) until two intervals have passed with nothing of its own in
+// flight: its requests run to their end, the lowered share is
+// acknowledged once they have (see apply), and a waiting node takes the
+// slot at its next heartbeat. The node then asks again and waits its own
+// turn. The caller holds n.mu.
 func (n *Node) giveTurn(now time.Time) bool {
 	hold := time.Duration(max(n.turnHold, turnLength)) * n.cfg.HeartbeatInterval
 	if n.waiting == 0 || n.share != 1 || n.learning || n.fence.State().Fenced || now.Sub(n.heldSince) < hold {

@@ -24,10 +24,10 @@ import (
 // node's lease did not hold without a break, since the admission (the
 // process was frozen or stalled in between, even if a heartbeat renewed
 // the lease since; FailClosed only): it returns an error wrapping
-// ErrEvicted or ErrFenced and frees the slot. Sent
-// that late, it could run at the upstream past its bound, when its slot
-// is freed, and past the coordinator's reserve for the node, beside
-// requests admitted into that capacity since. Once admitted it is sent with its context bounded by
+// ErrEvicted or ErrFenced and frees the slot. Sent that late, the request
+// could run at the upstream past its bound, when its slot is freed, and
+// past the coordinator's reserve for the node, beside requests admitted
+// into that capacity since. Otherwise it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
 // cancelled, body included. Its slot is freed when the request has ended
 // at the upstream, a refusal's no sooner than a served request's headers
