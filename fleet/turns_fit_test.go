@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/stretchr/testify/require"
 )
 
 // reportCoord counts, after a start time, the reports of the nodes in
