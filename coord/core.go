@@ -147,7 +147,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 			if n.votes() {
 				voters = append(voters, n.LLocal)
 			}
-			if !n.Draining && n.Demand > 0 {
+			if n.wants() {
 				claims = append(claims, claim[int]{n.NodeID, n.Instance, n.Demand})
 			}
 			if n.waiting() {
@@ -167,7 +167,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	}
 	lGlobal = s.Key.clamp(lGlobal)
 	target := 0
-	if !self.Draining && self.Demand > 0 {
+	if self.wants() {
 		target = splitTarget(lGlobal, claim[int]{self.NodeID, self.Instance, self.Demand}, claims)
 	}
 	share := max(0, min(target, lGlobal-peerReserve))
@@ -281,23 +281,18 @@ func (s State) evictedGrant(now time.Time) Grant {
 func (s State) peers(now time.Time, self *NodeState) (inflight, live, waiting int) {
 	wanting := 0
 	for _, n := range s.Nodes {
+		isSelf := self != nil && n.NodeID == self.NodeID && n.Instance == self.Instance
+		if !isSelf && n.Holding(now) {
+			inflight += n.Inflight
+		}
 		if !n.Member(now) {
-			if n.Holding(now) && (self == nil || n.NodeID != self.NodeID || n.Instance != self.Instance) {
-				inflight += n.Inflight
-			}
 			continue
 		}
 		live++
 		if n.wants() {
 			wanting++
 		}
-		if self != nil && n.NodeID == self.NodeID && n.Instance == self.Instance {
-			continue
-		}
-		if n.Holding(now) {
-			inflight += n.Inflight
-		}
-		if n.waiting() {
+		if !isSelf && n.waiting() {
 			waiting++
 		}
 	}
