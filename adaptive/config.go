@@ -137,8 +137,17 @@ type Config struct {
 	Law Law
 
 	// Tolerance is how much slower than rttNoload a sample may be before
-	// Gradient2 starts to shrink the estimate. Defaults to 2.0.
-	// Must be in [1, 1e6].
+	// Gradient2 starts to shrink the estimate. Zero, the default, measures
+	// it: Gradient2 then compares each round trip's fastest clean sample
+	// with rttNoload, the tolerance is 1 plus four running medians of the
+	// rounds' second differences (the noise band: jitter and the spread of
+	// unequal requests, but not a load that moves steadily), starting at 2
+	// until three round trips have been seen, and a round beyond the band
+	// aims the estimate under the queue it saw, with no headroom (see the
+	// package documentation, Gradient2). Snapshot.Tolerance reports it.
+	// A value sets a fixed tolerance and compares one sample per round
+	// trip, Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in
+	// [1, 1e6].
 	Tolerance float64
 	// Smoothing is the weight of each new Gradient2 target in the
 	// estimate's moving average. Defaults to 0.2. Must be in (0, 1].
@@ -270,7 +279,6 @@ const (
 	defaultInitialLimit         = 20
 	defaultMinLimit             = 1
 	defaultMaxLimit             = 1000
-	defaultTolerance            = 2.0
 	defaultSmoothing            = 0.2
 	defaultRTTWindow            = 600
 	defaultBackoffRatio         = 0.9
@@ -296,9 +304,6 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.InitialLimit == 0 {
 		cfg.InitialLimit = min(max(defaultInitialLimit, cfg.MinLimit), cfg.MaxLimit)
-	}
-	if cfg.Tolerance == 0 {
-		cfg.Tolerance = defaultTolerance
 	}
 	if cfg.Smoothing == 0 {
 		cfg.Smoothing = defaultSmoothing
@@ -360,8 +365,8 @@ func (cfg Config) validate() error {
 	if cfg.Law != Auto && cfg.Law != Gradient2 && cfg.Law != AIMD {
 		bad("Law", cfg.Law, "Auto, Gradient2 or AIMD")
 	}
-	if !(cfg.Tolerance >= 1 && cfg.Tolerance <= maxTolerance) {
-		bad("Tolerance", cfg.Tolerance, "[1, 1e6]")
+	if cfg.Tolerance != 0 && !(cfg.Tolerance >= 1 && cfg.Tolerance <= maxTolerance) {
+		bad("Tolerance", cfg.Tolerance, "0 or [1, 1e6]")
 	}
 	if !(cfg.Smoothing > 0 && cfg.Smoothing <= 1) {
 		bad("Smoothing", cfg.Smoothing, "(0, 1]")

@@ -18,7 +18,7 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, 1000, cfg.MaxLimit)
 	require.Equal(t, Auto, cfg.Law)
 	require.Equal(t, Gradient2, l.Snapshot().Law, "Auto starts as Gradient2")
-	require.Equal(t, 2.0, cfg.Tolerance)
+	require.Zero(t, cfg.Tolerance, "zero: the measured noise band")
 	require.Equal(t, 0.2, cfg.Smoothing)
 	require.Equal(t, 600, cfg.RTTWindow)
 	require.Equal(t, 0.9, cfg.BackoffRatio)
@@ -57,7 +57,7 @@ func TestNewRejectsBadFields(t *testing.T) {
 		{"InitialLimit above MaxLimit", Config{InitialLimit: 2000}, "Config.InitialLimit = 2000, want [MinLimit=1, MaxLimit=1000]"},
 		{"InitialLimit negative", Config{InitialLimit: -1}, "Config.InitialLimit = -1"},
 		{"Law unknown", Config{Law: Law(7)}, "Config.Law = Law(7), want Auto, Gradient2 or AIMD"},
-		{"Tolerance below 1", Config{Tolerance: 0.5}, "Config.Tolerance = 0.5, want [1, 1e6]"},
+		{"Tolerance below 1", Config{Tolerance: 0.5}, "Config.Tolerance = 0.5, want 0 or [1, 1e6]"},
 		{"Tolerance NaN", Config{Tolerance: math.NaN()}, "Config.Tolerance = NaN"},
 		{"Tolerance Inf", Config{Tolerance: math.Inf(1)}, "Config.Tolerance = +Inf"},
 		{"Smoothing above 1", Config{Smoothing: 1.5}, "Config.Smoothing = 1.5, want (0, 1]"},

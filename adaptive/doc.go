@@ -21,24 +21,45 @@
 // # Gradient2
 //
 // The law the default (Config.Law Auto) starts with, after Netflix's
-// Gradient2Limit and Envoy's adaptive concurrency filter, compares the round-trip time rtt of one sample per
-// round trip (see Config.RTTWindow) with rttNoload, the minimum of the
-// last Config.RTTWindow round trips' fastest samples:
+// Gradient2Limit and Envoy's adaptive concurrency filter, compares a
+// round trip's latency with rttNoload, the minimum of the last
+// Config.RTTWindow round trips' fastest samples, and moves the estimate
+// once per round trip.
+//
+// With a fixed Config.Tolerance it is Netflix's law on one sample rtt per
+// round trip:
 //
 //	gradient  = clamp(tolerance · rttNoload / rtt, 0.5, 1.0)
 //	newLimit  = estimate · gradient + queueSize(estimate)
 //	estimate  = estimate·(1−smoothing) + newLimit·smoothing,
 //	            clamped to [MinLimit, MaxLimit]
 //
+// By default (Tolerance zero) the tolerance is measured, and the law reads
+// the round's fastest sample, which one slow request does not move. The
+// noise band is 1 plus four running medians of |f₀ − 2f₁ + f₂| ÷
+// rttNoload over the rounds' fastest samples f: a load that climbs or falls
+// steadily cancels out of the second difference, so the band is what the
+// fastest sample wanders by chance — timing jitter, and the spread of the
+// fastest of unequal requests. A round within the band counts as gradient
+// 1 (newLimit = estimate + queueSize(estimate)). A round beyond it queued,
+// and newLimit = estimate · max((rttNoload/fastest)², 0.5), without
+// headroom: where latency grows in proportion to the load above a
+// capacity, rttNoload/fastest is the capacity over the load, so the
+// estimate heads as far under the capacity as the load was over it and
+// climbs back through it from below. On a provider that slows down above
+// its capacity the defaults so hold the load near it, where a fixed
+// tolerance of 2 lets it reach twice the capacity; and a spread of request
+// sizes that leaves the window's minimum far below a typical sample no
+// longer reads as queueing, where a fixed tolerance cut the estimate to
+// its floor (docs/benchmarks.md, sections 3 and 5). The price is on
+// upstreams that stay fast enough while they slow down: the latent-
+// capacity model of section 1 rewards riding latency up to its
+// rate-limit threshold, and the defaults, which turn at the band, serve
+// less there than a fixed tolerance of 2 did.
+//
 // The minimum is windowed (a monotonic deque over a ring buffer), so the
 // baseline can rise after a deploy instead of staying pinned at an
-// all-time low. Comparing with a minimum assumes requests of similar
-// latency: when their sizes differ, the minimum lies below a typical
-// sample by a factor that grows with their spread, and beyond Tolerance
-// Gradient2 reads it as queueing (docs/benchmarks.md, section 3: with
-// nothing queued, a lognormal spread whose p90 is 1.7 times its p10 cuts
-// the defaults' estimate to tens, and at 3.6 times it sits near
-// Gradient2's floor, where estimate·0.5 + √estimate = estimate: 4).
+// all-time low; it also rises when every round in the window queued.
 // FlatLatency does not read latency. Optionally (Config.Recalibration)
 // the limiter refreshes the minimum Envoy-style: every interval, with
 // jitter, it pins the limit to MinLimit, waits for the leases admitted

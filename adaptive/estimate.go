@@ -47,14 +47,15 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			if rec.start.Before(l.queueDrained) {
 				l.queueLast = 0
 			}
-			l.autoRound(l.roundMin)
+			fastest := l.roundMin
+			l.autoRound(fastest)
 			l.roundMin = 0
 			l.recoverCut()
 			switch l.law.law {
 			case AIMD:
 				l.aimdSample(now, rec, rtt, load)
 			default:
-				l.gradientSample(rtt, load)
+				l.gradientSample(rtt, fastest, load)
 			}
 		}
 	}

@@ -5,11 +5,53 @@ import (
 	"time"
 )
 
-// gradientSample applies one clean sample under Gradient2. The caller
-// holds l.mu and has pushed rtt into the window.
-func (l *Limiter) gradientSample(rtt time.Duration, load int) {
+// gradientSample applies one round trip under Gradient2: rtt is the
+// sample closing it and fastest the round's fastest clean sample. With a
+// Config.Tolerance the law compares rtt with rttNoload (gradient2). Left
+// zero, it compares fastest (bandGradient). The caller holds l.mu and has
+// pushed fastest into the window.
+func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	noload, _ := l.window.min()
-	l.propose(gradient2(l.estimate, rtt, noload, &l.cfg), load)
+	if l.cfg.Tolerance != 0 {
+		l.propose(gradient2(l.estimate, rtt, noload, l.cfg.Tolerance, &l.cfg), load)
+		return
+	}
+	l.band.add(fastest, noload)
+	l.propose(bandGradient(l.estimate, fastest, noload, l.band.tolerance(), &l.cfg), load)
+}
+
+// tolerance is the tolerance Gradient2 applies: Config.Tolerance, or the
+// measured noise band. The caller holds l.mu.
+func (l *Limiter) tolerance() float64 {
+	if l.cfg.Tolerance != 0 {
+		return l.cfg.Tolerance
+	}
+	return l.band.tolerance()
+}
+
+// bandGradient returns the successor of estimate for a round whose
+// fastest sample was fastest, against a windowed minimum of noload (both
+// positive), when the tolerance is the measured noise band. Within the
+// band the round counts as gradient 1, and the estimate moves toward
+// estimate + queueSize(estimate). Beyond it the round queued, and the
+// target is the estimate at which the queue would have emptied, taken
+// once more, with no headroom:
+//
+//	gradient = max((noload/fastest)², 0.5)
+//	next     = estimate·(1−smoothing) + estimate·gradient·smoothing
+//
+// Where latency grows in proportion to the load above a capacity C,
+// noload/fastest is C over the load, so the target lies as far under C
+// as the load was over it, and the climb back crosses C from below
+// instead of settling above it by the headroom. The result is not yet
+// guarded or clamped to [MinLimit, MaxLimit].
+func bandGradient(estimate float64, fastest, noload time.Duration, tolerance float64, cfg *Config) float64 {
+	if float64(fastest) <= tolerance*float64(noload) {
+		return gradient2(estimate, noload, noload, 1, cfg)
+	}
+	ratio := float64(noload) / float64(fastest)
+	gradient := max(ratio*ratio, minGradient)
+	return estimate*(1-cfg.Smoothing) + estimate*gradient*cfg.Smoothing
 }
 
 // minGradient is the least gradient: one round trip at most halves the
@@ -24,8 +66,8 @@ const minGradient = 0.5
 //	next     = estimate·(1−smoothing) + target·smoothing
 //
 // The result is not yet guarded or clamped to [MinLimit, MaxLimit].
-func gradient2(estimate float64, rtt, noload time.Duration, cfg *Config) float64 {
-	gradient := min(max(cfg.Tolerance*float64(noload)/float64(rtt), minGradient), 1.0)
+func gradient2(estimate float64, rtt, noload time.Duration, tolerance float64, cfg *Config) float64 {
+	gradient := min(max(tolerance*float64(noload)/float64(rtt), minGradient), 1.0)
 	queue := cfg.QueueSize(estimate)
 	if !(queue >= 0) || math.IsInf(queue, 1) {
 		queue = 0

@@ -26,7 +26,7 @@ func TestGradient2FirstSampleGrowsByQueueSize(t *testing.T) {
 
 func TestGradient2SlowSampleShrinks(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 20})
+	l, clk := newTestLimiter(t, Config{InitialLimit: 20, Tolerance: 2})
 	le := acquireN(t, l, 1)[0]
 	clk.Advance(10 * time.Millisecond)
 	le.Release() // sets rttNoload; idle, so the estimate stays
@@ -51,7 +51,7 @@ func TestGradient2SlowSampleShrinks(t *testing.T) {
 
 func TestGradient2ConvergesUnderSustainedQueueing(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Tolerance: 2})
 	le := acquireN(t, l, 1)[0]
 	clk.Advance(10 * time.Millisecond)
 	le.Release()

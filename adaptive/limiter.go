@@ -61,6 +61,7 @@ type Limiter struct {
 	queueAt      time.Time     // when the round trip of queueLast closed
 	queueDrained time.Time     // when the queue the last queue backoff answered has drained (see dropRatio)
 	window       minWindow
+	band         noiseBand // Gradient2's measured tolerance when Config.Tolerance is zero
 	recal        recalState
 	free         *leaseRecord
 	queue        wfq

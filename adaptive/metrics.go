@@ -37,6 +37,11 @@ type Snapshot struct {
 	// RTTNoload is the minimum round-trip time over the window, or 0 before
 	// the first sample (and right after a recalibration empties it).
 	RTTNoload time.Duration
+	// Tolerance is how much slower than RTTNoload Gradient2 lets a round
+	// trip be before it shrinks the estimate: Config.Tolerance, or, when
+	// that is zero, the measured noise band (2 until three round trips
+	// have been seen; see Config.Tolerance).
+	Tolerance float64
 	// Drops is the number of leases settled as drops, including samples
 	// slower than MaxHealthyRTT.
 	Drops uint64
@@ -75,6 +80,7 @@ func (l *Limiter) Snapshot() Snapshot {
 		HasCeiling:    l.hasCeiling,
 		CeilingUntil:  l.ceilingUntil,
 		RTTNoload:     noload,
+		Tolerance:     l.tolerance(),
 		Drops:         l.drops,
 		Rounds:        l.round,
 		PausedUntil:   l.pausedUntil,

@@ -47,11 +47,20 @@ func ModelBaseConfig() adaptive.Config {
 }
 
 // ModelDefaultsConfig returns the limiter with the library's defaults
-// (law Auto, tolerance 2, smoothing 0.2, backoff 0.9) plus ModelBaseConfig:
+// (law Auto, the measured tolerance, smoothing 0.2, backoff 0.9) plus ModelBaseConfig:
 // what a user gets without tuning. Auto stays Gradient2 on the model: its
 // failures are steps slower than the success threshold, not refusals
 // answered at once.
 func ModelDefaultsConfig() adaptive.Config { return ModelBaseConfig() }
+
+// ModelFixedToleranceConfig returns the defaults with a fixed Tolerance of
+// 2, Netflix's Gradient2 default, for contrast with the measured noise
+// band.
+func ModelFixedToleranceConfig() adaptive.Config {
+	cfg := ModelBaseConfig()
+	cfg.Tolerance = 2
+	return cfg
+}
 
 // ModelGradient2Config returns the Gradient2 configuration chosen for the
 // latent-capacity model. The limiter moves its estimate once per round

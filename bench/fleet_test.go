@@ -313,13 +313,19 @@ func TestSpreadCeiling(t *testing.T) {
 	flat, err := SpreadCeiling(FleetLimiterConfig(30), base, 1, 3000, 1)
 	require.NoError(t, err)
 	require.InDelta(t, 1000, flat, 1e-9, "AIMD on drops does not read the spread")
-	narrow, err := SpreadCeiling(adaptive.Config{}, base, 0.05, 3000, 1)
+	fixed := adaptive.Config{Tolerance: 2}
+	narrow, err := SpreadCeiling(fixed, base, 0.05, 3000, 1)
 	require.NoError(t, err)
 	require.InDelta(t, 1000, narrow, 1e-9)
-	wide, err := SpreadCeiling(adaptive.Config{}, base, 0.5, 3000, 1)
+	wide, err := SpreadCeiling(fixed, base, 0.5, 3000, 1)
 	require.NoError(t, err)
-	require.InDelta(t, 5, wide, 1, "Gradient2 reads a wide spread as queueing: near its floor, 4")
-	again, err := SpreadCeiling(adaptive.Config{}, base, 0.5, 3000, 1)
+	require.InDelta(t, 5, wide, 1, "a fixed tolerance reads a wide spread as queueing: near Gradient2's floor, 4")
+	for _, sigma := range []float64{0.05, 0.5, 1} {
+		band, err := SpreadCeiling(adaptive.Config{}, base, sigma, 3000, 1)
+		require.NoError(t, err)
+		require.Greater(t, band, 500.0, "σ %v: the defaults' noise band takes the spread for noise", sigma)
+	}
+	again, err := SpreadCeiling(fixed, base, 0.5, 3000, 1)
 	require.NoError(t, err)
 	require.Equal(t, wide, again, "deterministic")
 }

@@ -74,12 +74,22 @@ func ConfigLabel(cfg adaptive.Config) string {
 	default:
 		tol, sm, bo, w := cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow
 		if cfg.Law == adaptive.Auto && tol == 0 && sm == 0 && bo == 0 && w == 0 {
-			return "defaults (law auto: gradient2 tolerance=2 smoothing=0.2 backoff=0.9 window=600)"
+			return "defaults (law auto: gradient2 tolerance measured smoothing=0.2 backoff=0.9 window=600)"
 		}
 		if w == 0 {
 			w = 600
 		}
-		return fmt.Sprintf("gradient2 tolerance=%g smoothing=%g backoff=%g window=%d", tol, sm, bo, w)
+		if sm == 0 {
+			sm = 0.2
+		}
+		if bo == 0 {
+			bo = 0.9
+		}
+		tolerance := "measured"
+		if tol != 0 {
+			tolerance = fmt.Sprintf("%g", tol)
+		}
+		return fmt.Sprintf("gradient2 tolerance=%s smoothing=%g backoff=%g window=%d", tolerance, sm, bo, w)
 	}
 }
 

@@ -77,6 +77,7 @@ func LimiterStrategy(name string, cfg adaptive.Config) Strategy {
 // Names of the fleetlimit strategies in the model comparison.
 const (
 	NameFleetDefaults = "fleetlimit gradient2, defaults"
+	NameFleetFixed    = "fleetlimit gradient2, defaults but Tolerance 2"
 	NameFleetGradient = "fleetlimit gradient2, model config"
 	NameFleetAIMD     = "fleetlimit AIMD law, model config"
 	// NameFleetGradientProportional is the scale check's diagnostic row
@@ -85,9 +86,9 @@ const (
 )
 
 // ModelStrategies returns the strategies of the model comparison, in
-// table order: the published ones, the oracle and three fleetlimit
-// configurations (ModelDefaultsConfig, ModelGradient2Config,
-// ModelAIMDConfig).
+// table order: the published ones, the oracle and four fleetlimit
+// configurations (ModelDefaultsConfig, ModelFixedToleranceConfig,
+// ModelGradient2Config, ModelAIMDConfig).
 func ModelStrategies() []Strategy {
 	return []Strategy{
 		ConstantStrategy(50),
@@ -95,6 +96,7 @@ func ModelStrategies() []Strategy {
 		PublishedAIMDStrategy(),
 		OracleStrategy(),
 		LimiterStrategy(NameFleetDefaults, ModelDefaultsConfig()),
+		LimiterStrategy(NameFleetFixed, ModelFixedToleranceConfig()),
 		LimiterStrategy(NameFleetGradient, ModelGradient2Config()),
 		LimiterStrategy(NameFleetAIMD, ModelAIMDConfig()),
 	}

@@ -18,7 +18,8 @@ import (
 // when adaptive moved to one estimate update per round trip and the model
 // configurations were re-chosen for it; the defaults' row again when a
 // Gradient2 drop after a queueing round trip began to back off by the
-// queue.
+// queue, and when the defaults' tolerance became the measured noise band
+// (the fixed tolerance of 2 keeps the numbers the defaults had).
 func TestLimiterPolicyGolden(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -30,7 +31,8 @@ func TestLimiterPolicyGolden(t *testing.T) {
 		{"gradient2 model config, seed 0", ModelGradient2Config(), 0, 4912, 4506, 406},
 		{"gradient2 model config, seed 7", ModelGradient2Config(), 7, 6607, 6290, 317},
 		{"AIMD law model config, seed 0", ModelAIMDConfig(), 0, 5081, 4649, 432},
-		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4829, 4048, 781},
+		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4430, 3857, 573},
+		{"defaults but Tolerance 2, seed 0", ModelFixedToleranceConfig(), 0, 4829, 4048, 781},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

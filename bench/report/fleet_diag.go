@@ -233,16 +233,18 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
   the whole limit in flight each time. The measured round trips carry
   timing jitter, %v·(1 + σ·|Z|), Z standard normal. The limiter starts at
   20 and its MaxLimit is 1000; the estimate is the mean over the last 300
-  round trips, for this section's configuration and for the library's
-  defaults (Gradient2).
+  round trips, for this section's configuration, for the library's
+  defaults (Gradient2 with the measured tolerance) and for the defaults
+  with a fixed Tolerance of 2.
 
 `, jitterRounds, sc.BaseLatency, sc.BaseLatency)
 	// addCeilings adds the row of one σ: its two labels, then the
-	// estimate ceiling leaves for this section's configuration and for
-	// the defaults.
+	// estimate ceiling leaves for this section's configuration, the
+	// defaults with Tolerance 2, and the defaults.
 	defaults := adaptive.Config{MaxQueued: sc.WorkersPerNode}
+	fixed := adaptive.Config{MaxQueued: sc.WorkersPerNode, Tolerance: 2}
 	addCeilings := func(t *table, ceiling func(adaptive.Config, time.Duration, float64, int, uint64) (float64, error), sigma float64, labels ...string) error {
-		for _, c := range []adaptive.Config{cfg, defaults} {
+		for _, c := range []adaptive.Config{cfg, fixed, defaults} {
 			v, err := ceiling(c, sc.BaseLatency, sigma, jitterRounds, jitterSeed)
 			if err != nil {
 				return err
@@ -252,7 +254,7 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
 		t.add(labels...)
 		return nil
 	}
-	t := &table{header: []string{"σ", "median RTT ÷ fastest − 1", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
+	t := &table{header: []string{"σ", "median RTT ÷ fastest − 1", "estimate, FlatLatency()", "estimate, Tolerance 2", "estimate, defaults"}, align: []byte("rrrrr")}
 	for _, sigma := range jitterSigmas {
 		if err := addCeilings(t, bench.JitterCeiling, sigma, fmt.Sprintf("%.3f", sigma), fmt.Sprintf("%.1f %%", 100*0.674*sigma)); err != nil {
 			return "", err
@@ -263,15 +265,20 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
 - *Requests of unequal size* (`+"`bench.SpreadCeiling`"+`): the same, but the
   round trips spread both ways around a median of %v, %v·exp(σ·Z) — as
   completions of unequal length do — where the upstream is just as flat.
-  Gradient2 compares one sample per round trip with the windowed minimum
-  of the rounds' fastest samples, which a spread puts below a typical
-  sample by more than the tolerance of 2 allows: it reads the spread as
-  queueing, and once the gradient is clamped at 0.5 the estimate settles
-  near the floor of its law, where estimate·0.5 + √estimate = estimate
-  (4). AIMD on drops does not read latency at all.
+  A fixed tolerance (the column Tolerance 2, Netflix's default)
+  compares one sample per round trip with the windowed minimum of the
+  rounds' fastest samples, which a spread puts below a typical sample by
+  more than 2 allows: it reads the spread as queueing, and once the
+  gradient is clamped at 0.5 the estimate settles near the floor of its
+  law, where estimate·0.5 + √estimate = estimate (4). The defaults compare
+  each round's fastest sample instead, within a tolerance measured from
+  how far it wanders (the noise band, `+"`go doc ./adaptive Config.Tolerance`"+`),
+  and take the spread for noise; a round that strays beyond the band
+  still cuts, which is what keeps some rows under 1000. AIMD on drops
+  does not read latency at all.
 
 `, sc.BaseLatency, sc.BaseLatency)
-	t = &table{header: []string{"σ", "p90 ÷ p10 of the round trips", "estimate, FlatLatency()", "estimate, defaults"}, align: []byte("rrrr")}
+	t = &table{header: []string{"σ", "p90 ÷ p10 of the round trips", "estimate, FlatLatency()", "estimate, Tolerance 2", "estimate, defaults"}, align: []byte("rrrrr")}
 	for _, sigma := range spreadSigmas {
 		if err := addCeilings(t, bench.SpreadCeiling, sigma, fmt.Sprintf("%.2f", sigma), fmt.Sprintf("%.2f", math.Exp(2*1.2816*sigma))); err != nil {
 			return "", err

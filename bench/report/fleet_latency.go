@@ -31,6 +31,10 @@ type latencyWay struct {
 
 func defaultsLimiter(maxQueued int) adaptive.Config { return adaptive.Config{MaxQueued: maxQueued} }
 
+func fixedToleranceLimiter(maxQueued int) adaptive.Config {
+	return adaptive.Config{MaxQueued: maxQueued, Tolerance: 2}
+}
+
 // runFleetLatency is the section of a provider whose latency grows with
 // its load and which never refuses.
 func runFleetLatency(ctx context.Context, e *env) (string, error) {
@@ -50,6 +54,7 @@ func runFleetLatency(ctx context.Context, e *env) (string, error) {
 		{label: "static C/N", way: bench.StaticSplit},
 		{label: "independent adaptive, defaults", way: bench.IndependentAdaptive, limiter: defaultsLimiter},
 		{label: "fleetlimit, defaults", way: bench.Fleetlimit, limiter: defaultsLimiter},
+		{label: "fleetlimit, defaults but Tolerance 2", way: bench.Fleetlimit, limiter: fixedToleranceLimiter},
 		{label: "fleetlimit, FlatLatency()", way: bench.Fleetlimit, limiter: bench.FleetLimiterConfig},
 	}
 	for _, w := range ways {
@@ -96,9 +101,11 @@ request that arrives with k requests in flight (itself included) above
 the capacity C takes %v·k/C, so above C the provider serves no more
 requests per second, only slower ones. Here the round-trip time is the
 signal, and the library's defaults (law Auto, which stays Gradient2
-here since the provider refuses nothing: Tolerance 2, headroom
-√estimate) are what a user gets without choosing; `+"`adaptive.FlatLatency()`"+`,
-the preset of sections 3–4, is shown for contrast.
+here since the provider refuses nothing, with its tolerance measured as
+the noise band of the rounds' fastest samples; `+"`go doc ./adaptive Config.Tolerance`"+`)
+are what a user gets without choosing. The same with a fixed Tolerance
+of 2, Netflix's default, and `+"`adaptive.FlatLatency()`"+`, the preset of
+sections 3–4, are shown for contrast.
 
 - **median in-flight ÷ C**: the median over the run's 10-ms samples of the
   fleet's attempted in-flight ÷ the capacity then.

@@ -1,0 +1,129 @@
+package adaptive
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNoiseBandCancelsASteadyTrend(t *testing.T) {
+	t.Parallel()
+	var b noiseBand
+	require.Equal(t, noiseStart, b.tolerance(), "before a second difference")
+	// A fastest sample that climbs 1 ms per round, as under a load that
+	// climbs at a steady pace: no noise.
+	for i := range 50 {
+		b.add(time.Duration(10+i)*time.Millisecond, 10*time.Millisecond)
+	}
+	require.Equal(t, 1.0, b.tolerance())
+}
+
+func TestNoiseBandWidensWithNoise(t *testing.T) {
+	t.Parallel()
+	// Fastest samples of 10 ms·(1 + 0.02·Z) against an rttNoload of 9 ms:
+	// the median |second difference| is 1.65·0.2 ms, 0.037 of rttNoload,
+	// so the band is about 1 + 4·0.037. The running median wanders about
+	// a fifth around it; its mean over many rounds does not.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b noiseBand
+	var sum float64
+	const rounds = 20000
+	for i := range rounds {
+		fastest := time.Duration(float64(10*time.Millisecond) * (1 + 0.02*rng.NormFloat64()))
+		b.add(fastest, 9*time.Millisecond)
+		if i >= rounds/2 {
+			sum += b.tolerance()
+		}
+	}
+	want := 1 + noiseWidths*1.65*0.02*10/9
+	require.InDelta(t, want, sum/(rounds/2), 0.01)
+}
+
+func TestBandGradientBeyondTheBandAimsUnderTheQueue(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.withDefaults()
+	// Within the band: gradient 1 and the headroom.
+	within := bandGradient(100, 11*time.Millisecond, 10*time.Millisecond, 1.2, &cfg)
+	require.InDelta(t, 100*0.8+(100+10)*0.2, within, 1e-9)
+	// Beyond it, 1.25 times rttNoload: the target is 100·(1/1.25)² = 64,
+	// with no headroom.
+	beyond := bandGradient(100, 12500*time.Microsecond, 10*time.Millisecond, 1.2, &cfg)
+	require.InDelta(t, 100*0.8+64*0.2, beyond, 1e-9)
+	// Far beyond, the target is at least half the estimate.
+	far := bandGradient(100, 40*time.Millisecond, 10*time.Millisecond, 1.2, &cfg)
+	require.InDelta(t, 100*0.8+50*0.2, far, 1e-9)
+}
+
+// flatRounds runs rounds round trips of a limiter against an upstream
+// that never refuses: each round, the whole limit is in flight and each
+// lease's round trip is rtt(load, rng). It returns the mean estimate over
+// the last tenth of the rounds.
+func flatRounds(t *testing.T, cfg Config, rounds int, rtt func(load int, rng *rand.Rand) time.Duration) float64 {
+	est, _ := flatRoundsSnapshot(t, cfg, rounds, rtt)
+	return est
+}
+
+// flatRoundsSnapshot is flatRounds, and the limiter's last Snapshot.
+func flatRoundsSnapshot(t *testing.T, cfg Config, rounds int, rtt func(load int, rng *rand.Rand) time.Duration) (float64, Snapshot) {
+	t.Helper()
+	l, clk := newTestLimiter(t, cfg)
+	rng := rand.New(rand.NewPCG(7, 11))
+	var sum float64
+	var n int
+	for r := range rounds {
+		leases := acquireN(t, l, l.Limit())
+		var longest time.Duration
+		for _, le := range leases {
+			d := rtt(len(leases), rng)
+			le.ReleaseRTT(d)
+			longest = max(longest, d)
+		}
+		clk.Advance(longest)
+		if r >= rounds-rounds/10 {
+			sum += l.Estimate()
+			n++
+		}
+	}
+	return sum / float64(n), l.Snapshot()
+}
+
+func TestDefaultsHoldOnRequestsOfUnequalSize(t *testing.T) {
+	t.Parallel()
+	// A flat upstream whose requests differ in size: 20 ms·exp(0.3·Z), a
+	// p90 2.2 times the p10. Nothing queues. The fixed tolerance of 2
+	// reads the spread as queueing; the measured band does not.
+	spread := func(_ int, rng *rand.Rand) time.Duration {
+		return time.Duration(float64(20*time.Millisecond) * math.Exp(0.3*rng.NormFloat64()))
+	}
+	fixed := flatRounds(t, Config{MaxLimit: 200, Tolerance: 2}, 1500, spread)
+	band, snap := flatRoundsSnapshot(t, Config{MaxLimit: 200}, 1500, spread)
+	t.Logf("estimate: Tolerance 2 %.1f, measured band %.1f (tolerance %.2f)", fixed, band, snap.Tolerance)
+	require.Greater(t, snap.Tolerance, 1.0)
+	require.Less(t, fixed, 50.0)
+	require.Greater(t, band, 180.0)
+}
+
+func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
+	t.Parallel()
+	// Processor sharing above C = 50: a round trip takes 20 ms·load/C,
+	// with 1 % jitter. Tolerance 2 shrinks only past 2·C, and once every
+	// round in the window has queued, rttNoload itself has risen and it
+	// climbs to MaxLimit. The band turns at its edge, a tenth or so above
+	// rttNoload; its sawtooth keeps the load above C too, so rttNoload
+	// rises to the sawtooth's troughs and the estimate settles about a
+	// quarter above C.
+	const c = 50
+	shared := func(load int, rng *rand.Rand) time.Duration {
+		base := 20 * time.Millisecond * time.Duration(max(load, c)) / c
+		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
+	}
+	fixed := flatRounds(t, Config{MaxLimit: 400, Tolerance: 2}, 1500, shared)
+	band := flatRounds(t, Config{MaxLimit: 400}, 1500, shared)
+	t.Logf("estimate ÷ C: Tolerance 2 %.2f, measured band %.2f", fixed/c, band/c)
+	require.Greater(t, fixed, 1.9*c)
+	require.Greater(t, band, 0.9*c)
+	require.Less(t, band, 1.35*c)
+}
