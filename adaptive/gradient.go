@@ -6,10 +6,20 @@ import (
 )
 
 // gradientSample applies one round trip under Gradient2: rtt is the
-// sample closing it and fastest the round's fastest clean sample. With a
-// Config.Tolerance the law compares rtt with rttNoload (gradient2). Left
-// zero, it compares fastest (bandGradient). The caller holds l.mu and has
-// pushed fastest into the window.
+// sample closing it, fastest the round's fastest clean sample and load
+// the round's load (see observe). With a Config.Tolerance the law compares
+// rtt with rttNoload (gradient2). Left zero, it compares fastest
+// (bandGradient). A queue persists, so the first round beyond the band
+// moves nothing; the second in a row, and each after it, cuts. Two more
+// exceptions. A round whose load was under the
+// utilization threshold is held to a tolerance of at least noiseStart (2),
+// a fixed Gradient2's: with few requests in a round its fastest sample is
+// slower than a full round's, queue or not, while a latency that doubles
+// as this process idles still says the peers are loading the upstream.
+// And when the rounds have stayed beyond the band while the estimate
+// halved, the latency did not fall with the load: the window restarts
+// from this round, as a new baseline (see noiseBand.beyond). The caller
+// holds l.mu and has pushed fastest into the window.
 func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	noload, _ := l.window.min()
 	if l.cfg.Tolerance != 0 {
@@ -17,7 +27,21 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 		return
 	}
 	l.band.add(fastest, noload)
-	l.propose(bandGradient(l.estimate, fastest, noload, l.band.tolerance(), &l.cfg), load)
+	tolerance := l.band.tolerance()
+	if float64(load) < l.law.utilization*l.estimate {
+		tolerance = max(tolerance, noiseStart)
+	}
+	if float64(fastest) <= tolerance*float64(noload) {
+		l.band.within()
+	} else if first, rebase := l.band.beyond(l.estimate); first {
+		return
+	} else if rebase {
+		l.band.within()
+		l.window.reset()
+		l.window.push(fastest)
+		return
+	}
+	l.propose(bandGradient(l.estimate, fastest, noload, tolerance, &l.cfg), load)
 }
 
 // tolerance is the tolerance Gradient2 applies: Config.Tolerance, or the

@@ -19,36 +19,47 @@ import (
 type noiseBand struct {
 	prev   [2]time.Duration // the last two rounds' fastest samples, newest first
 	seen   int              // rounds recorded, at most 2
-	spread float64          // running median of |second difference| ÷ rttNoload; 0 before the first
+	spread float64          // running median of |second difference| ÷ rttNoload
 	ready  bool             // a second difference has been taken
+	streak int              // consecutive rounds beyond the band
+	from   float64          // the estimate when the streak began
 }
 
 const (
 	// noiseStep is how far one second difference moves the running
 	// median, as a fraction of it: about the last 20 rounds count.
 	noiseStep = 0.05
-	// noiseWidths is the band's width in medians: 6.6 standard deviations
-	// of Gaussian noise. The window's minimum lies about 3.2 of them below
-	// the fastest sample's mean over 600 rounds, and further for noise with
-	// a heavier lower tail (the fastest of unequal requests), so a round
-	// that did not queue stays within the band.
+	// noiseWidths is the band's width in medians. For independent
+	// Gaussian noise it would be 6.6 standard deviations; a round's
+	// fastest sample also takes in the last samples of the round before,
+	// which smooths it, so the median understates the noise and the floor
+	// below does much of the work at small spreads.
 	noiseWidths = 4.0
-	// noiseStart is the tolerance until a second difference has been
-	// taken.
+	// noiseStart is the tolerance the running median starts from, and
+	// the tolerance until a second difference has been taken.
 	noiseStart = 2.0
+	// noiseFloor is the least tolerance: a round's fastest sample may
+	// always be a tenth slower than rttNoload. Below it, a base latency
+	// that drifts by a few per cent over many rounds — which the second
+	// difference does not see — would read as queueing.
+	noiseFloor = 1.1
+	// noiseMinSpread keeps the running median from decaying toward 0 on
+	// samples that repeat exactly (a coarse clock), where its
+	// multiplicative steps would no longer move it.
+	noiseMinSpread = 1e-6
 )
 
 // add records one round's fastest sample; noload is rttNoload with it.
 func (b *noiseBand) add(fastest, noload time.Duration) {
 	if b.seen == 2 && noload > 0 {
 		d := math.Abs(float64(fastest)-2*float64(b.prev[0])+float64(b.prev[1])) / float64(noload)
-		switch {
-		case b.spread == 0:
-			b.spread = d
-		case d > b.spread:
+		if !b.ready {
+			b.spread = (noiseStart - 1) / noiseWidths
+		}
+		if d > b.spread {
 			b.spread *= 1 + noiseStep
-		default:
-			b.spread *= 1 - noiseStep
+		} else {
+			b.spread = max(b.spread*(1-noiseStep), noiseMinSpread)
 		}
 		b.ready = true
 	}
@@ -57,10 +68,27 @@ func (b *noiseBand) add(fastest, noload time.Duration) {
 }
 
 // tolerance is how much slower than rttNoload a round's fastest sample
-// may be and still count as noise: 1 + noiseWidths·spread.
+// may be and still count as noise: 1 + noiseWidths·spread, at least
+// noiseFloor.
 func (b *noiseBand) tolerance() float64 {
 	if !b.ready {
 		return noiseStart
 	}
-	return min(1+noiseWidths*b.spread, maxTolerance)
+	return min(max(1+noiseWidths*b.spread, noiseFloor), maxTolerance)
 }
+
+// beyond records a round beyond the band at the given estimate. It
+// reports whether the round is the first of a streak of such rounds, and
+// whether the streak has seen the estimate halve: a latency that did not
+// fall as the load did is not this limiter's queue but a new baseline (a
+// slower deploy, a failover).
+func (b *noiseBand) beyond(estimate float64) (first, rebase bool) {
+	if b.streak == 0 {
+		b.from = estimate
+	}
+	b.streak++
+	return b.streak == 1, estimate <= b.from/2
+}
+
+// within records a round within the band, ending a streak.
+func (b *noiseBand) within() { b.streak = 0 }

@@ -18,7 +18,87 @@ func TestNoiseBandCancelsASteadyTrend(t *testing.T) {
 	for i := range 50 {
 		b.add(time.Duration(10+i)*time.Millisecond, 10*time.Millisecond)
 	}
-	require.Equal(t, 1.0, b.tolerance())
+	require.Equal(t, noiseFloor, b.tolerance(), "no noise: the floor")
+}
+
+func TestNoiseBandRecoversFromALongQuietStretch(t *testing.T) {
+	t.Parallel()
+	// Samples that repeat exactly (a coarse clock) drive the running
+	// median down; it must still widen when noise comes.
+	var b noiseBand
+	for range 100000 {
+		b.add(10*time.Millisecond, 10*time.Millisecond)
+	}
+	require.Equal(t, noiseFloor, b.tolerance())
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 1000 {
+		b.add(time.Duration(float64(10*time.Millisecond)*(1+0.1*rng.NormFloat64())), 8*time.Millisecond)
+	}
+	require.Greater(t, b.tolerance(), 1.5, "10 %% noise widens the band")
+}
+
+func TestOneRoundBeyondTheBandMovesNothing(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 50})
+	full := func(rtt time.Duration) {
+		for _, le := range acquireN(t, l, l.Limit()) {
+			le.ReleaseRTT(rtt)
+		}
+		clk.Advance(rtt)
+	}
+	for range 50 {
+		full(10 * time.Millisecond)
+	}
+	// Slow rounds, beyond the floor of 1.1. The first still closes on a
+	// late sample of the round before (a round's fastest sample takes in
+	// the samples that settle after the last move).
+	full(15 * time.Millisecond)
+	before := l.Estimate()
+	full(15 * time.Millisecond)
+	require.Equal(t, before, l.Estimate(), "the first round beyond the band may be noise")
+	full(15 * time.Millisecond) // a queue persists
+	require.Less(t, l.Estimate(), before)
+}
+
+func TestANewBaselineIsLearned(t *testing.T) {
+	t.Parallel()
+	// The upstream's latency steps from 20 ms to 26 ms and stays there,
+	// whatever the load: a slower deploy. The estimate falls while the
+	// rounds stay beyond the band; once it has halved without the latency
+	// falling, the window restarts there, and the estimate climbs back.
+	const limit = 200
+	step := 0
+	latency := func(_ int, rng *rand.Rand) time.Duration {
+		step++
+		base := 20 * time.Millisecond
+		if step > 300*limit {
+			base = 26 * time.Millisecond
+		}
+		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
+	}
+	est, snap := flatRoundsSnapshot(t, Config{MaxLimit: limit}, 1200, latency)
+	require.Greater(t, est, 0.9*limit)
+	require.Greater(t, snap.RTTNoload, 25*time.Millisecond, "the new baseline")
+}
+
+func TestAQuietRoundWithinTwiceTheBaselineMovesNothing(t *testing.T) {
+	t.Parallel()
+	// A round of one request has a slower fastest sample than a round of
+	// a hundred, queue or not. Under the utilization threshold the band
+	// is at least 2, a fixed Gradient2's tolerance.
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	for range 50 {
+		for _, le := range acquireN(t, l, l.Limit()) {
+			le.ReleaseRTT(10 * time.Millisecond)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	before := l.Estimate()
+	for range 10 {
+		acquireN(t, l, 1)[0].ReleaseRTT(18 * time.Millisecond)
+		clk.Advance(18 * time.Millisecond)
+	}
+	require.Equal(t, before, l.Estimate())
 }
 
 func TestNoiseBandWidensWithNoise(t *testing.T) {
@@ -59,7 +139,9 @@ func TestBandGradientBeyondTheBandAimsUnderTheQueue(t *testing.T) {
 
 // flatRounds runs rounds round trips of a limiter against an upstream
 // that never refuses: each round, the whole limit is in flight and each
-// lease's round trip is rtt(load, rng). It returns the mean estimate over
+// lease's round trip is rtt(load, rng); the leases settle in the order
+// drawn, as in bench.SpreadCeiling, so the sample closing a round is not
+// always its fastest. It returns the mean estimate over
 // the last tenth of the rounds.
 func flatRounds(t *testing.T, cfg Config, rounds int, rtt func(load int, rng *rand.Rand) time.Duration) float64 {
 	est, _ := flatRoundsSnapshot(t, cfg, rounds, rtt)
@@ -114,7 +196,7 @@ func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
 	// climbs to MaxLimit. The band turns at its edge, a tenth or so above
 	// rttNoload; its sawtooth keeps the load above C too, so rttNoload
 	// rises to the sawtooth's troughs and the estimate settles about a
-	// quarter above C.
+	// third above C.
 	const c = 50
 	shared := func(load int, rng *rand.Rand) time.Duration {
 		base := 20 * time.Millisecond * time.Duration(max(load, c)) / c
@@ -125,5 +207,5 @@ func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
 	t.Logf("estimate ÷ C: Tolerance 2 %.2f, measured band %.2f", fixed/c, band/c)
 	require.Greater(t, fixed, 1.9*c)
 	require.Greater(t, band, 0.9*c)
-	require.Less(t, band, 1.35*c)
+	require.Less(t, band, 1.45*c)
 }

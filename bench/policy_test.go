@@ -31,7 +31,7 @@ func TestLimiterPolicyGolden(t *testing.T) {
 		{"gradient2 model config, seed 0", ModelGradient2Config(), 0, 4912, 4506, 406},
 		{"gradient2 model config, seed 7", ModelGradient2Config(), 7, 6607, 6290, 317},
 		{"AIMD law model config, seed 0", ModelAIMDConfig(), 0, 5081, 4649, 432},
-		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4430, 3857, 573},
+		{"defaults, seed 0", ModelDefaultsConfig(), 0, 4482, 3866, 616},
 		{"defaults but Tolerance 2, seed 0", ModelFixedToleranceConfig(), 0, 4829, 4048, 781},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
