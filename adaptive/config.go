@@ -141,9 +141,10 @@ type Config struct {
 	// it: Gradient2 then compares each round trip's fastest clean sample
 	// with rttNoload, the tolerance is 1 plus four running medians of the
 	// rounds' second differences (the noise band: jitter and the spread of
-	// unequal requests, but not a load that moves steadily), starting at 2
-	// until three round trips have been seen, and a round beyond the band
-	// aims the estimate under the queue it saw, with no headroom (see the
+	// unequal requests, but not a load that moves steadily), at least 1.1,
+	// starting at 2; the second round in a row beyond the band aims the
+	// estimate under the queue it saw, with no headroom; and rounds that
+	// stay beyond it while the estimate halves restart the window (see the
 	// package documentation, Gradient2). Snapshot.Tolerance reports it.
 	// A value sets a fixed tolerance and compares one sample per round
 	// trip, Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in

@@ -37,16 +37,23 @@
 // By default (Tolerance zero) the tolerance is measured, and the law reads
 // the round's fastest sample, which one slow request does not move. The
 // noise band is 1 plus four running medians of |f₀ − 2f₁ + f₂| ÷
-// rttNoload over the rounds' fastest samples f: a load that climbs or falls
-// steadily cancels out of the second difference, so the band is what the
-// fastest sample wanders by chance — timing jitter, and the spread of the
-// fastest of unequal requests. A round within the band counts as gradient
-// 1 (newLimit = estimate + queueSize(estimate)). A round beyond it queued,
-// and newLimit = estimate · max((rttNoload/fastest)², 0.5), without
-// headroom: where latency grows in proportion to the load above a
-// capacity, rttNoload/fastest is the capacity over the load, so the
-// estimate heads as far under the capacity as the load was over it and
-// climbs back through it from below. On a provider that slows down above
+// rttNoload over the rounds' fastest samples f, and at least 1.1: a load
+// that climbs or falls steadily cancels out of the second difference, so
+// the band is what the fastest sample wanders by chance — timing jitter,
+// and the spread of the fastest of unequal requests. A round within the
+// band counts as gradient 1 (newLimit = estimate + queueSize(estimate)).
+// Two rounds in a row beyond it say the upstream queued (one may be
+// noise, and moves nothing), and the second and each after it move to
+// newLimit = estimate · max((rttNoload/fastest)², 0.5), without headroom:
+// where latency grows in proportion to the load above a capacity,
+// rttNoload/fastest is the capacity over the load, so the estimate heads
+// as far under the capacity as the load was over it and climbs back
+// through it from below. A round of a load under the utilization
+// threshold (below) is held to a band of at least 2, since the fastest of
+// a few requests is slower than the fastest of many, queue or not. And
+// when the rounds have stayed beyond the band while the estimate halved,
+// the latency did not fall with the load — a slower deploy, a failover —
+// and the window restarts from the current round: a new baseline. On a provider that slows down above
 // its capacity the defaults so hold the load near it, where a fixed
 // tolerance of 2 lets it reach twice the capacity; and a spread of request
 // sizes that leaves the window's minimum far below a typical sample no
@@ -55,7 +62,10 @@
 // upstreams that stay fast enough while they slow down: the latent-
 // capacity model of section 1 rewards riding latency up to its
 // rate-limit threshold, and the defaults, which turn at the band, serve
-// less there than a fixed tolerance of 2 did.
+// less there than a fixed tolerance of 2. And a fastest sample that
+// wanders by several per cent from round to round, whatever the load, is
+// partly read as queueing and holds the estimate below its maximum: set
+// a Tolerance there, or use FlatLatency.
 //
 // The minimum is windowed (a monotonic deque over a ring buffer), so the
 // baseline can rise after a deploy instead of staying pinned at an

@@ -40,7 +40,8 @@ type Snapshot struct {
 	// Tolerance is how much slower than RTTNoload Gradient2 lets a round
 	// trip be before it shrinks the estimate: Config.Tolerance, or, when
 	// that is zero, the measured noise band (2 until three round trips
-	// have been seen; see Config.Tolerance).
+	// have been seen; see Config.Tolerance). It is meaningful while Law is
+	// Gradient2; under AIMD it does not apply.
 	Tolerance float64
 	// Drops is the number of leases settled as drops, including samples
 	// slower than MaxHealthyRTT.

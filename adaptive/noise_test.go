@@ -3,6 +3,7 @@ package adaptive
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -208,4 +209,41 @@ func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
 	require.Greater(t, fixed, 1.9*c)
 	require.Greater(t, band, 0.9*c)
 	require.Less(t, band, 1.45*c)
+}
+
+func TestRoundNoiseHoldsTheEstimateBelowItsMaximum(t *testing.T) {
+	t.Parallel()
+	// Every round is slower or faster as a whole, by 5 % (Gaussian), the
+	// load notwithstanding: the band reads some of it as queueing. The
+	// estimate stays below its MaxLimit of 200, but far from the floor.
+	run := func(cfg Config) (mean, least float64) {
+		l, clk := newTestLimiter(t, cfg)
+		rng := rand.New(rand.NewPCG(5, 6))
+		least = math.Inf(1)
+		const rounds = 6000
+		for r := range rounds {
+			c := 1 + 0.05*rng.NormFloat64()
+			leases := acquireN(t, l, l.Limit())
+			rtts := make([]time.Duration, len(leases))
+			for i := range rtts {
+				rtts[i] = time.Duration(float64(10*time.Millisecond) * c * (1 + 0.01*rng.ExpFloat64()))
+			}
+			slices.Sort(rtts) // the leases settle fastest first
+			for i, le := range leases {
+				le.ReleaseRTT(rtts[i])
+			}
+			clk.Advance(rtts[len(rtts)-1])
+			if r >= rounds/2 {
+				mean += l.Estimate() / (rounds / 2)
+				least = min(least, l.Estimate())
+			}
+		}
+		return mean, least
+	}
+	mean, least := run(Config{MaxLimit: 200, InitialLimit: 100})
+	fixedMean, _ := run(Config{MaxLimit: 200, InitialLimit: 100, Tolerance: 2})
+	t.Logf("mean estimate %.1f (least %.1f); Tolerance 2: %.1f", mean, least, fixedMean)
+	require.InDelta(t, 200.0, fixedMean, 1e-6)
+	require.Greater(t, mean, 100.0)
+	require.Less(t, mean, 200.0)
 }
