@@ -134,6 +134,7 @@ func (l *Limiter) SetEstimate(v float64) {
 	l.pace(now)
 	l.estimate = l.clampEstimate(v)
 	l.queueLast = 0 // a round trip at the old estimate says nothing of v
+	l.band.within()
 	l.pace(now)
 	l.dispatch(now)
 	l.mu.Unlock()

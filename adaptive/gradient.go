@@ -9,23 +9,24 @@ import (
 // sample closing it, fastest the round's fastest clean sample and load
 // the round's load (see observe). With a Config.Tolerance the law compares
 // rtt with rttNoload (gradient2). Left zero, it compares fastest
-// (bandGradient). A queue persists, so the first round beyond the band
-// moves nothing; the second in a row, and each after it, cuts. Two more
-// exceptions. A round whose load was under the
-// utilization threshold is held to a tolerance of at least noiseStart (2),
-// a fixed Gradient2's: with few requests in a round its fastest sample is
-// slower than a full round's, queue or not, while a latency that doubles
-// as this process idles still says the peers are loading the upstream.
-// And when the rounds have stayed beyond the band while the estimate
-// halved, the latency did not fall with the load: the window restarts
-// from this round, as a new baseline (see noiseBand.beyond). The caller
-// holds l.mu and has pushed fastest into the window.
+// (bandGradient) with the baseline of noiseBand.lowest. A queue
+// persists, so the first round beyond the band moves nothing; the second
+// in a row, and each after it, cuts. Two more exceptions. A round whose
+// load was under the utilization threshold is held to a tolerance of at
+// least noiseStart (2), a fixed Gradient2's: with few requests in a round
+// its fastest sample is slower than a full round's, queue or not, while a
+// latency that doubles as this process idles still says the peers are
+// loading the upstream. And when the rounds have stayed beyond the band
+// while the load halved and the latency did not fall with it, the
+// baseline and the window restart from this round (see noiseBand.beyond).
+// The caller holds l.mu and has pushed fastest into the window.
 func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	noload, _ := l.window.min()
 	if l.cfg.Tolerance != 0 {
 		l.propose(gradient2(l.estimate, rtt, noload, l.cfg.Tolerance, &l.cfg), load)
 		return
 	}
+	noload = l.band.lowest(fastest, noload)
 	l.band.add(fastest, noload)
 	tolerance := l.band.tolerance()
 	if float64(load) < l.law.utilization*l.estimate {
@@ -33,10 +34,10 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	}
 	if float64(fastest) <= tolerance*float64(noload) {
 		l.band.within()
-	} else if first, rebase := l.band.beyond(l.estimate); first {
+	} else if first, rebase := l.band.beyond(load, fastest, tolerance); first {
 		return
 	} else if rebase {
-		l.band.within()
+		l.band.rebase(fastest)
 		l.window.reset()
 		l.window.push(fastest)
 		return

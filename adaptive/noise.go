@@ -22,7 +22,9 @@ type noiseBand struct {
 	spread float64          // running median of |second difference| ÷ rttNoload
 	ready  bool             // a second difference has been taken
 	streak int              // consecutive rounds beyond the band
-	from   float64          // the estimate when the streak began
+	load   int              // the load of the streak's first round
+	peak   time.Duration    // the slowest fastest sample of the streak
+	base   time.Duration    // the least fastest sample since the last new baseline; 0 if none
 }
 
 const (
@@ -77,17 +79,43 @@ func (b *noiseBand) tolerance() float64 {
 	return min(max(1+noiseWidths*b.spread, noiseFloor), maxTolerance)
 }
 
-// beyond records a round beyond the band at the given estimate. It
-// reports whether the round is the first of a streak of such rounds, and
-// whether the streak has seen the estimate halve: a latency that did not
-// fall as the load did is not this limiter's queue but a new baseline (a
-// slower deploy, a failover).
-func (b *noiseBand) beyond(estimate float64) (first, rebase bool) {
+// beyond records a round beyond the band, of the given load and fastest
+// sample, at the given tolerance. It reports whether the round is the
+// first of a streak of such rounds, and whether the load has halved since
+// the streak began while the fastest sample stayed within the tolerance
+// of the streak's slowest: a latency that did not fall with the load is
+// not this limiter's queue but a new baseline (a slower deploy, a
+// failover).
+// Where the load does not fall — a ceiling binds it, or the peers' load
+// is most of it — the streak never says so.
+func (b *noiseBand) beyond(load int, fastest time.Duration, tolerance float64) (first, rebase bool) {
 	if b.streak == 0 {
-		b.from = estimate
+		b.load, b.peak = load, 0
 	}
+	b.peak = max(b.peak, fastest)
 	b.streak++
-	return b.streak == 1, estimate <= b.from/2
+	return b.streak == 1, 2*load <= b.load && float64(fastest)*tolerance >= float64(b.peak)
+}
+
+// lowest returns the baseline the band compares with: the least of the
+// rounds' fastest samples since the last new baseline, or noload (the
+// window's minimum) if lower. The window forgets its minimum after
+// RTTWindow rounds; where every round since queued a little — the
+// sawtooth of a law that turns at the band stays above the capacity —
+// the forgetting would let the baseline, and with it the load, creep up
+// round after round. A slower baseline is learned by the rule of beyond
+// instead, on evidence. fastest is the round's fastest sample.
+func (b *noiseBand) lowest(fastest, noload time.Duration) time.Duration {
+	if b.base == 0 || fastest < b.base {
+		b.base = fastest
+	}
+	return min(noload, b.base)
+}
+
+// rebase starts a new baseline at fastest.
+func (b *noiseBand) rebase(fastest time.Duration) {
+	b.streak = 0
+	b.base = fastest
 }
 
 // within records a round within the band, ending a streak.

@@ -71,6 +71,7 @@ func (l *Limiter) startProbe() {
 	l.recal.seq++
 	l.recal.samples = 0
 	l.window.reset()
+	l.band.base = 0 // the probes set the baseline afresh
 	l.queueLast = 0 // probes at MinLimit are no round trips at the estimate
 }
 
