@@ -144,8 +144,9 @@ type Config struct {
 	// unequal requests, but not a load that moves steadily), at least 1.1,
 	// starting at 2; the second round in a row beyond the band aims the
 	// estimate under the queue it saw, with no headroom; and rounds that
-	// stay beyond it while the estimate halves restart the window (see the
-	// package documentation, Gradient2). Snapshot.Tolerance reports it.
+	// stay beyond it while the load halves and the latency does not fall
+	// start a new baseline (see the package documentation, Gradient2).
+	// Snapshot.Tolerance reports it.
 	// A value sets a fixed tolerance and compares one sample per round
 	// trip, Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in
 	// [1, 1e6].

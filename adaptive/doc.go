@@ -50,10 +50,16 @@
 // as far under the capacity as the load was over it and climbs back
 // through it from below. A round of a load under the utilization
 // threshold (below) is held to a band of at least 2, since the fastest of
-// a few requests is slower than the fastest of many, queue or not. And
-// when the rounds have stayed beyond the band while the estimate halved,
-// the latency did not fall with the load — a slower deploy, a failover —
-// and the window restarts from the current round: a new baseline. On a provider that slows down above
+// a few requests is slower than the fastest of many, queue or not. The
+// baseline the band compares with is the least fastest sample since the
+// last new baseline, or the window's minimum if lower: a law that turns
+// at the band keeps its sawtooth above the capacity, and a window that
+// forgot every unqueued round would let the baseline, and the load, creep
+// up window after window. A slower baseline is learned on evidence
+// instead: when the rounds have stayed beyond the band while the load
+// halved and the fastest sample did not fall with it, the latency is not
+// this limiter's queue — a slower deploy, a failover — and the baseline
+// and the window restart from the current round. On a provider that slows down above
 // its capacity the defaults so hold the load near it, where a fixed
 // tolerance of 2 lets it reach twice the capacity; and a spread of request
 // sizes that leaves the window's minimum far below a typical sample no
