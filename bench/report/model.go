@@ -435,10 +435,9 @@ const modelFindings = `### What the numbers say
 - **The defaults turn at the noise band, which this model does not
   reward.** The model draws one noise value per step, so a round's
   fastest sample is the step's latency, spread by σ = 0.1 s around a base
-  of 1 s. The band the defaults measure is wide, about 1.9 times
-  rttNoload (about 0.75 s), so they shrink the estimate on steps slower
-  than about 1.4 s: steps slowed by load above the capacity that still
-  succeeded. Here every request of a step counts whatever its latency up
+  of 1 s, and the band the defaults measure is wide. Two steps in a row
+  slower than it — slowed by load above the capacity — shrink the
+  estimate even when they succeeded. Here every request of a step counts whatever its latency up
   to the 1.5 s threshold, so riding latency up to it pays, and the row
   with a fixed Tolerance of 2 does just that: every successful step has a
   gradient of 1 and adds 0.2·√estimate until one is rate-limited, and
