@@ -40,8 +40,12 @@ type Snapshot struct {
 	// Tolerance is how much slower than RTTNoload Gradient2 lets a round
 	// trip be before it shrinks the estimate: Config.Tolerance, or, when
 	// that is zero, the measured noise band (2 until three round trips
-	// have been seen; see Config.Tolerance). It is meaningful while Law is
-	// Gradient2; under AIMD it does not apply.
+	// have been seen; see Config.Tolerance). The band applies to a round's
+	// fastest sample against the least fastest sample since the last new
+	// baseline, which may lie below RTTNoload once the window has
+	// forgotten it, and a round of a load under the utilization threshold
+	// is held to at least 2. It is meaningful while Law is Gradient2;
+	// under AIMD it does not apply.
 	Tolerance float64
 	// Drops is the number of leases settled as drops, including samples
 	// slower than MaxHealthyRTT.
