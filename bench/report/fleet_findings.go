@@ -60,9 +60,11 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
   2. **The law ignores round-trip time** (adaptive.FlatLatency). In 429
      mode the provider's latency is flat, so any rise in the round trip is
      timing jitter on the client machine; Gradient2 would read it as
-     queueing once it exceeds the tolerance (the defaults' 2 absorbs the
-     jitter table's σ, but not the spread of requests of unequal size: the
-     spread table) and stop at a ceiling set by the latency, not by C. AIMD
+     queueing once it exceeds the tolerance (a fixed tolerance of 2 absorbs
+     the jitter table's σ but not the spread of requests of unequal size;
+     the defaults' measured band takes both for noise, though a spread
+     still holds them under 1000: the spread table) and stop at a ceiling
+     set by the latency, not by C. AIMD
      on drops alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per

@@ -306,7 +306,8 @@ so every law parameter below is per step, whatever k is.
 Why these values (see ` + "`bench/configs.go`" + `):
 
 - **Tolerance 1.15** (gradient2): requests fail at 1.5× the base latency, so
-  the default tolerance of 2 never sees a gradient below 1 before they fail;
+  a fixed tolerance of 2 (Netflix's default) never sees a gradient below 1
+  before they fail;
   and rttNoload, the minimum of the steps' noisy latencies over the window,
   sits 0.2–0.25 s under the 1 s base, so the gradient falls below 1 once a
   step is slower than about 0.9 s.
@@ -437,17 +438,17 @@ const modelFindings = `### What the numbers say
   fastest sample is the step's latency, spread by σ = 0.1 s around a base
   of 1 s, and the band the defaults measure is wide. Two steps in a row
   slower than it — slowed by load above the capacity — shrink the
-  estimate even when they succeeded. Here every request of a step counts whatever its latency up
-  to the 1.5 s threshold, so riding latency up to it pays, and the row
-  with a fixed Tolerance of 2 does just that: every successful step has a
-  gradient of 1 and adds 0.2·√estimate until one is rate-limited, and
-  the drop backs the estimate off by rttNoload over the queued step's
-  latency (down to 0.5). On a provider whose latency grows with its load
-  while its throughput does not (section 5) the same riding makes every
-  request twice as slow for nothing, which is what the band is for; a
-  default has to choose, and it chooses the provider that exists. Both
-  rows climb by gradient2's 0.2·√estimate per step, slower than the AIMD
-  law's 2.
+  estimate even when they succeeded. Here every request of a step counts
+  whatever its latency up to the 1.5 s threshold, so riding latency up
+  to it pays, and the row with a fixed Tolerance of 2 does just that:
+  every successful step has a gradient of 1 and adds 0.2·√estimate until
+  one is rate-limited, and the drop backs the estimate off by rttNoload
+  over the queued step's latency (down to 0.5). On a provider whose
+  latency grows with its load while its throughput does not (section 5)
+  the same riding makes every request twice as slow for nothing, which
+  is what the band is for: a default must pick one of the two, and the
+  defaults pick the provider on which latency costs. Both rows climb by
+  gradient2's 0.2·√estimate per step, slower than the AIMD law's 2.
 - **Gradient2 has a capacity-independent ceiling.** This is a flaw in the
   law, visible in the scale check. Gradient2 settles where
   estimate·(1 − gradient) = QueueSize(estimate). With the √estimate
