@@ -37,9 +37,12 @@ const (
 	// fields it sets keep theirs; the estimate and everything else carry
 	// over. Snapshot.Law tells which law runs.
 	Auto Law = iota
-	// Gradient2 compares one sample's round-trip time per round trip with
-	// the windowed minimum (rttNoload) and moves the estimate toward
-	// estimate·gradient + QueueSize(estimate).
+	// Gradient2 compares a round trip's latency with a baseline, the
+	// fastest seen: with a fixed Config.Tolerance, one sample per round
+	// trip against the windowed minimum (rttNoload), moving the estimate
+	// toward estimate·gradient + QueueSize(estimate); by default, the
+	// round's fastest sample against the measured noise band (see the
+	// package documentation, Gradient2).
 	Gradient2
 	// AIMD adds Config.AIMDIncrease on every clean, utilized sample and
 	// multiplies the estimate by Config.AIMDBackoff when a sample is slower
@@ -139,7 +142,9 @@ type Config struct {
 	// Tolerance is how much slower than rttNoload a sample may be before
 	// Gradient2 starts to shrink the estimate. Zero, the default, measures
 	// it: Gradient2 then compares each round trip's fastest clean sample
-	// with rttNoload, the tolerance is 1 plus four running medians of the
+	// with a baseline (rttNoload, or the least fastest sample kept since
+	// the last new baseline if lower), the tolerance is 1 plus four running
+	// medians of the
 	// rounds' second differences (the noise band: jitter and the spread of
 	// unequal requests, but not a load that moves steadily), at least 1.1,
 	// starting at 2; the second round in a row beyond the band aims the
@@ -444,8 +449,8 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // does not grow with its load: one that answers at once with 429 (or 503)
 // above a capacity it does not announce, as most API quotas do. There the
 // round-trip time carries no sign of the capacity — any rise is noise,
-// which Gradient2 would read as queueing and settle below the capacity —
-// and the refusals are the only signal. The law is AIMD on drops alone
+// which Gradient2 can only misread — and the refusals are the only
+// signal. The law is AIMD on drops alone
 // (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
 // per round trip, doubling every 5 round trips without a drop, and on

@@ -35,18 +35,20 @@
 //	            clamped to [MinLimit, MaxLimit]
 //
 // By default (Tolerance zero) the tolerance is measured, and the law reads
-// the round's fastest sample, which one slow request does not move. The
+// the round's fastest sample, which one slow request does not move,
+// against a baseline: rttNoload, or the least fastest sample kept since
+// the last new baseline when that is lower (below). The
 // noise band is 1 plus four running medians of |f₀ − 2f₁ + f₂| ÷
-// rttNoload over the rounds' fastest samples f, and at least 1.1: a load
+// the baseline over the rounds' fastest samples f, and at least 1.1: a load
 // that climbs or falls steadily cancels out of the second difference, so
 // the band is what the fastest sample wanders by chance — timing jitter,
 // and the spread of the fastest of unequal requests. A round within the
 // band counts as gradient 1 (newLimit = estimate + queueSize(estimate)).
 // Two rounds in a row beyond it say the upstream queued (one may be
 // noise, and moves nothing), and the second and each after it move to
-// newLimit = estimate · max((rttNoload/fastest)², 0.5), without headroom:
+// newLimit = estimate · max((baseline/fastest)², 0.5), without headroom:
 // where latency grows in proportion to the load above a capacity,
-// rttNoload/fastest is the capacity over the load, so the estimate heads
+// baseline/fastest is the capacity over the load, so the estimate heads
 // as far under the capacity as the load was over it and climbs back
 // through it from below. A round of a load under the utilization
 // threshold (below) is held to a band of at least 2, since the fastest of
@@ -62,9 +64,9 @@
 // and the window restart from the current round. On a provider that slows down above
 // its capacity the defaults so hold the load near it, where a fixed
 // tolerance of 2 lets it reach twice the capacity; and a spread of request
-// sizes that leaves the window's minimum far below a typical sample no
-// longer reads as queueing, where a fixed tolerance cut the estimate to
-// its floor (docs/benchmarks.md, sections 3 and 5). The price is on
+// sizes that leaves the window's minimum far below a typical sample reads
+// mostly as noise: a fixed tolerance cuts the estimate to its floor there,
+// the defaults hold most of it (docs/benchmarks.md, sections 3 and 5). The price is on
 // upstreams that stay fast enough while they slow down: the latent-
 // capacity model of section 1 rewards riding latency up to its
 // rate-limit threshold, and the defaults, which turn at the band, serve
@@ -73,9 +75,11 @@
 // partly read as queueing and holds the estimate below its maximum: set
 // a Tolerance there, or use FlatLatency.
 //
-// The minimum is windowed (a monotonic deque over a ring buffer), so the
-// baseline can rise after a deploy instead of staying pinned at an
-// all-time low; it also rises when every round in the window queued.
+// The minimum is windowed (a monotonic deque over a ring buffer), so with
+// a fixed Tolerance the baseline can rise after a deploy instead of
+// staying pinned at an all-time low; it also rises when every round in
+// the window queued. The measured band keeps its baseline until the
+// new-baseline rule above, or a recalibration, replaces it.
 // FlatLatency does not read latency. Optionally (Config.Recalibration)
 // the limiter refreshes the minimum Envoy-style: every interval, with
 // jitter, it pins the limit to MinLimit, waits for the leases admitted
@@ -143,8 +147,8 @@
 //
 // An upstream that answers 429 above a capacity it does not announce, and
 // is as fast at its capacity as when idle, gives the round-trip time no
-// signal: Gradient2 then reads timing jitter as queueing and settles below
-// the capacity. FlatLatency returns the configuration for such an
+// signal: Gradient2 can only read its noise, and a round that strays
+// beyond the band cuts the estimate with no queue behind it. FlatLatency returns the configuration for such an
 // upstream: AIMD on drops alone, with a slow start, and a step that
 // scales with the estimate and doubles after every Config.AIMDProbe round
 // trips without a drop; Config.PaceGrowth takes every rise of the limit

@@ -8,7 +8,7 @@ import (
 // noiseBand measures how far the round trips' fastest samples wander by
 // chance, which sets Gradient2's tolerance when Config.Tolerance is left
 // zero. It tracks the median of the second difference of successive
-// rounds' fastest samples, |f₀ − 2f₁ + f₂| ÷ rttNoload. A load that climbs
+// rounds' fastest samples, |f₀ − 2f₁ + f₂| ÷ the baseline. A load that climbs
 // or falls at a steady pace moves the fastest sample along a line, which
 // the second difference cancels, so what is left is noise: timing jitter,
 // and the wandering of a round's fastest sample when request sizes differ.
@@ -19,7 +19,7 @@ import (
 type noiseBand struct {
 	prev   [2]time.Duration // the last two rounds' fastest samples, newest first
 	seen   int              // rounds recorded, at most 2
-	spread float64          // running median of |second difference| ÷ rttNoload
+	spread float64          // running median of |second difference| ÷ the baseline
 	ready  bool             // a second difference has been taken
 	streak int              // consecutive rounds beyond the band
 	load   int              // the load of the streak's first round
@@ -41,7 +41,7 @@ const (
 	// the tolerance until a second difference has been taken.
 	noiseStart = 2.0
 	// noiseFloor is the least tolerance: a round's fastest sample may
-	// always be a tenth slower than rttNoload. Below it, a base latency
+	// always be a tenth slower than the baseline. Below it, a base latency
 	// that drifts by a few per cent over many rounds — which the second
 	// difference does not see — would read as queueing.
 	noiseFloor = 1.1
@@ -51,7 +51,7 @@ const (
 	noiseMinSpread = 1e-6
 )
 
-// add records one round's fastest sample; noload is rttNoload with it.
+// add records one round's fastest sample; noload is the baseline (see lowest).
 func (b *noiseBand) add(fastest, noload time.Duration) {
 	if b.seen == 2 && noload > 0 {
 		d := math.Abs(float64(fastest)-2*float64(b.prev[0])+float64(b.prev[1])) / float64(noload)
@@ -69,7 +69,7 @@ func (b *noiseBand) add(fastest, noload time.Duration) {
 	b.seen = min(b.seen+1, 2)
 }
 
-// tolerance is how much slower than rttNoload a round's fastest sample
+// tolerance is how much slower than the baseline a round's fastest sample
 // may be and still count as noise: 1 + noiseWidths·spread, at least
 // noiseFloor.
 func (b *noiseBand) tolerance() float64 {

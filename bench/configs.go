@@ -66,9 +66,9 @@ func ModelFixedToleranceConfig() adaptive.Config {
 // latent-capacity model. The limiter moves its estimate once per round
 // trip, and a model step is one round trip, so each parameter is per step:
 //
-//   - Tolerance 1.15: requests fail at 1.5 times the base latency, so the
-//     default tolerance of 2 never sees a gradient below 1 before they
-//     fail. rttNoload, the minimum of the steps' noisy latencies (σ = 0.1s)
+//   - Tolerance 1.15: requests fail at 1.5 times the base latency, so a
+//     fixed tolerance of 2 (Netflix's default) never sees a gradient below
+//     1 before they fail. rttNoload, the minimum of the steps' noisy latencies (σ = 0.1s)
 //     over the window, sits 0.2s–0.25s under the 1s base, so the gradient
 //     falls below 1 once a step is slower than about 0.85s–0.9s.
 //   - Smoothing 0.75: a step moves the estimate three quarters of the way

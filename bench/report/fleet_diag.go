@@ -273,8 +273,8 @@ defaults beside it) and a simulated clock (`+"`bench.DropBurst`, `bench.JitterCe
   law, where estimate·0.5 + √estimate = estimate (4). The defaults compare
   each round's fastest sample instead, within a tolerance measured from
   how far it wanders (the noise band, `+"`go doc ./adaptive Config.Tolerance`"+`),
-  and take the spread for noise; a round that strays beyond the band
-  still cuts, which is what keeps some rows under 1000. AIMD on drops
+  and take the spread mostly for noise; two rounds in a row that stray
+  beyond the band still cut, which is what keeps some rows under 1000. AIMD on drops
   does not read latency at all.
 
 `, sc.BaseLatency, sc.BaseLatency)
