@@ -140,21 +140,18 @@ type Config struct {
 	Law Law
 
 	// Tolerance is how much slower than rttNoload a sample may be before
-	// Gradient2 starts to shrink the estimate. Zero, the default, measures
-	// it: Gradient2 then compares each round trip's fastest clean sample
-	// with a baseline (rttNoload, or the least fastest sample kept since
-	// the last new baseline if lower), the tolerance is 1 plus four running
-	// medians of the
+	// Gradient2 starts to shrink the estimate. Zero, the default, measures it:
+	// Gradient2 then compares each round trip's fastest clean sample with a
+	// baseline (rttNoload, or the least fastest sample kept since the last new
+	// baseline if lower), the tolerance is 1 plus four running medians of the
 	// rounds' second differences (the noise band: jitter and the spread of
 	// unequal requests, but not a load that moves steadily), at least 1.1,
-	// starting at 2; the second round in a row beyond the band aims the
-	// estimate under the queue it saw, with no headroom; and rounds that
-	// stay beyond it while the load halves and the latency does not fall
-	// start a new baseline (see the package documentation, Gradient2).
-	// Snapshot.Tolerance reports it.
-	// A value sets a fixed tolerance and compares one sample per round
-	// trip, Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in
-	// [1, 1e6].
+	// starting at 2; the second round in a row beyond the band aims the estimate
+	// under the queue it saw, with no headroom; and rounds that stay beyond it
+	// while the load halves and the latency does not fall start a new baseline
+	// (see the package documentation, Gradient2). Snapshot.Tolerance reports it.
+	// A value sets a fixed tolerance and compares one sample per round trip,
+	// Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in [1, 1e6].
 	Tolerance float64
 	// Smoothing is the weight of each new Gradient2 target in the
 	// estimate's moving average. Defaults to 0.2. Must be in (0, 1].

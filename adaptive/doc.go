@@ -35,45 +35,46 @@
 //	            clamped to [MinLimit, MaxLimit]
 //
 // By default (Tolerance zero) the tolerance is measured, and the law reads
-// the round's fastest sample, which one slow request does not move,
-// against a baseline: rttNoload, or the least fastest sample kept since
-// the last new baseline when that is lower (below). The
-// noise band is 1 plus four running medians of |f₀ − 2f₁ + f₂| ÷
-// the baseline over the rounds' fastest samples f, and at least 1.1: a load
-// that climbs or falls steadily cancels out of the second difference, so
-// the band is what the fastest sample wanders by chance — timing jitter,
-// and the spread of the fastest of unequal requests. A round within the
-// band counts as gradient 1 (newLimit = estimate + queueSize(estimate)).
-// Two rounds in a row beyond it say the upstream queued (one may be
-// noise, and moves nothing), and the second and each after it move to
-// newLimit = estimate · max((baseline/fastest)², 0.5), without headroom:
-// where latency grows in proportion to the load above a capacity,
-// baseline/fastest is the capacity over the load, so the estimate heads
-// as far under the capacity as the load was over it and climbs back
-// through it from below. A round of a load under the utilization
-// threshold (below) is held to a band of at least 2, since the fastest of
-// a few requests is slower than the fastest of many, queue or not. The
-// baseline the band compares with is the least fastest sample since the
-// last new baseline, or the window's minimum if lower: a law that turns
-// at the band keeps its sawtooth above the capacity, and a window that
-// forgot every unqueued round would let the baseline, and the load, creep
-// up window after window. A slower baseline is learned on evidence
-// instead: when the rounds have stayed beyond the band while the load
-// halved and the fastest sample did not fall with it, the latency is not
-// this limiter's queue — a slower deploy, a failover — and the baseline
-// and the window restart from the current round. On a provider that slows down above
-// its capacity the defaults so hold the load near it, where a fixed
-// tolerance of 2 lets it reach twice the capacity; and a spread of request
-// sizes that leaves the window's minimum far below a typical sample reads
-// mostly as noise: a fixed tolerance cuts the estimate to its floor there,
-// the defaults hold most of it (docs/benchmarks.md, sections 3 and 5). The price is on
-// upstreams that stay fast enough while they slow down: the latent-
-// capacity model of section 1 rewards riding latency up to its
-// rate-limit threshold, and the defaults, which turn at the band, serve
-// less there than a fixed tolerance of 2. And a fastest sample that
-// wanders by several per cent from round to round, whatever the load, is
-// partly read as queueing and holds the estimate below its maximum: set
-// a Tolerance there, or use FlatLatency.
+// the round's fastest sample, which one slow request does not move, against a
+// baseline: rttNoload, or the least fastest sample kept since the last new
+// baseline when that is lower (below). The noise band is 1 plus four running
+// medians of |f₀ − 2f₁ + f₂| ÷ the baseline over the rounds' fastest samples
+// f, and at least 1.1: a load that climbs or falls steadily cancels out of
+// the second difference, so the band is what the fastest sample wanders by
+// chance — timing jitter, and the spread of the fastest of unequal requests.
+// A round within the band counts as gradient 1 (newLimit = estimate +
+// queueSize(estimate)). Two rounds in a row beyond it say the upstream queued
+// (one may be noise, and moves nothing), and the second and each after it
+// move to newLimit = estimate · max((baseline/fastest)², 0.5), without
+// headroom: where latency grows in proportion to the load above a capacity,
+// baseline/fastest is the capacity over the load, so the estimate heads as
+// far under the capacity as the load was over it and climbs back through it
+// from below.
+//
+// A round of a load under the utilization threshold (below) is held to a band
+// of at least 2, since the fastest of a few requests is slower than the
+// fastest of many, queue or not. The baseline the band compares with is the
+// least fastest sample since the last new baseline, or the window's minimum
+// if lower: a law that turns at the band keeps its sawtooth above the
+// capacity, and a window that forgot every unqueued round would let the
+// baseline, and the load, creep up window after window. A slower baseline is
+// learned on evidence instead: when the rounds have stayed beyond the band
+// while the load halved and the fastest sample did not fall with it, the
+// latency is not this limiter's queue — a slower deploy, a failover — and the
+// baseline and the window restart from the current round.
+//
+// On a provider that slows down above its capacity the defaults so hold the
+// load near it, where a fixed tolerance of 2 lets it reach twice the
+// capacity; and a spread of request sizes that leaves the window's minimum
+// far below a typical sample reads mostly as noise: a fixed tolerance cuts
+// the estimate to its floor there, the defaults hold most of it
+// (docs/benchmarks.md, sections 3 and 5). The price is on upstreams that stay
+// fast enough while they slow down: the latent-capacity model of section 1
+// rewards riding latency up to its rate-limit threshold, and the defaults,
+// which turn at the band, serve less there than a fixed tolerance of 2. And a
+// fastest sample that wanders by several per cent from round to round,
+// whatever the load, is partly read as queueing and holds the estimate below
+// its maximum: set a Tolerance there, or use FlatLatency.
 //
 // The minimum is windowed (a monotonic deque over a ring buffer), so with
 // a fixed Tolerance the baseline can rise after a deploy instead of
