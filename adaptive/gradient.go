@@ -8,10 +8,10 @@ import (
 // gradientSample applies one round trip under Gradient2: rtt is the
 // sample closing it, fastest the round's fastest clean sample and load
 // the round's load (see observe). With a Config.Tolerance the law compares
-// rtt with rttNoload (gradient2). Left zero, it compares fastest
-// (bandGradient) with the baseline of noiseBand.lowest. A queue
-// persists, so the first round beyond the band moves nothing; the second
-// in a row, and each after it, cuts. Two more exceptions. A round whose
+// rtt with rttNoload (gradient2). Left zero, it compares fastest with the
+// baseline of noiseBand.lowest: within the band, gradient 1; beyond it,
+// queueGradient. A queue persists, so the first round beyond the band
+// moves nothing; the second in a row, and each after it, cuts. Two more exceptions. A round whose
 // load was under the utilization threshold is held to a tolerance of at
 // least noiseStart (2), a fixed Gradient2's: with few requests in a round
 // its fastest sample is slower than a full round's, queue or not, while a
@@ -34,7 +34,10 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	}
 	if float64(fastest) <= tolerance*float64(noload) {
 		l.band.within()
-	} else if first, rebase := l.band.beyond(load, fastest, tolerance); first {
+		l.propose(gradient2(l.estimate, noload, noload, 1, &l.cfg), load)
+		return
+	}
+	if first, rebase := l.band.beyond(load, fastest, tolerance); first {
 		return
 	} else if rebase {
 		l.band.rebase(fastest)
@@ -42,7 +45,7 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 		l.window.push(fastest)
 		return
 	}
-	l.propose(bandGradient(l.estimate, fastest, noload, tolerance, &l.cfg), load)
+	l.propose(queueGradient(l.estimate, fastest, noload, &l.cfg), load)
 }
 
 // tolerance is the tolerance Gradient2 applies: Config.Tolerance, or the
@@ -54,13 +57,11 @@ func (l *Limiter) tolerance() float64 {
 	return l.band.tolerance()
 }
 
-// bandGradient returns the successor of estimate for a round whose
-// fastest sample was fastest, against a windowed minimum of noload (both
-// positive), when the tolerance is the measured noise band. Within the
-// band the round counts as gradient 1, and the estimate moves toward
-// estimate + queueSize(estimate). Beyond it the round queued, and the
-// target is the estimate at which the queue would have emptied, taken
-// once more, with no headroom:
+// queueGradient returns the successor of estimate for a round whose
+// fastest sample, fastest, lay beyond the noise band of the baseline
+// noload (both positive): the round queued, and the target is the
+// estimate at which the queue would have emptied, taken once more, with
+// no headroom:
 //
 //	gradient = max((noload/fastest)², 0.5)
 //	next     = estimate·(1−smoothing) + estimate·gradient·smoothing
@@ -68,12 +69,10 @@ func (l *Limiter) tolerance() float64 {
 // Where latency grows in proportion to the load above a capacity C,
 // noload/fastest is C over the load, so the target lies as far under C
 // as the load was over it, and the climb back crosses C from below
-// instead of settling above it by the headroom. The result is not yet
-// guarded or clamped to [MinLimit, MaxLimit].
-func bandGradient(estimate float64, fastest, noload time.Duration, tolerance float64, cfg *Config) float64 {
-	if float64(fastest) <= tolerance*float64(noload) {
-		return gradient2(estimate, noload, noload, 1, cfg)
-	}
+// instead of settling above it by the headroom. (Within the band the
+// round counts as gradient 1: gradient2 with rtt = noload.) The result is
+// not yet guarded or clamped to [MinLimit, MaxLimit].
+func queueGradient(estimate float64, fastest, noload time.Duration, cfg *Config) float64 {
 	ratio := float64(noload) / float64(fastest)
 	gradient := max(ratio*ratio, minGradient)
 	return estimate*(1-cfg.Smoothing) + estimate*gradient*cfg.Smoothing

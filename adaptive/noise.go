@@ -19,8 +19,7 @@ import (
 type noiseBand struct {
 	prev   [2]time.Duration // the last two rounds' fastest samples, newest first
 	seen   int              // rounds recorded, at most 2
-	spread float64          // running median of |second difference| ÷ the baseline
-	ready  bool             // a second difference has been taken
+	spread float64          // running median of |second difference| ÷ the baseline; 0 before the first
 	streak int              // consecutive rounds beyond the band
 	load   int              // the load of the streak's first round
 	peak   time.Duration    // the slowest fastest sample of the streak
@@ -55,7 +54,7 @@ const (
 func (b *noiseBand) add(fastest, noload time.Duration) {
 	if b.seen == 2 && noload > 0 {
 		d := math.Abs(float64(fastest)-2*float64(b.prev[0])+float64(b.prev[1])) / float64(noload)
-		if !b.ready {
+		if b.spread == 0 {
 			b.spread = (noiseStart - 1) / noiseWidths
 		}
 		if d > b.spread {
@@ -63,7 +62,6 @@ func (b *noiseBand) add(fastest, noload time.Duration) {
 		} else {
 			b.spread = max(b.spread*(1-noiseStep), noiseMinSpread)
 		}
-		b.ready = true
 	}
 	b.prev[1], b.prev[0] = b.prev[0], fastest
 	b.seen = min(b.seen+1, 2)
@@ -73,7 +71,7 @@ func (b *noiseBand) add(fastest, noload time.Duration) {
 // may be and still count as noise: 1 + noiseWidths·spread, at least
 // noiseFloor.
 func (b *noiseBand) tolerance() float64 {
-	if !b.ready {
+	if b.spread == 0 {
 		return noiseStart
 	}
 	return min(max(1+noiseWidths*b.spread, noiseFloor), maxTolerance)

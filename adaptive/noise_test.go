@@ -10,6 +10,31 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// fullRound admits the whole limit, gives each lease a round trip of
+// draw(load), load being the leases admitted, and settles them fastest
+// first if sorted, else in the order drawn; then it moves the clock on by
+// the slowest.
+func fullRound(t *testing.T, l *Limiter, clk *fakeClock, sorted bool, draw func(load int) time.Duration) {
+	t.Helper()
+	leases := acquireN(t, l, l.Limit())
+	rtts := make([]time.Duration, len(leases))
+	for i := range rtts {
+		rtts[i] = draw(len(leases))
+	}
+	if sorted {
+		slices.Sort(rtts)
+	}
+	for i, le := range leases {
+		le.ReleaseRTT(rtts[i])
+	}
+	clk.Advance(slices.Max(rtts))
+}
+
+// constant is a draw of the same round trip every time.
+func constant(rtt time.Duration) func(int) time.Duration {
+	return func(int) time.Duration { return rtt }
+}
+
 func TestNoiseBandCancelsASteadyTrend(t *testing.T) {
 	t.Parallel()
 	var b noiseBand
@@ -41,12 +66,7 @@ func TestNoiseBandRecoversFromALongQuietStretch(t *testing.T) {
 func TestOneRoundBeyondTheBandMovesNothing(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 50})
-	full := func(rtt time.Duration) {
-		for _, le := range acquireN(t, l, l.Limit()) {
-			le.ReleaseRTT(rtt)
-		}
-		clk.Advance(rtt)
-	}
+	full := func(rtt time.Duration) { fullRound(t, l, clk, false, constant(rtt)) }
 	for range 50 {
 		full(10 * time.Millisecond)
 	}
@@ -89,10 +109,7 @@ func TestAQuietRoundWithinTwiceTheBaselineMovesNothing(t *testing.T) {
 	// is at least 2, a fixed Gradient2's tolerance.
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
 	for range 50 {
-		for _, le := range acquireN(t, l, l.Limit()) {
-			le.ReleaseRTT(10 * time.Millisecond)
-		}
-		clk.Advance(10 * time.Millisecond)
+		fullRound(t, l, clk, false, constant(10*time.Millisecond))
 	}
 	before := l.Estimate()
 	for range 10 {
@@ -123,18 +140,19 @@ func TestNoiseBandWidensWithNoise(t *testing.T) {
 	require.InDelta(t, want, sum/(rounds/2), 0.01)
 }
 
-func TestBandGradientBeyondTheBandAimsUnderTheQueue(t *testing.T) {
+func TestQueueGradientAimsUnderTheQueue(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
-	// Within the band: gradient 1 and the headroom.
-	within := bandGradient(100, 11*time.Millisecond, 10*time.Millisecond, 1.2, &cfg)
+	// Within the band (gradientSample's other branch): gradient 1 and the
+	// headroom.
+	within := gradient2(100, 10*time.Millisecond, 10*time.Millisecond, 1, &cfg)
 	require.InDelta(t, 100*0.8+(100+10)*0.2, within, 1e-9)
 	// Beyond it, 1.25 times rttNoload: the target is 100·(1/1.25)² = 64,
 	// with no headroom.
-	beyond := bandGradient(100, 12500*time.Microsecond, 10*time.Millisecond, 1.2, &cfg)
+	beyond := queueGradient(100, 12500*time.Microsecond, 10*time.Millisecond, &cfg)
 	require.InDelta(t, 100*0.8+64*0.2, beyond, 1e-9)
 	// Far beyond, the target is at least half the estimate.
-	far := bandGradient(100, 40*time.Millisecond, 10*time.Millisecond, 1.2, &cfg)
+	far := queueGradient(100, 40*time.Millisecond, 10*time.Millisecond, &cfg)
 	require.InDelta(t, 100*0.8+50*0.2, far, 1e-9)
 }
 
@@ -157,14 +175,7 @@ func flatRoundsSnapshot(t *testing.T, cfg Config, rounds int, rtt func(load int,
 	var sum float64
 	var n int
 	for r := range rounds {
-		leases := acquireN(t, l, l.Limit())
-		var longest time.Duration
-		for _, le := range leases {
-			d := rtt(len(leases), rng)
-			le.ReleaseRTT(d)
-			longest = max(longest, d)
-		}
-		clk.Advance(longest)
+		fullRound(t, l, clk, false, func(load int) time.Duration { return rtt(load, rng) })
 		if r >= rounds-rounds/10 {
 			sum += l.Estimate()
 			n++
@@ -221,16 +232,9 @@ func TestRoundNoiseHoldsTheEstimateBelowItsMaximum(t *testing.T) {
 		const rounds = 6000
 		for r := range rounds {
 			c := 1 + 0.05*rng.NormFloat64()
-			leases := acquireN(t, l, l.Limit())
-			rtts := make([]time.Duration, len(leases))
-			for i := range rtts {
-				rtts[i] = time.Duration(float64(10*time.Millisecond) * c * (1 + 0.01*rng.ExpFloat64()))
-			}
-			slices.Sort(rtts) // the leases settle fastest first
-			for i, le := range leases {
-				le.ReleaseRTT(rtts[i])
-			}
-			clk.Advance(rtts[len(rtts)-1])
+			fullRound(t, l, clk, true, func(int) time.Duration {
+				return time.Duration(float64(10*time.Millisecond) * c * (1 + 0.01*rng.ExpFloat64()))
+			})
 			if r >= rounds/2 {
 				mean += l.Estimate() / (rounds / 2)
 				least = min(least, l.Estimate())
@@ -258,17 +262,10 @@ func sharedRounds(t *testing.T, cfg Config, rounds int, capacity func(r int) int
 	ratios := make([]float64, rounds)
 	for r := range rounds {
 		c := capacity(r)
-		leases := acquireN(t, l, l.Limit())
-		rtts := make([]time.Duration, len(leases))
-		for i := range rtts {
-			base := float64(20*time.Millisecond) * float64(max(len(leases), c)) / float64(c)
-			rtts[i] = time.Duration(base * (1 + 0.01*math.Abs(rng.NormFloat64())))
-		}
-		slices.Sort(rtts)
-		for i, le := range leases {
-			le.ReleaseRTT(rtts[i])
-		}
-		clk.Advance(rtts[len(rtts)-1])
+		fullRound(t, l, clk, true, func(load int) time.Duration {
+			base := float64(20*time.Millisecond) * float64(max(load, c)) / float64(c)
+			return time.Duration(base * (1 + 0.01*math.Abs(rng.NormFloat64())))
+		})
 		ratios[r] = l.Estimate() / float64(c)
 	}
 	return ratios
