@@ -42,6 +42,20 @@ func newSendRig(t *testing.T, c coord.Coordinator, cfg Config) *sendRig {
 	return r
 }
 
+// newLapseRig is a sendRig on a coordinator that can fail. freeze stands
+// for a process frozen right after an admission: from its call no
+// heartbeat gets through, and it returns once the lease has run out.
+func newLapseRig(t *testing.T) (r *sendRig, fc *failingCoord, freeze func()) {
+	t.Helper()
+	fc = &failingCoord{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	r = newSendRig(t, fc, cfg)
+	return r, fc, func() {
+		fc.fail.Store(true)
+		time.Sleep(cfg.LeaseTTL + cfg.HeartbeatInterval)
+	}
+}
+
 // get sends one request and reads its body, if any, to the end.
 func (r *sendRig) get(t *testing.T) error {
 	t.Helper()
@@ -61,15 +75,8 @@ func (r *sendRig) get(t *testing.T) error {
 // Transport now checks the lease again before sending.
 func TestTransportSendsNothingOnALeaseThatRanOut(t *testing.T) {
 	t.Parallel()
-	fc := &failingCoord{Coordinator: coord.NewMemory(nil)}
-	cfg := testConfig("k", "a")
-	r := newSendRig(t, fc, cfg)
-	// The "freeze": once admitted, no heartbeat gets through until the
-	// lease has run out.
-	r.tr.admitted = func() {
-		fc.fail.Store(true)
-		time.Sleep(cfg.LeaseTTL + cfg.HeartbeatInterval)
-	}
+	r, _, freeze := newLapseRig(t)
+	r.tr.admitted = freeze
 	err := r.get(t)
 	require.ErrorIs(t, err, ErrFenced)
 	require.ErrorContains(t, err, "after the request was admitted; it was not sent")
@@ -87,12 +94,9 @@ func TestTransportSendsNothingOnALeaseThatRanOut(t *testing.T) {
 // whether the lease held without a break since the admission.
 func TestTransportSendsNothingOnALeaseThatRanOutThenRenewed(t *testing.T) {
 	t.Parallel()
-	fc := &failingCoord{Coordinator: coord.NewMemory(nil)}
-	cfg := testConfig("k", "a")
-	r := newSendRig(t, fc, cfg)
+	r, fc, freeze := newLapseRig(t)
 	r.tr.admitted = func() {
-		fc.fail.Store(true)
-		time.Sleep(cfg.LeaseTTL + cfg.HeartbeatInterval) // frozen past the lease
+		freeze()
 		require.True(t, r.n.State().Fenced, "the lease ran out")
 		fc.fail.Store(false)
 		require.Eventually(t, func() bool { return !r.n.State().Fenced }, time.Second, time.Millisecond)
