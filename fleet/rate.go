@@ -318,17 +318,21 @@ func (r *rateState) usedLocked(now time.Time) coord.Rates {
 	return coord.Rates{Requests: clampRate(float64(req)), Tokens: clampRate(float64(tok))}
 }
 
-// correctLocked adds a settled request's correction, actual − estimate,
-// to the log at the second the request was let go, so that the estimate
-// and its correction leave the minute together (the correction first, by
-// at most a heartbeat interval: the estimate went into the second of the
-// report after). A request let go before the log's minute is not
-// corrected. The caller holds r.mu.
-func (r *rateState) correctLocked(sec, diff int64) {
+// correctLocked adds a correction of req requests and tok tokens to the
+// log at the second a request was let go — a settled request's actual −
+// estimate, or a request that was not sent after all — so that the
+// request and its correction leave the minute together (the correction
+// first, by at most a heartbeat interval: the request went into the
+// second of the report after). A request let go before the log's minute
+// is not corrected. The caller holds r.mu.
+func (r *rateState) correctLocked(sec, req, tok int64) {
 	if s := r.slotLocked(sec, r.newest); s != nil {
-		s.tok += diff
+		s.req += req
+		s.tok += tok
 	} else if sec > r.newest {
-		r.sentTok.Add(diff) // let go since the last report: its estimate is not in the log yet
+		// Let go since the last report: it is not in the log yet.
+		r.sentReq.Add(req)
+		r.sentTok.Add(tok)
 	}
 }
 
@@ -515,9 +519,24 @@ func (d *debit) settle(actual int64) error {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
 	}
 	r.mu.Lock()
-	r.correctLocked(d.sec, actual-d.estimate)
+	r.correctLocked(d.sec, 0, actual-d.estimate)
 	r.mu.Unlock()
 	return nil
+}
+
+// cancel gives the debit back, once, for a request that was never sent:
+// both reservations return to the node's buckets (pace.Pacer.Cancel), and
+// the usage the node reports forgets the request and its token estimate.
+// After settle, or a second time, it does nothing.
+func (d *debit) cancel() {
+	if !d.settled.CompareAndSwap(false, true) {
+		return
+	}
+	r := d.node.rate
+	r.pacer.Cancel(time.Now(), d.ticket)
+	r.mu.Lock()
+	r.correctLocked(d.sec, -1, -d.estimate)
+	r.mu.Unlock()
 }
 
 // SettleTokens charges the actual token cost of the request behind resp,
@@ -528,7 +547,10 @@ func (d *debit) settle(actual int64) error {
 // nothing. On a key without a token rate it paces nothing and only
 // corrects the usage reported. It returns an error for a response that
 // came through no fleet Transport, for a nil resp (a request that
-// failed: its estimate stays charged), and for a negative actual.
+// failed: its estimate stays charged, unless Transport never sent it —
+// the lease ran out before the send, or the base transport failed before
+// writing the request's headers — and gave its debit back), and for a
+// negative actual.
 func SettleTokens(resp *http.Response, actual int64) error {
 	if resp == nil {
 		return errors.New("fleet: settle tokens: nil response")

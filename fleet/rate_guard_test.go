@@ -168,6 +168,13 @@ func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gra
 	return c.Coordinator.Heartbeat(ctx, r)
 }
 
+// reportCount returns how many reports got through.
+func (c *failingCoord) reportCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.reports)
+}
+
 // TestRateFencedNodeReportsNoneApplied: a node whose lease ran out (fenced
 // under FailClosed, sending nothing) reports no rate share applied, so
 // that in learning mode, after a failover that lost a peer's newer grant,

@@ -97,6 +97,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if err := t.node.sendErr(le.Admitted()); err != nil {
 		le.Ignore()
+		a.debit.cancel()
 		if req.Body != nil {
 			req.Body.Close()
 		}
@@ -120,6 +121,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			le.Drop()
 		default:
 			le.Ignore()
+		}
+		if !sent.Load() {
+			a.debit.cancel() // the upstream never had the request: it spent none of the rate
 		}
 		cancel()
 		return nil, err

@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,4 +123,98 @@ func TestTransportSendsNothingOnceEvicted(t *testing.T) {
 	}
 	require.ErrorIs(t, r.get(t), ErrEvicted)
 	require.EqualValues(t, 1, r.sent.Load(), "an evicted node sent a request")
+}
+
+// rateRequest returns a GET to the unroutable test address whose context
+// carries a token estimate of tokens.
+func rateRequest(t *testing.T, tokens int64) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(WithTokens(t.Context(), tokens), http.MethodGet, "http://127.0.0.1:1/", nil)
+	require.NoError(t, err)
+	return req
+}
+
+// tokenLevel returns what the node's token bucket holds now.
+func tokenLevel(n *Node) float64 {
+	_, tokens := n.rate.pacer.Levels(time.Now())
+	return tokens
+}
+
+// waitForTokenShare sends one request of 1 token through n, so that it
+// asks for a share of the key's token rate, and waits until it paces
+// tokens at the share granted.
+func waitForTokenShare(t *testing.T, n *Node) {
+	t.Helper()
+	le, err := n.Acquire(WithTokens(t.Context(), 1))
+	require.NoError(t, err)
+	le.Release()
+	require.Eventually(t, func() bool { return n.Rates().Share.Tokens > 0 }, 5*time.Second, time.Millisecond)
+}
+
+// TestTransportRefundsTheRateOfARequestItDidNotSend: a request that
+// Transport admits, debiting its token estimate from the node's bucket,
+// and then does not send because the lease ran out meanwhile never reached
+// the upstream. Its debit stayed spent: the bucket was 99 tokens in debt
+// for a request that cost nothing, and the usage reported counted it. It
+// is given back now.
+func TestTransportRefundsTheRateOfARequestItDidNotSend(t *testing.T) {
+	t.Parallel()
+	// 60 tokens a minute: the node's bucket holds about 1 token, so a
+	// request estimated at 100 goes once it is full and leaves it about
+	// 99 in debt.
+	fc := &failingCoord{Coordinator: rateKey(t, 6000, 60)}
+	cfg := testConfig("k", "a")
+	r := newSendRig(t, fc, cfg)
+	waitForTokenShare(t, r.n)
+	r.tr.admitted = func() {
+		fc.fail.Store(true)
+		time.Sleep(cfg.LeaseTTL + cfg.HeartbeatInterval)
+	}
+	_, err := r.client.Do(rateRequest(t, 100))
+	require.ErrorIs(t, err, ErrFenced)
+	require.EqualValues(t, 1, r.sent.Load())
+	require.GreaterOrEqual(t, tokenLevel(r.n), 0.0, "the unsent request's 100 tokens are back in the bucket")
+
+	r.tr.admitted = nil
+	fc.fail.Store(false)
+	require.Eventually(t, func() bool { return !r.n.State().Fenced }, 5*time.Second, time.Millisecond)
+	reports := fc.reportCount()
+	require.Eventually(t, func() bool { return fc.reportCount() > reports }, 5*time.Second, time.Millisecond)
+	require.Equal(t, coord.Rates{Requests: 2, Tokens: 1}, r.n.Rates().Used,
+		"the usage reported counts the two requests sent and their one token")
+}
+
+// TestTransportRefundsTheRateOfARequestThatFailedBeforeItWasSent: a base
+// transport that fails before the request's headers are written (a refused
+// connection) sent nothing upstream, and the request's debit comes back;
+// one that fails after writing them keeps it spent, since the upstream
+// may have counted the request.
+func TestTransportRefundsTheRateOfARequestThatFailedBeforeItWasSent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		written bool
+	}{{"before the headers", false}, {"after the headers", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig("k", "a")
+			cfg.AbandonedHold = 50 * time.Millisecond // the abandoned slot's hold, which Stop waits for
+			n := startNode(t, rateKey(t, 6000, 60), cfg)
+			waitForTokenShare(t, n)
+			client := &http.Client{Transport: n.Transport(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if tc.written {
+					httptrace.ContextClientTrace(req.Context()).WroteHeaders()
+				}
+				return nil, errors.New("connection reset by peer")
+			}))}
+			_, err := client.Do(rateRequest(t, 100))
+			require.ErrorContains(t, err, "connection reset by peer")
+			if tc.written {
+				require.Less(t, tokenLevel(n), -50.0, "a request that may have reached the upstream keeps its debit")
+			} else {
+				require.GreaterOrEqual(t, tokenLevel(n), 0.0, "a request that never left keeps no debit")
+				require.Zero(t, n.State().Inflight, "nor its slot")
+			}
+		})
+	}
 }
