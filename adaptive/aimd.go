@@ -58,8 +58,11 @@ func (l *Limiter) slowStartStep(load int) {
 // shown no limit yet. Near the capacity last hit the probes stay clocked
 // by round trips alone. No admission or a drop since the previous call,
 // a pause (PauseUntil), another law, AIMDProbe 0 or a recalibration under
-// way make it do nothing: only requests this limiter sent, and that were
-// not refused, say there was room.
+// way make it move no estimate: only requests this limiter sent, and that
+// were not refused, say there was room. Under any law it also gives back
+// the slots of a cut that are due, and a call with no drop since the
+// previous one counts towards forgetting the level last refused (see
+// SetCeiling).
 //
 // The round trip is the only clock of the law otherwise, and it can be
 // long — a request that takes seconds — while an upstream that refuses
@@ -72,7 +75,21 @@ func (l *Limiter) ProbeTick() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	calm := l.drops == l.tickDrops && l.tickAdmitted
+	if l.drops == l.tickDrops && l.refused > 0 {
+		if l.refusedCalm++; l.refusedCalm >= cutRecovery {
+			// Refused long ago: the fleet may have moved since.
+			l.refused = 0
+			l.cut -= l.absorbed
+			l.absorbed = 0
+			l.dispatch(now)
+		}
+	}
 	l.tickDrops, l.tickAdmitted = l.drops, false
+	if l.giveDue && l.cut > 0 {
+		l.pace(now)
+		l.giveBack()
+		l.dispatch(now)
+	}
 	if !calm || l.law.law != AIMD || l.law.aimdProbe == 0 || l.recal.active() || l.paused(now) {
 		return
 	}

@@ -34,7 +34,21 @@ import (
 // below it, holds, and at a drop after the last give-back held. The cut
 // never takes the last slot of a non-zero ceiling, and a new ceiling
 // lower than the last absorbs as much of the cut as it lowers and sets
-// the wait to 5 again, counted from the last drop. The ceiling is also
+// the wait to 5 again, counted from the last drop. A higher ceiling
+// raises the room, n − cut, no further than one slot under the weight
+// that was in flight at the last drop (the refused request included),
+// and a give-back takes the room past that level one slot at a time: a
+// fleet node's share rises when the fleet's limit does, whatever the
+// upstream did, and the upstream had just refused that level. The level
+// is forgotten once a give-back to it holds, after 5 ProbeTicks with no
+// drop between them — which also give back at once the slots the higher
+// ceilings were held back by, since with requests longer than the
+// heartbeat no round trip would — at a ceiling of 0 and at ClearCeiling. With a fleet
+// limit set (SetFleetLimit), a give-back that is due waits for the next
+// ProbeTick, or for 20 round trips without one: the upstream answers
+// the fleet's requests together, so the nodes' round trips end together,
+// and give-backs made there would be refused together; the nodes' grants
+// come at their own heartbeats' phases. The ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
 // flight above it, not even that of a request admitted alone above the
 // limit, and a waiter heavier than it waits without blocking the others
@@ -58,10 +72,28 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	n = max(n, 0)
-	if l.hasCeiling && n < l.ceiling {
-		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
-		l.restartCutRecovery()
+	if n == 0 {
+		l.refused = 0 // nothing admitted: the level refused before says nothing of the next share
 	}
+	switch {
+	case l.hasCeiling && n < l.ceiling:
+		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
+		l.absorbed = max(l.absorbed-(l.ceiling-n), 0) // what higher ceilings added first
+		l.restartCutRecovery()
+	case l.hasCeiling && n > l.ceiling && l.refused > 0:
+		// A higher ceiling takes the room no further than one slot
+		// under the level last refused; the rest comes back by
+		// give-backs.
+		room := min(n, max(l.ceiling-l.cut, l.refused-1, 1))
+		if l.cutHit >= 0 {
+			l.cutHit += n - l.ceiling // the room it was refused at stays where it was
+		}
+		if cut := max(l.cut, n-room); cut > l.cut {
+			l.absorbed += cut - l.cut
+			l.cut = cut
+		}
+	}
+	l.absorbed = min(l.absorbed, l.cut)
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.pace(now)
@@ -76,7 +108,7 @@ func (l *Limiter) ClearCeiling() {
 	l.mu.Lock()
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
-	l.cut = 0
+	l.cut, l.refused, l.absorbed = 0, 0, 0
 	l.restartCutRecovery()
 	l.dispatch(now)
 	l.mu.Unlock()

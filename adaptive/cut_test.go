@@ -84,9 +84,9 @@ func TestDropTakesTheLimitToTheInflight(t *testing.T) {
 		leases[0].Drop()
 		require.Equal(t, 49, l.Limit())
 		l.SetCeiling(150) // the next share, before the rest of the burst
-		require.Equal(t, 99, l.Limit())
+		require.Equal(t, 49, l.Limit(), "refused at 50 in flight: a higher share leaves the room where it is")
 		leases[1].Drop()
-		require.Equal(t, 98, l.Limit(), "sent before the backoff: one slot")
+		require.Equal(t, 48, l.Limit(), "sent before the backoff: one slot")
 		releaseAll(leases[2:])
 	})
 	t.Run("odd share", func(t *testing.T) {
@@ -254,7 +254,10 @@ func TestLowerCeilingAbsorbsTheCut(t *testing.T) {
 	l.SetCeiling(5)
 	require.Equal(t, 5, l.Limit(), "a share lower than the cut absorbs it all")
 	l.SetCeiling(9)
-	require.Equal(t, 9, l.Limit())
+	require.Equal(t, 5, l.Limit(), "a higher share after a refusal comes back by give-backs")
+	l.SetCeiling(0)
+	l.SetCeiling(9)
+	require.Equal(t, 9, l.Limit(), "a share after a ceiling of 0 is the node's at once")
 	l.ClearCeiling()
 	require.Equal(t, int(l.Estimate()), l.Limit(), "no ceiling, no cut")
 }

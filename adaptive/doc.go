@@ -138,9 +138,14 @@
 // after a drop or a lower ceiling), but never past the cut a refused
 // give-back last left, which is tried one slot at a time; the wait after
 // a drop doubles each time a give-back is refused before it held and is 5
-// again once a give-back to the cut last refused holds. With
-// SetFleetLimit, the backoff also takes the estimate down to the fleet's
-// limit less the slots cut. With Config.MaxHealthyRTT set, a released
+// again once a give-back to the cut last refused holds. A higher
+// ceiling after a drop raises the limit no further than one slot under
+// the in-flight the drop was refused at; give-backs take it past that
+// level one slot at a time, until one there holds (or 5 calm
+// ProbeTicks pass). With SetFleetLimit, the backoff also takes the
+// estimate down to the fleet's limit less the slots cut, and a give-back
+// waits for the node's next grant (ProbeTick), so that nodes whose round
+// trips the upstream ends together do not give back together. With Config.MaxHealthyRTT set, a released
 // sample slower than it counts as a drop. RetryAfter and PauseUntil
 // refuse all admission until the given time.
 //

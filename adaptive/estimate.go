@@ -140,6 +140,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			l.cut = max(l.cut, l.ceiling-held)
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
+		l.refused, l.refusedCalm = held, 0
 		if climbed {
 			// The climb is over: what is left of the limit is the
 			// node's to refill, and a drop while it drains is not
@@ -149,6 +150,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
 		l.cutStep = 1
+		l.giveDue = false
 	}
 	bound := math.Inf(1)
 	if l.fleetLimit > 0 && l.cut > 0 {
@@ -269,6 +271,9 @@ func (l *Limiter) recoverCut() {
 			// What was given back held: give back twice as much
 			// next time.
 			l.cutStep = min(2*l.cutStep, maxCutStep)
+			if l.refused > 0 && l.ceiling-l.cut >= l.refused {
+				l.refused = 0 // the level last refused holds now
+			}
 			if l.cut <= l.cutHit {
 				// At or below the cut last refused: the ceiling is
 				// not too high there any more.
@@ -286,20 +291,49 @@ func (l *Limiter) recoverCut() {
 		return
 	}
 	l.cutCalm++
-	if l.cutCalm >= l.cutWait && (l.cutGiven == noneGiven || l.cutGiven >= l.holdRounds()) {
-		give := l.cutStep
-		if l.cut > l.cutHit {
-			// Above the cut at which a give-back was last refused:
-			// come back to just above it, then try it one slot at a
-			// time.
-			give = min(give, max(l.cut-l.cutHit-1, 1))
-		}
-		l.cut = max(l.cut-give, 0)
-		if l.cutGiven == noneGiven {
-			l.cutFrom, l.cutUntil = l.admits+1, math.MaxUint64
-		}
-		l.cutGiven = 0
+	if l.cutCalm < l.cutWait || l.cutGiven != noneGiven && l.cutGiven < l.holdRounds() {
+		return
 	}
+	if l.fleetLimit > 0 {
+		// A fleet node gives back at its next grant (see ProbeTick):
+		// the upstream answers the nodes' requests together, so
+		// their round trips end together, and give-backs made there
+		// would all be refused at once. Its grants come at its own
+		// heartbeat's phase. A node that hears no grant for
+		// giveDueRounds round trips gives back anyway.
+		if !l.giveDue {
+			l.giveDue, l.giveWaited = true, 0
+			return
+		}
+		if l.giveWaited++; l.giveWaited < giveDueRounds {
+			return
+		}
+	}
+	l.giveBack()
+}
+
+// giveBack returns cutStep slots of the cut (see recoverCut), fewer near
+// the levels last refused: above the cut at which a give-back was last
+// refused (cutHit) it comes back to just above it, then tries it one slot
+// at a time; and it takes the room, ceiling − cut, no further than one
+// slot under the weight in flight at the last drop (refused), or one slot
+// past that at a time. The caller holds l.mu and has checked that
+// cut > 0.
+func (l *Limiter) giveBack() {
+	l.giveDue = false
+	give := l.cutStep
+	if l.cut > l.cutHit {
+		give = min(give, max(l.cut-l.cutHit-1, 1))
+	}
+	if l.refused > 0 {
+		give = min(give, max(l.refused-1-(l.ceiling-l.cut), 1))
+	}
+	l.cut = max(l.cut-give, 0)
+	l.absorbed = min(l.absorbed, l.cut)
+	if l.cutGiven == noneGiven {
+		l.cutFrom, l.cutUntil = l.admits+1, math.MaxUint64
+	}
+	l.cutGiven = 0
 }
 
 // holdRounds is how many round trips without a drop a give-back takes
@@ -326,6 +360,7 @@ func (l *Limiter) closeCutWindow() {
 // l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
+	l.giveDue = false
 	l.closeCutWindow()
 	if l.cut == 0 {
 		l.cutLag = 0 // no cut left: the recovery is over

@@ -34,6 +34,11 @@ type Limiter struct {
 	cutGiven     int       // round trips since the last give-back; noneGiven if none since the last drop
 	cutHit       int       // the cut a give-back left when it was refused before it held; -1 if none
 	cutStep      int       // slots the next give-back returns (see recoverCut)
+	giveDue      bool      // a give-back waits for the next ProbeTick (see recoverCut)
+	giveWaited   int       // round trips it has waited
+	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
+	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
+	refusedCalm  int       // ProbeTicks without a drop since then
 	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
 	cutUntil     uint64    // math.MaxUint64 while they still are
 	cutClosed    uint64    // the round in which they stopped coming back
@@ -328,3 +333,10 @@ const (
 	maxCutStep  = 32
 	noneGiven   = 1 << 30
 )
+
+// giveDueRounds is how many round trips a fleet node's give-back that is
+// due waits for a ProbeTick before it is made at a round trip (see
+// recoverCut): longer than a heartbeat interval at any request rate
+// where round trips are shorter than heartbeats, so that grants, not
+// round trips, time the give-backs.
+const giveDueRounds = 4 * cutRecovery

@@ -292,9 +292,13 @@ refused less than a no-load round trip after it, and 5 clean round trips give on
 holds for 5 more twice as many as the one before, but never past the
 cut a refused give-back last left; the wait doubles each time a
 give-back is refused before it held, 5 again once a give-back to the cut
-last refused holds); a 429 keeps its slot until a served request's
+last refused holds); a share that rises after a 429 is taken up only to
+one slot under the in-flight the 429 came at, and past it one give-back
+slot at a time (the level is forgotten once a give-back there holds, or
+after 5 grants without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
-estimate down to L_global less the slots cut (SetFleetLimit); and each
+estimate down to L_global less the slots cut, and its give-backs wait
+for its next grant (SetFleetLimit); and each
 grant after requests of the node's own and no 429 since the last counts
 as a round trip for the slow start, and for the probe while the estimate
 is above the level the last backoff came down from (ProbeTick).

@@ -1,0 +1,160 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// cleanRounds completes n round trips of one request each, 1 ms apart.
+func cleanRounds(t *testing.T, l *Limiter, clk *fakeClock, n int) {
+	t.Helper()
+	for range n {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Release()
+	}
+}
+
+// refusedAtTen returns a limiter under a ceiling of 10 that was refused
+// with 10 in flight: its limit is 9.
+func refusedAtTen(t *testing.T, cfg Config) (*Limiter, *fakeClock) {
+	t.Helper()
+	l, clk := newTestLimiter(t, cfg)
+	l.SetCeiling(10)
+	leases := acquireN(t, l, 10)
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	for _, le := range leases[1:] {
+		le.Ignore() // no round trip
+	}
+	require.Equal(t, 9, l.Limit())
+	return l, clk
+}
+
+// TestAHigherShareStopsUnderTheLevelLastRefused: a fleet node's share
+// rises because L_global rose, whatever the upstream did; a node refused
+// with 10 in flight that took a share of 14 at once sent 4 more requests
+// into an upstream that had just refused the 10th, and four nodes doing
+// so at their grants put 1.2·C on it (section 3 of the benchmarks). The
+// room now rises no further than one slot under the level refused; the
+// rest comes back by give-backs, one slot past that level at a time,
+// then doubling once a give-back there holds.
+func TestAHigherShareStopsUnderTheLevelLastRefused(t *testing.T) {
+	t.Parallel()
+	l, clk := refusedAtTen(t, Config{InitialLimit: 100})
+	l.SetCeiling(14)
+	require.Equal(t, 9, l.Limit(), "the room stays one slot under the 10 refused")
+	cleanRounds(t, l, clk, cutRecovery)
+	require.Equal(t, 10, l.Limit(), "a give-back to the level refused: one slot")
+	cleanRounds(t, l, clk, cutRecovery)
+	require.Equal(t, 12, l.Limit(), "it held: the level is forgotten and the next give-back returns two")
+	cleanRounds(t, l, clk, cutRecovery)
+	require.Equal(t, 14, l.Limit())
+}
+
+// TestAHigherShareBelowTheLevelRefusedIsTakenAtOnce: a share lowered
+// after the refusal and raised again comes back at once up to one slot
+// under the level refused.
+func TestAHigherShareBelowTheLevelRefusedIsTakenAtOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := refusedAtTen(t, Config{InitialLimit: 100})
+	l.SetCeiling(5)
+	require.Equal(t, 5, l.Limit())
+	l.SetCeiling(20)
+	require.Equal(t, 9, l.Limit())
+	l.ClearCeiling()
+	l.SetCeiling(10)
+	l.SetCeiling(20)
+	require.Equal(t, 20, l.Limit(), "ClearCeiling forgets the level refused")
+}
+
+// TestAFleetNodeGivesBackAtItsGrant: the upstream answers the fleet's
+// requests together, so the nodes' round trips end together, and
+// give-backs made there were all refused at once. A node under a fleet
+// limit gives back at its next grant (ProbeTick) instead, at its own
+// heartbeat's phase — or, with no grant for giveDueRounds round trips,
+// at a round trip anyway.
+func TestAFleetNodeGivesBackAtItsGrant(t *testing.T) {
+	t.Parallel()
+	for _, tick := range []bool{true, false} {
+		l, clk := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+		l.SetFleetLimit(40)
+		cleanRounds(t, l, clk, cutRecovery)
+		require.Equal(t, 9, l.Limit(), "due, not given back at the round trip")
+		if tick {
+			l.ProbeTick()
+			require.Equal(t, 10, l.Limit(), "given back at the grant")
+			continue
+		}
+		cleanRounds(t, l, clk, giveDueRounds-1)
+		require.Equal(t, 9, l.Limit())
+		cleanRounds(t, l, clk, 1)
+		require.Equal(t, 10, l.Limit(), "no grant came: given back at a round trip")
+	}
+}
+
+// TestTheLevelRefusedIsForgottenAfterCalmGrants: cutRecovery grants with
+// no drop since the previous one forget the level refused — the fleet's
+// shares may have moved since — and a higher share is then the node's at
+// once.
+func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
+	t.Parallel()
+	l, _ := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+	l.SetFleetLimit(40)
+	l.ProbeTick() // the drop came since the last tick: not calm
+	for range cutRecovery - 1 {
+		l.ProbeTick()
+	}
+	l.SetCeiling(14)
+	require.Equal(t, 9, l.Limit(), "four calm grants: the level holds")
+	l.SetCeiling(10)
+	l.ProbeTick()
+	l.SetCeiling(14)
+	require.Equal(t, 13, l.Limit(), "five: forgotten, the raise passes (the cut of 1 stays)")
+}
+
+// TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
+// give-back after a drop, each one after a give-back held (the second
+// returns two slots).
+func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+	l.SetFleetLimit(40)
+	l.SetCeiling(10)
+	for range 4 {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Drop()
+	}
+	require.Equal(t, 6, l.Limit())
+	for _, want := range []int{7, 9} {
+		before := l.Limit()
+		cleanRounds(t, l, clk, cutRecovery)
+		require.Equal(t, before, l.Limit(), "due at the round trip, not given back there")
+		l.ProbeTick()
+		require.Equal(t, want, l.Limit(), "given back at the grant")
+	}
+}
+
+// TestCalmGrantsReturnWhatHigherSharesWereHeldBackBy: with requests
+// longer than the heartbeat no round trip gives a cut back, so slots a
+// higher share was held back by would stay held back for good; the calm
+// grants that forget the level refused give them back at once, and leave
+// the drop's own cut to give-backs.
+func TestCalmGrantsReturnWhatHigherSharesWereHeldBackBy(t *testing.T) {
+	t.Parallel()
+	l, _ := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+	l.SetFleetLimit(40)
+	l.SetCeiling(14)
+	require.Equal(t, 9, l.Limit())
+	for range cutRecovery {
+		l.ProbeTick()
+	}
+	require.Equal(t, 9, l.Limit(), "the first tick came after the drop")
+	l.ProbeTick()
+	require.Equal(t, 13, l.Limit(), "the 4 slots held back come back; the drop's cut of 1 stays")
+}
