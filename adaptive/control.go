@@ -77,7 +77,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	}
 	switch {
 	case l.hasCeiling && n < l.ceiling:
-		l.cut = max(l.cut-(l.ceiling-n), 0) // a lower ceiling absorbs the cut
+		l.cut = max(l.cut-(l.ceiling-n), 0)           // a lower ceiling absorbs the cut
 		l.absorbed = max(l.absorbed-(l.ceiling-n), 0) // what higher ceilings added first
 		l.restartCutRecovery()
 	case l.hasCeiling && n > l.ceiling && l.refused > 0:
