@@ -77,10 +77,7 @@ func (l *Limiter) ProbeTick() {
 	calm := l.drops == l.tickDrops && l.tickAdmitted
 	if l.drops == l.tickDrops && l.refused > 0 {
 		if l.refusedCalm++; l.refusedCalm >= cutRecovery {
-			// Refused long ago: the fleet may have moved since.
-			l.refused = 0
-			l.cut -= l.absorbed
-			l.absorbed = 0
+			l.forgetRefused() // refused long ago: the fleet may have moved since
 			l.dispatch(now)
 		}
 	}

@@ -40,10 +40,11 @@ import (
 // and a give-back takes the room past that level one slot at a time: a
 // fleet node's share rises when the fleet's limit does, whatever the
 // upstream did, and the upstream had just refused that level. The level
-// is forgotten once a give-back to it holds, after 5 ProbeTicks with no
-// drop between them — which also give back at once the slots the higher
-// ceilings were held back by, since with requests longer than the
-// heartbeat no round trip would — at a ceiling of 0 and at ClearCeiling. With a fleet
+// is forgotten once a give-back to it holds, and — giving back at once
+// the slots the higher ceilings were held back by, since with requests
+// longer than the heartbeat no round trip would — after 5 ProbeTicks with
+// no drop between them, at a ceiling of 0 or one set after the last
+// expired, and at ClearCeiling; a drop while the ceiling is 0 sets none. With a fleet
 // limit set (SetFleetLimit), a give-back that is due waits for the next
 // ProbeTick, or for 20 round trips without one: the upstream answers
 // the fleet's requests together, so the nodes' round trips end together,
@@ -72,8 +73,11 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	n = max(n, 0)
-	if n == 0 {
-		l.refused = 0 // nothing admitted: the level refused before says nothing of the next share
+	l.pace(now)
+	if n == 0 || l.ceilingExpired(now) {
+		// Nothing admitted: the level refused before says nothing
+		// of the next share.
+		l.forgetRefused()
 	}
 	switch {
 	case l.hasCeiling && n < l.ceiling:
@@ -94,7 +98,6 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 		}
 	}
 	l.absorbed = min(l.absorbed, l.cut)
-	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.pace(now)
 	l.dispatch(now)

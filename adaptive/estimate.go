@@ -140,7 +140,11 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			l.cut = max(l.cut, l.ceiling-held)
 		}
 		l.cut = min(l.cut+step, max(l.ceiling-1, 0))
-		l.refused, l.refusedCalm = held, 0
+		if l.ceiling > 0 {
+			// The slots higher ceilings were held back by are now
+			// the cut of a refusal below them.
+			l.refused, l.refusedCalm, l.absorbed = held, 0, 0
+		}
 		if climbed {
 			// The climb is over: what is left of the limit is the
 			// node's to refill, and a drop while it drains is not
@@ -272,7 +276,9 @@ func (l *Limiter) recoverCut() {
 			// next time.
 			l.cutStep = min(2*l.cutStep, maxCutStep)
 			if l.refused > 0 && l.ceiling-l.cut >= l.refused {
-				l.refused = 0 // the level last refused holds now
+				// The level last refused holds now; what is left
+				// of the cut comes back by give-backs.
+				l.refused, l.absorbed = 0, 0
 			}
 			if l.cut <= l.cutHit {
 				// At or below the cut last refused: the ceiling is
@@ -350,6 +356,13 @@ func (l *Limiter) closeCutWindow() {
 	if l.cutUntil == math.MaxUint64 {
 		l.cutUntil, l.cutClosed = l.admits+1, l.round
 	}
+}
+
+// forgetRefused forgets the level last refused (see SetCeiling) and gives
+// back the slots higher ceilings were held back by. The caller holds l.mu.
+func (l *Limiter) forgetRefused() {
+	l.cut -= l.absorbed
+	l.refused, l.absorbed = 0, 0
 }
 
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in

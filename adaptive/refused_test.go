@@ -158,3 +158,83 @@ func TestCalmGrantsReturnWhatHigherSharesWereHeldBackBy(t *testing.T) {
 	l.ProbeTick()
 	require.Equal(t, 13, l.Limit(), "the 4 slots held back come back; the drop's cut of 1 stays")
 }
+
+// TestAHigherShareKeepsThePacedRoom: the raise is held back under the
+// level refused, and the paced room already earned stays: a node refused
+// at 10 with 9 in flight keeps 9 in flight through a share raised to 20.
+// Held back before the pacing bound was taken, the raise pinned that
+// bound at 0 for a moment, the node could refill only half its room, and
+// the next refusal ended a "climb" there, halving it.
+func TestAHigherShareKeepsThePacedRoom(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	leases := acquireN(t, l, 10)
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	leases = leases[1:]
+	require.Equal(t, 9, l.Limit())
+	l.SetCeiling(20)
+	require.Equal(t, 9, l.Limit())
+	for range 5 {
+		clk.Advance(time.Millisecond)
+		leases[0].Release()
+		leases = append(leases[1:], acquireN(t, l, 1)...)
+	}
+	_, ok := l.TryAcquire()
+	require.False(t, ok)
+	require.Equal(t, 9, l.Snapshot().Inflight, "the room of 9 stays in use")
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	require.Equal(t, 8, l.Limit(), "a refusal there takes one slot")
+	releaseAll(leases[1:])
+}
+
+// TestARefusalTurnsTheHeldBackSlotsIntoItsCut: slots a higher share was
+// held back by, then partly given back, belong to the cut of the next
+// refusal: calm grants after it do not hand them all back at once, past
+// the level just refused.
+func TestARefusalTurnsTheHeldBackSlotsIntoItsCut(t *testing.T) {
+	t.Parallel()
+	l, clk := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+	l.SetCeiling(20)
+	require.Equal(t, 9, l.Limit())
+	for l.Limit() < 12 {
+		cleanRounds(t, l, clk, 1) // the give-backs: 1, then 2 once it held
+	}
+	leases := acquireN(t, l, l.Limit())
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	refusedAt := len(leases)
+	for range cutRecovery + 1 {
+		l.ProbeTick()
+	}
+	require.Less(t, l.Limit(), refusedAt, "no room past the level just refused without a give-back")
+	for _, le := range leases[1:] {
+		le.Ignore()
+	}
+}
+
+// TestADropUnderACeilingOfZeroSetsNoLevel: a refusal of a request sent
+// before the ceiling fell to 0 (a fenced node) says nothing of the share
+// that follows, and a ceiling set after the last expired starts afresh.
+func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetCeiling(10)
+	leases := acquireN(t, l, 10)
+	l.SetCeiling(0)
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	for _, le := range leases[1:] {
+		le.Ignore()
+	}
+	l.SetCeiling(14)
+	require.Equal(t, 14, l.Limit())
+
+	l, clk = refusedAtTen(t, Config{InitialLimit: 100})
+	l.SetCeilingUntil(10, clk.Now().Add(time.Second))
+	clk.Advance(2 * time.Second)
+	l.SetCeilingUntil(14, clk.Now().Add(time.Second))
+	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
+}

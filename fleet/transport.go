@@ -65,7 +65,12 @@ import (
 //     A timeout before the response's headers counts as a drop at once;
 //     after them nothing does (a caller's own deadline mid-stream, or a
 //     user pressing stop, is no overload signal). A request that failed
-//     before it was sent frees its slot at once.
+//     before it was sent frees its slot at once and gives back its debit
+//     from the node's rate shares, as does one not sent for ErrEvicted or
+//     ErrFenced. "Sent" means that base reported writing the request's
+//     headers through net/http/httptrace (WroteHeaders), as
+//     http.Transport does; with a base that never reports it, every
+//     failed request counts as not sent.
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
