@@ -44,12 +44,13 @@ import (
 // the slots the higher ceilings were held back by, since with requests
 // longer than the heartbeat no round trip would — after 5 ProbeTicks with
 // no drop between them, at a ceiling of 0 or one set after the last
-// expired, and at ClearCeiling; a drop while the ceiling is 0 sets none. With a fleet
-// limit set (SetFleetLimit), a give-back that is due waits for the next
-// ProbeTick, or for 20 round trips without one: the upstream answers
-// the fleet's requests together, so the nodes' round trips end together,
-// and give-backs made there would be refused together; the nodes' grants
-// come at their own heartbeats' phases. The ceiling is also
+// expired, and at ClearCeiling; a drop while the ceiling is 0 sets none.
+// With a fleet limit set (SetFleetLimit), a give-back that is due waits
+// for the next ProbeTick, or for 20 round trips without one: the
+// upstream answers the fleet's requests together, so the nodes' round
+// trips end together, and give-backs made there would be refused
+// together; the nodes' grants come at their own heartbeats' phases. The
+// ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
 // flight above it, not even that of a request admitted alone above the
 // limit, and a waiter heavier than it waits without blocking the others

@@ -23,15 +23,23 @@ func cleanRounds(t *testing.T, l *Limiter, clk *fakeClock, n int) {
 func refusedAtTen(t *testing.T, cfg Config) (*Limiter, *fakeClock) {
 	t.Helper()
 	l, clk := newTestLimiter(t, cfg)
+	for _, le := range refuseAtTen(t, l, clk) {
+		le.Ignore() // no round trip
+	}
+	return l, clk
+}
+
+// refuseAtTen sets l's ceiling to 10, fills it and drops one lease a
+// millisecond later, leaving the limit at 9; it returns the 9 leases
+// still held.
+func refuseAtTen(t *testing.T, l *Limiter, clk *fakeClock) []Lease {
+	t.Helper()
 	l.SetCeiling(10)
 	leases := acquireN(t, l, 10)
 	clk.Advance(time.Millisecond)
 	leases[0].Drop()
-	for _, le := range leases[1:] {
-		le.Ignore() // no round trip
-	}
 	require.Equal(t, 9, l.Limit())
-	return l, clk
+	return leases[1:]
 }
 
 // TestAHigherShareStopsUnderTheLevelLastRefused: a fleet node's share
@@ -168,12 +176,7 @@ func TestCalmGrantsReturnWhatHigherSharesWereHeldBackBy(t *testing.T) {
 func TestAHigherShareKeepsThePacedRoom(t *testing.T) {
 	t.Parallel()
 	l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
-	l.SetCeiling(10)
-	leases := acquireN(t, l, 10)
-	clk.Advance(time.Millisecond)
-	leases[0].Drop()
-	leases = leases[1:]
-	require.Equal(t, 9, l.Limit())
+	leases := refuseAtTen(t, l, clk)
 	l.SetCeiling(20)
 	require.Equal(t, 9, l.Limit())
 	for range 5 {
