@@ -62,12 +62,17 @@ import (
 //     closed or failing before its end (and not ending within the read
 //     above) — may still run at the upstream: its slot stays held for
 //     Config.AbandonedHold (no longer than the bound).
-//     A timeout before the response's headers counts as a drop at once;
-//     after them nothing does (a caller's own deadline mid-stream, or a
-//     user pressing stop, is no overload signal). A request that failed
-//     before it was sent frees its slot at once and gives back its debit
-//     from the node's rate shares, as does one not sent for ErrEvicted or
-//     ErrFenced. "Sent" means that base reported writing the request's
+//     A timeout before the response's headers counts as a drop at once
+//     if the request had the upstream's time: at least twice the
+//     limiter's RTTNoload since it was sent. One sent with less — its
+//     caller's deadline spent waiting for admission — says nothing of
+//     the upstream's load, and counting it would feed a spiral: a lower
+//     limit, longer waits, less time left, more timeouts. After the
+//     headers nothing counts as a drop (a caller's own deadline
+//     mid-stream, or a user pressing stop, is no overload signal). A
+//     request that failed before it was sent frees its slot at once and
+//     gives back its debit from the node's rate shares, as does one not
+//     sent for ErrEvicted or ErrFenced. "Sent" means that base reported writing the request's
 //     headers through net/http/httptrace (WroteHeaders), as
 //     http.Transport does; with a base that never reports it, every
 //     failed request counts as not sent.
@@ -118,7 +123,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		drop := isTimeout(err) || pastDeadline(ctx)
+		drop := (isTimeout(err) || pastDeadline(ctx)) && t.hadItsTime(start)
 		switch {
 		case sent.Load():
 			abandon(le, drop, bound, cfg.AbandonedHold)
@@ -252,6 +257,13 @@ func (b *leaseBody) release() {
 		b.stop()
 	}
 	b.cancel()
+}
+
+// hadItsTime reports whether a request sent at start and timing out now
+// had the upstream's time: at least twice its no-load round trip (the
+// limiter's RTTNoload; any time while none is known).
+func (t *transport) hadItsTime(start time.Time) bool {
+	return time.Since(start) >= 2*t.node.lim.RTTNoload()
 }
 
 // pastDeadline reports whether ctx's deadline has passed. http.Client's
