@@ -62,17 +62,19 @@ import (
 //     closed or failing before its end (and not ending within the read
 //     above) — may still run at the upstream: its slot stays held for
 //     Config.AbandonedHold (no longer than the bound).
-//     A timeout before the response's headers counts as a drop at once
-//     if the request had the upstream's time: at least twice the
-//     limiter's RTTNoload since it was sent. One sent with less — its
-//     caller's deadline spent waiting for admission — says nothing of
+//     A timeout before the response's headers counts as a drop at once,
+//     unless the admission wait took the request's time: it arrived
+//     with at least twice the limiter's RTTNoload left of its context's
+//     deadline and was admitted with less. Its timeout says nothing of
 //     the upstream's load, and counting it would feed a spiral: a lower
-//     limit, longer waits, less time left, more timeouts. After the
-//     headers nothing counts as a drop (a caller's own deadline
-//     mid-stream, or a user pressing stop, is no overload signal). A
+//     limit, longer waits, less time left, more timeouts. Such a
+//     request admitted with less than one RTTNoload left is not sent at
+//     all: it fails with ErrLate. After the headers nothing counts as a
+//     drop (a caller's own deadline mid-stream, or a user pressing
+//     stop, is no overload signal). A
 //     request that failed before it was sent frees its slot at once and
 //     gives back its debit from the node's rate shares, as does one not
-//     sent for ErrEvicted or ErrFenced. "Sent" means that base reported writing the request's
+//     sent for ErrEvicted, ErrFenced or ErrLate. "Sent" means that base reported writing the request's
 //     headers through net/http/httptrace (WroteHeaders), as
 //     http.Transport does; with a base that never reports it, every
 //     failed request counts as not sent.
@@ -94,6 +96,7 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	arrived := time.Now()
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
 	if err != nil {
@@ -105,7 +108,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.admitted != nil {
 		t.admitted()
 	}
-	if err := t.node.sendErr(le.Admitted()); err != nil {
+	err = t.node.sendErr(le.Admitted())
+	late := false
+	if err == nil {
+		late, err = t.lateness(req.Context(), arrived)
+	}
+	if err != nil {
 		le.Ignore()
 		a.debit.cancel()
 		if req.Body != nil {
@@ -123,7 +131,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		drop := (isTimeout(err) || pastDeadline(ctx)) && t.hadItsTime(start)
+		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		switch {
 		case sent.Load():
 			abandon(le, drop, bound, cfg.AbandonedHold)
@@ -259,11 +267,26 @@ func (b *leaseBody) release() {
 	b.cancel()
 }
 
-// hadItsTime reports whether a request sent at start and timing out now
-// had the upstream's time: at least twice its no-load round trip (the
-// limiter's RTTNoload; any time while none is known).
-func (t *transport) hadItsTime(start time.Time) bool {
-	return time.Since(start) >= 2*t.node.lim.RTTNoload()
+// lateness judges a request whose context's deadline left it at least
+// two no-load round trips of the upstream (the limiter's RTTNoload) when
+// it arrived, and less once admitted: the admission wait took its time.
+// With less than one left, it cannot be answered in time, and an error
+// wrapping ErrLate and context.DeadlineExceeded says not to send it; with
+// less than two, late says that its timeout is no overload signal. A
+// request that arrived with less, or while no round trip is known, is
+// neither: a caller's own short deadline is judged as before.
+func (t *transport) lateness(ctx context.Context, arrived time.Time) (late bool, err error) {
+	deadline, ok := ctx.Deadline()
+	noload := t.node.lim.RTTNoload()
+	if !ok || noload <= 0 || deadline.Sub(arrived) < 2*noload {
+		return false, nil
+	}
+	left := time.Until(deadline)
+	if left < noload {
+		return false, fmt.Errorf("%w: %v of the deadline left after the admission wait, the upstream's no-load round trip is %v; not sent: %w",
+			ErrLate, max(left, 0).Round(time.Microsecond), noload.Round(time.Microsecond), context.DeadlineExceeded)
+	}
+	return left < 2*noload, nil
 }
 
 // pastDeadline reports whether ctx's deadline has passed. http.Client's

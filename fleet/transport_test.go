@@ -188,29 +188,43 @@ func TestTransportClassifiesResponses(t *testing.T) {
 	require.Equal(t, 0, n.State().Inflight)
 }
 
-// TestTransportTimeoutWithoutTheUpstreamsTimeIsNoDrop: a request whose
-// caller's deadline was spent waiting for admission reaches the upstream
-// with less time than the upstream ever answers in. Counted as a drop,
-// its timeout lowered the limit, which lengthened the waits, which left
-// less time: a heavy node of section 4 of the benchmarks went down to a
-// limit of 1 that way and stayed there while its share was 12. Its slot
-// is still held, since the upstream may serve it; a timeout after twice
-// the no-load round trip is still a drop.
-func TestTransportTimeoutWithoutTheUpstreamsTimeIsNoDrop(t *testing.T) {
+// TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop: a request whose
+// deadline the admission wait took reaches the upstream with less time
+// than the upstream answers in. Counted as a drop, its timeout lowered
+// the limit, which lengthened the waits, which left less time: a heavy
+// node of section 4 of the benchmarks went down to a limit of 1 that way
+// and stayed there while its share was 12. Such a request still holds
+// its slot (the upstream may serve it); one left less than a no-load
+// round trip is not sent at all. A caller's own short deadline, with no
+// wait, still counts: callers that never give the upstream two round
+// trips must not stop a node from backing off from an upstream that
+// hangs.
+func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 	t.Parallel()
+	const latency = 100 * time.Millisecond
+	var hung atomic.Int64
+	block := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wait := 40 * time.Millisecond
-		if r.URL.Path == "/hang" {
-			wait = time.Hour
+		var wait <-chan struct{} // nil: /hang never answers
+		switch r.URL.Path {
+		case "/hang":
+			hung.Add(1)
+		case "/block":
+			wait = block
+		default:
+			served := make(chan struct{})
+			time.AfterFunc(latency, func() { close(served) })
+			wait = served
 		}
 		select {
-		case <-time.After(wait):
+		case <-wait:
 		case <-r.Context().Done():
 		}
 	}))
 	defer srv.Close()
 	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = 50 * time.Millisecond
+	cfg.Limiter.InitialLimit, cfg.Limiter.MaxLimit = 1, 1
+	cfg.AbandonedHold = 500 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
 	for range 3 {
@@ -219,19 +233,58 @@ func TestTransportTimeoutWithoutTheUpstreamsTimeIsNoDrop(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	require.GreaterOrEqual(t, n.lim.RTTNoload(), 40*time.Millisecond)
+	noload := n.lim.RTTNoload()
+	require.GreaterOrEqual(t, noload, latency)
 
-	short := &http.Client{Transport: n.Transport(nil), Timeout: 10 * time.Millisecond}
-	_, err := get(t, short, srv.URL+"/hang")
-	require.Error(t, err)
-	require.Zero(t, n.State().Drops, "10 ms at an upstream that answers in 40 is no overload signal")
+	// waitThenHang holds the only slot with a request to /block, sends a
+	// request to /hang with a deadline of 4 no-load round trips, and
+	// frees the slot after wait.
+	waitThenHang := func(wait time.Duration) error {
+		blocked := make(chan struct{})
+		go func() {
+			resp, err := get(t, client, srv.URL+"/block")
+			close(blocked)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		eventually(t, func() bool { return n.State().Inflight == 1 }, "the slot is taken")
+		ctx, cancel := context.WithTimeout(t.Context(), 4*noload)
+		defer cancel()
+		time.AfterFunc(wait, func() { block <- struct{}{} })
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/hang", nil)
+		_, err := client.Do(req)
+		<-blocked
+		return err
+	}
+
+	// Admitted with 1.5 round trips left: sent, and its timeout is no drop.
+	err := waitThenHang(noload * 5 / 2)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int64(1), hung.Load(), "sent")
+	require.Zero(t, n.State().Drops, "the admission wait took its time")
 	require.Equal(t, 1, n.State().Inflight, "the upstream may still serve it")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
 
-	long := &http.Client{Transport: n.Transport(nil), Timeout: 200 * time.Millisecond}
-	_, err = get(t, long, srv.URL+"/hang")
-	require.Error(t, err)
-	require.Equal(t, uint64(1), n.State().Drops, "200 ms at an upstream that answers in 40 is a timeout")
+	// Admitted with half a round trip left: not sent.
+	err = waitThenHang(noload * 7 / 2)
+	require.ErrorIs(t, err, ErrLate)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int64(1), hung.Load(), "not sent")
+	require.Zero(t, n.State().Drops)
+	require.Zero(t, n.State().Inflight, "its slot is free at once")
+
+	// No wait: a deadline of 1.5 round trips, or of 4, is a drop.
+	for i, d := range []time.Duration{noload * 3 / 2, 4 * noload} {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/hang", nil)
+		_, err = client.Do(req)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, uint64(i+1), n.State().Drops, "a timeout at an upstream that hangs, after %v", d)
+		eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
+	}
 }
 
 // TestTransportAbandonedRequestKeepsItsSlot: a caller that gives up on a
