@@ -90,7 +90,9 @@ func (p *Postgres) now() *time.Time {
 // the count of the members waiting, Grant.Waiting). It returns errors
 // wrapping ErrInvalidReport or ErrNodeIDInUse as State.Heartbeat does, and
 // "coord: heartbeat: ..." around database errors. A transient conflict is
-// retried up to 5 times.
+// retried up to 5 times. When ctx ends while the statement runs, the
+// database is asked to cancel it and the call returns an error wrapping
+// ctx's; the connection goes back to the pool (see queryRow).
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if !p.skipValidation {
 		if err := r.Validate(); err != nil {
@@ -114,7 +116,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
-		err = p.pool.QueryRow(ctx, sql, args...).Scan(&g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+		err = p.queryRow(ctx, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
@@ -127,6 +129,58 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	g.Status = Status(status)
 	g.PeerInflight = int(peer)
 	return g, nil
+}
+
+// maxCancelGrace bounds how long a statement whose context ended has to
+// stop once the database was asked to cancel it, before its connection is
+// cut (see queryRow).
+const maxCancelGrace = time.Second
+
+// queryRow runs one statement on a connection of the pool and scans its
+// row into dest. If ctx ends while the statement runs, the database is
+// asked to cancel it (a cancel request on a connection of its own), and
+// the connection is cut only if the statement has not stopped a grace
+// later: as long as ctx gave the call, at most maxCancelGrace. Its error
+// then wraps ctx's error. A statement that finished before the cancel
+// reached it returns its row. Left to ctx, pgx cuts the connection at
+// once, and the next call waits for a new one: a key whose heartbeats
+// come near what the database serves then tips into heartbeats that all
+// time out while they wait for new connections, and stays there. The call
+// returns once the statement has stopped and the cancel request has
+// ended, at most the grace after ctx ended.
+func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	grace := maxCancelGrace
+	if deadline, ok := ctx.Deadline(); ok {
+		grace = min(grace, max(time.Until(deadline), time.Millisecond))
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	qctx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	pgConn := conn.Conn().PgConn()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		time.AfterFunc(grace, cut)
+		cctx, cancel := context.WithTimeout(qctx, grace)
+		defer cancel()
+		_ = pgConn.CancelRequest(cctx) // failing, the cut ends the statement
+	})
+	err = conn.QueryRow(qctx, sql, args...).Scan(dest...)
+	if !stop() {
+		// The cancel request has reached the database before the
+		// connection goes back to the pool: one that came after the
+		// statement finds the connection idle, where it is ignored, not
+		// another caller's statement.
+		<-cancelled
+	}
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err // a statement that finished before the cancel reached it counts
 }
 
 // Leave ends the instance's membership, in one call of fleetlimit.leave

@@ -67,6 +67,44 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	require.NoError(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"}))
 }
 
+// TestPostgresHeartbeatTimeoutKeepsTheConnection: a heartbeat whose
+// context ends while it waits for the key's row lock is cancelled in the
+// database and returns soon after, and its connection goes back to the
+// pool. Cut instead, each timed-out heartbeat cost the next one a new
+// connection: 40 nodes beating every 100 ms on a 2-core machine tipped
+// into heartbeats that all timed out, and stayed there.
+func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	p := newPostgres(t, pool)
+	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+	// Two connections in the pool: one for the lock, one for the heartbeat.
+	c1, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c2, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c1.Release()
+	c2.Release()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
+	require.NoError(t, err)
+	hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, tx.Rollback(ctx))
+
+	_, err = p.Heartbeat(ctx, rep("a", 3, 8, 0, 1, 0))
+	require.NoError(t, err)
+	st := pool.Stat()
+	require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
+	require.Equal(t, int64(2), st.NewConnsCount())
+}
+
 // TestLowerMedianAgrees checks the fold on both implementations: for an even
 // count it is the lower of the two middle values.
 func TestLowerMedianAgrees(t *testing.T) {
