@@ -319,14 +319,25 @@ func TestFleetlimitTightDeadlines(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sc := c.sc
 			sc.Duration, sc.Settle = 9*time.Second, time.Second
-			split, err := RunFleetWay(ctx, sc, StaticSplit, FleetEnv{})
-			require.NoError(t, err)
-			fleet, err := RunFleetWay(ctx, sc, Fleetlimit, FleetEnv{Pool: pg.Pool, Key: "test-tight-" + t.Name(), Limiter: c.limiter})
-			require.NoError(t, err)
-			t.Logf("goodput: static C/N %.0f req/s, fleetlimit %.0f req/s (per node %v)", split.Goodput(), fleet.Goodput(), fleet.NodeSucceeded)
-			require.GreaterOrEqual(t, fleet.Goodput(), c.atLeast*split.Goodput(), "fleetlimit ÷ a static split of C/N")
+			requireGoodputOfSplit(t, pg, sc, c.limiter, c.atLeast)
 		})
 	}
+}
+
+// requireGoodputOfSplit runs sc with a static split of C/N and with
+// fleetlimit on pg (its nodes on limiter, nil for the fleet sections'),
+// logs both, and requires fleetlimit's goodput to be at least atLeast
+// times the split's.
+func requireGoodputOfSplit(t *testing.T, pg *FleetPostgres, sc FleetScenario, limiter func(int) adaptive.Config, atLeast float64) {
+	t.Helper()
+	ctx := context.Background()
+	split, err := RunFleetWay(ctx, sc, StaticSplit, FleetEnv{})
+	require.NoError(t, err)
+	fleet, err := RunFleetWay(ctx, sc, Fleetlimit, FleetEnv{Pool: pg.Pool, Key: "test-" + t.Name(), Limiter: limiter})
+	require.NoError(t, err)
+	t.Logf("goodput: static C/N %.0f req/s, fleetlimit %.0f req/s = %.1f %% of the ideal, %.1f %% 429s (per node %v)",
+		split.Goodput(), fleet.Goodput(), 100*fleet.Goodput()/sc.IdealGoodput(), 100*fleet.RejectedFraction(), fleet.NodeSucceeded)
+	require.GreaterOrEqual(t, fleet.Goodput(), atLeast*split.Goodput(), "fleetlimit ÷ a static split of C/N")
 }
 
 // TestFleetlimitFortyNodes: forty nodes of three workers on one key,
@@ -344,13 +355,7 @@ func TestFleetlimitFortyNodes(t *testing.T) {
 	sc := DefaultFleetScenario()
 	sc.Nodes, sc.WorkersPerNode = 40, 3
 	sc.Duration, sc.Settle = 9*time.Second, time.Second
-	split, err := RunFleetWay(ctx, sc, StaticSplit, FleetEnv{})
-	require.NoError(t, err)
-	fleet, err := RunFleetWay(ctx, sc, Fleetlimit, FleetEnv{Pool: pg.Pool, Key: "test-forty"})
-	require.NoError(t, err)
-	t.Logf("goodput: static C/N %.0f req/s, fleetlimit %.0f req/s = %.1f %% of the ideal, %.1f %% 429s",
-		split.Goodput(), fleet.Goodput(), 100*fleet.Goodput()/sc.IdealGoodput(), 100*fleet.RejectedFraction())
-	require.GreaterOrEqual(t, fleet.Goodput(), 0.5*split.Goodput(), "fleetlimit ÷ a static split of C/N")
+	requireGoodputOfSplit(t, pg, sc, nil, 0.5)
 }
 
 func TestDropBurst(t *testing.T) {
