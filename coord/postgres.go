@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -91,8 +92,10 @@ func (p *Postgres) now() *time.Time {
 // wrapping ErrInvalidReport or ErrNodeIDInUse as State.Heartbeat does, and
 // "coord: heartbeat: ..." around database errors. A transient conflict is
 // retried up to 5 times. When ctx ends while the statement runs, the
-// database is asked to cancel it and the call returns an error wrapping
-// ctx's; the connection goes back to the pool (see queryRow).
+// database is asked to cancel it, and the call returns an error wrapping
+// ctx's once it has stopped (or the grant, if it finished first), up to
+// HeartbeatTimeout, capped at 1 s, later; the connection goes back to
+// the pool when the cancel stopped it (see queryRow).
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if !p.skipValidation {
 		if err := r.Validate(); err != nil {
@@ -139,15 +142,20 @@ const maxCancelGrace = time.Second
 // queryRow runs one statement on a connection of the pool and scans its
 // row into dest. If ctx ends while the statement runs, the database is
 // asked to cancel it (a cancel request on a connection of its own), and
-// the connection is cut only if the statement has not stopped a grace
-// later: as long as ctx gave the call, at most maxCancelGrace. Its error
-// then wraps ctx's error. A statement that finished before the cancel
-// reached it returns its row. Left to ctx, pgx cuts the connection at
-// once, and the next call waits for a new one: a key whose heartbeats
-// come near what the database serves then tips into heartbeats that all
-// time out while they wait for new connections, and stays there. The call
-// returns once the statement has stopped and the cancel request has
-// ended, at most the grace after ctx ended.
+// the statement has a grace to stop — as long as ctx gave the call, at
+// most maxCancelGrace — before its connection is cut. A statement that
+// the cancel stopped (SQLSTATE 57014) consumed it, and its connection
+// goes back to the pool; any other end after a cancel request leaves
+// the request's effect unknown (it could cancel the connection's next
+// statement, another caller's), so that connection is closed. The error
+// of a statement stopped after ctx ended wraps ctx's error; one that
+// finished first returns its row.
+//
+// Left to ctx, pgx closes the connection at once, and the next call
+// waits for a new one: a key whose heartbeats come near what the
+// database serves then tips into heartbeats that all time out while
+// they wait for new connections, and stays there. The call returns at
+// most the grace after ctx ended.
 func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	grace := maxCancelGrace
 	if deadline, ok := ctx.Deadline(); ok {
@@ -161,26 +169,37 @@ func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ..
 	qctx, cut := context.WithCancel(context.WithoutCancel(ctx))
 	defer cut()
 	pgConn := conn.Conn().PgConn()
+	var cancelErr error
 	cancelled := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(cancelled)
 		time.AfterFunc(grace, cut)
 		cctx, cancel := context.WithTimeout(qctx, grace)
 		defer cancel()
-		_ = pgConn.CancelRequest(cctx) // failing, the cut ends the statement
+		cancelErr = pgConn.CancelRequest(cctx) // failing, the cut ends the statement
+		if cancelErr == nil {
+			cancelErr = cctx.Err()
+		}
 	})
 	err = conn.QueryRow(qctx, sql, args...).Scan(dest...)
 	if !stop() {
-		// The cancel request has reached the database before the
-		// connection goes back to the pool: one that came after the
-		// statement finds the connection idle, where it is ignored, not
-		// another caller's statement.
-		<-cancelled
+		var pgErr *pgconn.PgError
+		consumed := false
+		select {
+		case <-cancelled:
+			consumed = cancelErr == nil && errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled
+		case <-qctx.Done(): // the grace ran out
+		}
+		if !consumed {
+			closeCtx, cancel := context.WithTimeout(context.Background(), grace)
+			_ = pgConn.Close(closeCtx) // Release destroys a closed connection
+			cancel()
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
-	return err // a statement that finished before the cancel reached it counts
+	return err
 }
 
 // Leave ends the instance's membership, in one call of fleetlimit.leave

@@ -18,6 +18,10 @@ const (
 	sqlstateLiveNodes       = "FL007"
 )
 
+// sqlstateQueryCanceled is Postgres's query_canceled: a statement stopped
+// by a cancel request (see Postgres.queryRow).
+const sqlstateQueryCanceled = "57014"
+
 // pgError wraps err from operation op as "coord: op: ...", translating the
 // functions' SQLSTATEs into the package's sentinels. Values Postgres cannot
 // store as text (a NUL byte, invalid UTF-8) count as an invalid report.

@@ -2,13 +2,17 @@ package coord_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -103,6 +107,86 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	st := pool.Stat()
 	require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
 	require.Equal(t, int64(2), st.NewConnsCount())
+}
+
+// TestPostgresLateCancelSparesTheNextStatement: a heartbeat whose
+// context ends while it waits for the key's row lock, and which then
+// finishes on its own before its cancel request has reached the database
+// (here the request is held back 300 ms), must not hand its connection to
+// the next caller: the cancel would stop that caller's statement instead.
+func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := fleettest.DSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &slowCancelConn{Conn: c, delay: 300 * time.Millisecond}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	p := newPostgres(t, pool)
+	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+
+	locker, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
+	require.NoError(t, err)
+	// The lock goes after the heartbeat's 100 ms, within its grace.
+	unlocked := make(chan error, 1)
+	time.AfterFunc(150*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
+	hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
+	cancel()
+	require.NoError(t, <-unlocked)
+	t.Logf("the heartbeat: %v", err)
+
+	_, err = pool.Exec(ctx, "SELECT pg_sleep(0.5)")
+	require.NoError(t, err, "the late cancel request stopped the next caller's statement")
+}
+
+// slowCancelConn holds back the cancel requests written on it by delay,
+// as a slow server or network would.
+type slowCancelConn struct {
+	net.Conn
+	delay time.Duration
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func (c *slowCancelConn) Write(b []byte) (int, error) {
+	const cancelRequestCode = 80877102
+	if len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == cancelRequestCode {
+		buf := slices.Clone(b)
+		c.wg.Go(func() {
+			time.Sleep(c.delay)
+			_, _ = c.Conn.Write(buf)
+		})
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *slowCancelConn) Close() error {
+	c.once.Do(func() {
+		go func() {
+			c.wg.Wait()
+			time.Sleep(50 * time.Millisecond)
+			c.Conn.Close()
+		}()
+	})
+	return nil
 }
 
 // TestLowerMedianAgrees checks the fold on both implementations: for an even

@@ -75,7 +75,10 @@ type Config struct {
 	// the 0.1% the node adds to it). Defaults to LeaseTTL/4. Must be in
 	// [0, LeaseTTL−HeartbeatInterval).
 	FenceMargin time.Duration
-	// HeartbeatTimeout bounds each coordinator call. Defaults to
+	// HeartbeatTimeout bounds each coordinator call. A Postgres
+	// heartbeat still running then is cancelled in the database, and the
+	// call returns once it has stopped, at most HeartbeatTimeout (capped
+	// at 1s) later (see coord.Postgres.Heartbeat). Defaults to
 	// HeartbeatInterval. Must be in (0, LeaseTTL].
 	HeartbeatTimeout time.Duration
 	// MaxRequestDuration is the hard bound on a request's life, from its

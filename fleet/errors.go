@@ -30,8 +30,8 @@ var ErrNotStarted = errors.New("fleet: node not started")
 
 // ErrLate is returned by Transport for a request whose admission wait
 // left less of its context's deadline than the upstream's no-load round
-// trip (the limiter's RTTNoload), when it arrived with two or more: it
-// could not be answered in time, so it is not sent, its slot is freed at
-// once and its rate debit given back. The error also wraps
-// context.DeadlineExceeded.
+// trip (the limiter's RTTNoload), when it arrived with two or more, and
+// for one whose deadline had passed when it was admitted: it could not be
+// answered in time, so it is not sent, its slot is freed at once and its
+// rate debit given back. The error also wraps context.DeadlineExceeded.
 var ErrLate = errors.New("fleet: too late to send")

@@ -69,15 +69,17 @@ import (
 //     the upstream's load, and counting it would feed a spiral: a lower
 //     limit, longer waits, less time left, more timeouts. Such a
 //     request admitted with less than one RTTNoload left is not sent at
-//     all: it fails with ErrLate. After the headers nothing counts as a
+//     all, nor is any request whose deadline has passed at admission:
+//     they fail with ErrLate. After the headers nothing counts as a
 //     drop (a caller's own deadline mid-stream, or a user pressing
-//     stop, is no overload signal). A
-//     request that failed before it was sent frees its slot at once and
-//     gives back its debit from the node's rate shares, as does one not
-//     sent for ErrEvicted, ErrFenced or ErrLate. "Sent" means that base reported writing the request's
-//     headers through net/http/httptrace (WroteHeaders), as
-//     http.Transport does; with a base that never reports it, every
-//     failed request counts as not sent.
+//     stop, is no overload signal). A request that failed before it was
+//     sent counts as a drop only for the base's own timeout (its
+//     context's end is none); it frees its slot at once and gives back
+//     its debit from the node's rate shares, as does one not sent for
+//     ErrEvicted, ErrFenced or ErrLate. "Sent" means that base reported
+//     writing the request's headers through net/http/httptrace
+//     (WroteHeaders), as http.Transport does; with a base that never
+//     reports it, every failed request counts as not sent.
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -135,10 +137,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case sent.Load():
 			abandon(le, drop, bound, cfg.AbandonedHold)
-		case drop:
-			le.Drop()
+		case drop && ctx.Err() == nil:
+			le.Drop() // the base's own timeout before sending: connecting, say
 		default:
-			le.Ignore()
+			le.Ignore() // not sent, or its own deadline ended it first
 		}
 		if !sent.Load() {
 			a.debit.cancel() // the upstream never had the request: it spent none of the rate
@@ -274,15 +276,19 @@ func (b *leaseBody) release() {
 // wrapping ErrLate and context.DeadlineExceeded says not to send it; with
 // less than two, late says that its timeout is no overload signal. A
 // request that arrived with less, or while no round trip is known, is
-// neither: a caller's own short deadline is judged as before.
+// neither — a caller's own short deadline is judged as before — unless
+// its deadline has passed already: that one is never sent either.
 func (t *transport) lateness(ctx context.Context, arrived time.Time) (late bool, err error) {
 	deadline, ok := ctx.Deadline()
-	noload := t.node.lim.RTTNoload()
-	if !ok || noload <= 0 || deadline.Sub(arrived) < 2*noload {
+	if !ok {
 		return false, nil
 	}
 	left := time.Until(deadline)
-	if left < noload {
+	noload := t.node.lim.RTTNoload()
+	if left > 0 && (noload <= 0 || deadline.Sub(arrived) < 2*noload) {
+		return false, nil
+	}
+	if left < noload || left <= 0 {
 		return false, fmt.Errorf("%w: %v of the deadline left after the admission wait, the upstream's no-load round trip is %v; not sent: %w",
 			ErrLate, max(left, 0).Round(time.Microsecond), noload.Round(time.Microsecond), context.DeadlineExceeded)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -286,6 +287,57 @@ func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 		eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
 	}
 }
+
+// TestTransportOwnDeadlineBeforeSendingIsNoDrop: a request that never
+// reached the upstream says nothing of its load when its own deadline
+// ended it — one whose deadline had passed at admission is not sent at
+// all (ErrLate), and one whose deadline runs out while the base is still
+// connecting frees its slot — while the base's own timeout before sending
+// still counts.
+func TestTransportOwnDeadlineBeforeSendingIsNoDrop(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		if r.Header.Get("X-Dial") == "timeout" {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}
+		}
+		<-r.Context().Done() // connecting until the deadline
+		return nil, r.Context().Err()
+	})
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(base)}
+
+	past, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(past, http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, err := n.Transport(base).RoundTrip(req)
+	require.ErrorIs(t, err, ErrLate)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Zero(t, calls.Load(), "not sent")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, err = client.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int64(1), calls.Load())
+	require.Zero(t, n.State().Drops, "never sent, ended by its own deadline")
+	require.Zero(t, n.State().Inflight, "its slot is free at once")
+
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:1/", nil)
+	req.Header.Set("X-Dial", "timeout")
+	_, err = client.Do(req)
+	require.Error(t, err)
+	require.Equal(t, uint64(1), n.State().Drops, "the base's own timeout before sending")
+}
+
+// timeoutErr is a net.Error that timed out.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
 
 // TestTransportAbandonedRequestKeepsItsSlot: a caller that gives up on a
 // request the upstream goes on serving must not free a slot the upstream
