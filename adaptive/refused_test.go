@@ -11,10 +11,7 @@ import (
 func cleanRounds(t *testing.T, l *Limiter, clk *fakeClock, n int) {
 	t.Helper()
 	for range n {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		clk.Advance(time.Millisecond)
-		le.Release()
+		sampleOne(t, l, clk, time.Millisecond)
 	}
 }
 
