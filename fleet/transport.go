@@ -80,6 +80,11 @@ import (
 //     writing the request's headers through net/http/httptrace
 //     (WroteHeaders), as http.Transport does; with a base that never
 //     reports it, every failed request counts as not sent.
+//   - The error for a request not sent names its method and URL, wraps
+//     the cause (errors.Is finds ErrLate, ErrFenced, context's errors),
+//     and is a timeout (the Timeout method that url.Error and
+//     os.IsTimeout consult) when its cause is one: ErrLate, or a deadline
+//     that ended in the admission queue.
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -87,6 +92,25 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 		base = http.DefaultTransport
 	}
 	return &transport{node: n, base: base}
+}
+
+// unsentError is Transport's error for a request it did not send. It is a
+// timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
+// cause is: a deadline that ended in the admission queue, or ErrLate.
+type unsentError struct {
+	method, url string
+	err         error
+}
+
+func (e *unsentError) Error() string {
+	return "fleet: " + e.method + " " + e.url + ": " + e.err.Error()
+}
+
+func (e *unsentError) Unwrap() error { return e.err }
+
+func (e *unsentError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
 }
 
 type transport struct {
@@ -105,7 +129,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		return nil, &unsentError{method: req.Method, url: req.URL.Redacted(), err: err}
 	}
 	if t.admitted != nil {
 		t.admitted()
@@ -121,7 +145,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("fleet: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		return nil, &unsentError{method: req.Method, url: req.URL.Redacted(), err: err}
 	}
 	cfg := &t.node.cfg
 	bound := le.Admitted().Add(cfg.MaxRequestDuration)

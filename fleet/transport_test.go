@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,6 +274,10 @@ func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 	err = waitThenHang(noload * 7 / 2)
 	require.ErrorIs(t, err, ErrLate)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var uerr *url.Error
+	require.ErrorAs(t, err, &uerr)
+	require.True(t, uerr.Timeout(), "a timeout to its client, as the http.Client's own: %v", err)
+	require.True(t, os.IsTimeout(err))
 	require.Equal(t, int64(1), hung.Load(), "not sent")
 	require.Zero(t, n.State().Drops)
 	require.Zero(t, n.State().Inflight, "its slot is free at once")
@@ -286,6 +292,36 @@ func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 		require.Equal(t, uint64(i+1), n.State().Drops, "a timeout at an upstream that hangs, after %v", d)
 		eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
 	}
+}
+
+// TestTransportUnsentIsATimeoutOnlyForADeadline: the error of a request
+// Transport did not send names the request, and reports a timeout
+// (url.Error.Timeout) for an ended deadline but not for a stopped node.
+func TestTransportUnsentIsATimeoutOnlyForADeadline(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, errors.New("sent")
+	}))}
+	do := func(ctx context.Context) *url.Error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/v1/chat", nil)
+		_, err := client.Do(req)
+		var uerr *url.Error
+		require.ErrorAs(t, err, &uerr)
+		return uerr
+	}
+	past, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	uerr := do(past)
+	require.ErrorIs(t, uerr, ErrLate)
+	require.True(t, uerr.Timeout(), "%v", uerr)
+	require.True(t, os.IsTimeout(uerr))
+	require.ErrorContains(t, uerr, "fleet: POST http://127.0.0.1:1/v1/chat: ")
+
+	require.NoError(t, n.Stop(t.Context()))
+	uerr = do(t.Context())
+	require.ErrorIs(t, uerr, ErrStopped)
+	require.False(t, uerr.Timeout(), "%v", uerr)
 }
 
 // TestTransportOwnDeadlineBeforeSendingIsNoDrop: a request that never
