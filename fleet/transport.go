@@ -84,7 +84,7 @@ import (
 //     the cause (errors.Is finds ErrLate, ErrFenced, context's errors),
 //     and is a timeout (the Timeout method that url.Error and
 //     os.IsTimeout consult) when its cause is one: ErrLate, or a deadline
-//     that ended in the admission queue.
+//     that ended while it waited for admission (a slot or the rate).
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -96,7 +96,8 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 
 // unsentError is Transport's error for a request it did not send. It is a
 // timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
-// cause is: a deadline that ended in the admission queue, or ErrLate.
+// cause is: a deadline that ended while it waited for admission, or
+// ErrLate.
 type unsentError struct {
 	method, url string
 	err         error

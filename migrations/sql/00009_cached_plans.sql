@@ -2,7 +2,10 @@
 --
 -- Cached plans: fleetlimit.rate_fold, fleetlimit.rate_share and
 -- fleetlimit.apportion, called on every heartbeat, become PL/pgSQL with
--- the same signatures and results. A SQL-language function with a SET
+-- the same signatures and results for every argument a heartbeat can pass
+-- them (a NULL total or want, which the heartbeat's checks refuse, may now
+-- give NULL where an overflowing sum of wants raised an error before). A
+-- SQL-language function with a SET
 -- clause is never inlined, and PostgreSQL before 18 keeps its parsed and
 -- planned body only as long as the calling expression's state: one
 -- transaction, so one heartbeat. Each heartbeat planned the three bodies
@@ -11,9 +14,12 @@
 --
 -- No rate, no scan: on a key without an operator's rate where no row has
 -- learned one, heartbeat_rates_at skips its scan of the other rows, whose
--- result could only split a rate of 0. The partial index
--- nodes_learned_rate holds only the rows with a learned rate, so finding
--- that there are none reads nothing.
+-- result could only split a rate of 0. Finding that no row has one is
+-- an index scan of the key's rows that aggregates nothing. (A partial
+-- index of the rows with a learned rate would make it cheaper still on
+-- large keys, but an index predicate's columns count as indexed, so
+-- every heartbeat that changes a learned rate would then be a non-HOT
+-- update.)
 
 -- +goose Up
 
@@ -98,8 +104,6 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-
-CREATE INDEX nodes_learned_rate ON fleetlimit.nodes (key) WHERE rpm_local > 0 OR tpm_local > 0;
 
 -- +goose StatementBegin
 -- heartbeat_rates_at is fleetlimit.heartbeat_at followed by the rate rule
@@ -219,8 +223,7 @@ BEGIN
     -- reserves of the rows whose lease runs and that did not depart. A key
     -- without an operator's rate where neither this report nor any row
     -- holds a learned rate has no rate to split: rate_fold gives 0, and
-    -- rate_share gives 0 whatever the others want, so the scan is skipped
-    -- (nodes_learned_rate finds such a row without reading the others).
+    -- rate_share gives 0 whatever the others want, so the scan is skipped.
     IF k.rpm_limit > 0 OR k.tpm_limit > 0 OR p_rpm_local > 0 OR p_tpm_local > 0
        OR EXISTS (SELECT 1 FROM fleetlimit.nodes AS o WHERE o.key = p_key AND (o.rpm_local > 0 OR o.tpm_local > 0)) THEN
         SELECT array_agg(o.rpm_local) FILTER (WHERE x.member AND o.rpm_local > 0),
@@ -518,4 +521,3 @@ END
 $$;
 -- +goose StatementEnd
 
-DROP INDEX fleetlimit.nodes_learned_rate;
