@@ -56,8 +56,9 @@ type Node struct {
 	metrics  *metrics
 	rate     *rateState
 
-	wanting  atomic.Bool  // a demand floor (wanted) may be held
-	wantedAt atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
+	floorRefused atomic.Int32 // refusals in a row with a limit of 1 (see Transport)
+	wanting      atomic.Bool  // a demand floor (wanted) may be held
+	wantedAt     atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
 
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop

@@ -37,7 +37,12 @@ import (
 //     slot stays held until a served request's headers would have come,
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
-//     than answers do. A Retry-After or retry-after-ms header pauses the
+//     than answers do. While the node's limit is 1 (its floor of one
+//     slot, or cut to its last), each refusal in a row holds its slot
+//     twice as long as the one before, up to 8 × RTTNoload, and a
+//     served request starts again from one: more nodes than the
+//     upstream's capacity then take turns instead of each being refused
+//     every round trip. A Retry-After or retry-after-ms header pauses the
 //     node's admission until it passes (at most quota.MaxRetryAfter, 10
 //     minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
@@ -93,6 +98,10 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 	}
 	return &transport{node: n, base: base}
 }
+
+// maxFloorBackoff caps the refusals in a row that double the hold of a
+// refused request at a limit of 1: at most 2^(maxFloorBackoff−1) × RTTNoload.
+const maxFloorBackoff = 4
 
 // unsentError is Transport's error for a request it did not send. It is a
 // timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
@@ -183,8 +192,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A refusal counts as a drop now, but its slot turns over no
 		// faster than a served request's: a node cut to its last slots
 		// would otherwise send its queue to be refused at loopback speed.
-		hold := t.node.lim.RTTNoload() - body.rtt
+		noload := t.node.lim.RTTNoload()
+		hold := noload - body.rtt
+		if t.node.lim.Limit() <= 1 {
+			// Refusals in a row at the last slot back off: 1, 2, 4, 8 × noload.
+			k := min(t.node.floorRefused.Add(1), maxFloorBackoff)
+			hold = noload<<(k-1) - body.rtt
+		}
 		body.once.Do(func() { abandon(le, true, bound, hold) })
+	case code < 400:
+		t.node.floorRefused.Store(0)
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of

@@ -475,6 +475,57 @@ func TestTransportRefusalHoldsItsSlot(t *testing.T) {
 	require.Equal(t, uint64(total), n.State().Drops, "freeing a held slot counts no drop")
 }
 
+// TestTransportRefusalsAtTheLastSlotBackOff: a node whose limit is 1 holds
+// the slot of each refusal in a row twice as long as the last, from one
+// no-load round trip up to eight, so nodes at their floor of one slot,
+// more of them than the capacity, take turns at the upstream instead of
+// all being refused in every round trip; a served request starts it
+// again from one. The provider serves its first requests in 20 ms, then
+// refuses five, serves one and refuses two, one request at a time.
+func TestTransportRefusalsAtTheLastSlotBackOff(t *testing.T) {
+	t.Parallel()
+	const warm = 3
+	var (
+		mu      sync.Mutex
+		arrived []time.Time
+	)
+	refuse := func(i int) bool { return i >= warm && i < warm+5 || i >= warm+6 }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		i := len(arrived)
+		arrived = append(arrived, time.Now())
+		mu.Unlock()
+		if refuse(i) {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(base)}
+	for i := range warm + 8 {
+		resp, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		require.Equal(t, refuse(i), resp.StatusCode == http.StatusTooManyRequests, "request %d", i)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	noload := n.Limiter().RTTNoload()
+	require.GreaterOrEqual(t, noload, 20*time.Millisecond, "the served requests set RTTNoload")
+	mu.Lock()
+	defer mu.Unlock()
+	held := func(i int) time.Duration { return arrived[i+1].Sub(arrived[i]) }
+	for k, mult := range []time.Duration{1, 2, 4, 8, 8} {
+		require.GreaterOrEqual(t, held(warm+k), mult*noload*9/10, "refusal %d in a row", k+1)
+	}
+	require.Less(t, held(warm+6), held(warm+3)/2, "a served request starts the backoff again")
+}
+
 func TestTransportRefusesWhenNotStarted(t *testing.T) {
 	t.Parallel()
 	n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
