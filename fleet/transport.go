@@ -39,8 +39,9 @@ import (
 //     bound), so refusals answered at once turn a slot over no faster
 //     than answers do. While the node's limit is 1 (its floor of one
 //     slot, or cut to its last), each refusal in a row holds its slot
-//     twice as long as the one before, up to 8 × RTTNoload, and a
-//     served request starts again from one: more nodes than the
+//     twice as long as the one before, up to 8 × RTTNoload (and never
+//     past the bound), and a served request, or a refusal at a higher
+//     limit, starts again from one: more nodes than the
 //     upstream's capacity then take turns instead of each being refused
 //     every round trip. A Retry-After or retry-after-ms header pauses the
 //     node's admission until it passes (at most quota.MaxRetryAfter, 10
@@ -196,8 +197,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		hold := noload - body.rtt
 		if t.node.lim.Limit() <= 1 {
 			// Refusals in a row at the last slot back off: 1, 2, 4, 8 × noload.
-			k := min(t.node.floorRefused.Add(1), maxFloorBackoff)
+			k := t.node.floorRefused.Add(1)
+			if k >= maxFloorBackoff {
+				k = maxFloorBackoff
+				t.node.floorRefused.Store(k) // however long the refusals last
+			}
 			hold = noload<<(k-1) - body.rtt
+		} else {
+			t.node.floorRefused.Store(0)
 		}
 		body.once.Do(func() { abandon(le, true, bound, hold) })
 	case code < 400:
