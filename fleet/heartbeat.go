@@ -564,6 +564,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.lastBeat = sent
 	n.share, n.lGlobal, n.status, n.learning = g.Share, g.LGlobal, g.Status, g.Learning
 	n.peerInflight, n.liveNodes, n.waiting = g.PeerInflight, g.LiveNodes, g.Waiting
+	n.floor.peers.Store(g.LiveNodes > 1)
 	if g.Share > 0 && (oldShare == 0 || first) {
 		n.heldSince = now
 	}

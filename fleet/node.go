@@ -56,9 +56,9 @@ type Node struct {
 	metrics  *metrics
 	rate     *rateState
 
-	floorRefused atomic.Int32 // refusals in a row with a limit of 1 (see Transport)
-	wanting      atomic.Bool  // a demand floor (wanted) may be held
-	wantedAt     atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
+	floor    floorBackoff // refusals in a row at the last slot (see Transport)
+	wanting  atomic.Bool  // a demand floor (wanted) may be held
+	wantedAt atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
 
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop

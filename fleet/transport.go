@@ -38,12 +38,15 @@ import (
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
 //     than answers do. While the node's limit is 1 (its floor of one
-//     slot, or cut to its last), each refusal in a row holds its slot
-//     twice as long as the one before, up to 8 × RTTNoload (and never
-//     past the bound), and a served request, or a refusal at a higher
-//     limit, starts again from one: more nodes than the
-//     upstream's capacity then take turns instead of each being refused
-//     every round trip. A Retry-After or retry-after-ms header pauses the
+//     slot, or cut to its last) and its last grant counted other live
+//     nodes, each refusal in a row — of a request sent after the last
+//     one came back — holds its slot twice as long as the one before,
+//     up to 8 × RTTNoload (never past the bound); a served request, a
+//     refusal at a higher limit, or 16 × RTTNoload without a refusal
+//     starts again from one. More nodes than the upstream's capacity
+//     then take turns instead of each being refused every round trip. A
+//     limit of 0 (stopping, fenced, evicted, drained) and a lone node
+//     keep the single hold. A Retry-After or retry-after-ms header pauses the
 //     node's admission until it passes (at most quota.MaxRetryAfter, 10
 //     minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
@@ -103,6 +106,47 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 // maxFloorBackoff caps the refusals in a row that double the hold of a
 // refused request at a limit of 1: at most 2^(maxFloorBackoff−1) × RTTNoload.
 const maxFloorBackoff = 4
+
+// floorBackoff is a node's streak of refusals at its last slot: while its
+// limit is 1 and the key has other live nodes, each refusal in a row
+// holds its slot twice as long as the last (see Transport). Safe for
+// concurrent use.
+type floorBackoff struct {
+	peers atomic.Bool // the last grant counted other live nodes on the key
+
+	mu   sync.Mutex
+	k    int       // the streak, 0 to maxFloorBackoff
+	last time.Time // when its last refusal came back
+}
+
+// refused counts a refusal at the last slot, of a request admitted at
+// admitted and come back at now, and returns its place in the streak, 1
+// to maxFloorBackoff. A request admitted before the streak's last refusal
+// came back was sent in the same round trip: it takes that refusal's
+// place without adding to it. A streak whose last refusal came back more
+// than twice the longest hold (by noload) ago is over: this refusal is
+// the first.
+func (f *floorBackoff) refused(admitted, now time.Time, noload time.Duration) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.k > 0 && admitted.Before(f.last):
+	case f.k > 0 && now.Sub(f.last) > 2*noload<<(maxFloorBackoff-1):
+		f.k = 1
+	default:
+		f.k = min(f.k+1, maxFloorBackoff)
+	}
+	f.last = now
+	return f.k
+}
+
+// reset ends the streak: a request was served, or refused above the last
+// slot.
+func (f *floorBackoff) reset() {
+	f.mu.Lock()
+	f.k = 0
+	f.mu.Unlock()
+}
 
 // unsentError is Transport's error for a request it did not send. It is a
 // timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
@@ -195,20 +239,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// would otherwise send its queue to be refused at loopback speed.
 		noload := t.node.lim.RTTNoload()
 		hold := noload - body.rtt
-		if t.node.lim.Limit() <= 1 {
-			// Refusals in a row at the last slot back off: 1, 2, 4, 8 × noload.
-			k := t.node.floorRefused.Add(1)
-			if k >= maxFloorBackoff {
-				k = maxFloorBackoff
-				t.node.floorRefused.Store(k) // however long the refusals last
-			}
-			hold = noload<<(k-1) - body.rtt
-		} else {
-			t.node.floorRefused.Store(0)
+		switch lim := t.node.lim.Limit(); {
+		case lim == 1 && t.node.floor.peers.Load():
+			hold = noload<<(t.node.floor.refused(le.Admitted(), now, noload)-1) - body.rtt
+		case lim > 1:
+			t.node.floor.reset()
 		}
 		body.once.Do(func() { abandon(le, true, bound, hold) })
 	case code < 400:
-		t.node.floorRefused.Store(0)
+		t.node.floor.reset()
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of

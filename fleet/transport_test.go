@@ -475,55 +475,166 @@ func TestTransportRefusalHoldsItsSlot(t *testing.T) {
 	require.Equal(t, uint64(total), n.State().Drops, "freeing a held slot counts no drop")
 }
 
-// TestTransportRefusalsAtTheLastSlotBackOff: a node whose limit is 1 holds
-// the slot of each refusal in a row twice as long as the last, from one
-// no-load round trip up to eight, so nodes at their floor of one slot,
-// more of them than the capacity, take turns at the upstream instead of
-// all being refused in every round trip; a served request starts it
-// again from one. The provider serves its first requests in 20 ms, then
-// refuses five, serves one and refuses two, one request at a time.
+// TestTransportRefusalsAtTheLastSlotBackOff: a node whose limit is 1, on
+// a key with other live nodes, holds the slot of each refusal in a row
+// twice as long as the last, from one no-load round trip up to eight, so
+// nodes at their floor of one slot, more of them than the capacity, take
+// turns at the upstream instead of all being refused in every round trip;
+// a served request starts it again from one. A lone node keeps the single
+// hold: it has no one to take turns with. The provider serves its first
+// requests in 20 ms, then refuses five, serves one and refuses two, one
+// request at a time.
 func TestTransportRefusalsAtTheLastSlotBackOff(t *testing.T) {
 	t.Parallel()
 	const warm = 3
-	var (
-		mu      sync.Mutex
-		arrived []time.Time
-	)
 	refuse := func(i int) bool { return i >= warm && i < warm+5 || i >= warm+6 }
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// held returns how long each request's slot kept the next from being
+	// sent, and the node's RTTNoload.
+	held := func(peered bool) ([]time.Duration, time.Duration) {
+		var (
+			mu      sync.Mutex
+			arrived []time.Time
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			i := len(arrived)
+			arrived = append(arrived, time.Now())
+			mu.Unlock()
+			if refuse(i) {
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}))
+		defer srv.Close()
+		base := &http.Transport{}
+		defer base.CloseIdleConnections()
+		c := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
+		n := startNode(t, c, cfg)
+		if peered {
+			startNode(t, c, testConfig("k", "b")) // idle: node a keeps the whole L_global of 1
+			eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
+		}
+		client := &http.Client{Transport: n.Transport(base)}
+		for i := range warm + 8 {
+			resp, err := get(t, client, srv.URL)
+			require.NoError(t, err)
+			require.Equal(t, refuse(i), resp.StatusCode == http.StatusTooManyRequests, "request %d", i)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		noload := n.Limiter().RTTNoload()
+		require.GreaterOrEqual(t, noload, 20*time.Millisecond, "the served requests set RTTNoload")
 		mu.Lock()
-		i := len(arrived)
-		arrived = append(arrived, time.Now())
-		mu.Unlock()
-		if refuse(i) {
-			w.WriteHeader(http.StatusTooManyRequests)
+		defer mu.Unlock()
+		gaps := make([]time.Duration, len(arrived)-1)
+		for i := range gaps {
+			gaps[i] = arrived[i+1].Sub(arrived[i])
+		}
+		return gaps, noload
+	}
+	gaps, noload := held(true)
+	for k, mult := range []time.Duration{1, 2, 4, 8, 8} {
+		require.GreaterOrEqual(t, gaps[warm+k], mult*noload*9/10, "refusal %d in a row", k+1)
+	}
+	require.Less(t, gaps[warm+6], gaps[warm+3]/2, "a served request starts the backoff again")
+	lone, _ := held(false)
+	require.Less(t, lone[warm+3], gaps[warm+3]/2, "a lone node keeps the single hold")
+}
+
+// TestFloorBackoffStreak: a streak of refusals at the last slot counts one
+// per round trip — a request sent before the last refusal came back adds
+// nothing — stops at maxFloorBackoff, and starts again after a reset or
+// twice the longest hold without a refusal.
+func TestFloorBackoffStreak(t *testing.T) {
+	t.Parallel()
+	const noload = 10 * time.Millisecond
+	t0 := time.Unix(0, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var f floorBackoff
+	// Each sent after the last came back: 1, 2, 4, 8, 8 × noload.
+	var got []int
+	for i := range 5 {
+		sent := at(time.Duration(100*i) * time.Millisecond)
+		got = append(got, f.refused(sent, sent.Add(time.Millisecond), noload))
+	}
+	require.Equal(t, []int{1, 2, 3, 4, 4}, got)
+
+	f.reset()
+	require.Equal(t, 1, f.refused(at(time.Second), at(time.Second+time.Millisecond), noload))
+	// Five sent together, refused together: one round trip.
+	for range 5 {
+		require.Equal(t, 2, f.refused(at(1010*time.Millisecond), at(1011*time.Millisecond), noload))
+	}
+	require.Equal(t, 3, f.refused(at(1020*time.Millisecond), at(1021*time.Millisecond), noload))
+	// 2 × 8 × noload after the last refusal: still the streak; later: over.
+	require.Equal(t, 4, f.refused(at(1180*time.Millisecond), at(1181*time.Millisecond), noload))
+	require.Equal(t, 1, f.refused(at(1400*time.Millisecond), at(1401*time.Millisecond), noload))
+}
+
+// TestTransportStopKeepsTheSingleRefusalHold: refusals that come back
+// while the node stops (its limit is 0) hold their slots one no-load round
+// trip, as before, not a backoff's: Stop waits for them.
+func TestTransportStopKeepsTheSingleRefusalHold(t *testing.T) {
+	t.Parallel()
+	const slots = 6
+	var (
+		refusing atomic.Bool
+		parked   atomic.Int32
+		release  = make(chan struct{})
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !refusing.Load() {
+			time.Sleep(50 * time.Millisecond)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		parked.Add(1)
+		<-release
+		w.WriteHeader(http.StatusTooManyRequests)
 	}))
 	defer srv.Close()
-	base := &http.Transport{}
+	base := &http.Transport{MaxIdleConnsPerHost: 2 * slots}
 	defer base.CloseIdleConnections()
+	c := coord.NewMemory(nil)
 	cfg := testConfig("k", "a")
-	cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
-	n := startNode(t, coord.NewMemory(nil), cfg)
+	cfg.Limiter = adaptive.Config{InitialLimit: slots, MaxLimit: slots, MaxQueued: 2 * slots}
+	n, err := NewWithCoordinator(c, cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(t.Context()))
+	startNode(t, c, testConfig("k", "b"))
+	eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
 	client := &http.Client{Transport: n.Transport(base)}
-	for i := range warm + 8 {
+	for range 3 {
 		resp, err := get(t, client, srv.URL)
 		require.NoError(t, err)
-		require.Equal(t, refuse(i), resp.StatusCode == http.StatusTooManyRequests, "request %d", i)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
 	noload := n.Limiter().RTTNoload()
-	require.GreaterOrEqual(t, noload, 20*time.Millisecond, "the served requests set RTTNoload")
-	mu.Lock()
-	defer mu.Unlock()
-	held := func(i int) time.Duration { return arrived[i+1].Sub(arrived[i]) }
-	for k, mult := range []time.Duration{1, 2, 4, 8, 8} {
-		require.GreaterOrEqual(t, held(warm+k), mult*noload*9/10, "refusal %d in a row", k+1)
+
+	refusing.Store(true)
+	var wg sync.WaitGroup
+	for range slots {
+		wg.Go(func() {
+			if resp, err := get(t, client, srv.URL); err == nil {
+				resp.Body.Close()
+			}
+		})
 	}
-	require.Less(t, held(warm+6), held(warm+3)/2, "a served request starts the backoff again")
+	eventually(t, func() bool { return parked.Load() == slots }, "parked %d", parked.Load())
+	stopped := make(chan time.Time, 1)
+	go func() {
+		_ = n.Stop(context.Background())
+		stopped <- time.Now()
+	}()
+	eventually(t, func() bool { return n.Limiter().Limit() == 0 }, "stopping")
+	released := time.Now()
+	close(release)
+	wg.Wait()
+	took := (<-stopped).Sub(released)
+	require.Less(t, took, 4*noload, "Stop waited %v for refusals at a limit of 0 (RTTNoload %v)", took, noload)
 }
 
 func TestTransportRefusesWhenNotStarted(t *testing.T) {
