@@ -37,6 +37,18 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, error) {
 	return c.Do(req)
 }
 
+// getEach sends n requests to url one at a time, each read to its end and
+// closed (to set the node's RTTNoload, say).
+func getEach(t *testing.T, c *http.Client, url string, n int) {
+	t.Helper()
+	for range n {
+		resp, err := get(t, c, url)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
 func TestTransportRetryAfterPausesAdmission(t *testing.T) {
 	t.Parallel()
 	calls := 0
@@ -230,12 +242,7 @@ func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 	cfg.AbandonedHold = 500 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
-	for range 3 {
-		resp, err := get(t, client, srv.URL)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	getEach(t, client, srv.URL, 3)
 	noload := n.lim.RTTNoload()
 	require.GreaterOrEqual(t, noload, latency)
 
@@ -433,12 +440,7 @@ func TestTransportRefusalHoldsItsSlot(t *testing.T) {
 	cfg.Limiter = adaptive.Config{InitialLimit: slots, MaxLimit: slots, MaxQueued: total}
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(base)}
-	for range warm {
-		resp, err := get(t, client, srv.URL)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	getEach(t, client, srv.URL, warm)
 	noload := n.Limiter().RTTNoload()
 	require.GreaterOrEqual(t, noload, 20*time.Millisecond, "the served requests set RTTNoload")
 
@@ -606,12 +608,7 @@ func TestTransportStopKeepsTheSingleRefusalHold(t *testing.T) {
 	startNode(t, c, testConfig("k", "b"))
 	eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
 	client := &http.Client{Transport: n.Transport(base)}
-	for range 3 {
-		resp, err := get(t, client, srv.URL)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	getEach(t, client, srv.URL, 3)
 	noload := n.Limiter().RTTNoload()
 
 	refusing.Store(true)
