@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -53,4 +54,51 @@ func Example() {
 	resp.Body.Close()
 	fmt.Println(string(body), node.State().Share)
 	// Output: hello 8
+}
+
+// A caller that does not go through Transport (a gRPC client, an SDK with
+// its own connection) settles each lease itself; a refusal is settled
+// with Refuse, which holds its slot for a round trip and pauses the node
+// for the refusal's Retry-After.
+func ExampleLease_Refuse() {
+	node, err := fleet.NewWithCoordinator(coord.NewMemory(nil), fleet.Config{
+		Key:     "partner-api",
+		NodeID:  "worker-1",
+		Limiter: adaptive.Config{InitialLimit: 8, MaxQueued: 64},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := node.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := node.Stop(stopCtx); err != nil {
+			log.Print(err)
+		}
+	}()
+
+	// call stands for the upstream: it refuses, asking for 2 s.
+	call := func(context.Context) (retryAfter time.Duration, refused bool, err error) {
+		return 2 * time.Second, true, nil
+	}
+	lease, err := node.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	retryAfter, refused, err := call(lease.Context())
+	switch {
+	case refused:
+		lease.Refuse(retryAfter)
+	case err != nil:
+		lease.Ignore()
+	default:
+		lease.Release()
+	}
+	_, err = node.Acquire(ctx)
+	fmt.Println(node.State().Drops, errors.Is(err, adaptive.ErrPaused))
+	// Output: 1 true
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/quota"
 )
 
 // Lease is one admitted request's hold on a slot of the node's share. Its
@@ -13,9 +14,9 @@ import (
 // Config.MaxRequestDuration, or when the context given to Acquire is, and
 // the request must have really ended by then — the fleet keeps the slot
 // reserved that long and no longer, whatever happens to the node. Settle
-// the lease exactly once with Release, ReleaseRTT, Drop or Ignore when the
-// request ends, or with Abandon when the caller gave up on it; settling
-// also releases the context's timer. Settling again, or settling a copy,
+// the lease exactly once with Release, ReleaseRTT, Refuse, Drop or Ignore
+// when the request ends, or with Abandon when the caller gave up on it;
+// settling also releases the context's timer. Settling again, or settling a copy,
 // is a no-op: after Abandon, a Release (a deferred one, say) does not free
 // the slot the abandoned request may still use upstream, and of a Release
 // and an Abandon called at once on two goroutines exactly one takes
@@ -88,7 +89,7 @@ func (le Lease) Release() {
 		fn = func() { le.lease.ReleaseRTT(time.Since(le.sent)) }
 	}
 	if le.settle(fn) {
-		le.record(false)
+		le.served()
 	}
 }
 
@@ -96,19 +97,63 @@ func (le Lease) Release() {
 // adaptive.Lease.ReleaseRTT.
 func (le Lease) ReleaseRTT(rtt time.Duration) {
 	if le.settle(func() { le.lease.ReleaseRTT(rtt) }) {
-		le.record(false)
+		le.served()
 	}
 }
 
-// Drop settles the lease as an overload signal (a 429, a 503, a timeout);
-// see adaptive.Lease.Drop. It frees the slot at once; Transport instead
-// keeps a refusal's slot for the node's no-load latency, so that a queue
-// meeting refusals answered at once is not sent at loopback speed. A node
-// that learns the key's rate (RateConfig.Learn) counts it as a request
-// refused for the rate.
+// served records a success: for the node's learner, and as the end of a
+// streak of refusals at its last slot (see Refuse).
+func (le Lease) served() {
+	le.record(false)
+	if le.node != nil {
+		le.node.floor.reset()
+	}
+}
+
+// Drop settles the lease as an overload signal of a request that surely
+// ended at the upstream; see adaptive.Lease.Drop. It frees the slot at
+// once. For the upstream's refusal (a 429, a 503) use Refuse, which keeps
+// the slot for a round trip; for a timeout of a request the upstream may
+// still be serving, Abandon(true). A node that learns the key's rate (RateConfig.Learn)
+// counts it as a request refused for the rate.
 func (le Lease) Drop() {
 	if le.settle(le.lease.Drop) {
 		le.record(true)
+	}
+}
+
+// Refuse settles the lease as the upstream's refusal of the request (a
+// 429, a 503, gRPC's RESOURCE_EXHAUSTED), as Transport does for a 429 or
+// a 503: a drop, counted at once, whose slot stays held until a served
+// request's headers would have come — the limiter's RTTNoload after the
+// request was sent (after its admission, or after it was let go when it
+// waited for the key's rate), and no later than its bound — so that a
+// queue meeting refusals answered at once is not sent to them at
+// loopback speed. Call it when the refusal comes back. While the node's
+// limit is 1 (its floor of one slot, or cut to its last) and its last
+// grant counted other live nodes, each refusal in a row — of a request
+// admitted after the last one came back — holds its slot twice as long
+// as the one before, up to 8 × RTTNoload; a Release, a refusal at a
+// higher limit, or 16 × RTTNoload without a refusal starts again from
+// one. A positive retryAfter (the refusal's Retry-After) also pauses the
+// node's admission that long, at most quota.MaxRetryAfter; zero or less
+// pauses nothing. A node that learns the key's rate counts it as a
+// request refused for the rate. On the zero Lease it does nothing.
+func (le Lease) Refuse(retryAfter time.Duration) {
+	if le.node == nil {
+		return
+	}
+	now := time.Now()
+	sent := le.sent
+	if sent.IsZero() {
+		sent = le.lease.Admitted()
+	}
+	if !le.settle(func() { le.node.refuse(le.lease, now.Sub(sent), le.bound, now) }) {
+		return
+	}
+	le.record(true)
+	if retryAfter > 0 {
+		le.node.lim.RetryAfter(min(retryAfter, quota.MaxRetryAfter))
 	}
 }
 
@@ -148,8 +193,8 @@ func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 // than the request's bound, since the upstream may still be serving it.
 // With drop set it also counts as an overload signal now (a timeout). A
 // request that surely ended — the upstream answered, or it was never sent —
-// is settled with Release, Drop or Ignore instead. Abandon settles the
-// lease: a later Release, ReleaseRTT, Drop or Ignore does nothing, and so
+// is settled with Release, Refuse, Drop or Ignore instead. Abandon settles the
+// lease: a later Release, ReleaseRTT, Refuse, Drop or Ignore does nothing, and so
 // does a second Abandon.
 func (le Lease) Abandon(drop bool) {
 	if le.ctx == nil || !le.settled.CompareAndSwap(false, true) {

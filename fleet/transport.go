@@ -103,51 +103,6 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 	return &transport{node: n, base: base}
 }
 
-// maxFloorBackoff caps the refusals in a row that double the hold of a
-// refused request at a limit of 1: at most 2^(maxFloorBackoff−1) × RTTNoload.
-const maxFloorBackoff = 4
-
-// floorBackoff is a node's streak of refusals at its last slot: while its
-// limit is 1 and the key has other live nodes, each refusal in a row
-// holds its slot twice as long as the last (see Transport). Safe for
-// concurrent use.
-type floorBackoff struct {
-	peers atomic.Bool // the last grant counted other live nodes on the key
-
-	mu   sync.Mutex
-	k    int       // the streak, 0 to maxFloorBackoff
-	last time.Time // when its last refusal came back
-}
-
-// refused counts a refusal at the last slot, of a request admitted at
-// admitted and come back at now, and returns its place in the streak, 1
-// to maxFloorBackoff. A request admitted before the streak's last refusal
-// came back was sent in the same round trip: it takes that refusal's
-// place without adding to it. A streak whose last refusal came back more
-// than twice the longest hold (by noload) ago is over: this refusal is
-// the first.
-func (f *floorBackoff) refused(admitted, now time.Time, noload time.Duration) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.k > 0 && admitted.Before(f.last):
-	case f.k > 0 && now.Sub(f.last) > 2*noload<<(maxFloorBackoff-1):
-		f.k = 1
-	default:
-		f.k = min(f.k+1, maxFloorBackoff)
-	}
-	f.last = now
-	return f.k
-}
-
-// reset ends the streak: a request was served, or refused above the last
-// slot.
-func (f *floorBackoff) reset() {
-	f.mu.Lock()
-	f.k = 0
-	f.mu.Unlock()
-}
-
 // unsentError is Transport's error for a request it did not send. It is a
 // timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
 // cause is: a deadline that ended while it waited for admission, or
@@ -234,18 +189,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		// A refusal counts as a drop now, but its slot turns over no
-		// faster than a served request's: a node cut to its last slots
-		// would otherwise send its queue to be refused at loopback speed.
-		noload := t.node.lim.RTTNoload()
-		hold := noload - body.rtt
-		switch lim := t.node.lim.Limit(); {
-		case lim == 1 && t.node.floor.peers.Load():
-			hold = noload<<(t.node.floor.refused(le.Admitted(), now, noload)-1) - body.rtt
-		case lim > 1:
-			t.node.floor.reset()
-		}
-		body.once.Do(func() { abandon(le, true, bound, hold) })
+		body.once.Do(func() { t.node.refuse(le, body.rtt, bound, now) })
 	case code < 400:
 		t.node.floor.reset()
 	case code >= 400:

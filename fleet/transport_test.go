@@ -546,36 +546,6 @@ func TestTransportRefusalsAtTheLastSlotBackOff(t *testing.T) {
 	require.Less(t, lone[warm+3], gaps[warm+3]/2, "a lone node keeps the single hold")
 }
 
-// TestFloorBackoffStreak: a streak of refusals at the last slot counts one
-// per round trip — a request sent before the last refusal came back adds
-// nothing — stops at maxFloorBackoff, and starts again after a reset or
-// twice the longest hold without a refusal.
-func TestFloorBackoffStreak(t *testing.T) {
-	t.Parallel()
-	const noload = 10 * time.Millisecond
-	t0 := time.Unix(0, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	var f floorBackoff
-	// Each sent after the last came back: 1, 2, 4, 8, 8 × noload.
-	var got []int
-	for i := range 5 {
-		sent := at(time.Duration(100*i) * time.Millisecond)
-		got = append(got, f.refused(sent, sent.Add(time.Millisecond), noload))
-	}
-	require.Equal(t, []int{1, 2, 3, 4, 4}, got)
-
-	f.reset()
-	require.Equal(t, 1, f.refused(at(time.Second), at(time.Second+time.Millisecond), noload))
-	// Five sent together, refused together: one round trip.
-	for range 5 {
-		require.Equal(t, 2, f.refused(at(1010*time.Millisecond), at(1011*time.Millisecond), noload))
-	}
-	require.Equal(t, 3, f.refused(at(1020*time.Millisecond), at(1021*time.Millisecond), noload))
-	// 2 × 8 × noload after the last refusal: still the streak; later: over.
-	require.Equal(t, 4, f.refused(at(1180*time.Millisecond), at(1181*time.Millisecond), noload))
-	require.Equal(t, 1, f.refused(at(1400*time.Millisecond), at(1401*time.Millisecond), noload))
-}
-
 // TestTransportStopKeepsTheSingleRefusalHold: refusals that come back
 // while the node stops (its limit is 0) hold their slots one no-load round
 // trip, as before, not a backoff's: Stop waits for them.

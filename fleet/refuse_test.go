@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/quota"
+)
+
+// TestLeaseRefuseHoldsTheSlot: Lease.Refuse keeps a refusal's slot as
+// Transport does — RTTNoload after the request was sent, then twice as
+// long at each refusal in a row at the last slot beside a peer, up to
+// 8 × RTTNoload; a Release starts again from one, and a lone node keeps
+// the single hold — where Drop frees it at once.
+func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
+	t.Parallel()
+	const noload = 20 * time.Millisecond
+	// held settles each lease with settle(i) and returns how long the
+	// next admission waited after it.
+	held := func(t *testing.T, peered bool, settle func(Lease, int)) []time.Duration {
+		c := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
+		n := startNode(t, c, cfg)
+		if peered {
+			startNode(t, c, testConfig("k", "b")) // idle: node a keeps the whole L_global of 1
+			eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
+		}
+		for range 3 {
+			le, err := n.Acquire(t.Context())
+			require.NoError(t, err)
+			le.ReleaseRTT(noload)
+		}
+		require.Equal(t, noload, n.Limiter().RTTNoload())
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		le, err := n.Acquire(ctx)
+		require.NoError(t, err)
+		var waits []time.Duration
+		for i := range 8 {
+			settled := time.Now()
+			settle(le, i)
+			le, err = n.Acquire(ctx)
+			require.NoError(t, err, "admission %d", i+1)
+			waits = append(waits, time.Since(settled))
+		}
+		le.Ignore()
+		return waits
+	}
+	refuse := func(le Lease, i int) {
+		if i == 5 {
+			le.ReleaseRTT(noload)
+			return
+		}
+		le.Refuse(0)
+	}
+	t.Run("peered", func(t *testing.T) {
+		t.Parallel()
+		waits := held(t, true, refuse)
+		for k, mult := range []time.Duration{1, 2, 4, 8, 8} {
+			require.GreaterOrEqual(t, waits[k], mult*noload*9/10, "refusal %d in a row", k+1)
+		}
+		require.Less(t, waits[5], noload/2, "a served request frees its slot at once")
+		require.Less(t, waits[6], 2*noload, "a served request starts the streak again")
+		require.GreaterOrEqual(t, waits[7], 2*noload*9/10, "and it counts from one")
+	})
+	t.Run("lone", func(t *testing.T) {
+		t.Parallel()
+		waits := held(t, false, refuse)
+		for k := range 5 {
+			require.GreaterOrEqual(t, waits[k], noload*9/10, "refusal %d", k+1)
+			require.Less(t, waits[k], 2*noload, "a lone node keeps the single hold: refusal %d", k+1)
+		}
+	})
+	t.Run("drop", func(t *testing.T) {
+		t.Parallel()
+		waits := held(t, true, func(le Lease, _ int) { le.Drop() })
+		for k, w := range waits {
+			require.Less(t, w, noload/2, "Drop frees the slot at once: %d", k+1)
+		}
+	})
+}
+
+// TestLeaseRefuseRetryAfter: a positive retryAfter pauses the node's
+// admission, capped at quota.MaxRetryAfter; zero or a negative one
+// pauses nothing; a lease settled before is left alone, and the zero
+// Lease's Refuse does nothing.
+func TestLeaseRefuseRetryAfter(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	refuse := func(d time.Duration) {
+		t.Helper()
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		le.Refuse(d)
+	}
+	refuse(0)
+	refuse(-time.Hour)
+	require.True(t, n.Limiter().Snapshot().PausedUntil.IsZero(), "no pause")
+
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	le.Release()
+	le.Refuse(time.Hour) // settled: nothing
+	require.True(t, n.Limiter().Snapshot().PausedUntil.IsZero(), "a settled lease pauses nothing")
+	Lease{}.Refuse(time.Hour)
+
+	before := time.Now()
+	refuse(1000 * time.Hour)
+	until := n.Limiter().Snapshot().PausedUntil
+	require.WithinRange(t, until, before.Add(quota.MaxRetryAfter), time.Now().Add(quota.MaxRetryAfter))
+	_, err = n.Acquire(t.Context())
+	require.ErrorIs(t, err, adaptive.ErrPaused)
+}
+
+// TestFloorBackoffStreak: a streak of refusals at the last slot counts one
+// per round trip — a request sent before the last refusal came back adds
+// nothing — stops at maxFloorBackoff, and starts again after a reset or
+// twice the longest hold without a refusal.
+func TestFloorBackoffStreak(t *testing.T) {
+	t.Parallel()
+	const noload = 10 * time.Millisecond
+	t0 := time.Unix(0, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var f floorBackoff
+	// Each sent after the last came back: 1, 2, 4, 8, 8 × noload.
+	var got []int
+	for i := range 5 {
+		sent := at(time.Duration(100*i) * time.Millisecond)
+		got = append(got, f.refused(sent, sent.Add(time.Millisecond), noload))
+	}
+	require.Equal(t, []int{1, 2, 3, 4, 4}, got)
+
+	f.reset()
+	require.Equal(t, 1, f.refused(at(time.Second), at(time.Second+time.Millisecond), noload))
+	// Five sent together, refused together: one round trip.
+	for range 5 {
+		require.Equal(t, 2, f.refused(at(1010*time.Millisecond), at(1011*time.Millisecond), noload))
+	}
+	require.Equal(t, 3, f.refused(at(1020*time.Millisecond), at(1021*time.Millisecond), noload))
+	// 2 × 8 × noload after the last refusal: still the streak; later: over.
+	require.Equal(t, 4, f.refused(at(1180*time.Millisecond), at(1181*time.Millisecond), noload))
+	require.Equal(t, 1, f.refused(at(1400*time.Millisecond), at(1401*time.Millisecond), noload))
+}
