@@ -278,6 +278,13 @@ type FleetResult struct {
 	// step and window end, so a count that stays up counts too.
 	OuterPeakRatio float64
 	OuterPeakAt    time.Duration
+	// CarriedRatio is, at the end of the first heartbeat after a step
+	// that lowers the capacity, the attempted in-flight of requests sent
+	// before the step, over the capacity then (the largest over such
+	// steps): what no admission after the step could have held back.
+	// Above OuterPeakRatio's target it shows the target out of reach in
+	// the scenario: requests outlast the heartbeat.
+	CarriedRatio float64
 	// OverCapacity is the total time the attempted in-flight count was
 	// above the capacity.
 	OverCapacity time.Duration

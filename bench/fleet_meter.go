@@ -30,6 +30,8 @@ type meter struct {
 	steadyRatio float64
 	outerRatio  float64
 	outerAt     time.Duration
+	older       []int // per capacity drop: in flight now, sent before it
+	carried     []int // per capacity drop: older at its first heartbeat's end; -1 until then
 	series      []FleetSample
 
 	sent, succeeded, rejected, failed int64
@@ -48,6 +50,11 @@ func newMeter(sc FleetScenario) *meter {
 			m.bounds = append(m.bounds, st.At+sc.Heartbeat)
 		}
 		prev = st.Capacity
+	}
+	m.older = make([]int, len(m.drops))
+	m.carried = make([]int, len(m.drops))
+	for j := range m.carried {
+		m.carried[j] = -1
 	}
 	return m
 }
@@ -78,6 +85,11 @@ func (m *meter) advanceLocked(now time.Time) {
 			m.overCap += dt
 		}
 		m.last = end
+		for j, s := range m.drops {
+			if m.carried[j] < 0 && !end.Before(m.start.Add(s+m.sc.Heartbeat)) {
+				m.carried[j] = m.older[j]
+			}
+		}
 		if end.Before(now) {
 			m.notePeakLocked(end.Sub(m.start))
 		}
@@ -98,16 +110,24 @@ func (m *meter) notePeakLocked(at time.Duration) {
 	}
 }
 
-// inc counts a request about to be sent.
-func (m *meter) inc() {
+// inc counts a request about to be sent and returns when, from the
+// start, for dec.
+func (m *meter) inc() time.Duration {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.advanceLocked(now)
+	at := now.Sub(m.start)
 	m.cur++
 	m.sent++
+	for j, s := range m.drops {
+		if at < s {
+			m.older[j]++
+		}
+	}
 	m.peak = max(m.peak, m.cur)
-	m.notePeakLocked(now.Sub(m.start))
+	m.notePeakLocked(at)
+	return at
 }
 
 // justDropped reports whether at lies in [s, s+Heartbeat) for a step s
@@ -141,13 +161,19 @@ const (
 	outcomeFailed
 )
 
-// dec counts the end of a request sent by node, with its round-trip time.
-func (m *meter) dec(node int, o outcome, rtt time.Duration) {
+// dec counts the end of a request sent by node at sent (inc's result),
+// with its round-trip time.
+func (m *meter) dec(node int, sent time.Duration, o outcome, rtt time.Duration) {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.advanceLocked(now)
 	m.cur--
+	for j, s := range m.drops {
+		if sent < s {
+			m.older[j]--
+		}
+	}
 	switch o {
 	case outcomeOK:
 		m.succeeded++
@@ -220,9 +246,23 @@ func (m *meter) result(way FleetWay, sc FleetScenario) FleetResult {
 		SteadyPeakRatio: m.steadyRatio,
 		OuterPeakRatio:  m.outerRatio,
 		OuterPeakAt:     m.outerAt,
+		CarriedRatio:    m.carriedRatioLocked(),
 		OverCapacity:    m.overCap,
 		Series:          append([]FleetSample(nil), m.series...),
 	}
+}
+
+// carriedRatioLocked is FleetResult.CarriedRatio: the largest, over the
+// capacity drops whose first heartbeat has ended, of the requests sent
+// before the drop and still in flight then, over the capacity then.
+func (m *meter) carriedRatioLocked() float64 {
+	r := 0.0
+	for j, s := range m.drops {
+		if m.carried[j] >= 0 {
+			r = max(r, float64(m.carried[j])/float64(max(m.sc.CapacityAt(s), 1)))
+		}
+	}
+	return r
 }
 
 // countingTransport is the lowest layer of every node's client: it counts
@@ -235,11 +275,11 @@ type countingTransport struct {
 }
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	t.meter.inc()
+	sent := t.meter.inc()
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
-		t.meter.dec(t.node, outcomeFailed, 0)
+		t.meter.dec(t.node, sent, outcomeFailed, 0)
 		return nil, err
 	}
 	o := outcomeFailed
@@ -249,7 +289,7 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	case http.StatusTooManyRequests:
 		o = outcomeRejected
 	}
-	resp.Body = &countedBody{ReadCloser: resp.Body, t: t, o: o, start: start}
+	resp.Body = &countedBody{ReadCloser: resp.Body, t: t, o: o, sent: sent, start: start}
 	return resp, nil
 }
 
@@ -261,6 +301,7 @@ type countedBody struct {
 	io.ReadCloser
 	t     *countingTransport
 	o     outcome
+	sent  time.Duration // the meter's offset of the send
 	start time.Time
 	ended bool
 }
@@ -291,5 +332,5 @@ func (b *countedBody) end(o outcome) {
 		return
 	}
 	b.ended = true
-	b.t.meter.dec(b.t.node, o, time.Since(b.start))
+	b.t.meter.dec(b.t.node, b.sent, o, time.Since(b.start))
 }

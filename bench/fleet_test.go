@@ -136,19 +136,19 @@ func TestMeter(t *testing.T) {
 	m.now = func() time.Time { return now }
 	m.begin(start)
 
-	m.inc() // 1 in flight
+	s0 := m.inc() // 1 in flight
 	now = now.Add(3 * time.Second)
-	m.inc() // 2 = C
+	s1 := m.inc() // 2 = C
 	now = now.Add(time.Second)
-	m.inc() // 3 > C, 4 s in: not in a settle window (it ends at 2 s)
+	s2 := m.inc() // 3 > C, 4 s in: not in a settle window (it ends at 2 s)
 	now = now.Add(500 * time.Millisecond)
-	m.dec(0, outcomeRejected, 0)
+	m.dec(0, s2, outcomeRejected, 0)
 	now = now.Add(2500 * time.Millisecond) // 7 s: C halves to 1
-	m.inc()                                // 3 > 1, settling
+	s3 := m.inc()                          // 3 > 1, settling
 	now = now.Add(time.Second)
-	m.dec(1, outcomeOK, 20*time.Millisecond)
-	m.dec(0, outcomeOK, 30*time.Millisecond)
-	m.dec(0, outcomeFailed, 0)
+	m.dec(1, s0, outcomeOK, 20*time.Millisecond)
+	m.dec(0, s1, outcomeOK, 30*time.Millisecond)
+	m.dec(0, s3, outcomeFailed, 0)
 	now = now.Add(time.Second)
 
 	r := m.result(StaticSplit, sc)
@@ -164,6 +164,8 @@ func TestMeter(t *testing.T) {
 	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "the peak at the halving is in its settle window")
 	require.InDelta(t, 3.0, r.OuterPeakRatio, 1e-12, "the 3 in flight at C = 1 outlast the halving's first heartbeat")
 	require.Equal(t, 7*time.Second+sc.Heartbeat, r.OuterPeakAt)
+	require.InDelta(t, 2.0, r.CarriedRatio, 1e-12, "of those 3, the 2 sent before the halving")
+	require.Equal(t, []time.Duration{0, 3 * time.Second, 4 * time.Second, 7 * time.Second}, []time.Duration{s0, s1, s2, s3})
 	// Over C: 0.5 s at 3 > 2, then 1 s at 3 > 1 after the halving.
 	require.Equal(t, 1500*time.Millisecond, r.OverCapacity)
 	require.Equal(t, 9*time.Second, r.Elapsed)
@@ -179,8 +181,10 @@ func TestMeterOuterPeak(t *testing.T) {
 	sc.Duration, sc.Settle = 21*time.Second, 2*time.Second // C = 2, 1 at 7 s, 2 at 14 s
 	start := time.Unix(1000, 0)
 	halving, doubling := 7*time.Second, 14*time.Second
+	var sent []time.Duration // the sends in flight, oldest first
 	run := func(events func(m *meter, at func(time.Duration))) FleetResult {
 		now := start
+		sent = nil
 		m := newMeter(sc)
 		m.now = func() time.Time { return now }
 		m.begin(start)
@@ -190,12 +194,13 @@ func TestMeterOuterPeak(t *testing.T) {
 	}
 	incs := func(m *meter, n int) {
 		for range n {
-			m.inc()
+			sent = append(sent, m.inc())
 		}
 	}
 	decs := func(m *meter, n int) {
 		for range n {
-			m.dec(0, outcomeRejected, 0)
+			m.dec(0, sent[0], outcomeRejected, 0)
+			sent = sent[1:]
 		}
 	}
 
@@ -210,6 +215,7 @@ func TestMeterOuterPeak(t *testing.T) {
 	require.Equal(t, time.Duration(0), r.OuterPeakAt)
 	require.InDelta(t, 4.0, r.PeakRatio, 1e-12)
 	require.Zero(t, r.SteadyPeakRatio, "every send fell in a settle window")
+	require.Zero(t, r.CarriedRatio, "nothing sent before the halving was in flight after it")
 
 	r = run(func(m *meter, at func(time.Duration)) {
 		at(halving + sc.Heartbeat)
@@ -217,6 +223,7 @@ func TestMeterOuterPeak(t *testing.T) {
 	})
 	require.InDelta(t, 2.0, r.OuterPeakRatio, 1e-12)
 	require.Equal(t, halving+sc.Heartbeat, r.OuterPeakAt)
+	require.Zero(t, r.CarriedRatio, "sent at the window's end, after the halving")
 
 	r = run(func(m *meter, at func(time.Duration)) {
 		at(halving - time.Millisecond)
@@ -227,6 +234,7 @@ func TestMeterOuterPeak(t *testing.T) {
 	require.InDelta(t, 3.0, r.PeakRatio, 1e-12, "the halving itself lifts the whole-run peak")
 	require.Equal(t, halving, r.PeakAt)
 	require.InDelta(t, 1.5, r.SteadyPeakRatio, 1e-12, "sent before the halving, out of any settle window")
+	require.InDelta(t, 3.0, r.CarriedRatio, 1e-12, "all three were sent before the halving")
 
 	r = run(func(m *meter, at func(time.Duration)) {
 		at(doubling + time.Millisecond)

@@ -419,6 +419,10 @@ What the columns mean:
 		steady := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.SteadyPeakRatio }))
 		fmt.Fprintf(&b, "- attempted in-flight: %.2f·C outside the first heartbeat after the halving — %s (%.2f·C outside the first %v and the %v after each step; %.2f·C over the whole run, which includes the halving under a full fleet).\n",
 			outer, verdict(outer <= targetFleetPeak), steady, sc.Settle, sc.Settle, peak)
+		if carried := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.CarriedRatio })); carried > targetFleetPeak {
+			fmt.Fprintf(&b, "  At the end of that heartbeat the requests sent before the halving were still %.2f·C (median over the runs; %s in each): a request takes %v here, longer than the heartbeat, so whatever the fleet admitted after the halving, its outer peak could not be lower than that.\n",
+				carried, joinRatios(r.runs, func(x bench.FleetResult) float64 { return x.CarriedRatio }), sc.BaseLatency)
+		}
 		var down, up []convergence
 		for _, res := range r.runs {
 			d, u := convergences(res)
@@ -479,4 +483,13 @@ func convergedWithin(cs []convergence, d time.Duration) bool {
 	}
 	slices.Sort(vals)
 	return vals[(len(vals)-1)/2] <= d.Seconds()
+}
+
+// joinRatios lists f of each run as "1.23·C", in run order.
+func joinRatios(rs []bench.FleetResult, f func(bench.FleetResult) float64) string {
+	parts := make([]string, len(rs))
+	for i, x := range rs {
+		parts[i] = fmt.Sprintf("%.2f·C", f(x))
+	}
+	return strings.Join(parts, ", ")
 }

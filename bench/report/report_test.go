@@ -131,6 +131,30 @@ func TestRenderFleet(t *testing.T) {
 	require.NotContains(t, md, "%!", "no formatting errors")
 }
 
+// TestRenderFleetCarried: the targets say when the requests sent before
+// the halving alone outlast its first heartbeat above the peak target,
+// with each run's ratio, and say nothing of it otherwise.
+func TestRenderFleetCarried(t *testing.T) {
+	t.Parallel()
+	e := &env{opts: Options{FleetDuration: 3 * time.Second, FleetRuns: 3}, imgDir: t.TempDir(), date: "2026-11-22", machine: "test machine",
+		command: "cd bench && go run ./cmd/report -only fleet400 -out ../docs"}
+	sc := fleetScenario(e.opts)
+	render := func(carried ...float64) string {
+		run := fleetRun{way: bench.Fleetlimit}
+		for _, c := range carried {
+			res := fakeFleetResult(bench.Fleetlimit)
+			res.OuterPeakRatio, res.CarriedRatio = 1.5, c
+			run.runs = append(run.runs, res)
+		}
+		md := renderFleet(e, sc, []fleetRun{run}, fleetSection{prefix: "fleet400", title: "7. Fleet"}, time.Second)
+		require.NotContains(t, md, "%!", "no formatting errors")
+		return md
+	}
+	md := render(1.3, 1.45, 0.9)
+	require.Contains(t, md, "  At the end of that heartbeat the requests sent before the halving were still 1.30·C (median over the runs; 1.30·C, 1.45·C, 0.90·C in each): a request takes 20ms here,")
+	require.NotContains(t, render(1.05, 1.1, 0.2), "sent before the halving were still")
+}
+
 func TestSummarizeConvergence(t *testing.T) {
 	t.Parallel()
 	c := func(s float64, ok bool) convergence {
