@@ -23,14 +23,7 @@ func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 	// held settles each lease with settle(i) and returns how long the
 	// next admission waited after it.
 	held := func(t *testing.T, peered bool, settle func(Lease, int)) []time.Duration {
-		c := coord.NewMemory(nil)
-		cfg := testConfig("k", "a")
-		cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
-		n := startNode(t, c, cfg)
-		if peered {
-			startNode(t, c, testConfig("k", "b")) // idle: node a keeps the whole L_global of 1
-			eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
-		}
+		n := lastSlotNode(t, peered)
 		for range 3 {
 			le, err := n.Acquire(t.Context())
 			require.NoError(t, err)
@@ -84,6 +77,22 @@ func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 			require.Less(t, w, noload/2, "Drop frees the slot at once: %d", k+1)
 		}
 	})
+}
+
+// lastSlotNode starts node a of a fresh key with a limit of exactly 1
+// and, when peered, an idle node b beside it, so that a's last grant
+// counts another live node.
+func lastSlotNode(t *testing.T, peered bool) *Node {
+	t.Helper()
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
+	n := startNode(t, c, cfg)
+	if peered {
+		startNode(t, c, testConfig("k", "b")) // idle: node a keeps the whole L_global of 1
+		eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
+	}
+	return n
 }
 
 // TestLeaseRefuseRetryAfter: a positive retryAfter pauses the node's

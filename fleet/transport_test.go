@@ -511,14 +511,7 @@ func TestTransportRefusalsAtTheLastSlotBackOff(t *testing.T) {
 		defer srv.Close()
 		base := &http.Transport{}
 		defer base.CloseIdleConnections()
-		c := coord.NewMemory(nil)
-		cfg := testConfig("k", "a")
-		cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 1}
-		n := startNode(t, c, cfg)
-		if peered {
-			startNode(t, c, testConfig("k", "b")) // idle: node a keeps the whole L_global of 1
-			eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
-		}
+		n := lastSlotNode(t, peered)
 		client := &http.Client{Transport: n.Transport(base)}
 		for i := range warm + 8 {
 			resp, err := get(t, client, srv.URL)
