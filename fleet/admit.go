@@ -22,8 +22,8 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // allows (see adaptive.Limiter.AcquireRequest). Run the request with the
 // returned Lease's Context, which ends at the request's hard bound
 // (Config.MaxRequestDuration) or with ctx, and settle the lease when the
-// request ends: Release on success, Drop on an overload signal (429, 503,
-// timeout), Ignore otherwise.
+// request ends: Release on success, Refuse on a 429, Unavailable on a 503,
+// Abandon(true) on a timeout, Ignore otherwise (see Lease).
 //
 // Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
 // ErrEvicted, ErrFenced while the node is fenced under FailClosed (a

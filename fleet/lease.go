@@ -14,8 +14,8 @@ import (
 // Config.MaxRequestDuration, or when the context given to Acquire is, and
 // the request must have really ended by then — the fleet keeps the slot
 // reserved that long and no longer, whatever happens to the node. Settle
-// the lease exactly once with Release, ReleaseRTT, Refuse, Drop or Ignore
-// when the request ends, or with Abandon when the caller gave up on it;
+// the lease exactly once with Release, ReleaseRTT, Refuse, Unavailable,
+// Drop or Ignore when the request ends, or with Abandon when the caller gave up on it;
 // settling also releases the context's timer. Settling again, or settling a copy,
 // is a no-op: after Abandon, a Release (a deferred one, say) does not free
 // the slot the abandoned request may still use upstream, and of a Release
@@ -23,16 +23,16 @@ import (
 // effect. The zero Lease holds nothing. Lease methods are safe for
 // concurrent use.
 type Lease struct {
-	lease  adaptive.Lease
-	ctx    context.Context
-	cancel context.CancelFunc
-	bound  time.Time     // admission + Config.MaxRequestDuration
-	hold   time.Duration // Config.AbandonedHold
+	lease    adaptive.Lease
+	ctx      context.Context
+	cancel   context.CancelFunc
+	admitted time.Time     // the lease's admission, by the limiter's clock
+	bound    time.Time     // admission + Config.MaxRequestDuration
+	hold     time.Duration // Config.AbandonedHold
 
 	// The request's debit from the node's rate shares (nil for the zero
-	// Lease), when it was let go after waiting for them (zero: it did not
-	// wait), and, when the node learns the key's rate, whether its outcome
-	// was recorded.
+	// Lease), when they let it go (zero: the key has no rate), and, when
+	// the node learns the key's rate, whether its outcome was recorded.
 	node     *Node
 	debit    *debit
 	sent     time.Time
@@ -54,9 +54,10 @@ func (n *Node) bound(parent context.Context, a admission) Lease {
 
 // bound returns a lease for le under parent's context, bounded by cfg.
 func bound(parent context.Context, le adaptive.Lease, cfg *Config) Lease {
-	end := le.Admitted().Add(cfg.MaxRequestDuration)
+	admitted := le.Admitted()
+	end := admitted.Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(parent, end)
-	return Lease{lease: le, ctx: ctx, cancel: cancel, bound: end, hold: cfg.AbandonedHold, settled: new(atomic.Bool)}
+	return Lease{lease: le, ctx: ctx, cancel: cancel, admitted: admitted, bound: end, hold: cfg.AbandonedHold, settled: new(atomic.Bool)}
 }
 
 // Context returns the context to run the request with: done at the
@@ -102,19 +103,20 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 }
 
 // served records a success: for the node's learner, and as the end of a
-// streak of refusals at its last slot (see Refuse).
+// streak of refusals at its last slot, unless the request was admitted
+// before the streak's last refusal came back (see Refuse).
 func (le Lease) served() {
 	le.record(false)
 	if le.node != nil {
-		le.node.floor.reset()
+		le.node.floor.served(le.admitted)
 	}
 }
 
 // Drop settles the lease as an overload signal of a request that surely
 // ended at the upstream; see adaptive.Lease.Drop. It frees the slot at
-// once. For the upstream's refusal (a 429, a 503) use Refuse, which keeps
-// the slot for a round trip; for a timeout of a request the upstream may
-// still be serving, Abandon(true). A node that learns the key's rate (RateConfig.Learn)
+// once. For the upstream's refusal use Refuse (a 429) or Unavailable (a
+// 503), which keep the slot for a round trip; for a timeout of a request
+// the upstream may still be serving, Abandon(true). A node that learns the key's rate (RateConfig.Learn)
 // counts it as a request refused for the rate.
 func (le Lease) Drop() {
 	if le.settle(le.lease.Drop) {
@@ -122,39 +124,54 @@ func (le Lease) Drop() {
 	}
 }
 
-// Refuse settles the lease as the upstream's refusal of the request (a
-// 429, a 503, gRPC's RESOURCE_EXHAUSTED), as Transport does for a 429 or
-// a 503: a drop, counted at once, whose slot stays held until a served
+// Refuse settles the lease as the upstream's refusal of the request for
+// its limits — a 429, gRPC's RESOURCE_EXHAUSTED — as Transport settles a
+// 429: a drop, counted at once, whose slot stays held until a served
 // request's headers would have come — the limiter's RTTNoload after the
-// request was sent (after its admission, or after it was let go when it
-// waited for the key's rate), and no later than its bound — so that a
-// queue meeting refusals answered at once is not sent to them at
-// loopback speed. Call it when the refusal comes back. While the node's
-// limit is 1 (its floor of one slot, or cut to its last) and its last
-// grant counted other live nodes, each refusal in a row — of a request
-// admitted after the last one came back — holds its slot twice as long
-// as the one before, up to 8 × RTTNoload; a Release, a refusal at a
-// higher limit, or 16 × RTTNoload without a refusal starts again from
-// one. A positive retryAfter (the refusal's Retry-After) also pauses the
-// node's admission that long, at most quota.MaxRetryAfter; zero or less
-// pauses nothing. A node that learns the key's rate counts it as a
-// request refused for the rate. On the zero Lease it does nothing.
-func (le Lease) Refuse(retryAfter time.Duration) {
+// request was sent (when the key's rate let it go, or at its admission
+// on a key without a rate), and no later than its bound — so that a queue
+// meeting refusals answered at once is not sent to them at loopback
+// speed. Call it when the refusal comes back. While the node's limit is 1
+// (its floor of one slot, or cut to its last) and its last grant counted
+// other live nodes, each refusal in a row — of a request admitted after
+// the last one came back — holds its slot twice as long as the one
+// before, up to 8 × RTTNoload; a success of a request admitted after the
+// last refusal came back (Release, ReleaseRTT), a refusal at a higher
+// limit, or 16 × RTTNoload without a refusal starts again from one. A
+// positive retryAfter (the refusal's Retry-After) first pauses the node's
+// admission that long, at most quota.MaxRetryAfter, failing the callers
+// waiting in Acquire with adaptive.ErrPaused, so that no slot the refusal
+// frees goes to one of them; zero or less pauses nothing. A node that
+// learns the key's rate (RateConfig.Learn) counts it as a request refused
+// for the rate. On the zero Lease, or once the lease is settled, it does
+// nothing.
+func (le Lease) Refuse(retryAfter time.Duration) { le.refuse(retryAfter, true) }
+
+// Unavailable settles the lease as the upstream's refusal of the request
+// for want of capacity — a 503, gRPC's UNAVAILABLE — as Transport settles
+// a 503: as Refuse does, except that a node learning the key's rate does
+// not count it against the rate, whose learner counts 429s.
+func (le Lease) Unavailable(retryAfter time.Duration) { le.refuse(retryAfter, false) }
+
+// refuse is Refuse; limited says whether the refusal was for the rate.
+func (le Lease) refuse(retryAfter time.Duration, limited bool) {
 	if le.node == nil {
 		return
 	}
 	now := time.Now()
 	sent := le.sent
 	if sent.IsZero() {
-		sent = le.lease.Admitted()
+		sent = le.admitted
 	}
-	if !le.settle(func() { le.node.refuse(le.lease, now.Sub(sent), le.bound, now) }) {
+	if !le.settle(func() {
+		if retryAfter > 0 {
+			le.node.lim.RetryAfter(min(retryAfter, quota.MaxRetryAfter))
+		}
+		le.node.refuse(le.lease, now.Sub(sent), le.bound, now)
+	}) {
 		return
 	}
-	le.record(true)
-	if retryAfter > 0 {
-		le.node.lim.RetryAfter(min(retryAfter, quota.MaxRetryAfter))
-	}
+	le.record(limited)
 }
 
 // SettleTokens charges the request's actual cost in tokens (an LLM
@@ -178,7 +195,7 @@ func (le Lease) record(limited bool) {
 	if le.recorded != nil && le.recorded.CompareAndSwap(false, true) {
 		sent := le.sent
 		if sent.IsZero() {
-			sent = le.lease.Admitted()
+			sent = le.admitted
 		}
 		le.node.observeRate(time.Now(), sent, limited)
 	}
@@ -193,9 +210,9 @@ func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 // than the request's bound, since the upstream may still be serving it.
 // With drop set it also counts as an overload signal now (a timeout). A
 // request that surely ended — the upstream answered, or it was never sent —
-// is settled with Release, Refuse, Drop or Ignore instead. Abandon settles the
-// lease: a later Release, ReleaseRTT, Refuse, Drop or Ignore does nothing, and so
-// does a second Abandon.
+// is settled with Release, Refuse, Unavailable, Drop or Ignore instead.
+// Abandon settles the lease: a later Release, ReleaseRTT, Refuse,
+// Unavailable, Drop or Ignore does nothing, and so does a second Abandon.
 func (le Lease) Abandon(drop bool) {
 	if le.ctx == nil || !le.settled.CompareAndSwap(false, true) {
 		return

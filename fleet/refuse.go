@@ -66,10 +66,21 @@ func (f *floorBackoff) refused(admitted, now time.Time, noload time.Duration) in
 	return f.k
 }
 
-// reset ends the streak: a request was served, or refused above the last
-// slot.
+// reset ends the streak: a request was refused above the last slot.
 func (f *floorBackoff) reset() {
 	f.mu.Lock()
 	f.k = 0
+	f.mu.Unlock()
+}
+
+// served ends the streak for a request admitted at admitted and served,
+// unless it was admitted before the streak's last refusal came back: a
+// request sent before that round trip (a long stream, say) says nothing
+// of the room since.
+func (f *floorBackoff) served(admitted time.Time) {
+	f.mu.Lock()
+	if !admitted.Before(f.last) {
+		f.k = 0
+	}
 	f.mu.Unlock()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/pace"
 	"github.com/fleetlimit/fleetlimit/quota"
 )
 
@@ -119,6 +120,26 @@ func TestLeaseRefuseRetryAfter(t *testing.T) {
 	require.True(t, n.Limiter().Snapshot().PausedUntil.IsZero(), "a settled lease pauses nothing")
 	Lease{}.Refuse(time.Hour)
 
+	// A waiter queued behind the refused lease fails with ErrPaused: the
+	// pause comes before the slot is freed, here at once (no RTTNoload
+	// yet, so no hold).
+	cfg := testConfig("k2", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 4}
+	one := startNode(t, coord.NewMemory(nil), cfg)
+	first, err := one.Acquire(t.Context())
+	require.NoError(t, err)
+	waiter := make(chan error, 1)
+	go func() {
+		le, err := one.Acquire(t.Context())
+		if err == nil {
+			le.Ignore()
+		}
+		waiter <- err
+	}()
+	eventually(t, func() bool { return one.Limiter().Queued() == 1 }, "the waiter queued")
+	first.Refuse(time.Minute)
+	require.ErrorIs(t, <-waiter, adaptive.ErrPaused, "the waiter is not sent to an upstream that asked for a pause")
+
 	before := time.Now()
 	refuse(1000 * time.Hour)
 	until := n.Limiter().Snapshot().PausedUntil
@@ -129,8 +150,10 @@ func TestLeaseRefuseRetryAfter(t *testing.T) {
 
 // TestFloorBackoffStreak: a streak of refusals at the last slot counts one
 // per round trip — a request sent before the last refusal came back adds
-// nothing — stops at maxFloorBackoff, and starts again after a reset or
-// twice the longest hold without a refusal.
+// nothing — stops at maxFloorBackoff, and starts again after a request
+// admitted since the last refusal came back is served, or twice the
+// longest hold without a refusal; a request served that was admitted
+// before it does not end the streak.
 func TestFloorBackoffStreak(t *testing.T) {
 	t.Parallel()
 	const noload = 10 * time.Millisecond
@@ -145,14 +168,48 @@ func TestFloorBackoffStreak(t *testing.T) {
 	}
 	require.Equal(t, []int{1, 2, 3, 4, 4}, got)
 
-	f.reset()
+	f.served(at(401 * time.Millisecond)) // admitted after the last refusal came back
 	require.Equal(t, 1, f.refused(at(time.Second), at(time.Second+time.Millisecond), noload))
 	// Five sent together, refused together: one round trip.
 	for range 5 {
 		require.Equal(t, 2, f.refused(at(1010*time.Millisecond), at(1011*time.Millisecond), noload))
 	}
 	require.Equal(t, 3, f.refused(at(1020*time.Millisecond), at(1021*time.Millisecond), noload))
+	// A request served that was admitted before the last refusal came back
+	// (a long stream) leaves the streak alone.
+	f.served(at(1020 * time.Millisecond))
+	f.served(at(500 * time.Millisecond))
+	f.mu.Lock()
+	require.Equal(t, 3, f.k, "a served request admitted before the last refusal came back")
+	f.mu.Unlock()
 	// 2 × 8 × noload after the last refusal: still the streak; later: over.
 	require.Equal(t, 4, f.refused(at(1180*time.Millisecond), at(1181*time.Millisecond), noload))
 	require.Equal(t, 1, f.refused(at(1400*time.Millisecond), at(1401*time.Millisecond), noload))
+}
+
+// TestLeaseUnavailableSparesTheLearnedRate: Refuse counts against a
+// learned rate as Transport's 429 does; Unavailable, like Transport's 503,
+// does not.
+func TestLeaseUnavailableSparesTheLearnedRate(t *testing.T) {
+	t.Parallel()
+	learning := func(key string) *Node {
+		cfg := testConfig(key, "a")
+		cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100, CutEarlyAfter: 3}}
+		return startNode(t, coord.NewMemory(nil), cfg)
+	}
+	refused, unavailable := learning("r"), learning("u")
+	for range 6 {
+		for n, settle := range map[*Node]func(Lease){
+			refused:     func(le Lease) { le.Refuse(0) },
+			unavailable: func(le Lease) { le.Unavailable(0) },
+		} {
+			le, err := n.Acquire(t.Context())
+			require.NoError(t, err)
+			settle(le)
+		}
+	}
+	now := time.Now()
+	require.Less(t, refused.learner().Rate(now), 10.0, "six 429s cut the learned rate")
+	require.Equal(t, 10.0, unavailable.learner().Rate(now), "503s leave it")
+	require.Equal(t, uint64(6), unavailable.State().Drops, "a 503 is still a drop")
 }

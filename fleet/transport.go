@@ -41,9 +41,9 @@ import (
 //     slot, or cut to its last) and its last grant counted other live
 //     nodes, each refusal in a row — of a request sent after the last
 //     one came back — holds its slot twice as long as the one before,
-//     up to 8 × RTTNoload (never past the bound); a served request, a
-//     refusal at a higher limit, or 16 × RTTNoload without a refusal
-//     starts again from one. More nodes than the upstream's capacity
+//     up to 8 × RTTNoload (never past the bound); a served request sent
+//     after the last refusal came back, a refusal at a higher limit, or
+//     16 × RTTNoload without a refusal starts again from one. More nodes than the upstream's capacity
 //     then take turns instead of each being refused every round trip. A
 //     limit of 0 (stopping, fenced, evicted, drained) and a lone node
 //     keep the single hold. A Retry-After or retry-after-ms header pauses the
@@ -191,7 +191,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		body.once.Do(func() { t.node.refuse(le, body.rtt, bound, now) })
 	case code < 400:
-		t.node.floor.reset()
+		t.node.floor.served(le.Admitted())
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of
