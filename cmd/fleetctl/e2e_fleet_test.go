@@ -133,6 +133,7 @@ func checkSummary(t *testing.T, res result) {
 	for _, re := range summaryLines {
 		require.Regexp(t, re, res.stdout)
 	}
+	require.NotRegexp(t, `(?m)^  errors `, res.stdout, "a request the run's end leaves no time for is not an error")
 	require.Less(t, res.elapsed, time.Minute)
 }
 

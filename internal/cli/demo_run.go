@@ -188,8 +188,9 @@ func startNode(ctx context.Context, n *fleet.Node) error {
 	return err
 }
 
-// work sends requests through the node until ctx ends. A 429, an error or
-// a refused admission makes it back off for demoBackoff.
+// work sends requests through the node until ctx ends, or until it ends
+// too soon for one more round trip. A 429, an error or a refused
+// admission makes it back off for demoBackoff.
 func (dn *demoNode) work(ctx context.Context, client *http.Client, url string) {
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -200,7 +201,10 @@ func (dn *demoNode) work(ctx context.Context, client *http.Client, url string) {
 		req.Header.Set(sim.DefaultClientHeader, dn.id)
 		resp, err := client.Do(req)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, fleet.ErrLate) {
+				// The run is over, or ends within a round trip: its end is
+				// the only deadline a request has here, and Transport sends
+				// none it leaves less than that (ErrLate).
 				return
 			}
 			if isAdmissionError(err) {
