@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 )
@@ -117,12 +119,16 @@ func labelsString(labels map[string]string) string {
 	return b.String()
 }
 
-// cell makes a value safe for a table cell: tabs and newlines, which would
-// break the columns, are shown escaped, and a value that is empty or
-// starts or ends with white space is quoted, so that "api " and "api"
+// cell makes a value safe for a table cell and a terminal: a value with a
+// character that is not printable — tabs and newlines, which would break
+// the columns, escape sequences, which a terminal would obey (a node id
+// or label is whatever a node's process sent) — or with bytes that are
+// not UTF-8 is shown quoted, with those escaped; so is a value that is
+// empty or starts or ends with white space, so that "api " and "api"
 // differ.
 func cell(s string) string {
-	if s == "" || strings.ContainsAny(s, "\t\n\r") || strings.TrimSpace(s) != s {
+	if s == "" || strings.TrimSpace(s) != s || !utf8.ValidString(s) ||
+		strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(s)
 	}
 	return s

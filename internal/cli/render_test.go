@@ -92,6 +92,11 @@ func TestLabelsAndCells(t *testing.T) {
 	require.Equal(t, `"api "`, cell("api "))
 	require.Equal(t, `" "`, cell(" "))
 	require.Equal(t, "a b", cell("a b"))
+	require.Equal(t, `"x\x1b[31mRED"`, cell("x\x1b[31mRED"), "a terminal escape")
+	require.Equal(t, `"a\x01b"`, cell("a\x01b"))
+	require.Equal(t, `"a\u00a0b"`, cell("a\u00a0b"), "a space that is not printable")
+	require.Equal(t, `"\xff"`, cell("\xff"), "not UTF-8")
+	require.Equal(t, "zone=eu-west,café=ü", cell("zone=eu-west,café=ü"), "printable Unicode stays as is")
 }
 
 func TestRateCells(t *testing.T) {
