@@ -68,18 +68,24 @@ func (c RateConfig) withDefaults() RateConfig {
 	if c.Window == 0 {
 		c.Window = time.Minute
 	}
+	// What defaults after the window: a window out of range is reported
+	// as such, and not again through what would follow from it.
+	window := c.Window
+	if !validRateWindow(window) {
+		window = time.Minute
+	}
 	if c.Burst == 0 {
-		c.Burst = c.Window / 60
+		c.Burst = window / 60
 	}
 	if c.Headroom == 0 {
 		c.Headroom = 0.01
 	}
 	c.Learner.NeedSaturation = true
 	if c.Learner.HoldAfterCut == 0 {
-		c.Learner.HoldAfterCut = c.Window
+		c.Learner.HoldAfterCut = window
 	}
 	if c.Learner.Window == 0 {
-		c.Learner.Window = c.Window
+		c.Learner.Window = window
 	}
 	if c.Learner.ProbeFraction == 0 {
 		c.Learner.ProbeFraction = 0.5
@@ -90,15 +96,21 @@ func (c RateConfig) withDefaults() RateConfig {
 	return c
 }
 
+// validRateWindow reports whether w is a window RateConfig accepts.
+func validRateWindow(w time.Duration) bool { return w >= time.Second && w <= 24*time.Hour }
+
 func (c RateConfig) validate() error {
 	var errs []error
-	if c.Window < time.Second || c.Window > 24*time.Hour {
+	if !validRateWindow(c.Window) {
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Window = %v, want [1s, 24h]", c.Window))
 	}
 	if !(c.Headroom >= 0 && c.Headroom <= 0.5) {
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Headroom = %v, want [0, 0.5]", c.Headroom))
 	}
-	if c.Burst <= 0 || c.Burst > c.Window {
+	switch {
+	case c.Burst <= 0:
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want > 0 and at most Window", c.Burst))
+	case validRateWindow(c.Window) && c.Burst > c.Window:
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want (0, Window] = (0, %v]", c.Burst, c.Window))
 	}
 	if c.Learn {

@@ -3,9 +3,11 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,6 +260,19 @@ func TestRateConfigValidation(t *testing.T) {
 		_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
 		require.ErrorContains(t, err, tt.want)
 	}
+	// A window out of range is reported once: not again through the burst
+	// and the learner's windows that default after it.
+	for _, w := range []time.Duration{-time.Second, time.Millisecond, 25 * time.Hour} {
+		cfg := testConfig("k", "a")
+		cfg.Rate = RateConfig{Window: w, Learn: true, Learner: pace.LearnerConfig{SeedRate: 10}}
+		_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+		require.ErrorContains(t, err, fmt.Sprintf("Config.Rate.Window = %v, want [1s, 24h]", w))
+		require.Equal(t, 1, strings.Count(err.Error(), "Config.Rate."), "one error: %v", err)
+	}
+	cfg := testConfig("k", "a")
+	cfg.Rate = RateConfig{Window: -time.Second, Burst: -time.Second}
+	_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+	require.ErrorContains(t, err, "Config.Rate.Burst = -1s, want > 0 and at most Window", "a burst set out of range is its own error")
 }
 
 // TestRateSettleTokensThroughClientTimeout: an http.Client with a Timeout
