@@ -514,7 +514,7 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 // setOutage records a failed heartbeat.
 func (n *Node) setOutage(err error) {
 	n.mu.Lock()
-	was := n.outage
+	was, joined := n.outage, n.joined
 	n.outage = true
 	n.lastErr = err
 	n.mu.Unlock()
@@ -522,7 +522,10 @@ func (n *Node) setOutage(err error) {
 		return
 	}
 	level := "fail-closed: admitting until the fence deadline"
-	if n.cfg.Outage == HoldLastShare {
+	switch {
+	case !joined:
+		level = "not joined: admitting nothing"
+	case n.cfg.Outage == HoldLastShare:
 		level = "holding the last share"
 	}
 	switch {

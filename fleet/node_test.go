@@ -151,9 +151,16 @@ func TestStartFailsOnNodeIDInUse(t *testing.T) {
 	t.Parallel()
 	c := coord.NewMemory(nil)
 	startNode(t, c, testConfig("k", "same"))
-	other, err := NewWithCoordinator(c, testConfig("k", "same"))
+	var logs syncBuffer
+	cfg := testConfig("k", "same")
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	other, err := NewWithCoordinator(c, cfg)
 	require.NoError(t, err)
 	require.ErrorIs(t, other.Start(t.Context()), coord.ErrNodeIDInUse)
+	// The log says what the node does: it never joined, so it admits
+	// nothing, rather than a fence deadline it never had.
+	require.Contains(t, logs.String(), "not joined: admitting nothing")
+	require.NotContains(t, logs.String(), "fence deadline")
 }
 
 func TestWarmStartFromGlobalLimit(t *testing.T) {
