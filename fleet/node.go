@@ -200,10 +200,10 @@ func (n *Node) Start(ctx context.Context) error {
 		n.starting = make(chan struct{})
 	case n.phase == phaseNew, n.phase == phaseRunning:
 		n.mu.Unlock()
-		return fmt.Errorf("fleet: start: %w", ErrStarted)
+		return ErrStarted
 	default:
 		n.mu.Unlock()
-		return fmt.Errorf("fleet: start: %w", ErrStopped)
+		return fmt.Errorf("%w: Start after Stop", ErrStopped)
 	}
 	done := n.starting
 	n.mu.Unlock()
@@ -244,9 +244,9 @@ func (n *Node) Start(ctx context.Context) error {
 			n.mu.Lock()
 			n.startLeaveErr = lerr // the Stop waiting for this Start returns it
 			n.mu.Unlock()
-			return fmt.Errorf("fleet: start: %w (and %w)", ErrStopped, lerr)
+			return fmt.Errorf("%w while it started (and %w)", ErrStopped, lerr)
 		}
-		return fmt.Errorf("fleet: start: %w", ErrStopped)
+		return fmt.Errorf("%w while it started", ErrStopped)
 	}
 	defer n.mu.Unlock()
 	// Decided under the lock that Stop takes: a Stop from now on finds no

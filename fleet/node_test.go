@@ -124,7 +124,9 @@ func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 	le.Release()
 	require.ErrorIs(t, n.Start(t.Context()), ErrStarted, "a second Start fails")
 	require.NoError(t, n.Stop(t.Context()))
-	require.ErrorIs(t, n.Start(t.Context()), ErrStopped, "a Start after Stop fails")
+	err = n.Start(t.Context())
+	require.ErrorIs(t, err, ErrStopped, "a Start after Stop fails")
+	require.EqualError(t, err, "fleet: node stopped: Start after Stop", "one package prefix")
 }
 
 // TestConcurrentStart: a Start while another sends the first heartbeat

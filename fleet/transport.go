@@ -89,9 +89,9 @@ import (
 //     writing the request's headers through net/http/httptrace
 //     (WroteHeaders), as http.Transport does; with a base that never
 //     reports it, every failed request counts as not sent.
-//   - The error for a request not sent names its method and URL, wraps
-//     the cause (errors.Is finds ErrLate, ErrFenced, context's errors),
-//     and is a timeout (the Timeout method that url.Error and
+//   - The error for a request not sent is its cause's — http.Client's
+//     url.Error adds the method and URL — wrapped (errors.Is finds
+//     ErrLate, ErrFenced, context's errors), and is a timeout (the Timeout method that url.Error and
 //     os.IsTimeout consult) when its cause is one: ErrLate, or a deadline
 //     that ended while it waited for admission (a slot or the rate).
 //
@@ -107,14 +107,9 @@ func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
 // timeout (Timeout, which url.Error and os.IsTimeout ask for) when its
 // cause is: a deadline that ended while it waited for admission, or
 // ErrLate.
-type unsentError struct {
-	method, url string
-	err         error
-}
+type unsentError struct{ err error }
 
-func (e *unsentError) Error() string {
-	return "fleet: " + e.method + " " + e.url + ": " + e.err.Error()
-}
+func (e *unsentError) Error() string { return e.err.Error() }
 
 func (e *unsentError) Unwrap() error { return e.err }
 
@@ -139,7 +134,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, &unsentError{method: req.Method, url: req.URL.Redacted(), err: err}
+		return nil, &unsentError{err: err}
 	}
 	if t.admitted != nil {
 		t.admitted()
@@ -155,7 +150,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, &unsentError{method: req.Method, url: req.URL.Redacted(), err: err}
+		return nil, &unsentError{err: err}
 	}
 	cfg := &t.node.cfg
 	bound := le.Admitted().Add(cfg.MaxRequestDuration)

@@ -323,11 +323,12 @@ func TestTransportUnsentIsATimeoutOnlyForADeadline(t *testing.T) {
 	require.ErrorIs(t, uerr, ErrLate)
 	require.True(t, uerr.Timeout(), "%v", uerr)
 	require.True(t, os.IsTimeout(uerr))
-	require.ErrorContains(t, uerr, "fleet: POST http://127.0.0.1:1/v1/chat: ")
+	require.True(t, strings.HasPrefix(uerr.Error(), `Post "http://127.0.0.1:1/v1/chat": fleet: too late to send: `), "the method and URL once: %v", uerr)
 
 	require.NoError(t, n.Stop(t.Context()))
 	uerr = do(t.Context())
 	require.ErrorIs(t, uerr, ErrStopped)
+	require.Equal(t, `Post "http://127.0.0.1:1/v1/chat": fleet: node stopped`, uerr.Error())
 	require.False(t, uerr.Timeout(), "%v", uerr)
 }
 
