@@ -254,6 +254,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("drain", "api", "node-a")
 	step("nodes", "api")
 	step("undrain", "api", "node-a")
+	step("undrain", "api", "node-a")
 	step("evict", "api", "node-b")
 	step("undrain", "api", "node-b")
 	step("relearn", "api")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,6 +119,14 @@ func rowsOf(nodes []coord.NodeInfo, nodeID string) []coord.NodeInfo {
 func (r *runner) undrainCommand() *ucli.Command {
 	return r.nodeOpCommand("undrain", "let NODE on KEY get a share again", "is no longer draining",
 		func(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+			keys, err := a.Keys(ctx)
+			if err != nil {
+				return "", err
+			}
+			draining := false
+			for _, k := range keys {
+				draining = draining || k.Key == key && slices.Contains(k.Drains, nodeID)
+			}
 			if err := a.Undrain(ctx, key, nodeID); err != nil {
 				return "", err
 			}
@@ -131,11 +140,18 @@ func (r *runner) undrainCommand() *ucli.Command {
 			for _, n := range rows {
 				evicted = evicted && n.Evicted
 			}
-			if evicted {
-				return "is no longer draining, but it is evicted: its evicted instances never get a share " +
-					"again; a new process with this node id joins at once", nil
+			said := "is no longer draining"
+			if !draining {
+				said = "was not draining"
 			}
-			return "", nil
+			switch {
+			case evicted:
+				return said + ", but it is evicted: its evicted instances never get a share " +
+					"again; a new process with this node id joins at once", nil
+			case !draining:
+				return said + "; nothing changed", nil
+			}
+			return said, nil
 		})
 }
 
