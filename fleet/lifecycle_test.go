@@ -263,7 +263,7 @@ func TestStopBoundedByTheRequestBound(t *testing.T) {
 	require.NoError(t, err)
 	err = n.Stop(context.Background())
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "left with 1 requests still in flight")
+	require.ErrorContains(t, err, "left with 1 request still in flight")
 	require.ErrorContains(t, err, "MaxRequestDuration (300ms) passed since Stop")
 	rows, err := mem.Nodes(t.Context(), "k")
 	require.NoError(t, err)

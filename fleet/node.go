@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -398,15 +399,15 @@ func (n *Node) drainAndLeave(ctx context.Context) error {
 	err := n.leave(context.WithoutCancel(ctx), inflight)
 	switch {
 	case err != nil && drainErr != nil:
-		return fmt.Errorf("fleet: stop: %d requests still in flight, and the leave failed: the coordinator keeps "+
-			"their capacity reserved until the node's lease ends plus %v: %w", inflight, n.cfg.MaxRequestDuration,
+		return fmt.Errorf("fleet: stop: %s still in flight, and the leave failed: the coordinator keeps "+
+			"their capacity reserved until the node's lease ends plus %v: %w", requests(inflight), n.cfg.MaxRequestDuration,
 			errors.Join(drainErr, err))
 	case err != nil:
 		return fmt.Errorf("fleet: stop: %w", err)
 	case drainErr != nil:
 		n.log.Warn("fleet node left with requests in flight", "inflight", inflight, "reserved_for", n.cfg.MaxRequestDuration)
-		return fmt.Errorf("fleet: stop: left with %d requests still in flight; their capacity stays reserved "+
-			"for up to %v: %w", inflight, n.cfg.MaxRequestDuration, drainErr)
+		return fmt.Errorf("fleet: stop: left with %s still in flight; their capacity stays reserved "+
+			"for up to %v: %w", requests(inflight), n.cfg.MaxRequestDuration, drainErr)
 	}
 	n.log.Info("fleet node left")
 	return nil
@@ -451,4 +452,12 @@ func (n *Node) waitDrained(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// requests says "1 request" or "n requests".
+func requests(n int) string {
+	if n == 1 {
+		return "1 request"
+	}
+	return strconv.Itoa(n) + " requests"
 }

@@ -420,7 +420,7 @@ func TestStopWithStuckRequestLeavesItReserved(t *testing.T) {
 	defer cancel()
 	err = n.Stop(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "left with 1 requests still in flight; their capacity stays reserved")
+	require.ErrorContains(t, err, "left with 1 request still in flight; their capacity stays reserved")
 	nodes, err := c.Nodes(t.Context(), "k")
 	require.NoError(t, err)
 	require.Len(t, nodes, 1)
