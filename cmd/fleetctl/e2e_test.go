@@ -312,7 +312,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for --rpm: want a decimal integer`},
 		{[]string{"limits", "set", "api", "--rpm", "0x600"}, 2, `fleetctl: limits set: invalid value "0x600" for --rpm: want a decimal integer`},
 		{[]string{"limits", "set", "api", "--tpm", "6_000"}, 2, `fleetctl: limits set: invalid value "6_000" for --tpm: want a decimal integer`},
-		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for --tpm: out of range`},
+		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for --tpm: out of range: want 0..1000000000`},
 		{[]string{"keys", "create", "k9", "--min", "012", "--max", "0x10"}, 2, `fleetctl: keys create: invalid value "0x10" for --max: want a decimal integer`},
 		{[]string{"keys", "create", "fresh", "--tpm", "-5"}, 2, `fleetctl: keys create: invalid value -5 for --tpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},

@@ -52,7 +52,7 @@ they heartbeat into would change under them, and their fleets fail closed.
 Rolling back drops what the newer migrations added, with its data (the
 operator's rates, for one): a later 'migrate up' adds it back empty.`,
 				Flags: []ucli.Flag{
-					decimalFlag("to", "the version to roll back to, >= 1", "one step back"),
+					decimalFlag("to", "the version to roll back to, >= 1", "one step back", fmt.Sprintf("1..%d", coord.SchemaVersion)),
 					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live"},
 				},
 				Action: r.action(func(c *ucli.Context) error {

@@ -262,8 +262,8 @@ written: a bad value in any of them changes nothing.
 
 Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxRate),
 		Flags: []ucli.Flag{
-			decimalFlag("min", "lower bound of L_global", "unchanged"),
-			decimalFlag("max", "upper bound of L_global", "unchanged"),
+			decimalFlag("min", "lower bound of L_global", "unchanged", countRange),
+			decimalFlag("max", "upper bound of L_global", "unchanged", countRange),
 			&ucli.BoolFlag{Name: "clear-min", Usage: "remove the lower bound"},
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
 			rpmFlag("unchanged"),
@@ -375,23 +375,32 @@ func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
 
 // rpmFlag and tpmFlag set a key's operator rates per minute.
 func rpmFlag(defaultText string) ucli.Flag {
-	return decimalFlag("rpm", "requests per minute of the key (0 removes the rate)", defaultText)
+	return decimalFlag("rpm", "requests per minute of the key (0 removes the rate)", defaultText, rateRange)
 }
 
 func tpmFlag(defaultText string) ucli.Flag {
-	return decimalFlag("tpm", "tokens per minute of the key (0 removes the rate)", defaultText)
+	return decimalFlag("tpm", "tokens per minute of the key (0 removes the rate)", defaultText, rateRange)
 }
+
+// rateRange is what --rpm and --tpm accept.
+var rateRange = fmt.Sprintf("0..%d", coord.MaxRate)
 
 // decimal is a flag's value written in decimal digits only: a limit typed
 // as 0600 is 600, not the octal 384 that Go's integer flags read, and 0x600
 // or 6_00 are refused.
-type decimal struct{ v int64 }
+//
+// want is the range the command accepts, for the error of a value too
+// large for an int64, which never reaches the command's own check.
+type decimal struct {
+	v    int64
+	want string
+}
 
 func (d *decimal) Set(s string) error {
 	v, err := strconv.ParseInt(s, 10, 64)
 	switch {
 	case errors.Is(err, strconv.ErrRange):
-		return errors.New("out of range")
+		return errors.New("out of range: want " + d.want)
 	case err != nil:
 		return errors.New("want a decimal integer")
 	}
@@ -401,16 +410,19 @@ func (d *decimal) Set(s string) error {
 
 func (d *decimal) String() string { return strconv.FormatInt(d.v, 10) }
 
-// decimalFlag is an integer flag written in decimal; read it with
-// decimalValue.
-func decimalFlag(name, usage, defaultText string) ucli.Flag {
-	return &ucli.GenericFlag{Name: name, Usage: usage, DefaultText: defaultText, Value: &decimal{}}
+// decimalFlag is an integer flag written in decimal, whose command accepts
+// the range want; read it with decimalValue.
+func decimalFlag(name, usage, defaultText, want string) ucli.Flag {
+	return &ucli.GenericFlag{Name: name, Usage: usage, DefaultText: defaultText, Value: &decimal{want: want}}
 }
 
 // decimalFlagDefault is decimalFlag with a default value, which help shows.
-func decimalFlagDefault(name, usage string, def int64) ucli.Flag {
-	return &ucli.GenericFlag{Name: name, Usage: usage, Value: &decimal{v: def}}
+func decimalFlagDefault(name, usage string, def int64, want string) ucli.Flag {
+	return &ucli.GenericFlag{Name: name, Usage: usage, Value: &decimal{v: def, want: want}}
 }
+
+// countRange is what the limit bounds accept.
+var countRange = fmt.Sprintf("1..%d", coord.MaxCount)
 
 // decimalValue is the value of the decimalFlag name, 0 (or its default)
 // when not set.

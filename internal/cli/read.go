@@ -137,8 +137,8 @@ func (r *runner) keysCreateCommand() *ucli.Command {
 token rates per minute (see 'fleetctl limits set --help'). Every flag is
 checked before the key is created.`,
 		Flags: []ucli.Flag{
-			decimalFlag("min", "lower bound of L_global", "none"),
-			decimalFlag("max", "upper bound of L_global", "none"),
+			decimalFlag("min", "lower bound of L_global", "none", countRange),
+			decimalFlag("max", "upper bound of L_global", "none", countRange),
 			rpmFlag("none"),
 			tpmFlag("none"),
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -29,7 +30,7 @@ time, the fields of a keys object, and nodes (node objects). --count N
 stops after N refreshes; 0 runs until interrupted.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
-			decimalFlagDefault("count", "stop after this many refreshes; 0 runs until interrupted", 0),
+			decimalFlagDefault("count", "stop after this many refreshes; 0 runs until interrupted", 0, fmt.Sprintf("0..%d", int64(math.MaxInt64))),
 			outputFlag(),
 		},
 		Action: r.action(func(c *ucli.Context) error {
