@@ -215,6 +215,13 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		if aerr := n.admissionErr(); aerr != nil {
 			return aerr
 		}
+		n.mu.Lock()
+		draining := n.status == coord.StatusDraining
+		n.mu.Unlock()
+		if draining && !paused {
+			return fmt.Errorf("%w: node %q is draining, with no share (fleetctl undrain %q %q undoes it)",
+				err, n.cfg.NodeID, n.cfg.Key, n.cfg.NodeID)
+		}
 	case errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands
 	}

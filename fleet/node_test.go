@@ -284,6 +284,10 @@ func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
 	eventually(t, func() bool { return a.State().Status == coord.StatusDraining && a.State().Limit == 0 }, "drained")
 	_, ok := a.TryAcquire()
 	require.False(t, ok)
+	// A request that may not wait is refused with the reason.
+	_, err := a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
+	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	require.ErrorContains(t, err, `node "a" is draining, with no share (fleetctl undrain "k" "a" undoes it)`)
 	require.NoError(t, c.Undrain(t.Context(), "k", "a"))
 	// An idle node's share is 0 one heartbeat after its demand was: the
 	// undrained node shows its share by admitting, which brings the demand.
