@@ -218,9 +218,9 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		n.mu.Lock()
 		draining := n.status == coord.StatusDraining
 		n.mu.Unlock()
-		if draining && !paused {
-			return fmt.Errorf("%w: node %q is draining, with no share (fleetctl undrain %q %q undoes it)",
-				err, n.cfg.NodeID, n.cfg.Key, n.cfg.NodeID)
+		if draining {
+			return fmt.Errorf("%w: node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
+				err, n.cfg.NodeID, n.cfg.Key)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands

@@ -287,7 +287,7 @@ func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
 	// A request that may not wait is refused with the reason.
 	_, err := a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrWouldWait)
-	require.ErrorContains(t, err, `node "a" is draining, with no share (fleetctl undrain "k" "a" undoes it)`)
+	require.ErrorContains(t, err, `node "a" of key "k" is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)`)
 	require.NoError(t, c.Undrain(t.Context(), "k", "a"))
 	// An idle node's share is 0 one heartbeat after its demand was: the
 	// undrained node shows its share by admitting, which brings the demand.
@@ -297,6 +297,15 @@ func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
 	le, err := a.Acquire(ctx)
 	require.NoError(t, err, "undrained")
 	le.Release()
+
+	// Drained and paused (a Retry-After): the drain outlasts the pause, so
+	// the refusal says it too.
+	require.NoError(t, c.Drain(t.Context(), "k", "a"))
+	eventually(t, func() bool { return a.State().Status == coord.StatusDraining }, "drained again")
+	a.Limiter().RetryAfter(time.Minute)
+	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
+	require.ErrorIs(t, err, adaptive.ErrPaused)
+	require.ErrorContains(t, err, "is draining")
 }
 
 func TestEvictionFencesForGood(t *testing.T) {

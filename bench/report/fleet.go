@@ -420,8 +420,12 @@ What the columns mean:
 		fmt.Fprintf(&b, "- attempted in-flight: %.2f·C outside the first heartbeat after the halving — %s (%.2f·C outside the first %v and the %v after each step; %.2f·C over the whole run, which includes the halving under a full fleet).\n",
 			outer, verdict(outer <= targetFleetPeak), steady, sc.Settle, sc.Settle, peak)
 		if carried := median(metric(r.runs, func(x bench.FleetResult) float64 { return x.CarriedRatio })); carried > targetFleetPeak {
-			fmt.Fprintf(&b, "  At the end of that heartbeat the requests sent before the halving were still %.2f·C (median over the runs; %s in each): a request takes %v here, longer than the heartbeat, so whatever the fleet admitted after the halving, its outer peak could not be lower than that.\n",
-				carried, joinRatios(r.runs, func(x bench.FleetResult) float64 { return x.CarriedRatio }), sc.BaseLatency)
+			why := "they outlasted the heartbeat"
+			if sc.BaseLatency > sc.Heartbeat {
+				why = fmt.Sprintf("a request takes %v here, longer than the heartbeat", sc.BaseLatency)
+			}
+			fmt.Fprintf(&b, "  At the end of that heartbeat the requests sent before the halving were still %.2f·C (median over the runs; %s in each): %s, so whatever the fleet admitted after the halving, its outer peak could not be lower than that.\n",
+				carried, joinRatios(r.runs, func(x bench.FleetResult) float64 { return x.CarriedRatio }), why)
 		}
 		var down, up []convergence
 		for _, res := range r.runs {

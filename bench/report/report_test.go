@@ -151,8 +151,10 @@ func TestRenderFleetCarried(t *testing.T) {
 		return md
 	}
 	md := render(1.3, 1.45, 0.9)
-	require.Contains(t, md, "  At the end of that heartbeat the requests sent before the halving were still 1.30·C (median over the runs; 1.30·C, 1.45·C, 0.90·C in each): a request takes 20ms here,")
+	require.Contains(t, md, "  At the end of that heartbeat the requests sent before the halving were still 1.30·C (median over the runs; 1.30·C, 1.45·C, 0.90·C in each): they outlasted the heartbeat, so")
 	require.NotContains(t, render(1.05, 1.1, 0.2), "sent before the halving were still")
+	sc.BaseLatency = 200 * time.Millisecond // section 7's, two heartbeats
+	require.Contains(t, render(1.3, 1.45, 0.9), "in each): a request takes 200ms here, longer than the heartbeat, so")
 }
 
 func TestSummarizeConvergence(t *testing.T) {

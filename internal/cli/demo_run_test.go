@@ -30,8 +30,8 @@ func TestDemoWorkerOutcomes(t *testing.T) {
 		err                           error
 		endAt, calls, refused, failed int64 // endAt: the call at which the run ends
 	}{
-		{"late", fmt.Errorf("fleet: GET http://127.0.0.1/: %w", fleet.ErrLate), 3, 1, 0, 0},
-		{"refused", fmt.Errorf("fleet: GET http://127.0.0.1/: %w", adaptive.ErrQueueFull), 2, 2, 1, 0},
+		{"late", fmt.Errorf("%w: 1ms of the deadline left", fleet.ErrLate), 3, 1, 0, 0},
+		{"refused", adaptive.ErrQueueFull, 2, 2, 1, 0},
 		{"failed", fmt.Errorf("dial tcp 127.0.0.1:1: connection refused"), 2, 2, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,6 +119,9 @@ func rowsOf(nodes []coord.NodeInfo, nodeID string) []coord.NodeInfo {
 func (r *runner) undrainCommand() *ucli.Command {
 	return r.nodeOpCommand("undrain", "let NODE on KEY get a share again", "is no longer draining",
 		func(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+			// Whether it was draining is read just before: a drain that
+			// lands between the read and the undrain is undone all the
+			// same, and reported as not draining.
 			keys, err := a.Keys(ctx)
 			if err != nil {
 				return "", err
