@@ -15,12 +15,12 @@ import (
 // the request must have really ended by then — the fleet keeps the slot
 // reserved that long and no longer, whatever happens to the node. Settle
 // the lease exactly once with Release, ReleaseRTT, Refuse, Unavailable,
-// Drop or Ignore when the request ends, or with Abandon when the caller gave up on it;
-// settling also releases the context's timer. Settling again, or settling a copy,
-// is a no-op: after Abandon, a Release (a deferred one, say) does not free
-// the slot the abandoned request may still use upstream, and of a Release
-// and an Abandon called at once on two goroutines exactly one takes
-// effect. The zero Lease holds nothing. Lease methods are safe for
+// Drop or Ignore when the request ends, or with Abandon when the caller
+// gave up on it; settling also releases the context's timer. Settling
+// again, or settling a copy, is a no-op: after Abandon, a Release (a
+// deferred one, say) does not free the slot the abandoned request may
+// still use upstream, and of a Release and an Abandon called at once on
+// two goroutines exactly one takes effect. The zero Lease holds nothing. Lease methods are safe for
 // concurrent use.
 type Lease struct {
 	lease    adaptive.Lease
@@ -116,8 +116,9 @@ func (le Lease) served() {
 // ended at the upstream; see adaptive.Lease.Drop. It frees the slot at
 // once. For the upstream's refusal use Refuse (a 429) or Unavailable (a
 // 503), which keep the slot for a round trip; for a timeout of a request
-// the upstream may still be serving, Abandon(true). A node that learns the key's rate (RateConfig.Learn)
-// counts it as a request refused for the rate.
+// the upstream may still be serving, Abandon(true). A node that learns
+// the key's rate (RateConfig.Learn) counts it as a request refused for
+// the rate.
 func (le Lease) Drop() {
 	if le.settle(le.lease.Drop) {
 		le.record(true)
