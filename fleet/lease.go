@@ -168,7 +168,7 @@ func (le Lease) refuse(retryAfter time.Duration, limited bool) {
 		if retryAfter > 0 {
 			le.node.lim.RetryAfter(min(retryAfter, quota.MaxRetryAfter))
 		}
-		le.node.refuse(le.lease, now.Sub(sent), le.bound, now)
+		le.node.refuse(le.lease, le.admitted, now.Sub(sent), le.bound, now)
 	}) {
 		return
 	}

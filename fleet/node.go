@@ -57,7 +57,7 @@ type Node struct {
 	metrics  *metrics
 	rate     *rateState
 
-	floor    floorBackoff // refusals in a row at the last slot (see Transport)
+	floor    floorBackoff // refusals in a row at the last slot (see Lease.Refuse)
 	wanting  atomic.Bool  // a demand floor (wanted) may be held
 	wantedAt atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
 

@@ -8,21 +8,21 @@ import (
 	"github.com/fleetlimit/fleetlimit/adaptive"
 )
 
-// refuse settles le as the upstream's refusal of its request (a 429, a
-// 503), which came back at now, rtt after the request was sent: a drop at
-// once, whose slot stays held until a served request's headers would have
-// come — the limiter's RTTNoload after sending, and no later than bound —
-// so that a node cut to its last slots does not send its queue to be
-// refused at loopback speed. While the node's limit is 1 and its last
+// refuse settles le, admitted at admitted, as the upstream's refusal of
+// its request (a 429, a 503), which came back at now, rtt after the
+// request was sent: a drop at once, whose slot stays held until a served
+// request's headers would have come — the limiter's RTTNoload after
+// sending, and no later than bound — so that a node cut to its last slots
+// does not send its queue to be refused at loopback speed. While the node's limit is 1 and its last
 // grant counted other live nodes, each refusal in a row holds its slot
 // twice as long as the one before (see floorBackoff); a refusal at a
 // higher limit ends the streak.
-func (n *Node) refuse(le adaptive.Lease, rtt time.Duration, bound, now time.Time) {
+func (n *Node) refuse(le adaptive.Lease, admitted time.Time, rtt time.Duration, bound, now time.Time) {
 	noload := n.lim.RTTNoload()
 	hold := noload - rtt
 	switch lim := n.lim.Limit(); {
 	case lim == 1 && n.floor.peers.Load():
-		hold = noload<<(n.floor.refused(le.Admitted(), now, noload)-1) - rtt
+		hold = noload<<(n.floor.refused(admitted, now, noload)-1) - rtt
 	case lim > 1:
 		n.floor.reset()
 	}

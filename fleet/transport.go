@@ -43,12 +43,12 @@ import (
 //     one came back — holds its slot twice as long as the one before,
 //     up to 8 × RTTNoload (never past the bound); a served request sent
 //     after the last refusal came back, a refusal at a higher limit, or
-//     16 × RTTNoload without a refusal starts again from one. More nodes than the upstream's capacity
-//     then take turns instead of each being refused every round trip. A
-//     limit of 0 (stopping, fenced, evicted, drained) and a lone node
-//     keep the single hold. A Retry-After or retry-after-ms header pauses the
-//     node's admission until it passes (at most quota.MaxRetryAfter, 10
-//     minutes).
+//     16 × RTTNoload without a refusal starts again from one. More nodes
+//     than the upstream's capacity then take turns instead of each being
+//     refused every round trip. A limit of 0 (stopping, fenced, evicted,
+//     drained) and a lone node keep the single hold. A Retry-After or
+//     retry-after-ms header pauses the node's admission until it passes
+//     (at most quota.MaxRetryAfter, 10 minutes).
 //   - Any response's quota headers (package quota: the IETF RateLimit
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
 //     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
@@ -91,9 +91,10 @@ import (
 //     reports it, every failed request counts as not sent.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
-//     ErrLate, ErrFenced, context's errors), and is a timeout (the Timeout method that url.Error and
-//     os.IsTimeout consult) when its cause is one: ErrLate, or a deadline
-//     that ended while it waited for admission (a slot or the rate).
+//     ErrLate, ErrFenced, context's errors), and is a timeout (the
+//     Timeout method that url.Error and os.IsTimeout consult) when its
+//     cause is one: ErrLate, or a deadline that ended while it waited for
+//     admission (a slot or the rate).
 //
 // Close every body. The returned RoundTripper is safe for concurrent use.
 func (n *Node) Transport(base http.RoundTripper) http.RoundTripper {
@@ -139,7 +140,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.admitted != nil {
 		t.admitted()
 	}
-	err = t.node.sendErr(le.Admitted())
+	admitted := le.Admitted()
+	err = t.node.sendErr(admitted)
 	late := false
 	if err == nil {
 		late, err = t.lateness(req.Context(), arrived)
@@ -153,7 +155,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &unsentError{err: err}
 	}
 	cfg := &t.node.cfg
-	bound := le.Admitted().Add(cfg.MaxRequestDuration)
+	bound := admitted.Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(req.Context(), bound)
 	var sent atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
@@ -184,9 +186,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		body.once.Do(func() { t.node.refuse(le, body.rtt, bound, now) })
+		body.once.Do(func() { t.node.refuse(le, admitted, body.rtt, bound, now) })
 	case code < 400:
-		t.node.floor.served(le.Admitted())
+		t.node.floor.served(admitted)
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of
