@@ -114,7 +114,8 @@
 // keys prints an array of key objects:
 //
 //	key           string   the key
-//	l_global      int      the fleet's ceiling computed by the newest heartbeat
+//	l_global      int      the fleet's ceiling computed by the newest heartbeat;
+//	                       0 before a member's first heartbeat (tables print "-")
 //	min_limit     int|null operator override lower bound
 //	max_limit     int|null operator override upper bound
 //	aggregate     string   "lower_median" or "min"

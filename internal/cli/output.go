@@ -74,6 +74,16 @@ func optInt(v *int) string {
 	return strconv.Itoa(*v)
 }
 
+// lGlobal formats a key's L_global: "-" for 0, which no heartbeat
+// computes (it is at least 1) and which a key shows until its first
+// member's heartbeat.
+func lGlobal(v int) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.Itoa(v)
+}
+
 // percent formats an optional fraction as a percentage: "-" for nil.
 func percent(v *float64) string {
 	if v == nil {

@@ -38,8 +38,8 @@ type watchLine struct {
 // plainLine formats f as one line, for output that is not a terminal.
 func plainLine(f frame) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s key=%s l_global=%d nodes=%d share=%d inflight=%d util=%s",
-		f.Time.UTC().Format("2006-01-02T15:04:05.000Z"), strconv.Quote(f.Key.Key), f.Key.LGlobal,
+	fmt.Fprintf(&b, "%s key=%s l_global=%s nodes=%d share=%d inflight=%d util=%s",
+		f.Time.UTC().Format("2006-01-02T15:04:05.000Z"), strconv.Quote(f.Key.Key), lGlobal(f.Key.LGlobal),
 		f.Key.LiveNodes, f.Key.SumShare, f.Key.SumInflight, percent(f.Key.Utilization))
 	if k := f.Key; k.hasRates() {
 		fmt.Fprintf(&b, " rpm=%s tpm=%s rate_share=%s", optInt64(k.RPM), optInt64(k.TPM), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))
@@ -106,8 +106,8 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	b.WriteString(ansiClear)
 	fmt.Fprintf(&b, "%s  %s\n", title, f.Time.Local().Format("15:04:05"))
 	k := f.Key
-	fmt.Fprintf(&b, "key %s  L_global %d (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
-		strconv.Quote(k.Key), k.LGlobal, optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,
+	fmt.Fprintf(&b, "key %s  L_global %s (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
+		strconv.Quote(k.Key), lGlobal(k.LGlobal), optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,
 		k.LiveNodes, k.SumShare, k.SumInflight, percent(k.Utilization))
 	if k.hasRates() {
 		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",

@@ -82,6 +82,18 @@ func TestPlainLineAndLiveView(t *testing.T) {
 	require.Contains(t, s, "capacity      █ 40\n")
 }
 
+func TestLGlobalBeforeTheFirstHeartbeat(t *testing.T) {
+	t.Parallel()
+	maxLimit := 24
+	f := frame{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Key: keyView{Key: "quota", MaxLimit: &maxLimit, Aggregate: "lower_median"}}
+	require.Equal(t, `2026-01-02T03:04:05.000Z key="quota" l_global=- nodes=0 share=0 inflight=0 util=-`, plainLine(f))
+	var b bytes.Buffer
+	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	require.Contains(t, b.String(), `key "quota"  L_global - (min -, max 24, lower_median)`)
+	require.Equal(t, "-", lGlobal(0))
+	require.Equal(t, "1", lGlobal(1))
+}
+
 func TestLabelsAndCells(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "-", labelsString(nil))

@@ -108,7 +108,7 @@ func (v keyView) cells(rates bool) []string {
 	if v.LearningUntil != nil {
 		mode = "learning"
 	}
-	out := []string{cell(v.Key), strconv.Itoa(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
+	out := []string{cell(v.Key), lGlobal(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
 		strconv.Itoa(v.LiveNodes), strconv.Itoa(v.SumShare), strconv.Itoa(v.SumInflight), percent(v.Utilization),
 		strconv.Itoa(v.HeldReserve)}
 	if rates {
@@ -337,7 +337,7 @@ func newLimitsView(k coord.KeyInfo) limitsView {
 
 func writeLimitsTable(w io.Writer, v limitsView) error {
 	t := newTable(w, "KEY", "MIN", "MAX", "L_GLOBAL", "AGGREGATE", "RPM", "TPM")
-	t.row(cell(v.Key), optInt(v.MinLimit), optInt(v.MaxLimit), strconv.Itoa(v.LGlobal), v.Aggregate,
+	t.row(cell(v.Key), optInt(v.MinLimit), optInt(v.MaxLimit), lGlobal(v.LGlobal), v.Aggregate,
 		rateWithLimit(v.RPM, v.RPMLimit), rateWithLimit(v.TPM, v.TPMLimit))
 	return t.flush()
 }
