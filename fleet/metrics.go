@@ -66,7 +66,7 @@ func newMetrics(n *Node) *metrics {
 		waitingNodes: desc("waiting_nodes", "Other live nodes on the key that want capacity and hold a share of 0, "+
 			"as of the last grant: above 0 for long, more nodes want the key than its L_global holds, and they take turns."),
 		drops:             desc("drops_total", "Requests settled as dropped (429, 503, timeout)."),
-		rejections:        desc("rejections_total", "Admissions refused: queue full, paused, fenced or stopped."),
+		rejections:        desc("rejections_total", rejectionsHelp),
 		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
 		fenceEvents:       desc("fencings_total", "Times the node was fenced."),
 		fenced:            desc("fenced", "1 while the node is fenced (its lease is about to run out, or it was evicted)."),
@@ -173,3 +173,9 @@ func b2f(b bool) float64 {
 // with its key and node id: register it with a prometheus.Registerer. Each
 // scrape reads the node's state once; it is safe for concurrent use.
 func (n *Node) Collector() prometheus.Collector { return n.metrics }
+
+// rejectionsHelp is fleetlimit_rejections_total's help text.
+const rejectionsHelp = "Admissions that got no slot: refused (no room for TryAcquire, queue full, paused, " +
+	"draining, fenced, stopped, too heavy, rate spent), ended by the caller's context or the wait's bound while " +
+	"queued or waiting for the rate, or invalid (a bad weight or token estimate). The fleetlimit_priority_* " +
+	"series tell refusals from ended waits."
