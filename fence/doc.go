@@ -20,9 +20,10 @@
 // The coordinator keeps a node's reserve until its lease end plus the
 // node's request bound, by which every request admitted before the fence
 // has ended. The margin must cover the drift between the node's and the
-// database's clock *rates* over one lease plus that bound (at 100 parts
-// per million, 30 ms for a 2 s lease and a 5 min bound), and must stay
-// below the lease TTL, or the node fences as soon as it renews. A lease
+// database's clock *rates* over one lease (at 100 parts per million,
+// 0.2 ms for a 2 s lease); a fleet node pads the bound it asks the database
+// to hold by 0.1 %, which covers the drift over the bound. The margin
+// must stay below the lease TTL, or the node fences as soon as it renews. A lease
 // whose remaining time does not exceed the margin leaves the node fenced.
 //
 // The deadline only helps if admission checks it: a node passes it to its

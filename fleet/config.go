@@ -65,15 +65,18 @@ type Config struct {
 	// 1s. Must be in [10ms, 10m].
 	HeartbeatInterval time.Duration
 	// LeaseTTL is how long the coordinator keeps the node alive without a
-	// heartbeat. Defaults to 2×HeartbeatInterval. Must exceed
-	// HeartbeatInterval and lie in [coord.MinLeaseTTL, coord.MaxLeaseTTL].
+	// heartbeat. Defaults to 2×HeartbeatInterval, at least
+	// coord.MinLeaseTTL. Must exceed HeartbeatInterval and lie in
+	// [coord.MinLeaseTTL, coord.MaxLeaseTTL].
 	LeaseTTL time.Duration
 	// FenceMargin is subtracted from every lease: the node stops admitting
 	// this long before the database could expire it. It must cover the
 	// drift between the node's and the database's clock rates over a lease
 	// (see package fence; the drift over MaxRequestDuration is covered by
-	// the 0.1% the node adds to it). Defaults to LeaseTTL/4. Must be in
-	// [0, LeaseTTL−HeartbeatInterval).
+	// the 0.1% the node adds to it). Defaults to LeaseTTL/4, or half of
+	// LeaseTTL−HeartbeatInterval if that is less. Must be in
+	// [0, LeaseTTL−HeartbeatInterval); 0 means the default, so the least
+	// margin one can set is 1ns.
 	FenceMargin time.Duration
 	// HeartbeatTimeout bounds each coordinator call. A Postgres
 	// heartbeat still running then is cancelled in the database, and the
@@ -148,10 +151,12 @@ func (c Config) withDefaults() Config {
 		c.HeartbeatInterval = time.Second
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 2 * c.HeartbeatInterval
+		c.LeaseTTL = max(2*c.HeartbeatInterval, coord.MinLeaseTTL)
 	}
 	if c.FenceMargin == 0 {
-		c.FenceMargin = c.LeaseTTL / 4
+		// A quarter of the lease, but within the range validate wants
+		// when the lease is set not far above the interval.
+		c.FenceMargin = min(c.LeaseTTL/4, max((c.LeaseTTL-c.HeartbeatInterval)/2, 0))
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = c.HeartbeatInterval

@@ -94,6 +94,21 @@ func TestConfigValidation(t *testing.T) {
 	require.EqualError(t, err, "fleet: Config.HeartbeatInterval = -1ns, want [10ms, 10m]")
 	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", MaxRequestDuration: -1})
 	require.EqualError(t, err, "fleet: Config.MaxRequestDuration = -1ns, want (0, 23h0m0s]")
+
+	// The defaults derived from a valid field are valid with it.
+	for _, c := range []Config{
+		{HeartbeatInterval: 10 * time.Millisecond},                              // LeaseTTL at its least, 100ms
+		{LeaseTTL: 1200 * time.Millisecond},                                     // FenceMargin within LeaseTTL − 1s
+		{LeaseTTL: 1100 * time.Millisecond},                                     //
+		{HeartbeatInterval: 90 * time.Millisecond, LeaseTTL: coord.MinLeaseTTL}, // 10ms of room
+	} {
+		c.Key = "k"
+		n, err := NewWithCoordinator(coord.NewMemory(nil), c)
+		require.NoError(t, err, "interval %v, lease %v", c.HeartbeatInterval, c.LeaseTTL)
+		d := n.cfg
+		require.Greater(t, d.FenceMargin, time.Duration(0))
+		require.Less(t, d.FenceMargin, d.LeaseTTL-d.HeartbeatInterval)
+	}
 }
 
 type epochClock struct{}
