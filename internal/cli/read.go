@@ -29,7 +29,8 @@ func (r *runner) withAdmin(c *ucli.Context, fn func(ctx context.Context, admin c
 
 // adminError turns the coordinator's sentinel errors into messages for an
 // operator: `unknown key "x"`, `unknown node "n" on key "x"`, the reason of
-// an invalid override, or a hint when the schema is missing.
+// an invalid override, or a hint when the schema is missing or the role
+// lacks an operator's rights.
 func adminError(err error, key, nodeID string) error {
 	switch {
 	case err == nil:
@@ -37,13 +38,17 @@ func adminError(err error, key, nodeID string) error {
 	case errors.Is(err, coord.ErrUnknownNode):
 		return fmt.Errorf("unknown node %q on key %q", nodeID, key)
 	case errors.Is(err, coord.ErrUnknownKey):
-		return fmt.Errorf("unknown key %q", key)
+		return unknownKeyError(key)
 	case errors.Is(err, coord.ErrInvalidOverride):
 		msg := err.Error()
 		if i := strings.Index(msg, coord.ErrInvalidOverride.Error()); i > 0 {
 			msg = msg[i:]
 		}
 		return errors.New(msg)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient privilege
+		return fmt.Errorf("%w (an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)", err)
 	}
 	return schemaHint(err)
 }
@@ -72,8 +77,23 @@ func findKey(ctx context.Context, admin coord.Admin, key string) (coord.KeyInfo,
 			return k, nil
 		}
 	}
-	return coord.KeyInfo{}, fmt.Errorf("unknown key %q", key)
+	return coord.KeyInfo{}, unknownKeyError(key)
 }
+
+// unknownKeyError says key has no row; it wraps coord.ErrUnknownKey
+// without repeating its text.
+func unknownKeyError(key string) error {
+	return &wrapped{msg: fmt.Sprintf("unknown key %q", key), err: coord.ErrUnknownKey}
+}
+
+// wrapped is an error with its own message that wraps err.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
 
 func (r *runner) keysCommand() *ucli.Command {
 	return &ucli.Command{

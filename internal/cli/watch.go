@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -27,7 +29,11 @@ func (r *runner) watchCommand() *ucli.Command {
 chart of L_global and Σ in-flight over the last refreshes. Otherwise it
 prints one line per refresh; with --output json one JSON object per line:
 time, the fields of a keys object, and nodes (node objects). --count N
-stops after N refreshes; 0 runs until interrupted.`,
+stops after N refreshes; 0 runs until interrupted. A refresh that fails
+while the database restarts or fails over is said on stderr and tried
+again at the next interval (the run fails if the last of --count N does);
+an unknown key, a missing schema or a role without an operator's rights
+ends the run.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
 			decimalFlagDefault("count", "stop after this many refreshes; 0 runs until interrupted", 0, fmt.Sprintf("0..%d", int64(math.MaxInt64))),
@@ -53,10 +59,23 @@ stops after N refreshes; 0 runs until interrupted.`,
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
 				defer v.close()
+				failing := 0
 				return watchLoop(ctx, interval, count, func() error {
 					f, err := readFrame(ctx, admin, key)
 					if err != nil {
-						return err
+						if ctx.Err() != nil || !passing(err) {
+							return err
+						}
+						// The database restarting or failing over: the
+						// next refresh reconnects.
+						if failing++; failing == 1 {
+							r.progress("fleetctl watch: a refresh failed; trying again every %s: %v", interval, err)
+						}
+						return errRefresh{err}
+					}
+					if failing > 0 {
+						r.progress("fleetctl watch: refreshing again after %s", plural(failing, "failed refresh", "failed refreshes"))
+						failing = 0
 					}
 					return v.show(f)
 				})
@@ -66,16 +85,23 @@ stops after N refreshes; 0 runs until interrupted.`,
 }
 
 // watchLoop calls refresh count times (forever when count is 0), interval
-// apart, until ctx ends, which is not an error.
+// apart, until ctx ends, which is not an error. A refresh that fails with
+// errRefresh is counted and the loop goes on, unless it was the last;
+// any other error ends the loop.
 func watchLoop(ctx context.Context, interval time.Duration, count int, refresh func() error) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for i := 0; count == 0 || i < count; i++ {
 		if err := refresh(); err != nil {
-			if ctx.Err() != nil {
+			var skip errRefresh
+			switch {
+			case ctx.Err() != nil:
 				return nil
+			case !errors.As(err, &skip):
+				return err
+			case count != 0 && i == count-1:
+				return skip.err
 			}
-			return err
 		}
 		if count != 0 && i == count-1 {
 			break
@@ -87,6 +113,31 @@ func watchLoop(ctx context.Context, interval time.Duration, count int, refresh f
 		}
 	}
 	return nil
+}
+
+// errRefresh is a refresh's error after which watchLoop goes on.
+type errRefresh struct{ err error }
+
+func (e errRefresh) Error() string { return e.err.Error() }
+func (e errRefresh) Unwrap() error { return e.err }
+
+// passing reports whether a later read may not meet err: every error but
+// an unknown key, a schema that is missing or too old, and a database
+// that refuses the role (Postgres's error classes 28, 3D, 3F and 42:
+// authorization, an unknown database or schema, privileges and undefined
+// objects).
+func passing(err error) bool {
+	if errors.Is(err, coord.ErrUnknownKey) || errors.Is(err, coord.ErrSchema) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
+		switch pgErr.Code[:2] {
+		case "28", "3D", "3F", "42":
+			return false
+		}
+	}
+	return true
 }
 
 // readFrame reads key's summary and nodes.
