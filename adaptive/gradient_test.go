@@ -132,6 +132,16 @@ func TestReleaseRTTSamplesTheGivenRoundTrip(t *testing.T) {
 
 	le.ReleaseRTT(time.Millisecond) // settling twice is a no-op
 	require.Equal(t, 10*time.Millisecond, l.RTTNoload())
+
+	// A round trip of 0 or less measures nothing: the slot is freed and
+	// no sample taken, so the no-load round trip stays 10 ms (it was
+	// 1 ns, and a fixed Tolerance then cut the estimate to 4).
+	for _, rtt := range []time.Duration{0, -time.Second} {
+		le = acquireN(t, l, 1)[0]
+		le.ReleaseRTT(rtt)
+		require.Equal(t, 10*time.Millisecond, l.RTTNoload(), "rtt %v", rtt)
+		require.Equal(t, 0, l.Inflight())
+	}
 }
 
 func TestGradient2MovesOncePerRoundTrip(t *testing.T) {

@@ -21,8 +21,17 @@ func (le Lease) Release() { le.settle(released, -1) }
 // the request's round-trip time instead of the time since admission. It
 // suits a request that keeps its slot after its latency is known, such as a
 // streamed response: the time to its first byte is the latency signal, and
-// the slot stays held until the stream ends. A negative rtt is treated as 0.
-func (le Lease) ReleaseRTT(rtt time.Duration) { le.settle(released, max(rtt, 0)) }
+// the slot stays held until the stream ends. An rtt of 0 or less
+// measures nothing: the lease is settled as by Ignore, since a sample
+// that fast would stand as the no-load round trip for RTTWindow round
+// trips.
+func (le Lease) ReleaseRTT(rtt time.Duration) {
+	if rtt <= 0 {
+		le.settle(ignored, -1)
+		return
+	}
+	le.settle(released, rtt)
+}
 
 // Drop settles the lease as an overload signal (a 429, a 503, a timeout):
 // the estimate is multiplied by Config.BackoffRatio, at most once per
