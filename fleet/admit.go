@@ -216,11 +216,16 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			return aerr
 		}
 		n.mu.Lock()
-		draining := n.status == coord.StatusDraining
+		draining, learning := n.status == coord.StatusDraining, n.learning
 		n.mu.Unlock()
-		if draining {
+		switch {
+		case draining:
 			return fmt.Errorf("%w: node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
 				err, n.cfg.NodeID, n.cfg.Key)
+		case learning:
+			return fmt.Errorf("%w: key %q is in learning mode (the database lost state): until the requests of "+
+				"before the loss must have ended, up to a lease + MaxRequestDuration (%v), node %q is granted no more than it holds",
+				err, n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands

@@ -560,7 +560,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 
 	n.mu.Lock()
 	first := !n.joined
-	wasOutage, oldShare, oldStatus := n.outage, n.share, n.status
+	wasOutage, oldShare, oldStatus, wasLearning := n.outage, n.share, n.status, n.learning
 	n.joined = true
 	n.outage = false
 	n.lastErr = nil
@@ -628,6 +628,14 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	}
 	if g.Status != oldStatus && !first {
 		n.log.Info("node status changed", "status", g.Status, "was", oldStatus)
+	}
+	switch {
+	case g.Learning && !wasLearning:
+		n.log.Warn("key in learning mode: the database lost state, and until the leases and requests of before "+
+			"the loss must have ended (up to a lease + MaxRequestDuration) no node is granted more than it holds",
+			"share", g.Share, "inflight", inflight)
+	case !g.Learning && wasLearning:
+		n.log.Info("key out of learning mode", "share", g.Share)
 	}
 	if g.Share != oldShare && !first {
 		n.log.Debug("share changed", "share", g.Share, "was", oldShare, "l_global", g.LGlobal, "generation", g.Generation)

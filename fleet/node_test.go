@@ -812,3 +812,25 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLearningModeIsSaid: an idle node in learning mode holds no share,
+// and its refusal and its log say why, and the log says when it ends.
+func TestLearningModeIsSaid(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	var logs syncBuffer
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a := startNode(t, c, cfg)
+	_, err := c.Relearn(t.Context(), "k")
+	require.NoError(t, err)
+	eventually(t, func() bool { return a.State().Learning && a.State().Share == 0 }, "learning, idle: no share")
+	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
+	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	require.ErrorContains(t, err, `key "k" is in learning mode (the database lost state): until the requests of before the loss `+
+		`must have ended, up to a lease + MaxRequestDuration (500ms), node "a" is granted no more than it holds`)
+	require.Contains(t, logs.String(), `level=WARN msg="key in learning mode: the database lost state`)
+	eventually(t, func() bool { return !a.State().Learning }, "learning ends")
+	eventually(t, func() bool { return strings.Contains(logs.String(), `msg="key out of learning mode"`) }, "its end is logged")
+}
