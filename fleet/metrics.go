@@ -171,7 +171,9 @@ func b2f(b bool) float64 {
 
 // Collector returns a prometheus.Collector of the node's metrics, labelled
 // with its key and node id: register it with a prometheus.Registerer. Each
-// scrape reads the node's state once; it is safe for concurrent use.
+// scrape reads the node's State, its Rates, its PriorityStats and its
+// counters one after the other, not at one instant, so two series may be
+// microseconds apart; it is safe for concurrent use.
 func (n *Node) Collector() prometheus.Collector { return n.metrics }
 
 // rejectionsHelp is fleetlimit_rejections_total's help text.
