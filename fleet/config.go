@@ -58,7 +58,9 @@ type Config struct {
 	// name). Two live processes must not share one. Defaults to
 	// "<hostname>-<pid>".
 	NodeID string
-	// Labels are shown to operators by fleetctl.
+	// Labels are shown to operators by fleetctl: at most coord.MaxLabels,
+	// names of 1..coord.MaxNameBytes bytes and values of at most
+	// coord.MaxNameBytes, all UTF-8 without NUL (New checks them).
 	Labels map[string]string
 
 	// HeartbeatInterval is the time between periodic heartbeats. Defaults to

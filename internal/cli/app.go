@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -236,6 +238,9 @@ var (
 	goFlagUndefined = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
 	goFlagNoValue   = regexp.MustCompile(`^flag needs an argument: -(.+)$`)
 	goFlagBadValue  = regexp.MustCompile(`^invalid (boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): (.*)$`)
+	// durationSyntax matches what time.ParseDuration reads, whatever the
+	// size: a value it refuses that matches is too large.
+	durationSyntax = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$`)
 )
 
 // flagError rewrites an error of Go's flag package into fleetctl's terms.
@@ -282,6 +287,9 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 		switch findFlag(flags, name).(type) {
 		case *ucli.DurationFlag:
 			cause = "want a duration such as 500ms, 30s or 1m30s"
+			if uq, err := strconv.Unquote(value); err == nil && durationSyntax.MatchString(uq) {
+				cause = "out of range: want at most " + time.Duration(math.MaxInt64).String()
+			}
 		case *ucli.BoolFlag:
 			cause = "want true or false"
 		}

@@ -36,7 +36,12 @@ type demoNodeSummary struct {
 // newDemoSummary sums up a run that started offset after the provider's
 // schedule began and lasted elapsed.
 func newDemoSummary(key string, cfg demoConfig, schedule []sim.Step, offset, elapsed time.Duration, st sim.Stats, nodes []*demoNode) demoSummary {
-	s := demoSummary{key: key, cfg: cfg, schedule: schedule, elapsed: elapsed, stats: st}
+	s := demoSummary{key: key, cfg: cfg, elapsed: elapsed, stats: st}
+	for i, step := range schedule {
+		if i == 0 || step.At < offset+elapsed {
+			s.schedule = append(s.schedule, step) // the steps the run saw
+		}
+	}
 	capSeconds := 0.0 // ∫ capacity dt over [offset, offset+elapsed], capacity·seconds
 	for i, step := range schedule {
 		end := offset + elapsed
