@@ -137,7 +137,7 @@ fleetlimit_priority_refused_total{key="k",node="a",priority="2"} 2
 fleetlimit_priority_refused_total{key="k",node="a",priority="3"} 2
 fleetlimit_priority_refused_total{key="k",node="a",priority="4"} 1
 fleetlimit_priority_refused_total{key="k",node="a",priority="5"} 1
-# HELP fleetlimit_rejections_total Admissions refused: queue full, paused, fenced or stopped.
+# HELP fleetlimit_rejections_total ` + rejectionsHelp + `
 # TYPE fleetlimit_rejections_total counter
 fleetlimit_rejections_total{key="k",node="a"} 8
 `
