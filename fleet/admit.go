@@ -220,8 +220,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		n.mu.Unlock()
 		switch {
 		case draining:
-			return fmt.Errorf("%w: node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
-				err, n.cfg.NodeID, n.cfg.Key)
+			return n.drainingErr(err)
 		case learning:
 			return fmt.Errorf("%w: key %q is in learning mode (the database lost state): until the requests of "+
 				"before the loss must have ended, up to a lease + MaxRequestDuration (%v), node %q is granted no more than it holds",
@@ -231,6 +230,13 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands
 	}
 	return err
+}
+
+// drainingErr is err with the reason a drained node refuses: its share
+// is 0 until an operator undrains it.
+func (n *Node) drainingErr(err error) error {
+	return fmt.Errorf("%w: node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
+		err, n.cfg.NodeID, n.cfg.Key)
 }
 
 // admissionErr is the error every admission fails with in the node's

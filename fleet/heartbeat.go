@@ -566,6 +566,12 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.lastErr = nil
 	n.lastBeat = sent
 	n.share, n.lGlobal, n.status, n.learning = g.Share, g.LGlobal, g.Status, g.Learning
+	switch {
+	case g.Status == coord.StatusDraining && oldStatus != coord.StatusDraining:
+		n.endDrained() // the requests waiting for the rate give their slots back
+	case g.Status != coord.StatusDraining && oldStatus == coord.StatusDraining:
+		n.drained, n.endDrained = context.WithCancel(context.Background())
+	}
 	n.peerInflight, n.liveNodes, n.waiting = g.PeerInflight, g.LiveNodes, g.Waiting
 	n.floor.peers.Store(g.LiveNodes > 1)
 	if g.Share > 0 && (oldShare == 0 || first) {

@@ -81,6 +81,8 @@ type Node struct {
 	generation     int64
 	appliedGen     int64
 	status         coord.Status
+	drained        context.Context // done while an operator drains the node: it ends the waits for the rate (see pace)
+	endDrained     context.CancelFunc
 	learning       bool
 	peerInflight   int
 	liveNodes      int
@@ -158,6 +160,7 @@ func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
 		stopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	n.drained, n.endDrained = context.WithCancel(context.Background())
 	n.fence, err = fence.New(fence.Config{SafetyMargin: cfg.FenceMargin, OnFenced: n.onFenced})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)

@@ -234,9 +234,13 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 // debiting 1 request and its token estimate; it returns the ticket and
 // when the wait ended (zero when the key has no rate). With wait false it
 // refuses at once, with an error wrapping adaptive.ErrWouldWait, instead
-// of waiting. Once it has its reservation, at once or after a wait, it
-// checks the node's state again: a node stopped, evicted or whose lease ran
-// out meanwhile sends nothing, and the reservation is given back.
+// of waiting. A drain ends the wait with an error wrapping
+// adaptive.ErrQueueFull: a drained node's rate share is 0 until an
+// operator undrains it, and a request waiting that long would hold its
+// slot, which the drain waits for. Once it has its reservation, at once
+// or after a wait, it checks the node's state again: a node stopped,
+// evicted or whose lease ran out meanwhile sends nothing, and the
+// reservation is given back.
 func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, time.Time, error) {
 	r := n.rate
 	r.arrivedReq.Add(1)
@@ -257,7 +261,7 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.waits.Add(1)
 		r.waiting.Add(1)
 		r.waitingTok.Add(tokens)
-		t, err = r.pacer.Wait(ctx, tokens)
+		t, err = n.waitRate(ctx, tokens)
 		r.waiting.Add(-1)
 		r.waitingTok.Add(-tokens)
 		if err != nil {
@@ -273,6 +277,26 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	}
 	return t, now, nil
 }
+
+// waitRate waits for the rate until ctx ends or a drain reaches the node
+// (see pace).
+func (n *Node) waitRate(ctx context.Context, tokens int64) (pace.Ticket, error) {
+	n.mu.Lock()
+	drained := n.drained
+	n.mu.Unlock()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(drained, func() { cancel(errDrained) })
+	defer stop()
+	t, err := n.rate.pacer.Wait(wctx, tokens)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errDrained) {
+		return pace.Ticket{}, n.drainingErr(fmt.Errorf("%w while waiting for the rate", adaptive.ErrQueueFull))
+	}
+	return t, err
+}
+
+// errDrained is the cause that ends a wait for the rate at a drain.
+var errDrained = errors.New("drained")
 
 // sent counts requests let go and their tokens, for the usage reported
 // (Node.acquire, once a request has passed pace).

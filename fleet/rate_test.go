@@ -427,3 +427,55 @@ func TestRateLearnerCutsAtOnce(t *testing.T) {
 		require.Less(t, float64(after), 0.7*float64(before), "the node cut its own pacing")
 	})
 }
+
+// TestDrainEndsTheWaitsForTheRate: a drained node's rate share is 0 until
+// an operator undrains it, so its requests waiting for the rate fail with
+// the drain's reason and give their slots back, which the drain waits
+// for; after an undrain they wait for the rate again.
+func TestDrainEndsTheWaitsForTheRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 60, 0) // one request a second
+		a := startNode(t, c, testConfig("k", "a"))
+		send := func(errs chan<- error) {
+			le, err := a.Acquire(t.Context())
+			if err == nil {
+				le.Release()
+			}
+			errs <- err
+		}
+		errs := make(chan error, 4)
+		for range 4 {
+			go send(errs)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		waiting := a.Rates().Waiting
+		require.Positive(t, waiting, "requests wait for the rate")
+
+		require.NoError(t, c.Drain(t.Context(), "k", "a"))
+		time.Sleep(100 * time.Millisecond) // a heartbeat brings the drain
+		synctest.Wait()
+		drained := 0
+		for range 4 {
+			var err error
+			select {
+			case err = <-errs:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a request still waits for the rate 10s after the drain")
+			}
+			if err != nil {
+				require.ErrorIs(t, err, adaptive.ErrQueueFull)
+				require.ErrorContains(t, err, `while waiting for the rate: node "a" of key "k" is draining, with no share`)
+				drained++
+			}
+		}
+		require.Equal(t, int(waiting), drained, "every wait ended")
+		require.Zero(t, a.Rates().Waiting)
+		require.Zero(t, a.State().Inflight, "the slots are given back")
+
+		require.NoError(t, c.Undrain(t.Context(), "k", "a"))
+		time.Sleep(100 * time.Millisecond)
+		go send(errs)
+		require.NoError(t, <-errs, "an undrained node sends again")
+	})
+}
