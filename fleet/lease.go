@@ -183,7 +183,8 @@ func (le Lease) refuse(retryAfter time.Duration, limited bool) {
 // second call (on a copy of the Lease, or through its response) returns
 // an error and changes nothing. On a key without a token rate it paces
 // nothing and only corrects the usage; on the zero Lease it is a no-op. It
-// returns an error naming actual when it is negative.
+// returns an error naming actual when it lies outside 0..MaxTokens, and
+// changes nothing then: a call with a valid value may follow.
 func (le Lease) SettleTokens(actual int64) error {
 	if le.debit == nil {
 		return nil

@@ -126,8 +126,10 @@ func (c RateConfig) validate() error {
 // rate share (a key with a token rate). Without it a request costs 0
 // tokens. Settle the actual cost when it is known (Lease.SettleTokens,
 // SettleTokens): an under-estimate is charged to later requests, not
-// forgiven. A negative estimate counts as 0; an admission with one above
-// MaxTokens fails with an error wrapping adaptive.ErrInvalidRequest.
+// forgiven, though a request never takes more than the key's token rate
+// allows in one RateConfig.Window. A negative estimate counts as 0; an
+// admission with one above MaxTokens fails with an error wrapping
+// adaptive.ErrInvalidRequest.
 func WithTokens(ctx context.Context, tokens int64) context.Context {
 	return context.WithValue(ctx, tokensKey, max(tokens, 0))
 }
@@ -248,6 +250,7 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	if !r.paced.Load() {
 		return pace.Ticket{}, time.Time{}, nil
 	}
+	tokens = r.charge(tokens)
 	now := time.Now()
 	t, ok, err := r.pacer.TryReserve(now, tokens)
 	switch {
@@ -276,6 +279,22 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		return pace.Ticket{}, time.Time{}, err
 	}
 	return t, now, nil
+}
+
+// charge is what a request of the given tokens (an estimate, or an
+// actual cost) takes from the node's token share: at most what the key's
+// token rate allows in one Window. The upstream's window holds no more,
+// and a larger debt would only idle the node — and, through its demand,
+// the key — long after the window has forgotten the request. Without a
+// token rate on the key it is tokens, which then pace nothing.
+func (r *rateState) charge(tokens int64) int64 {
+	r.mu.Lock()
+	perMinute := r.keyRate.Tokens
+	r.mu.Unlock()
+	if perMinute <= 0 {
+		return tokens
+	}
+	return min(tokens, max(int64(float64(perMinute)*r.cfg.Window.Minutes()), 1))
 }
 
 // waitRate waits for the rate until ctx ends or a drain reaches the node
@@ -544,14 +563,14 @@ func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate int64, now time.Ti
 // settle charges the debit's actual token cost, once; see
 // Lease.SettleTokens.
 func (d *debit) settle(actual int64) error {
-	if actual < 0 {
-		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
+	if actual < 0 || actual > MaxTokens {
+		return fmt.Errorf("fleet: settle tokens: actual = %d, want 0..%d", actual, int64(MaxTokens))
 	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return errors.New("fleet: settle tokens: the request's tokens were settled already")
 	}
 	r := d.node.rate
-	if err := r.pacer.Settle(time.Now(), d.ticket, actual); err != nil {
+	if err := r.pacer.Settle(time.Now(), d.ticket, r.charge(actual)); err != nil {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
 	}
 	r.mu.Lock()
@@ -585,8 +604,8 @@ func (d *debit) cancel() {
 // came through no fleet Transport, for a nil resp (a request that
 // failed: its estimate stays charged, unless Transport never sent it —
 // the lease ran out before the send, or the base transport failed before
-// writing the request's headers — and gave its debit back), and for a
-// negative actual.
+// writing the request's headers — and gave its debit back), and for an
+// actual outside 0..MaxTokens, which changes nothing.
 func SettleTokens(resp *http.Response, actual int64) error {
 	if resp == nil {
 		return errors.New("fleet: settle tokens: nil response")
@@ -599,8 +618,8 @@ func SettleTokens(resp *http.Response, actual int64) error {
 			return d.settle(actual)
 		}
 	}
-	if actual < 0 {
-		return fmt.Errorf("fleet: settle tokens: actual = %d, want >= 0", actual)
+	if actual < 0 || actual > MaxTokens {
+		return fmt.Errorf("fleet: settle tokens: actual = %d, want 0..%d", actual, int64(MaxTokens))
 	}
 	return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
 }

@@ -145,7 +145,12 @@ func TestRateTokensSettled(t *testing.T) {
 		require.Equal(t, used, rows[0].RateUsed)
 		le, err := n.Acquire(t.Context())
 		require.NoError(t, err)
-		require.ErrorContains(t, le.SettleTokens(-1), "actual = -1")
+		require.ErrorContains(t, le.SettleTokens(-1), "actual = -1, want 0..1000000000")
+		// A cost no estimate may carry would leave the node in a debt it
+		// never pays (and an int64 sum of two of them wraps): refused, and
+		// the request may still be settled.
+		require.ErrorContains(t, le.SettleTokens(1<<62), "actual = 4611686018427387904, want 0..1000000000")
+		require.NoError(t, le.SettleTokens(MaxTokens))
 		le.Release()
 	})
 }
@@ -478,4 +483,63 @@ func TestDrainEndsTheWaitsForTheRate(t *testing.T) {
 		go send(errs)
 		require.NoError(t, <-errs, "an undrained node sends again")
 	})
+}
+
+// TestOversizedRequestIdlesTheKeyForAWindowAtMost: a request whose token
+// estimate, or actual cost, is more than the key's token rate allows in a
+// window takes no more than that from the node's share: its debt idles
+// the node, and through its demand the key, for about a window, not the
+// days a debt of 10⁹ tokens at 60,000 a minute would last.
+func TestOversizedRequestIdlesTheKeyForAWindowAtMost(t *testing.T) {
+	for _, how := range []string{"estimate", "actual"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := rateKey(t, 0, 60000)
+				a := startNode(t, c, testConfig("k", "a"))
+				b := startNode(t, c, testConfig("k", "b"))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var (
+					sent []time.Time
+					mu   sync.Mutex
+					wg   sync.WaitGroup
+				)
+				closedLoop(ctx, b, 2, 100, &sent, &mu, &wg)
+				time.Sleep(10 * time.Second)
+
+				estimate := int64(MaxTokens)
+				if how == "actual" {
+					estimate = 100
+				}
+				le, err := a.Acquire(WithTokens(t.Context(), estimate))
+				require.NoError(t, err)
+				if how == "actual" {
+					require.NoError(t, le.SettleTokens(MaxTokens))
+				}
+				le.Release()
+				start := time.Now()
+
+				// a sends again within a few windows.
+				within, stop := context.WithTimeout(t.Context(), 3*time.Minute)
+				defer stop()
+				le, err = a.Acquire(WithTokens(within, 0))
+				require.NoError(t, err, "a's debt outlasted 3 minutes")
+				le.Release()
+
+				// b's share comes back: in the fourth minute it sends most
+				// of the key's rate (100 tokens a request).
+				time.Sleep(3*time.Minute - time.Since(start))
+				mu.Lock()
+				before := len(sent)
+				mu.Unlock()
+				time.Sleep(time.Minute)
+				mu.Lock()
+				inMinute := len(sent) - before
+				mu.Unlock()
+				require.Greater(t, inMinute*100, 30000, "b sent %d tokens in the fourth minute", inMinute*100)
+				cancel()
+				wg.Wait()
+			})
+		})
+	}
 }
