@@ -221,15 +221,32 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		switch {
 		case draining:
 			return n.drainingErr(err)
-		case learning:
-			return fmt.Errorf("%w: key %q is in learning mode (the database lost state): until the requests of "+
-				"before the loss must have ended, up to a lease + MaxRequestDuration (%v), node %q is granted no more than it holds",
-				err, n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
+		case learning && !paused: // a pause is the upstream's, and says so
+			return n.learningErr(err)
 		}
-	case errors.Is(err, adaptive.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+	case errors.Is(err, adaptive.ErrWaitTimeout):
+		n.noteUnmet(weight, true)
+		n.mu.Lock()
+		learning := n.learning
+		n.mu.Unlock()
+		if learning {
+			return n.learningErr(err) // the limiter's bound ran out under learning's cap
+		}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands
 	}
 	return err
+}
+
+// learningErr is err with the reason a node in learning mode refuses: it
+// is granted no more than it holds until every request of before the
+// loss must have ended. The coordinator keeps the key's longest lease and
+// request bound ever reported, so the mode may outlast this node's own.
+func (n *Node) learningErr(err error) error {
+	return fmt.Errorf("%w: key %q is in learning mode (the database lost state, or an operator ran fleetctl relearn): "+
+		"until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration "+
+		"its nodes reported, at least %v here — node %q is granted no more than it holds",
+		err, n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
 }
 
 // drainingErr is err with the reason a drained node refuses: its share

@@ -76,9 +76,10 @@ type Config struct {
 	// drift between the node's and the database's clock rates over a lease
 	// (see package fence; the drift over MaxRequestDuration is covered by
 	// the 0.1% the node adds to it). Defaults to LeaseTTL/4, or half of
-	// LeaseTTL−HeartbeatInterval if that is less. Must be in
-	// [0, LeaseTTL−HeartbeatInterval); 0 means the default, so the least
-	// margin one can set is 1ns.
+	// LeaseTTL−HeartbeatInterval if that is less, which must then be at
+	// least 1ms (New refuses a LeaseTTL within 2ms of HeartbeatInterval
+	// unless FenceMargin is set). Must be in [0, LeaseTTL−HeartbeatInterval);
+	// 0 means the default, so the least margin one can set is 1ns.
 	FenceMargin time.Duration
 	// HeartbeatTimeout bounds each coordinator call. A Postgres
 	// heartbeat still running then is cancelled in the database, and the
@@ -138,7 +139,14 @@ type Config struct {
 	// Logger receives state changes: joins, share changes, drains, fencing,
 	// outages. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	marginDefaulted bool // withDefaults set FenceMargin
 }
+
+// minDefaultMargin is the least FenceMargin that withDefaults may derive:
+// a LeaseTTL closer than twice that to HeartbeatInterval leaves no room
+// for one, and New says so rather than run with none.
+const minDefaultMargin = time.Millisecond
 
 // withDefaults fills in every zero field.
 func (c Config) withDefaults() Config {
@@ -159,6 +167,7 @@ func (c Config) withDefaults() Config {
 		// A quarter of the lease, but within the range validate wants
 		// when the lease is set not far above the interval.
 		c.FenceMargin = min(c.LeaseTTL/4, max((c.LeaseTTL-c.HeartbeatInterval)/2, 0))
+		c.marginDefaulted = true
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = c.HeartbeatInterval
@@ -206,7 +215,12 @@ func (c Config) validate() error {
 		bad("LeaseTTL = %v, want above HeartbeatInterval (%v) and in [%v, %v]",
 			c.LeaseTTL, c.HeartbeatInterval, coord.MinLeaseTTL, coord.MaxLeaseTTL)
 	}
-	if intervalOK && ttlOK && (c.FenceMargin < 0 || c.FenceMargin >= c.LeaseTTL-c.HeartbeatInterval) {
+	switch {
+	case !intervalOK || !ttlOK:
+	case c.marginDefaulted && c.FenceMargin < minDefaultMargin:
+		bad("LeaseTTL = %v leaves no room for a FenceMargin above HeartbeatInterval (%v): want LeaseTTL ≥ HeartbeatInterval + %v, or a FenceMargin of your own",
+			c.LeaseTTL, c.HeartbeatInterval, 2*minDefaultMargin)
+	case c.FenceMargin < 0 || c.FenceMargin >= c.LeaseTTL-c.HeartbeatInterval:
 		bad("FenceMargin = %v, want [0, LeaseTTL−HeartbeatInterval) = [0, %v)",
 			c.FenceMargin, c.LeaseTTL-c.HeartbeatInterval)
 	}

@@ -637,8 +637,9 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	}
 	switch {
 	case g.Learning && !wasLearning:
-		n.log.Warn("key in learning mode: the database lost state, and until the leases and requests of before "+
-			"the loss must have ended (up to a lease + MaxRequestDuration) no node is granted more than it holds",
+		n.log.Warn("key in learning mode: the database lost state (or an operator ran fleetctl relearn), and until "+
+			"the leases and requests of before must have ended (the key's longest lease plus the longest "+
+			"MaxRequestDuration its nodes reported) no node is granted more than it holds",
 			"share", g.Share, "inflight", inflight)
 	case !g.Learning && wasLearning:
 		n.log.Info("key out of learning mode", "share", g.Share)

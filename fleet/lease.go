@@ -95,7 +95,9 @@ func (le Lease) Release() {
 }
 
 // ReleaseRTT settles the lease as a success with rtt as its latency; see
-// adaptive.Lease.ReleaseRTT.
+// adaptive.Lease.ReleaseRTT. An rtt of 0 or less gives the limiter no
+// sample, but the request still counts as served: for the node's rate
+// learner, and as the end of a streak of refusals (see Refuse).
 func (le Lease) ReleaseRTT(rtt time.Duration) {
 	if le.settle(func() { le.lease.ReleaseRTT(rtt) }) {
 		le.served()

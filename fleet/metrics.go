@@ -178,6 +178,6 @@ func (n *Node) Collector() prometheus.Collector { return n.metrics }
 
 // rejectionsHelp is fleetlimit_rejections_total's help text.
 const rejectionsHelp = "Admissions that got no slot: refused (no room for TryAcquire, queue full, paused, " +
-	"draining, fenced, stopped, too heavy, rate spent), ended by the caller's context or the wait's bound while " +
+	"draining, not started, fenced, evicted, stopped, too heavy, rate spent), ended by the caller's context or the wait's bound while " +
 	"queued or waiting for the rate, or invalid (a bad weight or token estimate). The fleetlimit_priority_* " +
 	"series tell refusals from ended waits."

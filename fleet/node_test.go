@@ -109,6 +109,15 @@ func TestConfigValidation(t *testing.T) {
 		require.Greater(t, d.FenceMargin, time.Duration(0))
 		require.Less(t, d.FenceMargin, d.LeaseTTL-d.HeartbeatInterval)
 	}
+	// A lease too close to the interval for any margin is refused, naming
+	// the lease, unless the margin is set.
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", LeaseTTL: time.Second + time.Nanosecond})
+	require.EqualError(t, err, "fleet: Config.LeaseTTL = 1.000000001s leaves no room for a FenceMargin above HeartbeatInterval (1s): "+
+		"want LeaseTTL ≥ HeartbeatInterval + 2ms, or a FenceMargin of your own")
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", LeaseTTL: time.Second + 2*time.Nanosecond, FenceMargin: time.Nanosecond})
+	require.NoError(t, err, "a margin set by hand")
+	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", LeaseTTL: time.Second + 2*time.Millisecond})
+	require.NoError(t, err, "room for a 1ms margin")
 }
 
 type epochClock struct{}
@@ -821,6 +830,7 @@ func TestLearningModeIsSaid(t *testing.T) {
 	var logs syncBuffer
 	cfg := testConfig("k", "a")
 	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.Limiter.TimeoutFactor = 10 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	a := startNode(t, c, cfg)
 	_, err := c.Relearn(t.Context(), "k")
@@ -828,9 +838,19 @@ func TestLearningModeIsSaid(t *testing.T) {
 	eventually(t, func() bool { return a.State().Learning && a.State().Share == 0 }, "learning, idle: no share")
 	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrWouldWait)
-	require.ErrorContains(t, err, `key "k" is in learning mode (the database lost state): until the requests of before the loss `+
-		`must have ended, up to a lease + MaxRequestDuration (500ms), node "a" is granted no more than it holds`)
-	require.Contains(t, logs.String(), `level=WARN msg="key in learning mode: the database lost state`)
+	require.ErrorContains(t, err, `key "k" is in learning mode (the database lost state, or an operator ran fleetctl relearn): `+
+		`until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration `+
+		`its nodes reported, at least 500ms here — node "a" is granted no more than it holds`)
+	// A wait the limiter's bound ends says so too; a pause (the upstream's
+	// Retry-After) keeps its own reason.
+	_, err = a.AcquireRequest(t.Context(), adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
+	require.ErrorIs(t, err, adaptive.ErrWaitTimeout)
+	require.ErrorContains(t, err, `is in learning mode`)
+	a.Limiter().RetryAfter(time.Minute)
+	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
+	require.ErrorIs(t, err, adaptive.ErrPaused)
+	require.NotContains(t, err.Error(), "learning mode")
+	require.Contains(t, logs.String(), `level=WARN msg="key in learning mode: the database lost state (or an operator ran fleetctl relearn)`)
 	eventually(t, func() bool { return !a.State().Learning }, "learning ends")
 	eventually(t, func() bool { return strings.Contains(logs.String(), `msg="key out of learning mode"`) }, "its end is logged")
 }

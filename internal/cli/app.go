@@ -289,6 +289,9 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 			cause = "want a duration such as 500ms, 30s or 1m30s"
 			if uq, err := strconv.Unquote(value); err == nil && durationSyntax.MatchString(uq) {
 				cause = "out of range: want at most " + time.Duration(math.MaxInt64).String()
+				if strings.HasPrefix(uq, "-") {
+					cause = "out of range: want at least " + time.Duration(math.MinInt64).String()
+				}
 			}
 		case *ucli.BoolFlag:
 			cause = "want true or false"

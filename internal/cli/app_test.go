@@ -92,6 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"watch", "api", "--count", "99999999999999999999"}, `fleetctl: watch: invalid value "99999999999999999999" for --count: out of range: want 0..9223372036854775807`},
 		{[]string{"watch", "k", "--interval", "soon"}, `fleetctl: watch: invalid value "soon" for --interval: want a duration such as 500ms, 30s or 1m30s`},
 		{[]string{"watch", "k", "--interval", "99999999h"}, `fleetctl: watch: invalid value "99999999h" for --interval: out of range: want at most 2562047h47m16.854775807s`},
+		{[]string{"watch", "k", "--interval", "-99999999h"}, `fleetctl: watch: invalid value "-99999999h" for --interval: out of range: want at least -2562047h47m16.854775808s`},
 		{[]string{"demo", "--duration", "1h99999999999999999999ns"}, `fleetctl: demo: invalid value "1h99999999999999999999ns" for --duration: out of range: want at most 2562047h47m16.854775807s`},
 		{[]string{"migrate", "down", "--to", "99"}, fmt.Sprintf(`fleetctl: migrate down: invalid value 99 for --to: no such migration (the newest is %d)`, coord.SchemaVersion)},
 		{[]string{"keys", "--database-url"}, `fleetctl: keys: flag needs an argument: --database-url`},

@@ -128,16 +128,21 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 			top = max(top, v)
 		}
 	}
-	row := func(name string, s []float64) {
+	row := func(name string, s []float64, last string) {
 		if len(s) == 0 {
 			return
 		}
-		fmt.Fprintf(&b, "%-10s %s%s %s\n", name, strings.Repeat(" ", h.width-len(s)), sparkline(s, top),
-			fmtNum(s[len(s)-1]))
+		fmt.Fprintf(&b, "%-10s %s%s %s\n", name, strings.Repeat(" ", h.width-len(s)), sparkline(s, top), last)
 	}
-	row("L_global", h.lGlobal)
-	row("in-flight", h.inflight)
-	row("capacity", h.capacity)
+	lastOf := func(s []float64) string {
+		if len(s) == 0 {
+			return ""
+		}
+		return fmtNum(s[len(s)-1])
+	}
+	row("L_global", h.lGlobal, lGlobal(k.LGlobal))
+	row("in-flight", h.inflight, lastOf(h.inflight))
+	row("capacity", h.capacity, lastOf(h.capacity))
 	fmt.Fprintf(&b, "%-10s scale 0..%s over the last %d refreshes\n", "", fmtNum(top), h.width)
 	_, err := w.Write(b.Bytes())
 	return err

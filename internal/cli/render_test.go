@@ -88,8 +88,11 @@ func TestLGlobalBeforeTheFirstHeartbeat(t *testing.T) {
 	f := frame{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Key: keyView{Key: "quota", MaxLimit: &maxLimit, Aggregate: "lower_median"}}
 	require.Equal(t, `2026-01-02T03:04:05.000Z key="quota" l_global=- nodes=0 share=0 inflight=0 util=-`, plainLine(f))
 	var b bytes.Buffer
-	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	h := newHistory(4)
+	h.add(f)
+	require.NoError(t, renderLive(&b, "t", f, h))
 	require.Contains(t, b.String(), `key "quota"  L_global - (min -, max 24, lower_median)`)
+	require.Regexp(t, `\nL_global +▁? -\n`, b.String(), "the chart's row too")
 	require.Equal(t, "-", lGlobal(0))
 	require.Equal(t, "1", lGlobal(1))
 }
