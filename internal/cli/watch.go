@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,9 +32,10 @@ prints one line per refresh; with --output json one JSON object per line:
 time, the fields of a keys object, and nodes (node objects). --count N
 stops after N refreshes; 0 runs until interrupted. A refresh that fails
 while the database restarts or fails over is said on stderr and tried
-again at the next interval (the run fails if the last of --count N does);
-an unknown key, a missing schema or a role without an operator's rights
-ends the run.`,
+again at the next interval (the run fails if the last of --count N does,
+or if every refresh failed for 5 minutes or 10 intervals, whichever is
+longer); an unknown key, a missing schema or a role without an
+operator's rights ends the run at once.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
 			decimalFlagDefault("count", "stop after this many refreshes; 0 runs until interrupted", 0, fmt.Sprintf("0..%d", int64(math.MaxInt64))),
@@ -56,32 +58,83 @@ ends the run.`,
 				return usageErrorf("invalid value %d for --count: want >= 0", count)
 			}
 			key := args[0]
+			// A refresh is bounded, so that a connection that hangs (a
+			// network dropped without a reset) fails and is opened again.
+			statement := c.Duration(flagStatementTimeout)
+			if statement <= 0 {
+				statement = DefaultStatementTimeout // none set: the refresh still needs a bound
+			}
+			timeout := c.Duration(flagConnectTimeout) + statement
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
 				defer v.close()
-				failing := 0
-				return watchLoop(ctx, interval, count, func() error {
-					f, err := readFrame(ctx, admin, key)
-					if err != nil {
-						if ctx.Err() != nil || !passing(err) {
-							return err
-						}
-						// The database restarting or failing over: the
-						// next refresh reconnects.
-						if failing++; failing == 1 {
-							r.progress("fleetctl watch: a refresh failed; trying again every %s: %v", interval, err)
-						}
-						return errRefresh{err}
-					}
-					if failing > 0 {
-						r.progress("fleetctl watch: refreshing again after %s", plural(failing, "failed refresh", "failed refreshes"))
-						failing = 0
-					}
-					return v.show(f)
-				})
+				w := &watcher{admin: admin, key: key, interval: interval, timeout: timeout,
+					giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
+					warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
+				return watchLoop(ctx, interval, count, func() error { return w.refresh(ctx) })
 			})
 		}),
 	}
+}
+
+// watchGiveUp is the least time watch goes on refreshing while every
+// refresh fails: at least 10 intervals.
+const watchGiveUp = 5 * time.Minute
+
+// watcher refreshes watch's view of a key. A refresh that fails for a
+// reason a later one may not meet (see passing) — the database
+// restarting or failing over, a connection lost or hung — is said on
+// stderr (again when its reason changes) and tried again at the next
+// interval, until refreshes have failed for giveUp in a row.
+type watcher struct {
+	admin    coord.Admin
+	key      string
+	interval time.Duration
+	timeout  time.Duration // bounds each refresh
+	giveUp   time.Duration
+	now      func() time.Time
+	show     func(frame) error
+	warn     func(msg string)
+
+	failing  int       // refreshes failed in a row
+	since    time.Time // when the first of them failed
+	lastWarn string
+}
+
+// refresh reads and shows one frame; see watchLoop for its error.
+func (w *watcher) refresh(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, w.timeout)
+	f, err := readFrame(rctx, w.admin, w.key)
+	cancel()
+	if err == nil {
+		if w.failing > 0 {
+			w.warn(fmt.Sprintf("refreshing again after %s", plural(w.failing, "failed refresh", "failed refreshes")))
+			w.failing, w.lastWarn = 0, ""
+		}
+		return w.show(f)
+	}
+	if ctx.Err() != nil || !passing(err) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) && rctx.Err() != nil {
+		err = fmt.Errorf("no answer within %s: %w", w.timeout, err)
+	}
+	now := w.now()
+	if w.failing == 0 {
+		w.since = now
+	}
+	w.failing++
+	if now.Sub(w.since) >= w.giveUp {
+		return fmt.Errorf("no refresh succeeded for %s (%s): %w", now.Sub(w.since).Round(time.Second),
+			plural(w.failing, "failed refresh", "failed refreshes"), err)
+	}
+	// On one line: a connection error spans several, one per host tried.
+	reason := strings.Join(strings.Fields(err.Error()), " ")
+	if reason != w.lastWarn {
+		w.warn(fmt.Sprintf("a refresh failed; trying again every %s: %s", w.interval, reason))
+		w.lastWarn = reason
+	}
+	return errRefresh{err}
 }
 
 // watchLoop calls refresh count times (forever when count is 0), interval

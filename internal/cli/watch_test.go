@@ -87,3 +87,99 @@ func TestPassingErrors(t *testing.T) {
 	require.Equal(t, `unknown key "k"`, unknownKeyError("k").Error())
 	require.ErrorIs(t, unknownKeyError("k"), coord.ErrUnknownKey)
 }
+
+// fakeAdmin answers Keys and Nodes from its fields; the rest of
+// coord.Admin is not used by watch.
+type fakeAdmin struct {
+	coord.Admin
+	keys func(ctx context.Context) ([]coord.KeyInfo, error)
+}
+
+func (a *fakeAdmin) Keys(ctx context.Context) ([]coord.KeyInfo, error) { return a.keys(ctx) }
+func (a *fakeAdmin) Nodes(context.Context, string) ([]coord.NodeInfo, error) {
+	return nil, nil
+}
+
+// TestWatcherOutlastsARestart drives watch's refresh through a database
+// that restarts, hangs, recovers, then fails for good: each passing
+// failure is said once per reason and the frames resume; a hung read ends
+// at the refresh's bound; failures that outlast giveUp end the run.
+func TestWatcherOutlastsARestart(t *testing.T) {
+	t.Parallel()
+	var (
+		step   int
+		warns  []string
+		frames int
+		clock  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	)
+	restart := fmt.Errorf("coord: keys: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01",
+		Message: "terminating connection due to administrator command"})
+	script := []func(ctx context.Context) ([]coord.KeyInfo, error){
+		func(context.Context) ([]coord.KeyInfo, error) { return []coord.KeyInfo{{Key: "k"}}, nil },
+		func(context.Context) ([]coord.KeyInfo, error) { return nil, restart },
+		func(context.Context) ([]coord.KeyInfo, error) { return nil, restart },
+		func(ctx context.Context) ([]coord.KeyInfo, error) { <-ctx.Done(); return nil, ctx.Err() }, // hangs
+		func(context.Context) ([]coord.KeyInfo, error) { return []coord.KeyInfo{{Key: "k"}}, nil },
+	}
+	w := &watcher{
+		admin: &fakeAdmin{keys: func(ctx context.Context) ([]coord.KeyInfo, error) {
+			f := script[min(step, len(script)-1)]
+			step++
+			return f(ctx)
+		}},
+		key: "k", interval: time.Second, timeout: 20 * time.Millisecond, giveUp: time.Minute,
+		now:  func() time.Time { return clock },
+		show: func(frame) error { frames++; return nil },
+		warn: func(msg string) { warns = append(warns, msg) },
+	}
+	for range len(script) {
+		err := w.refresh(t.Context())
+		var skip errRefresh
+		if err != nil && !errors.As(err, &skip) {
+			t.Fatalf("refresh ended the run: %v", err)
+		}
+		clock = clock.Add(time.Second)
+	}
+	require.Equal(t, 2, frames)
+	require.Equal(t, []string{
+		"a refresh failed; trying again every 1s: coord: keys: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)",
+		"a refresh failed; trying again every 1s: no answer within 20ms: context deadline exceeded",
+		"refreshing again after 3 failed refreshes",
+	}, warns)
+
+	// A database gone for good: the run ends once giveUp has passed.
+	script = []func(ctx context.Context) ([]coord.KeyInfo, error){
+		func(context.Context) ([]coord.KeyInfo, error) { return nil, restart },
+	}
+	var err error
+	for range 100 {
+		err = w.refresh(t.Context())
+		clock = clock.Add(10 * time.Second)
+		if !errors.As(err, &errRefresh{}) {
+			break
+		}
+	}
+	require.ErrorIs(t, err, restart)
+	require.ErrorContains(t, err, "no refresh succeeded for 1m0s (7 failed refreshes)")
+
+	// An unknown key ends it at once.
+	w.failing = 0
+	script = []func(ctx context.Context) ([]coord.KeyInfo, error){
+		func(context.Context) ([]coord.KeyInfo, error) { return nil, nil },
+	}
+	err = w.refresh(t.Context())
+	require.EqualError(t, err, `unknown key "k"`)
+}
+
+// TestAdminErrorHints: a role without an operator's rights is told how to
+// get them; a missing schema how to make it.
+func TestAdminErrorHints(t *testing.T) {
+	t.Parallel()
+	denied := fmt.Errorf("coord: keys: %w", &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for table keys"})
+	err := adminError(denied, "k", "")
+	require.ErrorIs(t, err, denied)
+	require.EqualError(t, err, "coord: keys: ERROR: permission denied for table keys (SQLSTATE 42501) "+
+		"(an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)")
+	missing := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "fleetlimit.keys" does not exist`}
+	require.ErrorContains(t, adminError(missing, "k", ""), "(is the schema migrated? run 'fleetctl migrate up')")
+}
