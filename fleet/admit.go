@@ -82,7 +82,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	if err != nil {
 		return admission{}, n.limiterRefusal(err, r.Weight)
 	}
-	t, sent, err := n.pace(ctx, tokens, wait)
+	t, limit, sent, err := n.pace(ctx, tokens, wait)
 	if err != nil {
 		le.Ignore()
 		n.metrics.rejected.Add(1)
@@ -93,7 +93,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	}
 	n.rate.sent(1, tokens)
 	n.holdWanted(r.Weight)
-	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, time.Now()), sent: sent}, nil
+	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, limit, time.Now()), sent: sent}, nil
 }
 
 // waitRequest is the limiter's AcquireRequest, counting a caller of a

@@ -233,8 +233,9 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 }
 
 // pace holds an admitted request until the node's rate shares allow it,
-// debiting 1 request and its token estimate; it returns the ticket and
-// when the wait ended (zero when the key has no rate). With wait false it
+// debiting 1 request and its token estimate, at most the tokenCap; it
+// returns the ticket, that cap and when the wait ended (zero when the key
+// has no rate). With wait false it
 // refuses at once, with an error wrapping adaptive.ErrWouldWait, instead
 // of waiting. A drain ends the wait with an error wrapping
 // adaptive.ErrQueueFull: a drained node's rate share is 0 until an
@@ -243,22 +244,25 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 // or after a wait, it checks the node's state again: a node stopped,
 // evicted or whose lease ran out meanwhile sends nothing, and the
 // reservation is given back.
-func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, time.Time, error) {
+func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, int64, time.Time, error) {
 	r := n.rate
+	limit := r.tokenCap()
+	if limit > 0 {
+		tokens = min(tokens, limit) // in the demand too, or an oversized estimate would claim the key's rate
+	}
 	r.arrivedReq.Add(1)
 	r.arrivedTok.Add(tokens)
 	if !r.paced.Load() {
-		return pace.Ticket{}, time.Time{}, nil
+		return pace.Ticket{}, limit, time.Time{}, nil
 	}
-	tokens = r.charge(tokens)
 	now := time.Now()
 	t, ok, err := r.pacer.TryReserve(now, tokens)
 	switch {
 	case err != nil:
-		return pace.Ticket{}, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
+		return pace.Ticket{}, 0, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
 	case !ok && !wait:
 		n.saturated(now)
-		return pace.Ticket{}, time.Time{}, fmt.Errorf("%w: the node's rate share is spent for now", adaptive.ErrWouldWait)
+		return pace.Ticket{}, 0, time.Time{}, fmt.Errorf("%w: the node's rate share is spent for now", adaptive.ErrWouldWait)
 	case !ok:
 		n.saturated(now)
 		r.waits.Add(1)
@@ -268,7 +272,7 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.waiting.Add(-1)
 		r.waitingTok.Add(-tokens)
 		if err != nil {
-			return pace.Ticket{}, time.Time{}, err
+			return pace.Ticket{}, 0, time.Time{}, err
 		}
 		now = time.Now()
 	}
@@ -276,25 +280,25 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		// Stop or eviction came after the slot: the pacing, lifted then
 		// to wake the waiters, is no rate to send at.
 		r.pacer.Cancel(now, t)
-		return pace.Ticket{}, time.Time{}, err
+		return pace.Ticket{}, 0, time.Time{}, err
 	}
-	return t, now, nil
+	return t, limit, now, nil
 }
 
-// charge is what a request of the given tokens (an estimate, or an
-// actual cost) takes from the node's token share: at most what the key's
-// token rate allows in one Window. The upstream's window holds no more,
-// and a larger debt would only idle the node — and, through its demand,
-// the key — long after the window has forgotten the request. Without a
-// token rate on the key it is tokens, which then pace nothing.
-func (r *rateState) charge(tokens int64) int64 {
+// tokenCap is the most a request takes from the node's token share, its
+// estimate and its actual cost alike: what the key's token rate allows in
+// one Window; 0 when the key has no token rate (nothing is paced then).
+// The upstream's window holds no more, and a larger debt would only idle
+// the node — and, through its demand, the key — long after the window has
+// forgotten the request.
+func (r *rateState) tokenCap() int64 {
 	r.mu.Lock()
 	perMinute := r.keyRate.Tokens
 	r.mu.Unlock()
 	if perMinute <= 0 {
-		return tokens
+		return 0
 	}
-	return min(tokens, max(int64(float64(perMinute)*r.cfg.Window.Minutes()), 1))
+	return max(int64(float64(perMinute)*r.cfg.Window.Minutes()), 1)
 }
 
 // waitRate waits for the rate until ctx ends or a drain reaches the node
@@ -550,14 +554,15 @@ type debit struct {
 	node     *Node
 	ticket   pace.Ticket // zero when the request was not paced
 	estimate int64       // its token estimate
+	limit    int64       // the tokenCap when it was let go: what settle charges at most; 0 for none
 	sec      int64       // the second it was let go (rateState.second)
 	settled  atomic.Bool
 }
 
 // newDebit returns the debit of a request let go at now with its ticket
 // and token estimate.
-func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate int64, now time.Time) *debit {
-	return &debit{node: n, ticket: t, estimate: estimate, sec: r.second(now)}
+func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate, limit int64, now time.Time) *debit {
+	return &debit{node: n, ticket: t, estimate: estimate, limit: limit, sec: r.second(now)}
 }
 
 // settle charges the debit's actual token cost, once; see
@@ -570,7 +575,11 @@ func (d *debit) settle(actual int64) error {
 		return errors.New("fleet: settle tokens: the request's tokens were settled already")
 	}
 	r := d.node.rate
-	if err := r.pacer.Settle(time.Now(), d.ticket, r.charge(actual)); err != nil {
+	charged := actual
+	if d.limit > 0 {
+		charged = min(actual, d.limit) // the cap its estimate was charged under, whatever the key's rate is now
+	}
+	if err := r.pacer.Settle(time.Now(), d.ticket, charged); err != nil {
 		return fmt.Errorf("fleet: settle tokens: %w", err)
 	}
 	r.mu.Lock()

@@ -543,3 +543,89 @@ func TestOversizedRequestIdlesTheKeyForAWindowAtMost(t *testing.T) {
 		})
 	}
 }
+
+// TestOversizedRequestInAShortWindow: with a 1s Window, a request
+// estimated or settled at MaxTokens is charged at most R·W = 1000 tokens,
+// in the node's bucket and in its demand alike: counted raw in the
+// demand, the estimate kept the key's token rate from the peer for about
+// a minute (demandMemory), 60 windows.
+func TestOversizedRequestInAShortWindow(t *testing.T) {
+	for _, how := range []string{"estimate", "actual"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := rateKey(t, 0, 60000)
+				ca, cb := testConfig("k", "a"), testConfig("k", "b")
+				ca.Rate.Window, cb.Rate.Window = time.Second, time.Second
+				a := startNode(t, c, ca)
+				b := startNode(t, c, cb)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var (
+					sent []time.Time
+					mu   sync.Mutex
+					wg   sync.WaitGroup
+				)
+				closedLoop(ctx, b, 2, 100, &sent, &mu, &wg)
+				time.Sleep(10 * time.Second)
+
+				estimate := int64(MaxTokens)
+				if how == "actual" {
+					estimate = 100
+				}
+				le, err := a.Acquire(WithTokens(t.Context(), estimate))
+				require.NoError(t, err)
+				if how == "actual" {
+					require.NoError(t, le.SettleTokens(MaxTokens))
+				}
+				le.Release()
+
+				// 5 windows later the debt (1000 tokens) is long paid.
+				time.Sleep(5 * time.Second)
+				mu.Lock()
+				before := len(sent)
+				mu.Unlock()
+				time.Sleep(10 * time.Second)
+				mu.Lock()
+				got := len(sent) - before
+				mu.Unlock()
+				cancel()
+				wg.Wait()
+				// The key allows 1000 tokens/s: ~100 requests of 100 in 10s.
+				require.Greater(t, got*100, 2500, "b sent %d tokens in 10s (10 windows) after a's oversized request", got*100)
+			})
+		})
+	}
+}
+
+// TestSettleAtEstimateAfterRateChange: a request settled at exactly its
+// estimate changes nothing in the token bucket, even when the key's token
+// rate, and with it the cap on a request's charge, changed since it was
+// let go: the settle charges under the cap its estimate was charged
+// under.
+func TestSettleAtEstimateAfterRateChange(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to int64
+	}{{"raised", 60000, 600000}, {"lowered", 600000, 60000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := rateKey(t, 0, tc.from)
+				a := startNode(t, c, testConfig("k", "a"))
+				time.Sleep(time.Second)
+				est := int64(1_000_000)
+				le, err := a.Acquire(WithTokens(t.Context(), est))
+				require.NoError(t, err)
+				le.Release()
+				_, err = c.SetRates(t.Context(), "k", coord.RatesChange{SetTokens: true, Tokens: tc.to})
+				require.NoError(t, err)
+				time.Sleep(100 * time.Millisecond)
+				synctest.Wait()
+				require.Equal(t, tc.to, a.Rates().Key.Tokens)
+				_, before := a.rate.pacer.Levels(time.Now())
+				require.NoError(t, le.SettleTokens(est)) // the estimate was exact
+				_, after := a.rate.pacer.Levels(time.Now())
+				require.InDelta(t, before, after, 1, "settling an exact estimate moved the bucket by %.0f tokens", after-before)
+			})
+		})
+	}
+}
