@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -58,23 +60,62 @@ operator's rights ends the run at once.`,
 				return usageErrorf("invalid value %d for --count: want >= 0", count)
 			}
 			key := args[0]
-			// A refresh is bounded, so that a connection that hangs (a
-			// network dropped without a reset) fails and is opened again.
-			statement := c.Duration(flagStatementTimeout)
-			if statement <= 0 {
-				statement = DefaultStatementTimeout // none set: the refresh still needs a bound
+			pool, err := r.openPool(c)
+			if err != nil {
+				return err
 			}
-			timeout := c.Duration(flagConnectTimeout) + statement
-			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
-				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
-				defer v.close()
-				w := &watcher{admin: admin, key: key, interval: interval, timeout: timeout,
-					giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
-					warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
-				return watchLoop(ctx, interval, count, func() error { return w.refresh(ctx) })
-			})
+			defer pool.Close()
+			admin, err := coord.NewPostgres(pool)
+			if err != nil {
+				return err
+			}
+			v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
+			defer v.close()
+			w := &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
+				giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
+				warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
+			return watchLoop(c.Context, interval, count, func() error { return w.refresh(c.Context) })
 		}),
 	}
+}
+
+// refreshBound bounds one refresh of watch, so that a connection that
+// hangs (a network dropped without a reset) fails and is opened again: a
+// connect timeout and three statements (readFrame runs up to three), each
+// at the session's statement_timeout, and a second. Without a statement
+// timeout (0, or a value it cannot read) a statement gets watchHang.
+func refreshBound(cfg *pgxpool.Config) time.Duration {
+	statement, ok := pgDuration(cfg.ConnConfig.RuntimeParams["statement_timeout"])
+	if !ok || statement <= 0 {
+		statement = watchHang
+	}
+	return cfg.ConnConfig.ConnectTimeout + 3*statement + time.Second
+}
+
+// watchHang is how long watch waits for a statement of a session without
+// a statement timeout before it takes the connection for hung.
+const watchHang = time.Minute
+
+// pgDuration reads a Postgres time setting as statement_timeout takes it:
+// an integer of milliseconds, or one with a unit (us, ms, s, min, h, d),
+// a space allowed between them.
+func pgDuration(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(v[:i], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond,
+		"s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	u, ok := unit[strings.TrimSpace(v[i:])]
+	if !ok || n > int64(math.MaxInt64/u) {
+		return 0, false
+	}
+	return time.Duration(n) * u, true
 }
 
 // watchGiveUp is the least time watch goes on refreshing while every

@@ -183,3 +183,37 @@ func TestAdminErrorHints(t *testing.T) {
 	missing := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "fleetlimit.keys" does not exist`}
 	require.ErrorContains(t, adminError(missing, "k", ""), "(is the schema migrated? run 'fleetctl migrate up')")
 }
+
+// TestRefreshBound: watch bounds a refresh by the session's own timeouts,
+// whichever of the flags and the connection string set them, with three
+// statements to a refresh; a session without a statement timeout gets
+// watchHang a statement.
+func TestRefreshBound(t *testing.T) {
+	t.Parallel()
+	bound := func(url string, s connSettings) time.Duration {
+		s.url = url
+		cfg, err := poolConfig(s)
+		require.NoError(t, err)
+		return refreshBound(cfg)
+	}
+	defaults := connSettings{statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout}
+	require.Equal(t, 5*time.Second+30*time.Second+time.Second, bound("postgres://u@127.0.0.1/x", defaults))
+	require.Equal(t, 30*time.Second+3*time.Minute+time.Second,
+		bound("postgres://u@127.0.0.1/x?statement_timeout=60000&connect_timeout=30", defaults), "the URL's")
+	require.Equal(t, 5*time.Second+3*time.Minute+time.Second,
+		bound("postgres://u@127.0.0.1/x?statement_timeout=1min", defaults), "with a unit")
+	off := defaults
+	off.statementTimeout, off.statementTimeoutSet = 0, true
+	require.Equal(t, 5*time.Second+3*watchHang+time.Second, bound("postgres://u@127.0.0.1/x", off), "--statement-timeout 0")
+
+	for v, want := range map[string]time.Duration{"0": 0, "250": 250 * time.Millisecond, "10s": 10 * time.Second,
+		"10 s": 10 * time.Second, "2min": 2 * time.Minute, "1h": time.Hour, "1d": 24 * time.Hour, "500us": 500 * time.Microsecond} {
+		got, ok := pgDuration(v)
+		require.True(t, ok, v)
+		require.Equal(t, want, got, v)
+	}
+	for _, v := range []string{"", "s", "10x", "1.5s", "-1", "99999999999999999d"} {
+		_, ok := pgDuration(v)
+		require.False(t, ok, v)
+	}
+}
