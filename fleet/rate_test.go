@@ -487,113 +487,72 @@ func TestDrainEndsTheWaitsForTheRate(t *testing.T) {
 
 // TestOversizedRequestIdlesTheKeyForAWindowAtMost: a request whose token
 // estimate, or actual cost, is more than the key's token rate allows in a
-// window takes no more than that from the node's share: its debt idles
-// the node, and through its demand the key, for about a window, not the
-// days a debt of 10⁹ tokens at 60,000 a minute would last.
+// window takes no more than that from the node's share and counts no
+// more in its demand: its debt idles the node, and through its demand the
+// key, for about a window, not the days a debt of 10⁹ tokens at 60,000 a
+// minute would last. With a 1s Window the demand matters most: counted
+// raw, the estimate kept the key's token rate from the peer for about a
+// minute (demandMemory), 60 windows.
 func TestOversizedRequestIdlesTheKeyForAWindowAtMost(t *testing.T) {
-	for _, how := range []string{"estimate", "actual"} {
-		t.Run(how, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := rateKey(t, 0, 60000)
-				a := startNode(t, c, testConfig("k", "a"))
-				b := startNode(t, c, testConfig("k", "b"))
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				var (
-					sent []time.Time
-					mu   sync.Mutex
-					wg   sync.WaitGroup
-				)
-				closedLoop(ctx, b, 2, 100, &sent, &mu, &wg)
-				time.Sleep(10 * time.Second)
+	for _, tc := range []struct {
+		window      time.Duration
+		resumed     time.Duration // a sends again within it
+		after, span time.Duration // b's sends counted from after the request, for span
+		minTokens   int           // at least this many of b's tokens then
+	}{
+		{time.Minute, 3 * time.Minute, 3 * time.Minute, time.Minute, 30000},
+		{time.Second, 5 * time.Second, 5 * time.Second, 10 * time.Second, 2500}, // 1000 a second
+	} {
+		for _, how := range []string{"estimate", "actual"} {
+			t.Run(tc.window.String()+"/"+how, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					c := rateKey(t, 0, 60000)
+					ca, cb := testConfig("k", "a"), testConfig("k", "b")
+					ca.Rate.Window, cb.Rate.Window = tc.window, tc.window
+					a := startNode(t, c, ca)
+					b := startNode(t, c, cb)
+					ctx, cancel := context.WithCancel(t.Context())
+					defer cancel()
+					var (
+						sent []time.Time
+						mu   sync.Mutex
+						wg   sync.WaitGroup
+					)
+					closedLoop(ctx, b, 2, 100, &sent, &mu, &wg)
+					time.Sleep(10 * time.Second)
 
-				estimate := int64(MaxTokens)
-				if how == "actual" {
-					estimate = 100
-				}
-				le, err := a.Acquire(WithTokens(t.Context(), estimate))
-				require.NoError(t, err)
-				if how == "actual" {
-					require.NoError(t, le.SettleTokens(MaxTokens))
-				}
-				le.Release()
-				start := time.Now()
+					estimate := int64(MaxTokens)
+					if how == "actual" {
+						estimate = 100
+					}
+					le, err := a.Acquire(WithTokens(t.Context(), estimate))
+					require.NoError(t, err)
+					if how == "actual" {
+						require.NoError(t, le.SettleTokens(MaxTokens))
+					}
+					le.Release()
+					start := time.Now()
 
-				// a sends again within a few windows.
-				within, stop := context.WithTimeout(t.Context(), 3*time.Minute)
-				defer stop()
-				le, err = a.Acquire(WithTokens(within, 0))
-				require.NoError(t, err, "a's debt outlasted 3 minutes")
-				le.Release()
+					within, stop := context.WithTimeout(t.Context(), tc.resumed)
+					defer stop()
+					le, err = a.Acquire(WithTokens(within, 0))
+					require.NoError(t, err, "a's debt outlasted %v", tc.resumed)
+					le.Release()
 
-				// b's share comes back: in the fourth minute it sends most
-				// of the key's rate (100 tokens a request).
-				time.Sleep(3*time.Minute - time.Since(start))
-				mu.Lock()
-				before := len(sent)
-				mu.Unlock()
-				time.Sleep(time.Minute)
-				mu.Lock()
-				inMinute := len(sent) - before
-				mu.Unlock()
-				require.Greater(t, inMinute*100, 30000, "b sent %d tokens in the fourth minute", inMinute*100)
-				cancel()
-				wg.Wait()
+					time.Sleep(tc.after - time.Since(start))
+					mu.Lock()
+					before := len(sent)
+					mu.Unlock()
+					time.Sleep(tc.span)
+					mu.Lock()
+					tokens := 100 * (len(sent) - before)
+					mu.Unlock()
+					require.Greater(t, tokens, tc.minTokens, "b sent %d tokens in the %v from %v after a's request", tokens, tc.span, tc.after)
+					cancel()
+					wg.Wait()
+				})
 			})
-		})
-	}
-}
-
-// TestOversizedRequestInAShortWindow: with a 1s Window, a request
-// estimated or settled at MaxTokens is charged at most R·W = 1000 tokens,
-// in the node's bucket and in its demand alike: counted raw in the
-// demand, the estimate kept the key's token rate from the peer for about
-// a minute (demandMemory), 60 windows.
-func TestOversizedRequestInAShortWindow(t *testing.T) {
-	for _, how := range []string{"estimate", "actual"} {
-		t.Run(how, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := rateKey(t, 0, 60000)
-				ca, cb := testConfig("k", "a"), testConfig("k", "b")
-				ca.Rate.Window, cb.Rate.Window = time.Second, time.Second
-				a := startNode(t, c, ca)
-				b := startNode(t, c, cb)
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				var (
-					sent []time.Time
-					mu   sync.Mutex
-					wg   sync.WaitGroup
-				)
-				closedLoop(ctx, b, 2, 100, &sent, &mu, &wg)
-				time.Sleep(10 * time.Second)
-
-				estimate := int64(MaxTokens)
-				if how == "actual" {
-					estimate = 100
-				}
-				le, err := a.Acquire(WithTokens(t.Context(), estimate))
-				require.NoError(t, err)
-				if how == "actual" {
-					require.NoError(t, le.SettleTokens(MaxTokens))
-				}
-				le.Release()
-
-				// 5 windows later the debt (1000 tokens) is long paid.
-				time.Sleep(5 * time.Second)
-				mu.Lock()
-				before := len(sent)
-				mu.Unlock()
-				time.Sleep(10 * time.Second)
-				mu.Lock()
-				got := len(sent) - before
-				mu.Unlock()
-				cancel()
-				wg.Wait()
-				// The key allows 1000 tokens/s: ~100 requests of 100 in 10s.
-				require.Greater(t, got*100, 2500, "b sent %d tokens in 10s (10 windows) after a's oversized request", got*100)
-			})
-		})
+		}
 	}
 }
 

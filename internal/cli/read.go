@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -15,6 +16,12 @@ import (
 // withAdmin connects, runs fn with the coordinator's operator interface and
 // closes the pool.
 func (r *runner) withAdmin(c *ucli.Context, fn func(ctx context.Context, admin coord.Admin) error) error {
+	return r.withPoolAdmin(c, func(ctx context.Context, _ *pgxpool.Pool, admin coord.Admin) error { return fn(ctx, admin) })
+}
+
+// withPoolAdmin is withAdmin for a command that also reads the pool (its
+// configuration).
+func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, pool *pgxpool.Pool, admin coord.Admin) error) error {
 	pool, err := r.openPool(c)
 	if err != nil {
 		return err
@@ -24,7 +31,7 @@ func (r *runner) withAdmin(c *ucli.Context, fn func(ctx context.Context, admin c
 	if err != nil {
 		return err
 	}
-	return fn(c.Context, admin)
+	return fn(c.Context, pool, admin)
 }
 
 // adminError turns the coordinator's sentinel errors into messages for an

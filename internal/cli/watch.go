@@ -60,21 +60,14 @@ operator's rights ends the run at once.`,
 				return usageErrorf("invalid value %d for --count: want >= 0", count)
 			}
 			key := args[0]
-			pool, err := r.openPool(c)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			admin, err := coord.NewPostgres(pool)
-			if err != nil {
-				return err
-			}
-			v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
-			defer v.close()
-			w := &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
-				giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
-				warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
-			return watchLoop(c.Context, interval, count, func() error { return w.refresh(c.Context) })
+			return r.withPoolAdmin(c, func(ctx context.Context, pool *pgxpool.Pool, admin coord.Admin) error {
+				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
+				defer v.close()
+				w := &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
+					giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
+					warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
+				return watchLoop(ctx, interval, count, func() error { return w.refresh(ctx) })
+			})
 		}),
 	}
 }
