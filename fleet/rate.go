@@ -568,8 +568,8 @@ func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate, limit int64, now 
 // settle charges the debit's actual token cost, once; see
 // Lease.SettleTokens.
 func (d *debit) settle(actual int64) error {
-	if actual < 0 || actual > MaxTokens {
-		return fmt.Errorf("fleet: settle tokens: actual = %d, want 0..%d", actual, int64(MaxTokens))
+	if err := checkActual(actual); err != nil {
+		return err
 	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return errors.New("fleet: settle tokens: the request's tokens were settled already")
@@ -627,10 +627,19 @@ func SettleTokens(resp *http.Response, actual int64) error {
 			return d.settle(actual)
 		}
 	}
+	if err := checkActual(actual); err != nil {
+		return err
+	}
+	return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
+}
+
+// checkActual returns an error naming an actual token cost outside
+// 0..MaxTokens, which SettleTokens refuses.
+func checkActual(actual int64) error {
 	if actual < 0 || actual > MaxTokens {
 		return fmt.Errorf("fleet: settle tokens: actual = %d, want 0..%d", actual, int64(MaxTokens))
 	}
-	return errors.New("fleet: settle tokens: the response did not come through a fleet Transport")
+	return nil
 }
 
 // stopPacing ends every wait on the pacer: the node admits nothing more
