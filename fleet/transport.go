@@ -87,8 +87,11 @@ import (
 //     its debit from the node's rate shares, as does one not sent for
 //     ErrEvicted, ErrFenced or ErrLate. "Sent" means that base reported
 //     writing the request's headers through net/http/httptrace
-//     (WroteHeaders), as http.Transport does; with a base that never
-//     reports it, every failed request counts as not sent.
+//     (WroteHeaders), as http.Transport does, or, for a base that reports
+//     no httptrace event at all for a request (not even GetConn, which
+//     http.Transport reports before it can send anything), that its error
+//     does not say a dial or name lookup failed: such a base may have
+//     sent it without saying so, and Transport logs this once.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -125,6 +128,7 @@ type transport struct {
 	// admitted, when set, runs between a request's admission and the
 	// check that it may still be sent (tests).
 	admitted func()
+	silent   sync.Once // logs that base reports no httptrace events
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -157,23 +161,24 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cfg := &t.node.cfg
 	bound := admitted.Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(req.Context(), bound)
-	var sent atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
+	var way sendTrace
+	ctx = httptrace.WithClientTrace(ctx, way.hooks())
 	// For SettleTokens, through resp.Request, should a client wrap the body.
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
+		sent := t.mayHaveSent(&way, err)
 		switch {
-		case sent.Load():
+		case sent:
 			abandon(le, drop, bound, cfg.AbandonedHold)
 		case drop && ctx.Err() == nil:
 			le.Drop() // the base's own timeout before sending: connecting, say
 		default:
 			le.Ignore() // not sent, or its own deadline ended it first
 		}
-		if !sent.Load() {
+		if !sent {
 			a.debit.cancel() // the upstream never had the request: it spent none of the rate
 		}
 		cancel()
@@ -296,6 +301,58 @@ func (b *leaseBody) release() {
 		b.stop()
 	}
 	b.cancel()
+}
+
+// sendTrace is what a base RoundTripper reported, through
+// net/http/httptrace, of one request's way out: whether it asked for a
+// connection (GetConn) and whether it wrote the request's headers
+// (WroteHeaders). Safe for concurrent use: a base may report from its
+// own goroutines.
+type sendTrace struct{ asked, wrote atomic.Bool }
+
+func (s *sendTrace) hooks() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GetConn:      func(string) { s.asked.Store(true) },
+		WroteHeaders: func() { s.wrote.Store(true) },
+	}
+}
+
+// mayHaveSent reports whether the upstream may have the request that the
+// base failed with err, as way traced it. Written headers say it may. A
+// base that asked for a connection reports its way out (http.Transport
+// and the bases that pass the request's context on to one), so no written
+// headers then say it was not sent, as does an *http.Transport that
+// failed before asking (an invalid request, say). A base that reported
+// nothing may send without saying so: only an error that no connection
+// was ever made (a failed dial or name lookup) says it was not sent, and
+// the first other failure is logged once, since every one holds its
+// slot for AbandonedHold.
+func (t *transport) mayHaveSent(way *sendTrace, err error) bool {
+	switch {
+	case way.wrote.Load():
+		return true
+	case way.asked.Load():
+		return false
+	}
+	if _, std := t.base.(*http.Transport); std || neverConnected(err) {
+		return false
+	}
+	t.silent.Do(func() {
+		t.node.log.Warn("fleet: Transport's base RoundTripper reports no net/http/httptrace events, so a request it fails may have reached the upstream: its slot is held for AbandonedHold and its rate debit kept",
+			"base", fmt.Sprintf("%T", t.base), "error", err)
+	})
+	return true
+}
+
+// neverConnected reports whether err says that no connection to the
+// upstream was made: a dial or a name lookup failed.
+func neverConnected(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // lateness judges a request whose context's deadline left it at least

@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -186,31 +187,43 @@ func TestTransportRefundsTheRateOfARequestItDidNotSend(t *testing.T) {
 
 // TestTransportRefundsTheRateOfARequestThatFailedBeforeItWasSent: a base
 // transport that fails before the request's headers are written (a refused
-// connection) sent nothing upstream, and the request's debit comes back;
-// one that fails after writing them keeps it spent, since the upstream
-// may have counted the request.
+// connection) sent nothing upstream, and the request's debit and slot come
+// back; one that fails after writing them keeps both, since the upstream
+// may have the request. A base that reports no httptrace event at all may
+// have sent it without saying so, and keeps both too, unless its error
+// says no connection was ever made. Such a base's failures freed the slot
+// at once and gave the debit back: the upstream could be serving more
+// than the node held.
 func TestTransportRefundsTheRateOfARequestThatFailedBeforeItWasSent(t *testing.T) {
 	t.Parallel()
+	reset := errors.New("connection reset by peer")
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	for _, tc := range []struct {
-		name    string
-		written bool
-	}{{"before the headers", false}, {"after the headers", true}} {
+		name   string
+		report func(*httptrace.ClientTrace)
+		err    error
+		sent   bool
+	}{
+		{"before the headers", func(tr *httptrace.ClientTrace) { tr.GetConn("127.0.0.1:1") }, reset, false},
+		{"after the headers", func(tr *httptrace.ClientTrace) { tr.GetConn("127.0.0.1:1"); tr.WroteHeaders() }, reset, true},
+		{"by a base that reports nothing", func(*httptrace.ClientTrace) {}, reset, true},
+		{"by a base that reports nothing, in its dial", func(*httptrace.ClientTrace) {}, dial, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig("k", "a")
-			cfg.AbandonedHold = 50 * time.Millisecond // the abandoned slot's hold, which Stop waits for
+			cfg.AbandonedHold = time.Second // the abandoned slot's hold, which Stop waits for
 			n := startNode(t, rateKey(t, 6000, 60), cfg)
 			waitForTokenShare(t, n)
 			client := &http.Client{Transport: n.Transport(roundTripFunc(func(req *http.Request) (*http.Response, error) {
-				if tc.written {
-					httptrace.ContextClientTrace(req.Context()).WroteHeaders()
-				}
-				return nil, errors.New("connection reset by peer")
+				tc.report(httptrace.ContextClientTrace(req.Context()))
+				return nil, tc.err
 			}))}
 			_, err := client.Do(rateRequest(t, 100))
-			require.ErrorContains(t, err, "connection reset by peer")
-			if tc.written {
+			require.ErrorIs(t, err, tc.err)
+			if tc.sent {
 				require.Less(t, tokenLevel(n), -50.0, "a request that may have reached the upstream keeps its debit")
+				require.Equal(t, 1, n.State().Inflight, "and its slot, for AbandonedHold")
 			} else {
 				require.GreaterOrEqual(t, tokenLevel(n), 0.0, "a request that never left keeps no debit")
 				require.Zero(t, n.State().Inflight, "nor its slot")

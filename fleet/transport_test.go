@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
@@ -343,6 +344,7 @@ func TestTransportOwnDeadlineBeforeSendingIsNoDrop(t *testing.T) {
 	var calls atomic.Int64
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		calls.Add(1)
+		httptrace.ContextClientTrace(r.Context()).GetConn(r.URL.Host) // as http.Transport does
 		if r.Header.Get("X-Dial") == "timeout" {
 			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}
 		}
