@@ -17,6 +17,10 @@ type frame struct {
 	Nodes []nodeView
 	// Provider is the simulated provider's side; only demo has one.
 	Provider *providerView
+	// Note is a line the live view shows under its title: watch's word
+	// that it refreshes again after failed refreshes, which went to
+	// stderr and would be cleared by the redraw at once.
+	Note string
 }
 
 // providerView is what the demo's simulated provider shows.
@@ -105,6 +109,9 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	var b bytes.Buffer
 	b.WriteString(ansiClear)
 	fmt.Fprintf(&b, "%s  %s\n", title, f.Time.Local().Format("15:04:05"))
+	if f.Note != "" {
+		fmt.Fprintf(&b, "%s\n", f.Note)
+	}
 	k := f.Key
 	fmt.Fprintf(&b, "key %s  L_global %s (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
 		strconv.Quote(k.Key), lGlobal(k.LGlobal), optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,

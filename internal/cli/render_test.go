@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,13 @@ func TestPlainLineAndLiveView(t *testing.T) {
 	require.Contains(t, s, "L_global      █ 40\n")
 	require.Contains(t, s, "in-flight     ▄ 20\n")
 	require.Contains(t, s, "capacity      █ 40\n")
+	require.NotContains(t, s, "refreshing again")
+
+	f.Note = "refreshing again after 2 failed refreshes (since 03:04:01)"
+	b.Reset()
+	require.NoError(t, renderLive(&b, "title", f, h))
+	require.Regexp(t, `^`+regexp.QuoteMeta(ansiClear)+`title  \S+\nrefreshing again after 2 failed refreshes \(since 03:04:01\)\nkey "api"`, b.String(),
+		"the note stands under the title")
 }
 
 func TestLGlobalBeforeTheFirstHeartbeat(t *testing.T) {

@@ -36,7 +36,8 @@ stops after N refreshes; 0 runs until interrupted. A refresh that fails
 while the database restarts or fails over is said on stderr and tried
 again at the next interval (the run fails if the last of --count N does,
 or if every refresh failed for 5 minutes or 10 intervals, whichever is
-longer); an unknown key, a missing schema or a role without an
+longer), and the redrawn view says for a minute under its title that it
+refreshes again after them; an unknown key, a missing schema or a role without an
 operator's rights ends the run at once.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "interval", Value: DefaultWatchInterval, Usage: "time between refreshes"},
@@ -133,7 +134,12 @@ type watcher struct {
 	failing  int       // refreshes failed in a row
 	since    time.Time // when the first of them failed
 	lastWarn string
+	note     string    // the last recovery, shown in the frames for noteFor
+	noteAt   time.Time // when it came
 }
+
+// noteFor is how long the frames after a recovery say it (frame.Note).
+const noteFor = time.Minute
 
 // refresh reads and shows one frame; see watchLoop for its error.
 func (w *watcher) refresh(ctx context.Context) error {
@@ -142,8 +148,13 @@ func (w *watcher) refresh(ctx context.Context) error {
 	cancel()
 	if err == nil {
 		if w.failing > 0 {
-			w.warn(fmt.Sprintf("refreshing again after %s", plural(w.failing, "failed refresh", "failed refreshes")))
+			w.note = fmt.Sprintf("refreshing again after %s", plural(w.failing, "failed refresh", "failed refreshes"))
+			w.noteAt = w.now()
+			w.warn(w.note)
 			w.failing, w.lastWarn = 0, ""
+		}
+		if w.note != "" && w.now().Sub(w.noteAt) < noteFor {
+			f.Note = fmt.Sprintf("%s (since %s)", w.note, w.noteAt.Local().Format("15:04:05"))
 		}
 		return w.show(f)
 	}

@@ -110,6 +110,7 @@ func TestWatcherOutlastsARestart(t *testing.T) {
 		step   int
 		warns  []string
 		frames int
+		notes  []string
 		clock  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	)
 	restart := fmt.Errorf("coord: keys: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01",
@@ -129,7 +130,7 @@ func TestWatcherOutlastsARestart(t *testing.T) {
 		}},
 		key: "k", interval: time.Second, timeout: 20 * time.Millisecond, giveUp: time.Minute,
 		now:  func() time.Time { return clock },
-		show: func(frame) error { frames++; return nil },
+		show: func(f frame) error { frames++; notes = append(notes, f.Note); return nil },
 		warn: func(msg string) { warns = append(warns, msg) },
 	}
 	for range len(script) {
@@ -141,6 +142,8 @@ func TestWatcherOutlastsARestart(t *testing.T) {
 		clock = clock.Add(time.Second)
 	}
 	require.Equal(t, 2, frames)
+	require.Equal(t, []string{"", "refreshing again after 3 failed refreshes (since " + clock.Add(-time.Second).Local().Format("15:04:05") + ")"}, notes,
+		"the frames after a recovery say it, since the live view's redraw clears what stderr said")
 	require.Equal(t, []string{
 		"a refresh failed; trying again every 1s: coord: keys: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)",
 		"a refresh failed; trying again every 1s: no answer within 20ms: context deadline exceeded",
