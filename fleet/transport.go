@@ -91,7 +91,13 @@ import (
 //     no httptrace event at all for a request (not even GetConn, which
 //     http.Transport reports before it can send anything), that its error
 //     does not say a dial or name lookup failed: such a base may have
-//     sent it without saying so, and Transport logs this once.
+//     sent it without saying so, and Transport logs this once (a scheme
+//     added to an http.Transport with RegisterProtocol counts as such a
+//     base). A base that asks for a connection again once it has written
+//     the request — http.Transport retrying an idempotent request whose
+//     reused connection failed, or a base's own retry — would send it a
+//     second time on its one slot while the first may still run: that
+//     attempt is stopped, and the request fails, saying so, as one sent.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -161,7 +167,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cfg := &t.node.cfg
 	bound := admitted.Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(req.Context(), bound)
-	var way sendTrace
+	way := sendTrace{stop: cancel}
 	ctx = httptrace.WithClientTrace(ctx, way.hooks())
 	// For SettleTokens, through resp.Request, should a client wrap the body.
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
@@ -169,7 +175,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
-		sent := t.mayHaveSent(&way, err)
+		sent := t.mayHaveSent(req, &way, err)
 		switch {
 		case sent:
 			abandon(le, drop, bound, cfg.AbandonedHold)
@@ -182,7 +188,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			a.debit.cancel() // the upstream never had the request: it spent none of the rate
 		}
 		cancel()
+		if way.resent.Load() {
+			err = fmt.Errorf("fleet: the base RoundTripper began to send the request again after writing it once; "+
+				"stopped, since the first attempt may still run at the upstream on the request's one slot: %w", err)
+		}
 		return nil, err
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody // as http.Client does
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
 		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit}
@@ -306,35 +319,50 @@ func (b *leaseBody) release() {
 // sendTrace is what a base RoundTripper reported, through
 // net/http/httptrace, of one request's way out: whether it asked for a
 // connection (GetConn) and whether it wrote the request's headers
-// (WroteHeaders). Safe for concurrent use: a base may report from its
-// own goroutines.
-type sendTrace struct{ asked, wrote atomic.Bool }
+// (WroteHeaders). A connection asked for after the headers were written
+// is a second attempt — http.Transport retries an idempotent request
+// whose reused connection failed, a base may retry on its own — while the
+// first may still run at the upstream: it is stopped (stop ends the
+// request's context) and resent says so. Safe for concurrent use: a base
+// may report from its own goroutines.
+type sendTrace struct {
+	stop                 func()
+	asked, wrote, resent atomic.Bool
+}
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		GetConn:      func(string) { s.asked.Store(true) },
+		GetConn: func(string) {
+			if s.wrote.Load() {
+				s.resent.Store(true)
+				s.stop()
+			}
+			s.asked.Store(true)
+		},
 		WroteHeaders: func() { s.wrote.Store(true) },
 	}
 }
 
-// mayHaveSent reports whether the upstream may have the request that the
-// base failed with err, as way traced it. Written headers say it may. A
-// base that asked for a connection reports its way out (http.Transport
+// mayHaveSent reports whether the upstream may have the request req that
+// the base failed with err, as way traced it. Written headers say it may.
+// A base that asked for a connection reports its way out (http.Transport
 // and the bases that pass the request's context on to one), so no written
 // headers then say it was not sent, as does an *http.Transport that
-// failed before asking (an invalid request, say). A base that reported
-// nothing may send without saying so: only an error that no connection
-// was ever made (a failed dial or name lookup) says it was not sent, and
-// the first other failure is logged once, since every one holds its
-// slot for AbandonedHold.
-func (t *transport) mayHaveSent(way *sendTrace, err error) bool {
+// failed an http or https request before asking (an invalid request, say;
+// a scheme added with RegisterProtocol goes to a RoundTripper of its own,
+// which need not report). A base that reported nothing may send without
+// saying so: only an error that no connection was ever made (a failed
+// dial or name lookup) says it was not sent, and the first other failure
+// is logged once, since every one holds its slot for AbandonedHold.
+func (t *transport) mayHaveSent(req *http.Request, way *sendTrace, err error) bool {
 	switch {
 	case way.wrote.Load():
 		return true
 	case way.asked.Load():
 		return false
 	}
-	if _, std := t.base.(*http.Transport); std || neverConnected(err) {
+	_, std := t.base.(*http.Transport)
+	if std && (req.URL.Scheme == "http" || req.URL.Scheme == "https") || neverConnected(err) {
 		return false
 	}
 	t.silent.Do(func() {
