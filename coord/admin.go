@@ -51,7 +51,9 @@ type Admin interface {
 	SetRates(ctx context.Context, key string, c RatesChange) (Rates, error)
 	// DeleteKey deletes the key and all its rows: nodes, drain marks,
 	// evictions. Without force it returns ErrLiveNodes while the key has
-	// live members. It returns ErrUnknownKey for a key without a row.
+	// live members, and ErrHeldCapacity while a row that is no member
+	// still holds its reserve (KeyInfo.HeldRows). It returns
+	// ErrUnknownKey for a key without a row.
 	DeleteKey(ctx context.Context, key string, force bool) error
 }
 

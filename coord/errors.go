@@ -39,3 +39,10 @@ var ErrKeyExists = errors.New("key exists")
 // ErrLiveNodes is returned by DeleteKey, without force, while the key has
 // live members: deleting it would fail their fleets closed.
 var ErrLiveNodes = errors.New("key has live nodes")
+
+// ErrHeldCapacity is returned by DeleteKey, without force, while rows
+// that are no members (instances that expired, left or were evicted)
+// still hold their reserve for requests that may still run: a key
+// re-created without them would grant that capacity again beside those
+// requests.
+var ErrHeldCapacity = errors.New("key holds capacity for requests that may still run")

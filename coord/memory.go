@@ -236,8 +236,20 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	if !ok {
 		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
 	}
-	if live := keyInfo(s, instant(m.clock)).LiveNodes; live > 0 && !force {
-		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, live, key)
+	now := instant(m.clock)
+	switch ki := keyInfo(s, now); {
+	case force:
+	case ki.LiveNodes > 0:
+		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, ki.LiveNodes, key)
+	case ki.HeldRows > 0:
+		var until time.Time
+		for _, n := range s.Nodes {
+			if !n.Member(now) && n.Holding(now) && n.HoldUntil.After(until) {
+				until = n.HoldUntil
+			}
+		}
+		return fmt.Errorf("coord: delete key: %w: %d rows hold %d slots on key %.40q until %s",
+			ErrHeldCapacity, ki.HeldRows, ki.HeldReserve, key, until.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	delete(m.keys, key)
 	return nil

@@ -16,6 +16,7 @@ const (
 	sqlstateInvalidOverride = "FL005"
 	sqlstateKeyExists       = "FL006"
 	sqlstateLiveNodes       = "FL007"
+	sqlstateHeldCapacity    = "FL008"
 )
 
 // sqlstateQueryCanceled is Postgres's query_canceled: a statement stopped
@@ -46,6 +47,8 @@ func pgError(op string, err error) error {
 		sentinel = ErrKeyExists
 	case sqlstateLiveNodes:
 		sentinel = ErrLiveNodes
+	case sqlstateHeldCapacity:
+		sentinel = ErrHeldCapacity
 	case "42883", "3F000", "42P01", "42703": // undefined function, schema, table, column
 		sentinel = ErrSchema
 	default:

@@ -284,6 +284,8 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 			err = coord.ErrUnknownKey
 		case specMembers(r.s, now) > 0:
 			err = coord.ErrLiveNodes
+		case specHolding(r.s, now) > 0:
+			err = coord.ErrHeldCapacity
 		default:
 			r.exists = false
 		}
@@ -403,6 +405,8 @@ func specErrCode(err error) int64 {
 		return 3
 	case errors.Is(err, coord.ErrKeyExists):
 		return 4
+	case errors.Is(err, coord.ErrHeldCapacity):
+		return 5
 	}
 	return -1
 }
@@ -457,6 +461,18 @@ func specBound(v int64) *int {
 }
 
 // specMembers counts the key's live members at now.
+// specHolding counts the rows of s that are no members but hold their
+// reserve at now.
+func specHolding(s coord.State, now time.Time) int {
+	holding := 0
+	for _, n := range s.Nodes {
+		if !n.Member(now) && n.Holding(now) {
+			holding++
+		}
+	}
+	return holding
+}
+
 func specMembers(s coord.State, now time.Time) int {
 	members := 0
 	for _, n := range s.Nodes {

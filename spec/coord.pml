@@ -597,17 +597,24 @@ inline coordEvict(I) {
 }
 
 /* coordDeleteKey (fleetlimit.delete_key without force): E_LIVE while the
- * key has a member; otherwise the key and everything on it goes. */
+ * key has a member, E_HELD while another row still holds its reserve;
+ * otherwise the key and everything on it goes. */
 inline coordDeleteKey() {
 	hv = 0;
 	for (hk : 0 .. NROWS-1) {
 		if
 		:: MEMBER(db.row[hk]) -> hv = 1
+#ifndef MUT_DELETE_HELD
+		/* (k) omits this: only members refuse the delete, and the rows
+		 * still holding their reserve go with the key. */
+		:: !MEMBER(db.row[hk]) && HOLDING(db.row[hk]) && hv == 0 -> hv = 2
+#endif
 		:: else
 		fi
 	};
 	if
-	:: hv -> herr = E_LIVE
+	:: hv == 1 -> herr = E_LIVE
+	:: hv == 2 -> herr = E_HELD
 	:: else ->
 		herr = E_OK;
 		db.exists = 0; db.incRec = 0; db.incStale = 0; db.seen = 0; db.ep = 0; db.gen = 0; db.lg = 0; db.learn = 0;

@@ -645,7 +645,7 @@ end:
 #endif
 #if DELKEY
 	/* The operator deletes the key (without force: refused while it has
-	 * members). */
+	 * members or a row holds its reserve). */
 	:: d_step { db.exists NOFAULT OPGATE ->
 		GATESTEP
 		coordDeleteKey();

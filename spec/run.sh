@@ -71,7 +71,7 @@ declare -A CCONF=([full]="-DHC4")
 # searched in, and the search depth bound (a bounded depth-first search
 # finds a short counterexample quickly; a mutant only needs one).
 MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
-	MUT_LEAVE_SHORTENS MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
+	MUT_LEAVE_SHORTENS MUT_DELETE_HELD MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
 RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
 declare -A MCONF=(
 	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
@@ -81,6 +81,7 @@ declare -A MCONF=(
 	[MUT_NO_EPOCH]="$BASE -DFMAX=1 -DKEYLOSS=0 -DLAGMAX=2"
 	[MUT_ACKED_RESERVE]="$BASE -DDRAIN=1"
 	[MUT_LEAVE_SHORTENS]="$BASE -DSTOP=1 -DDRIFT=1"
+	[MUT_DELETE_HELD]="$BASE -DSTOP=1 -DDELKEY=1"
 	[MUT_RATE_EAGER]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_HOLD_NONE]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_STALE_APPLIED]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1 -DNOLEMMA"
@@ -93,17 +94,18 @@ declare -A MDEPTH=(
 	[MUT_NO_EPOCH]=200
 	[MUT_ACKED_RESERVE]=20000
 	[MUT_LEAVE_SHORTENS]=10000
+	[MUT_DELETE_HELD]=40
 	[MUT_RATE_EAGER]=40
 	[MUT_RATE_HOLD_NONE]=40
 	[MUT_RATE_STALE_APPLIED]=36
 )
-# The rate mutants' searches look for a counterexample within their depth
-# (compiled with -DREACH, which makes a depth-bounded search complete; the
+# The rate mutants' and MUT_DELETE_HELD's searches look for a
+# counterexample within their depth (compiled with -DREACH, which makes a depth-bounded search complete; the
 # first two also shorten it, pan -i, which takes minutes for the
 # failover's); -DNOLEMMA above leaves the per-node lemma out, so that the
 # counterexample is one of the sum.
 declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
-declare -A MCC=([MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
+declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
 declare -A MDESC=(
 	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
 	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
@@ -112,6 +114,7 @@ declare -A MDESC=(
 	[MUT_NO_EPOCH]="(e) no new epoch after the database lost state"
 	[MUT_ACKED_RESERVE]="(f) the reserve is the acknowledged share only"
 	[MUT_LEAVE_SHORTENS]="(g) a departure's hold replaces the row's, and no padding for clock rates"
+	[MUT_DELETE_HELD]="(k) delete_key refuses only while the key has members: rows holding their reserve go with it"
 	[MUT_RATE_EAGER]="(h) the rate reserve is the granted rate share only (no RateHigh)"
 	[MUT_RATE_HOLD_NONE]="(i) no fence margin for the rate: a node paces to its lease end on its own clock"
 	[MUT_RATE_STALE_APPLIED]="(j) a fenced node reports its last grant's rate share as applied (learning mode)"

@@ -35,6 +35,7 @@
 #define E_KEY     2   /* ErrUnknownKey */
 #define E_LIVE    3   /* ErrLiveNodes */
 #define E_EXISTS  4   /* ErrKeyExists */
+#define E_HELD    5   /* ErrHeldCapacity */
 
 #define NOSLOT 255
 

@@ -479,12 +479,12 @@ func TestMigrateDownRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 9 to 8")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 10 to 9")
 	// On an older schema the nodes still count.
 	res = run(t, dsn, "migrate", "down")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 8 to 2")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 9 to 2")
 	res = run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: resetting now")
@@ -532,6 +532,22 @@ func TestKeysCreateDelete(t *testing.T) {
 	res = run(t, dsn, "keys", "delete", "quota")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `unknown key "quota"`)
+
+	// A node that left with 7 requests still running holds them: a key
+	// deleted now, and re-created by the next node to join, would grant
+	// them again beside those requests.
+	mustRun(t, dsn, "keys", "create", "held", "--max", "10")
+	g, err = c.Heartbeat(t.Context(), coord.Report{Key: "held", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 10, Inflight: 7, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: "held", NodeID: "n", Instance: "i", Inflight: 7, Hold: time.Hour}))
+	res = run(t, dsn, "keys", "delete", "held")
+	require.Equal(t, 1, res.code)
+	require.Regexp(t, `^fleetctl: keys delete: key "held" holds capacity for requests that may still run `+
+		`\(1 rows hold 7 slots on key 'held' until \S+Z; HELD in 'fleetctl keys'\): `+
+		`a node that joins after the delete would be granted it again beside them; wait for the hold to end, or give --force\n$`, res.stderr)
+	require.Contains(t, mustRun(t, dsn, "keys"), "held", "nothing was deleted")
+	require.Equal(t, "key \"held\" deleted\n", mustRun(t, dsn, "keys", "delete", "held", "--force"))
 }
 
 // TestConcurrentLimitsSet: many limits set --min and --max on one key at

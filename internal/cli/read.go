@@ -223,7 +223,13 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 		Name:      "delete",
 		Usage:     "delete KEY and all its rows: nodes, drain marks, evictions",
 		ArgsUsage: argsUsage("KEY"),
-		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key (they re-create it, without its min/max and rates)"}},
+		Description: `Refused while nodes are live on the key (their next heartbeats would
+re-create it, without its min/max and rates), and while rows of nodes
+that expired, left or were evicted still hold capacity for requests that
+may still run (HELD in 'fleetctl keys'): a key deleted then, and
+re-created by the next node that joins, would grant that capacity again
+beside those requests. --force deletes it anyway.`,
+		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key or capacity is held on it"}},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
 			if err != nil {
@@ -232,9 +238,15 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 			key := args[0]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				if err := admin.DeleteKey(ctx, key, c.Bool("force")); err != nil {
-					if errors.Is(err, coord.ErrLiveNodes) {
+					switch {
+					case errors.Is(err, coord.ErrLiveNodes):
 						return fmt.Errorf("nodes are live on key %q: their next heartbeats would re-create it without "+
 							"its min/max and rates, in learning mode; stop them first, or give --force", key)
+					case errors.Is(err, coord.ErrHeldCapacity):
+						_, detail, _ := strings.Cut(err.Error(), coord.ErrHeldCapacity.Error()+": ")
+						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; HELD in 'fleetctl keys'): "+
+							"a node that joins after the delete would be granted it again beside them; "+
+							"wait for the hold to end, or give --force", key, detail)
 					}
 					return adminError(err, key, "")
 				}

@@ -1,0 +1,79 @@
+-- A key is not deleted while capacity is held on it (docs/design.md §4).
+--
+-- delete_key refused only while the key had live members. The rows of
+-- instances that expired, left or were evicted with requests that may
+-- still run hold their reserve until their hold ends, and that reserve
+-- is what keeps the members' shares from the capacity those requests
+-- use. Deleting the key threw it away with the rows: the first node to
+-- come back re-created the key and was granted the whole L_global beside
+-- them. Now delete_key also refuses, with FL008, while any row's hold
+-- has not ended, unless p_force.
+
+-- +goose Up
+
+-- +goose StatementBegin
+-- delete_key deletes a key and everything on it: nodes, drains, evictions
+-- (ON DELETE CASCADE). Unless p_force: FL007 while it has live members,
+-- FL008 while a row that is no member still holds its reserve (its hold
+-- has not ended). FL003 for an unknown key.
+CREATE OR REPLACE FUNCTION fleetlimit.delete_key_at(p_key text, p_force boolean, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_live bigint;
+    v_held bigint;
+    v_reserve bigint;
+    v_until timestamptz;
+BEGIN
+    PERFORM fleetlimit.lock_key(p_key);
+    SELECT count(*) FILTER (WHERE o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)),
+           count(*) FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed))),
+           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight))
+                    FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed))), 0),
+           max(o.hold_until) FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)))
+      INTO v_live, v_held, v_reserve, v_until
+      FROM fleetlimit.nodes AS o
+     WHERE o.key = p_key;
+    IF coalesce(p_force, false) THEN
+        NULL;
+    ELSIF v_live > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'FL007',
+            MESSAGE = format('%s live nodes on key %s', v_live, left(quote_literal(p_key), 42));
+    ELSIF v_held > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'FL008',
+            MESSAGE = format('%s rows hold %s slots on key %s until %s', v_held, v_reserve, left(quote_literal(p_key), 42),
+                             to_char(v_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+    END IF;
+    DELETE FROM fleetlimit.keys AS kk WHERE kk.key = p_key;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
+RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 10 $$;
+-- +goose StatementEnd
+
+-- +goose Down
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fleetlimit.delete_key_at(p_key text, p_force boolean, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_live bigint;
+BEGIN
+    PERFORM fleetlimit.lock_key(p_key);
+    SELECT count(*) INTO v_live FROM fleetlimit.nodes AS o
+     WHERE o.key = p_key AND o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed);
+    IF v_live > 0 AND NOT coalesce(p_force, false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FL007',
+            MESSAGE = format('%s live nodes on key %s', v_live, left(quote_literal(p_key), 42));
+    END IF;
+    DELETE FROM fleetlimit.keys AS kk WHERE kk.key = p_key;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
+RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 9 $$;
+-- +goose StatementEnd
