@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,8 +28,13 @@ import (
 // beyond fleetlimit's, keep the version table in public or in a schema
 // that holds nothing else (migrate with a search path that starts with
 // it). Grant is the schema owner's to call; it grants everything or
-// nothing.
+// nothing. It refuses the role public, which Postgres reads as PUBLIC,
+// every role in the cluster.
 func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
+	if strings.EqualFold(role, "public") {
+		return fmt.Errorf("migrations: grant %s rights to %q: that is PUBLIC, every role in the cluster; "+
+			"grant a role of its own (CREATE ROLE name LOGIN)", kind, role)
+	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlGrantRole, role, kind); err != nil {
 			return err

@@ -607,6 +607,17 @@ func TestGrant(t *testing.T) {
 	res = run(t, dsn, "grant", "node", "no_such_role_xyz")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `role "no_such_role_xyz" does not exist`)
+	require.Contains(t, res.stderr, `(create the role first: CREATE ROLE "no_such_role_xyz" LOGIN)`)
+
+	// public is every role: the grant_role function's %I leaves it
+	// unquoted, which gave every role of the cluster the rights.
+	for _, public := range []string{"public", "PUBLIC"} {
+		res = run(t, dsn, "grant", "operator", public)
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, fmt.Sprintf("grant operator rights to %q: that is PUBLIC, every role in the cluster", public))
+	}
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT has_function_privilege('public', 'fleetlimit.evict(text, text)', 'EXECUTE')`).Scan(&ok))
+	require.False(t, ok, "PUBLIC got nothing")
 
 	// An operator may not migrate, and is told who may.
 	mustRun(t, dsn, "grant", "operator", role)
@@ -619,6 +630,9 @@ func TestGrant(t *testing.T) {
 	require.Contains(t, res.stderr, "permission denied")
 	require.Contains(t, res.stderr, "(run 'fleetctl migrate' as the owner of the fleetlimit schema)")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"))
+	res = run(t, u.String(), "grant", "node", role)
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "(grant is the schema owner's to run: the role that ran 'fleetctl migrate up')")
 }
 
 // heartbeatAPI sends one more round of seed's heartbeats on "api", each

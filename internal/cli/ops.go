@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -507,7 +509,8 @@ func (r *runner) grantCommand() *ucli.Command {
 heartbeat and leave; an operator role may read the tables and drain,
 undrain, evict, relearn, set limits and the aggregate, create and delete
 keys. Neither may write the tables or pass the coordinator a clock. The
-role must exist (CREATE ROLE ... LOGIN).
+role must exist (CREATE ROLE ... LOGIN); public, which Postgres reads as
+every role, is refused.
 
 An operator may also read the version table (fleetlimit_schema_version)
 where it is: the one on this connection's search path, or every one when
@@ -534,6 +537,13 @@ default) or in a schema of its own.`,
 			}
 			defer pool.Close()
 			if err := migrations.Grant(c.Context, pool, role, kind); err != nil {
+				var pgErr *pgconn.PgError
+				switch {
+				case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined object
+					return fmt.Errorf("%w (create the role first: CREATE ROLE %s LOGIN)", err, pgx.Identifier{role}.Sanitize())
+				case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient privilege
+					return fmt.Errorf("%w (grant is the schema owner's to run: the role that ran 'fleetctl migrate up')", err)
+				}
 				return schemaHint(err)
 			}
 			r.printf("role %q has a fleet %s's rights\n", role, kind)
