@@ -33,6 +33,13 @@ var ErrInvalidOverride = errors.New("invalid override")
 // migrations.Up) as the schema's owner.
 var ErrSchema = errors.New("fleetlimit schema missing or out of date (run 'fleetctl migrate up' as the schema owner)")
 
+// ErrPermission is returned (wrapped, with the database's error) by the
+// Postgres coordinator when the connection's role may not call a
+// fleetlimit function: the schema owner grants a node's role its rights
+// with "fleetctl grant node ROLE" (migrations.Grant), an operator's with
+// "fleetctl grant operator ROLE".
+var ErrPermission = errors.New("permission denied")
+
 // ErrKeyExists is returned by CreateKey when the key has a row already.
 var ErrKeyExists = errors.New("key exists")
 

@@ -51,6 +51,8 @@ func pgError(op string, err error) error {
 		sentinel = ErrHeldCapacity
 	case "42883", "3F000", "42P01", "42703": // undefined function, schema, table, column
 		sentinel = ErrSchema
+	case "42501": // insufficient privilege: the database's words name the object
+		return fmt.Errorf("coord: %s: %w: %w", op, ErrPermission, err)
 	default:
 		return fmt.Errorf("coord: %s: %w", op, err)
 	}

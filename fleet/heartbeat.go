@@ -532,6 +532,9 @@ func (n *Node) setOutage(err error) {
 	case errors.Is(err, coord.ErrNodeIDInUse):
 		n.log.Error("heartbeat refused: the node id is held by another live process; give every process its "+
 			"own NodeID ("+level+")", "err", err)
+	case errors.Is(err, coord.ErrPermission):
+		n.log.Error("heartbeat refused: this node's database role lacks a node's rights; the schema owner grants them "+
+			"with 'fleetctl grant node ROLE' ("+level+")", "err", err)
 	case errors.Is(err, coord.ErrSchema):
 		n.log.Error("heartbeat failed: the fleetlimit schema is missing or out of date; run 'fleetctl migrate up' "+
 			"as the schema owner ("+level+")", "err", err)

@@ -257,6 +257,8 @@ func (n *Node) Start(ctx context.Context) error {
 	// Start to wait for, and sends the departure itself if Start failed.
 	n.starting = nil
 	switch {
+	case errors.Is(err, coord.ErrPermission):
+		return fmt.Errorf("fleet: start: %w (the schema owner grants a node's role its rights with 'fleetctl grant node ROLE')", err)
 	case err != nil:
 		return fmt.Errorf("fleet: start: %w", err)
 	case !n.joined:

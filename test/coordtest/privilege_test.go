@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/url"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleet"
 	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
@@ -157,6 +159,22 @@ func TestRoles(t *testing.T) {
 		_, err := noneDB.Exec(ctx, sql)
 		denied(t, err, "no grant: "+what)
 	}
+
+	// Through the library, the refusal is ErrPermission, and a node that
+	// cannot start says who grants what it lacks.
+	none, err := coord.NewPostgres(noneDB)
+	require.NoError(t, err)
+	_, err = none.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "c", Instance: "c-1", Seq: 1, LLocal: 8, Demand: 1, LeaseTTL: time.Minute})
+	require.ErrorIs(t, err, coord.ErrPermission)
+	denied(t, err, "no grant: coord heartbeat")
+	n, err := fleet.New(noneDB, fleet.Config{Key: "k", NodeID: "c", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	err = n.Start(ctx)
+	require.ErrorIs(t, err, coord.ErrPermission)
+	require.ErrorContains(t, err, "(the schema owner grants a node's role its rights with 'fleetctl grant node ROLE')")
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = n.Stop(stopCtx)
 }
 
 func containsParam(sql string) bool {
