@@ -65,16 +65,40 @@ passed — and fails with exit status 3 if that has not happened within
 
 // waitDrained polls key's rows until no row of nodeID holds capacity any
 // more (see coord.NodeInfo.Reserve: acknowledged 0 with nothing in flight,
-// or its hold has ended), or timeout passes (a failed check).
+// or its hold has ended), or timeout passes (a failed check). A read that
+// fails for a reason that may pass (see passing: the database restarting,
+// a connection lost) is said on stderr and tried again; each read ends by
+// the deadline. The drain is in place whatever the wait's outcome, and
+// every error says so.
 func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(drainPollInterval)
 	defer ticker.Stop()
-	lastReserve := -1
+	stays := fmt.Sprintf("node %q on key %q stays draining (fleetctl undrain %s %s to undo; fleetctl drain %s %s --wait to wait again)",
+		nodeID, key, quoteArg(key), quoteArg(nodeID), quoteArg(key), quoteArg(nodeID))
+	lastReserve, lastFailure := -1, ""
 	for {
-		nodes, err := admin.Nodes(ctx, key)
-		if err != nil {
-			return adminError(err, key, nodeID)
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		nodes, err := admin.Nodes(rctx, key)
+		cancel()
+		switch {
+		case err == nil:
+			lastFailure = ""
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s: %w", stays, ctx.Err())
+		case !passing(err) || !time.Now().Before(deadline):
+			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
+		default:
+			if reason := strings.Join(strings.Fields(err.Error()), " "); reason != lastFailure {
+				fmt.Fprintf(r.env.Stderr, "a read of node %q failed; trying again until the timeout: %s\n", nodeID, reason)
+				lastFailure = reason
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: %w", stays, ctx.Err())
+			case <-ticker.C:
+			}
+			continue
 		}
 		rows := rowsOf(nodes, nodeID)
 		reserve, inflight, draining := 0, 0, false
@@ -100,8 +124,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %q on key %q stays draining (fleetctl undrain %s %s to undo): %w",
-				nodeID, key, quoteArg(key), quoteArg(nodeID), ctx.Err())
+			return fmt.Errorf("%s: %w", stays, ctx.Err())
 		case <-ticker.C:
 		}
 	}

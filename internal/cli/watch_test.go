@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -88,15 +89,20 @@ func TestPassingErrors(t *testing.T) {
 	require.ErrorIs(t, unknownKeyError("k"), coord.ErrUnknownKey)
 }
 
-// fakeAdmin answers Keys and Nodes from its fields; the rest of
-// coord.Admin is not used by watch.
+// fakeAdmin answers Keys and Nodes from its fields (Nodes with no rows
+// when nodes is nil); the rest of coord.Admin is not used by watch and
+// drain --wait.
 type fakeAdmin struct {
 	coord.Admin
-	keys func(ctx context.Context) ([]coord.KeyInfo, error)
+	keys  func(ctx context.Context) ([]coord.KeyInfo, error)
+	nodes func(ctx context.Context) ([]coord.NodeInfo, error)
 }
 
 func (a *fakeAdmin) Keys(ctx context.Context) ([]coord.KeyInfo, error) { return a.keys(ctx) }
-func (a *fakeAdmin) Nodes(context.Context, string) ([]coord.NodeInfo, error) {
+func (a *fakeAdmin) Nodes(ctx context.Context, _ string) ([]coord.NodeInfo, error) {
+	if a.nodes != nil {
+		return a.nodes(ctx)
+	}
 	return nil, nil
 }
 
@@ -219,4 +225,48 @@ func TestRefreshBound(t *testing.T) {
 		_, ok := pgDuration(v)
 		require.False(t, ok, v)
 	}
+}
+
+// TestDrainWaitOutlastsARestart: drain --wait's reads go on through a
+// database restart, said once on stderr, and its errors say that the
+// drain stays. It ended at the first failed read, saying nothing of the
+// drain it had made.
+func TestDrainWaitOutlastsARestart(t *testing.T) {
+	t.Parallel()
+	restart := fmt.Errorf("coord: nodes: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01",
+		Message: "terminating connection due to administrator command"})
+	holding := coord.NodeInfo{NodeState: coord.NodeState{NodeID: "w", Draining: true, Inflight: 2}, Reserve: 2}
+	drained := coord.NodeInfo{NodeState: coord.NodeState{NodeID: "w", Draining: true}}
+	script := []func() ([]coord.NodeInfo, error){
+		func() ([]coord.NodeInfo, error) { return []coord.NodeInfo{holding}, nil },
+		func() ([]coord.NodeInfo, error) { return nil, restart },
+		func() ([]coord.NodeInfo, error) { return nil, restart },
+		func() ([]coord.NodeInfo, error) { return []coord.NodeInfo{drained}, nil },
+	}
+	var step int
+	admin := &fakeAdmin{nodes: func(context.Context) ([]coord.NodeInfo, error) {
+		f := script[min(step, len(script)-1)]
+		step++
+		return f()
+	}}
+	var out, errOut bytes.Buffer
+	r := &runner{env: Env{Stdout: &out, Stderr: &errOut}.withDefaults(), parsed: func() {}}
+	require.NoError(t, r.waitDrained(t.Context(), admin, "k", "w", 10*time.Second))
+	require.Equal(t, "node \"w\" on key \"k\" is drained: it holds no capacity (the drain stays until undrain)\n", out.String())
+	require.Equal(t, "waiting for node \"w\": 2 in flight, 2 reserved\n"+
+		"a read of node \"w\" failed; trying again until the timeout: coord: nodes: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)\n",
+		errOut.String(), "the restart is said once")
+
+	// An error that will not pass ends the wait at once, saying that the
+	// drain stays.
+	step = 0
+	script = []func() ([]coord.NodeInfo, error){
+		func() ([]coord.NodeInfo, error) {
+			return nil, fmt.Errorf("coord: nodes: %w", &pgconn.PgError{Code: "42501", Message: "permission denied"})
+		},
+	}
+	err := r.waitDrained(t.Context(), admin, "k", "w", 10*time.Second)
+	require.ErrorContains(t, err, `node "w" on key "k" stays draining (fleetctl undrain k w to undo; fleetctl drain k w --wait to wait again): `)
+	require.ErrorContains(t, err, "permission denied")
+	require.Equal(t, 1, step)
 }
