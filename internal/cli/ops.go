@@ -76,7 +76,11 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 	defer ticker.Stop()
 	stays := fmt.Sprintf("node %q on key %q stays draining (fleetctl undrain %s %s to undo; fleetctl drain %s %s --wait to wait again)",
 		nodeID, key, quoteArg(key), quoteArg(nodeID), quoteArg(key), quoteArg(nodeID))
-	lastReserve, lastFailure := -1, ""
+	lastReserve, lastInflight, lastFailure := -1, 0, ""
+	timedOut := func() error {
+		return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
+			"(fleetctl undrain %s %s to undo)", nodeID, key, lastReserve, lastInflight, timeout, quoteArg(key), quoteArg(nodeID))
+	}
 	for {
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		nodes, err := admin.Nodes(rctx, key)
@@ -86,6 +90,8 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			lastFailure = ""
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s: %w", stays, ctx.Err())
+		case !time.Now().Before(deadline) && lastReserve >= 0 && passing(err):
+			return timedOut() // the read the deadline ended, or one that failed at it
 		case !passing(err) || !time.Now().Before(deadline):
 			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
 		default:
@@ -116,11 +122,10 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		}
 		if reserve != lastReserve {
 			fmt.Fprintf(r.env.Stderr, "waiting for node %q: %d in flight, %d reserved\n", nodeID, inflight, reserve)
-			lastReserve = reserve
 		}
+		lastReserve, lastInflight = reserve, inflight
 		if !time.Now().Before(deadline) {
-			return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
-				"(fleetctl undrain %s %s to undo)", nodeID, key, reserve, inflight, timeout, quoteArg(key), quoteArg(nodeID))
+			return timedOut()
 		}
 		select {
 		case <-ctx.Done():

@@ -269,4 +269,19 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 	require.ErrorContains(t, err, `node "w" on key "k" stays draining (fleetctl undrain k w to undo; fleetctl drain k w --wait to wait again): `)
 	require.ErrorContains(t, err, "permission denied")
 	require.Equal(t, 1, step)
+
+	// A read that hangs ends at the timeout, which is the failed check.
+	step = 0
+	admin.nodes = func(ctx context.Context) ([]coord.NodeInfo, error) {
+		if step++; step == 1 {
+			return []coord.NodeInfo{holding}, nil
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("coord: nodes: %w", ctx.Err())
+	}
+	err = r.waitDrained(t.Context(), admin, "k", "w", 200*time.Millisecond)
+	require.EqualError(t, err, `node "w" on key "k" still holds 2 (2 in flight) after 200ms; it stays draining (fleetctl undrain k w to undo)`)
+	var exit *exitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, ExitCheckFailed, exit.code)
 }
