@@ -166,11 +166,10 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 		defer func() { err = errors.Join(err, deleteDemoKey(context.WithoutCancel(ctx), pool, key)) }()
 	}
 	sum, err := r.runDemo(ctx, pool, key, cfg)
-	if err != nil {
-		return err
+	if sum.key != "" { // the run ended; stopping the fleet may still have failed
+		sum.write(r.env.Stdout)
 	}
-	sum.write(r.env.Stdout)
-	return nil
+	return err
 }
 
 // progress prints a status line on stderr.
@@ -191,11 +190,29 @@ func demoKey() (string, error) {
 // (ON DELETE CASCADE). By then every node has left.
 const sqlDeleteDemoKey = `DELETE FROM fleetlimit.keys WHERE key = $1`
 
+// deleteDemoKey deletes key, trying again for demoDeleteFor while the
+// database fails it for a reason that may pass (a restart, say).
 func deleteDemoKey(ctx context.Context, pool *pgxpool.Pool, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, demoDeleteFor)
 	defer cancel()
-	if _, err := pool.Exec(ctx, sqlDeleteDemoKey, key); err != nil {
-		return fmt.Errorf("delete demo key %q: %w", key, err)
+	for {
+		_, err := pool.Exec(ctx, sqlDeleteDemoKey, key)
+		if err == nil {
+			return nil
+		}
+		if !passing(err) || ctx.Err() != nil {
+			return fmt.Errorf("the demo's key %q is left in the database (fleetctl keys delete %s --force removes it): %w",
+				key, quoteArg(key), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(demoDeleteRetry):
+		}
 	}
-	return nil
 }
+
+// demoDeleteFor bounds deleteDemoKey's tries, demoDeleteRetry apart.
+const (
+	demoDeleteFor   = 30 * time.Second
+	demoDeleteRetry = 500 * time.Millisecond
+)

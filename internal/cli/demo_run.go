@@ -138,11 +138,12 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 	}
 
 	v := r.newView(formatTable, "")
-	viewErr := watchLoop(runCtx, cfg.interval, 0, func() error {
-		f, err := readFrame(runCtx, admin, key)
-		if err != nil {
-			return err
-		}
+	// A refresh the database fails (a restart, say) is said and tried
+	// again, as in watch; the fleet rides it out on its own.
+	w := &watcher{admin: admin, key: key, interval: cfg.interval, timeout: refreshBound(pool.Config()),
+		giveUp: max(watchGiveUp, 10*cfg.interval), now: time.Now,
+		warn: func(msg string) { r.progress("fleetctl: demo: %s", msg) }}
+	w.show = func(f frame) error {
 		st := provider.Stats()
 		f.Provider = &providerView{Capacity: st.Capacity, Current: st.Current, Successes: st.Successes, Rejected: st.Rejected}
 		for _, n := range f.Nodes {
@@ -157,7 +158,8 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 		v.title = fmt.Sprintf("fleetctl demo  %s × %s  %s / %s  (Ctrl-C stops early)",
 			plural(cfg.nodes, "node", "nodes"), plural(cfg.workers, "worker", "workers"), time.Since(start).Truncate(100*time.Millisecond), cfg.duration)
 		return v.show(f)
-	})
+	}
+	viewErr := watchLoop(runCtx, cfg.interval, 0, func() error { return w.refresh(runCtx) })
 	cancel()
 	wg.Wait()
 	v.close()
