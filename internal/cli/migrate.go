@@ -50,7 +50,9 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Description: `down refuses while nodes are live on any key unless --force: the schema
 they heartbeat into would change under them, and their fleets fail closed.
 Rolling back drops what the newer migrations added, with its data (the
-operator's rates, for one): a later 'migrate up' adds it back empty.`,
+operator's rates, for one): a later 'migrate up' adds it back empty. Below
+version 4 that includes the rights 'fleetctl grant' gave: grant them again
+after 'migrate up'.`,
 				Flags: []ucli.Flag{
 					decimalFlag("to", "the version to roll back to, >= 1", "one step back", fmt.Sprintf("1..%d", coord.SchemaVersion)),
 					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live"},
@@ -96,6 +98,10 @@ operator's rates, for one): a later 'migrate up' adds it back empty.`,
 							r.printf("schema is at version %d; nothing to roll back\n", after)
 						} else {
 							r.printf("rolled back from version %d to %d\n", before, after)
+							if before >= grantsVersion && after < grantsVersion {
+								r.printf("the rights 'fleetctl grant' gave went with version %d's functions: after 'fleetctl migrate up', "+
+									"run 'fleetctl grant' again for each node and operator role\n", grantsVersion)
+							}
 						}
 						return nil
 					})
@@ -241,6 +247,11 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 	defer pool.Close()
 	return fn(c.Context, pool)
 }
+
+// grantsVersion is the migration that adds the roles and grant_role
+// (00004_least_privilege): rolling back below it drops the functions the
+// roles' grants were on.
+const grantsVersion = 4
 
 // appliedVersions returns the applied migration versions, ascending.
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
