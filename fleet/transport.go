@@ -61,6 +61,12 @@ import (
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
+//   - A 101 response's body is the upgraded connection (a WebSocket's), an
+//     io.ReadWriteCloser as http.Transport gives it. Its slot is held
+//     until the upstream ends the session (Read sees EOF), the caller
+//     closes it (then as an abandoned request's, for AbandonedHold), or
+//     the bound, which closes the connection; the caller's context does
+//     not end an upgraded connection, as with http.Transport.
 //   - A body closed before its end is read on, in the background, for up
 //     to 4 KiB and 100 ms: a client that stops at its own end marker (an
 //     SSE "data: [DONE]") closes a body whose end is arriving, and such a
@@ -213,12 +219,53 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// its load. Neither is a sample.
 		body.rtt = -1
 	}
+	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (a WebSocket) is the caller's once the
+		// headers are back: neither its context nor the request's ends
+		// it. The bound does, by closing it, and its slot is held as an
+		// abandoned request's.
+		bounded := time.AfterFunc(time.Until(bound), func() {
+			_ = rwc.Close()
+			body.abandon()
+		})
+		body.stop = bounded.Stop
+		resp.Body = &upgradedBody{leaseBody: body, w: rwc}
+		return resp, nil
+	}
 	// The request ends when its context does, if its body has not ended
 	// first: the caller gave up, or the bound has come. Once the headers
 	// are back, neither is an overload signal: the upstream answered.
 	body.stop = context.AfterFunc(ctx, func() { body.abandon() })
 	resp.Body = body
 	return resp, nil
+}
+
+// upgradedBody is the body of a 101 response: the upgraded connection,
+// which the caller writes to as well (an io.ReadWriteCloser, as
+// http.Transport gives it).
+type upgradedBody struct {
+	*leaseBody
+	w io.Writer
+}
+
+func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
+
+// Close closes the connection at once: the upstream sees the session end.
+// Unless the upstream ended it first (Read saw EOF), the slot is held as
+// an abandoned request's, for whatever it still does. A connection the
+// bound closed closes without an error.
+func (u *upgradedBody) Close() error {
+	err := u.ReadCloser.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	if u.eof.Load() {
+		u.finish()
+	} else {
+		u.abandon()
+	}
+	u.release()
+	return err
 }
 
 // leaseBody holds a lease until the body has ended, or gives it up as

@@ -158,3 +158,82 @@ func TestTransportNilBodyFromTheBase(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Zero(t, n.State().Inflight)
 }
+
+// TestTransportUpgradedConnection: a 101 response's body is the upgraded
+// connection (a WebSocket's), which the caller writes to too. Transport's
+// body hid its Write, and the bound (MaxRequestDuration) freed the slot
+// without closing the connection: the upstream went on serving a session
+// no slot stood for. The body is now an io.ReadWriteCloser, the bound
+// closes the connection, and the caller's context does not end it.
+func TestTransportUpgradedConnection(t *testing.T) {
+	t.Parallel()
+	var up upstreamCount
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.enter()
+		defer up.leave()
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = bw.Flush()
+		buf := make([]byte, 1)
+		for range 40 { // an echo session of up to 2 s
+			_ = conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := bw.Read(buf)
+			if n > 0 {
+				if _, err := conn.Write(buf[:n]); err != nil {
+					return
+				}
+			} else if ne, ok := err.(interface{ Timeout() bool }); err != nil && (!ok || !ne.Timeout()) {
+				return // closed
+			}
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.AbandonedHold = 100 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(nil)}
+	dial := func(ctx context.Context) io.ReadWriteCloser {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "echo")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		require.True(t, ok, "the upgraded connection is writable")
+		return rwc
+	}
+
+	// A caller whose dial context ends after the handshake keeps its
+	// session, until the bound closes it.
+	ctx, cancel := context.WithCancel(t.Context())
+	conn := dial(ctx)
+	cancel()
+	_, err := conn.Write([]byte("x"))
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = io.ReadFull(conn, b)
+	require.NoError(t, err, "the session outlives the caller's context")
+	require.Equal(t, "x", string(b))
+	require.Equal(t, 1, n.State().Inflight)
+	require.Eventually(t, func() bool { return up.now.Load() == 0 }, 2*time.Second, time.Millisecond,
+		"the bound closed the connection, so the upstream ended the session")
+	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
+	_, err = conn.Read(b)
+	require.Error(t, err)
+	require.NoError(t, conn.Close())
+
+	// The caller's Close ends the session at once; the slot is held for
+	// AbandonedHold.
+	conn = dial(t.Context())
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool { return up.now.Load() == 0 }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
+	require.EqualValues(t, 1, up.peak.Load())
+}
