@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +105,10 @@ import (
 //     reused connection failed, or a base's own retry — would send it a
 //     second time on its one slot while the first may still run: that
 //     attempt is stopped, and the request fails, saying so, as one sent.
+//     On an HTTP/2 connection (TLS with ALPN h2) it is let through:
+//     http.Transport resends there only a stream the server refused or
+//     never processed (REFUSED_STREAM, GOAWAY). A base of one's own should
+//     not send one request twice over HTTP/2.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -370,21 +375,29 @@ func (b *leaseBody) release() {
 // is a second attempt — http.Transport retries an idempotent request
 // whose reused connection failed, a base may retry on its own — while the
 // first may still run at the upstream: it is stopped (stop ends the
-// request's context) and resent says so. Safe for concurrent use: a base
-// may report from its own goroutines.
+// request's context) and resent says so. Unless the headers went on an
+// HTTP/2 connection (h2 by TLS's ALPN, in GotConn): there http.Transport
+// sends again only a stream the server refused or never processed
+// (REFUSED_STREAM, above a GOAWAY's last stream), and stopping those
+// would fail requests at every graceful connection close. Safe for
+// concurrent use: a base may report from its own goroutines.
 type sendTrace struct {
-	stop                 func()
-	asked, wrote, resent atomic.Bool
+	stop                     func()
+	asked, wrote, resent, h2 atomic.Bool
 }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GetConn: func(string) {
-			if s.wrote.Load() {
+			if s.wrote.Load() && !s.h2.Load() {
 				s.resent.Store(true)
 				s.stop()
 			}
 			s.asked.Store(true)
+		},
+		GotConn: func(info httptrace.GotConnInfo) {
+			tc, ok := info.Conn.(*tls.Conn)
+			s.h2.Store(ok && tc.ConnectionState().NegotiatedProtocol == "h2")
 		},
 		WroteHeaders: func() { s.wrote.Store(true) },
 	}

@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -236,4 +239,40 @@ func TestTransportUpgradedConnection(t *testing.T) {
 	require.Eventually(t, func() bool { return up.now.Load() == 0 }, 2*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
 	require.EqualValues(t, 1, up.peak.Load())
+}
+
+// TestSendTraceLetsHTTP2ResendsThrough: over HTTP/2, http.Transport sends
+// a request again only when the server refused its stream or never
+// processed it (REFUSED_STREAM, GOAWAY); those resends go through, while
+// one after headers written on an HTTP/1 connection is stopped.
+func TestSendTraceLetsHTTP2ResendsThrough(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	cfg := srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	cfg.NextProtos = []string{"h2"}
+	h2, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
+	require.NoError(t, err)
+	defer h2.Close()
+	require.Equal(t, "h2", h2.ConnectionState().NegotiatedProtocol)
+	h1, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer h1.Close()
+
+	for _, tc := range []struct {
+		conn    net.Conn
+		stopped bool
+	}{{h2, false}, {h1, true}} {
+		stopped := false
+		way := sendTrace{stop: func() { stopped = true }}
+		hooks := way.hooks()
+		hooks.GetConn("127.0.0.1")
+		hooks.GotConn(httptrace.GotConnInfo{Conn: tc.conn})
+		hooks.WroteHeaders()
+		hooks.GetConn("127.0.0.1") // the resend
+		require.Equal(t, tc.stopped, stopped, "%T", tc.conn)
+		require.Equal(t, tc.stopped, way.resent.Load())
+	}
 }
