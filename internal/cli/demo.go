@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,6 +119,12 @@ func (d demoConfig) validate() error {
 // migrates it, runs the fleet and cleans up.
 func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	ctx := c.Context
+	// A reader that goes away (fleetctl demo | head) makes the next write
+	// fail with EPIPE, rather than SIGPIPE killing the process before it
+	// stops its nodes and its throwaway cluster.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	s, err := r.connSettingsFrom(c)
 	if err != nil {
 		return err
