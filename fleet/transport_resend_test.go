@@ -51,8 +51,8 @@ func TestTransportStopsAResendOfAWrittenRequest(t *testing.T) {
 		inner := &http.Transport{}
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			var last error
-			for range 2 { // a try that takes 50 ms is given up and sent again
-				ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+			for range 2 { // a try that takes 200 ms is given up and sent again
+				ctx, cancel := context.WithTimeout(r.Context(), 200*time.Millisecond)
 				resp, err := inner.RoundTrip(r.Clone(ctx))
 				if err == nil {
 					body := resp.Body
@@ -72,7 +72,7 @@ func TestTransportStopsAResendOfAWrittenRequest(t *testing.T) {
 		name string
 		base func(*httptest.Server) http.RoundTripper
 		cut  bool // the upstream drops the connection of the first /work it reads
-	}{{"by http.Transport", std, true}, {"by a base retrying each 50ms", perTry, false}} {
+	}{{"by http.Transport", std, true}, {"by a base retrying each 200ms", perTry, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var up upstreamCount
@@ -88,7 +88,7 @@ func TestTransportStopsAResendOfAWrittenRequest(t *testing.T) {
 						conn.Close() // the connection dies; the work goes on
 					}
 				}
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(400 * time.Millisecond)
 			}))
 			defer srv.Close()
 			cfg := testConfig("k", "a")
