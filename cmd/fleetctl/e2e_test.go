@@ -515,6 +515,10 @@ func TestKeysCreateDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 24, g.LGlobal, "the first grant honours the cap set before the node joined")
 	require.Equal(t, 24, g.Share)
+	out := mustRun(t, dsn, "limits", "set", "quota", "--max", "20")
+	require.Contains(t, out, "L_GLOBAL moves within the new bounds at the key's next heartbeat\n",
+		"L_GLOBAL 24 beside MAX 20 is said to be the old one")
+	require.NotContains(t, mustRun(t, dsn, "limits", "set", "quota", "--max", "24"), "moves within")
 
 	res = run(t, dsn, "keys", "delete", "quota")
 	require.Equal(t, 1, res.code)

@@ -375,7 +375,13 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				if setRates {
 					k.RateLimit = rateLimit
 				}
-				return writeLimitsTable(r.env.Stdout, newLimitsView(k))
+				if err := writeLimitsTable(r.env.Stdout, newLimitsView(k)); err != nil {
+					return err
+				}
+				if k.LGlobal > 0 && (maxLimit != nil && k.LGlobal > *maxLimit || minLimit != nil && k.LGlobal < *minLimit) {
+					r.printf("L_GLOBAL moves within the new bounds at the key's next heartbeat\n")
+				}
+				return nil
 			})
 		}),
 	}
