@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -64,10 +63,11 @@ import (
 //     latency).
 //   - A 101 response's body is the upgraded connection (a WebSocket's), an
 //     io.ReadWriteCloser as http.Transport gives it. Its slot is held
-//     until the upstream ends the session (Read sees EOF), the caller
-//     closes it (then as an abandoned request's, for AbandonedHold), or
-//     the bound, which closes the connection; the caller's context does
-//     not end an upgraded connection, as with http.Transport.
+//     until the caller closes it (then, unless Read had seen the
+//     upstream's end, as an abandoned request's, for AbandonedHold) or
+//     the bound closes it: the upstream's end of its half (EOF) leaves the
+//     connection writable. The caller's context does not end an upgraded
+//     connection, as with http.Transport.
 //   - A body closed before its end is read on, in the background, for up
 //     to 4 KiB and 100 ms: a client that stops at its own end marker (an
 //     SSE "data: [DONE]") closes a body whose end is arriving, and such a
@@ -100,15 +100,16 @@ import (
 //     does not say a dial or name lookup failed: such a base may have
 //     sent it without saying so, and Transport logs this once (a scheme
 //     added to an http.Transport with RegisterProtocol counts as such a
-//     base). A base that asks for a connection again once it has written
-//     the request — http.Transport retrying an idempotent request whose
-//     reused connection failed, or a base's own retry — would send it a
-//     second time on its one slot while the first may still run: that
-//     attempt is stopped, and the request fails, saying so, as one sent.
-//     On an HTTP/2 connection (TLS with ALPN h2) it is let through:
-//     http.Transport resends there only a stream the server refused or
-//     never processed (REFUSED_STREAM, GOAWAY). A base of one's own should
-//     not send one request twice over HTTP/2.
+//     base). A wrapper that fails before it hands the request on (a token
+//     fetch, an open circuit breaker) reports nothing either, so its
+//     failures hold their slots for AbandonedHold too: keep it short.
+//   - One RoundTrip is one slot. http.Transport sends a request again on
+//     its own only when it takes the server not to have processed it (a
+//     reused connection found closed, a stream refused), and Transport
+//     lets that through; a base that retries or hedges by itself sends a
+//     request more than once on one slot, and the upstream may run both.
+//     Retry above Transport (as the official SDKs do, through the
+//     http.Client), where each attempt takes its own slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -178,7 +179,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cfg := &t.node.cfg
 	bound := admitted.Add(cfg.MaxRequestDuration)
 	ctx, cancel := context.WithDeadline(req.Context(), bound)
-	way := sendTrace{stop: cancel}
+	var way sendTrace
 	ctx = httptrace.WithClientTrace(ctx, way.hooks())
 	// For SettleTokens, through resp.Request, should a client wrap the body.
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
@@ -199,10 +200,6 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			a.debit.cancel() // the upstream never had the request: it spent none of the rate
 		}
 		cancel()
-		if way.resent.Load() {
-			err = fmt.Errorf("fleet: the base RoundTripper began to send the request again after writing it once; "+
-				"stopped, since the first attempt may still run at the upstream on the request's one slot: %w", err)
-		}
 		return nil, err
 	}
 	if resp.Body == nil {
@@ -255,9 +252,20 @@ type upgradedBody struct {
 
 func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
 
+// Read reads the connection. Its end (EOF) is only the upstream's half:
+// the connection stays writable and the upstream may go on reading, so
+// the slot is held until Close or the bound.
+func (u *upgradedBody) Read(p []byte) (int, error) {
+	n, err := u.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		u.eof.Store(true)
+	}
+	return n, err
+}
+
 // Close closes the connection at once: the upstream sees the session end.
-// Unless the upstream ended it first (Read saw EOF), the slot is held as
-// an abandoned request's, for whatever it still does. A connection the
+// Unless the upstream had ended its half (Read saw EOF), the slot is held
+// as an abandoned request's, for whatever it still does. A connection the
 // bound closed closes without an error.
 func (u *upgradedBody) Close() error {
 	err := u.ReadCloser.Close()
@@ -371,34 +379,13 @@ func (b *leaseBody) release() {
 // sendTrace is what a base RoundTripper reported, through
 // net/http/httptrace, of one request's way out: whether it asked for a
 // connection (GetConn) and whether it wrote the request's headers
-// (WroteHeaders). A connection asked for after the headers were written
-// is a second attempt — http.Transport retries an idempotent request
-// whose reused connection failed, a base may retry on its own — while the
-// first may still run at the upstream: it is stopped (stop ends the
-// request's context) and resent says so. Unless the headers went on an
-// HTTP/2 connection (h2 by TLS's ALPN, in GotConn): there http.Transport
-// sends again only a stream the server refused or never processed
-// (REFUSED_STREAM, above a GOAWAY's last stream), and stopping those
-// would fail requests at every graceful connection close. Safe for
-// concurrent use: a base may report from its own goroutines.
-type sendTrace struct {
-	stop                     func()
-	asked, wrote, resent, h2 atomic.Bool
-}
+// (WroteHeaders). Safe for concurrent use: a base may report from its
+// own goroutines.
+type sendTrace struct{ asked, wrote atomic.Bool }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		GetConn: func(string) {
-			if s.wrote.Load() && !s.h2.Load() {
-				s.resent.Store(true)
-				s.stop()
-			}
-			s.asked.Store(true)
-		},
-		GotConn: func(info httptrace.GotConnInfo) {
-			tc, ok := info.Conn.(*tls.Conn)
-			s.h2.Store(ok && tc.ConnectionState().NegotiatedProtocol == "h2")
-		},
+		GetConn:      func(string) { s.asked.Store(true) },
 		WroteHeaders: func() { s.wrote.Store(true) },
 	}
 }
@@ -426,7 +413,7 @@ func (t *transport) mayHaveSent(req *http.Request, way *sendTrace, err error) bo
 		return false
 	}
 	t.silent.Do(func() {
-		t.node.log.Warn("fleet: Transport's base RoundTripper reports no net/http/httptrace events, so a request it fails may have reached the upstream: its slot is held for AbandonedHold and its rate debit kept",
+		t.node.log.Warn("fleet: Transport's base RoundTripper failed a request without reporting a net/http/httptrace event, so it may have reached the upstream: its slot is held for AbandonedHold and its rate debit kept (said once)",
 			"base", fmt.Sprintf("%T", t.base), "error", err)
 	})
 	return true

@@ -2,15 +2,14 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,10 +20,9 @@ import (
 
 // upstreamCount is an upstream's own count of the requests it is serving,
 // from its handler's entry to its return, and the most at once.
-type upstreamCount struct{ now, peak, total atomic.Int64 }
+type upstreamCount struct{ now, peak atomic.Int64 }
 
 func (c *upstreamCount) enter() {
-	c.total.Add(1)
 	n := c.now.Add(1)
 	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
 	}
@@ -32,88 +30,69 @@ func (c *upstreamCount) enter() {
 
 func (c *upstreamCount) leave() { c.now.Add(-1) }
 
-// closeFunc is an io.Closer made of a function.
-type closeFunc func() error
-
-func (f closeFunc) Close() error { return f() }
-
-// TestTransportStopsAResendOfAWrittenRequest: a base that begins to send
-// a request again after writing it once — http.Transport retrying an
-// idempotent request whose reused connection failed after the upstream
-// had it, or a base with its own retries — sent it twice on one slot,
-// while the first attempt still ran at the upstream: two requests there
-// for a limit of one. The second attempt is now stopped, the request
-// fails saying why, and its slot is held as an abandoned one's.
-func TestTransportStopsAResendOfAWrittenRequest(t *testing.T) {
+// TestTransportLetsHTTPTransportRetriesThrough: http.Transport sends a
+// request again when a reused keep-alive connection turns out closed with
+// nothing written; that second attempt is the request's only one at the
+// upstream, and goes through on its slot.
+func TestTransportLetsHTTPTransportRetriesThrough(t *testing.T) {
 	t.Parallel()
-	std := func(srv *httptest.Server) http.RoundTripper { return &http.Transport{} }
-	perTry := func(srv *httptest.Server) http.RoundTripper {
-		inner := &http.Transport{}
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			var last error
-			for range 2 { // a try that takes 200 ms is given up and sent again
-				ctx, cancel := context.WithTimeout(r.Context(), 200*time.Millisecond)
-				resp, err := inner.RoundTrip(r.Clone(ctx))
-				if err == nil {
-					body := resp.Body
-					resp.Body = struct {
-						io.Reader
-						io.Closer
-					}{body, closeFunc(func() error { cancel(); return body.Close() })}
-					return resp, nil
-				}
-				cancel()
-				last = err
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		hits.Store(0)
+		var dials atomic.Int64
+		stale := new(atomic.Bool)
+		base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
 			}
-			return nil, last
-		})
-	}
-	for _, tc := range []struct {
-		name string
-		base func(*httptest.Server) http.RoundTripper
-		cut  bool // the upstream drops the connection of the first /work it reads
-	}{{"by http.Transport", std, true}, {"by a base retrying each 200ms", perTry, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var up upstreamCount
-			var cut atomic.Bool
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path != "/work" {
-					return
-				}
-				up.enter()
-				defer up.leave()
-				if tc.cut && cut.CompareAndSwap(false, true) {
-					if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-						conn.Close() // the connection dies; the work goes on
-					}
-				}
-				time.Sleep(400 * time.Millisecond)
-			}))
-			defer srv.Close()
-			cfg := testConfig("k", "a")
-			cfg.Limiter.InitialLimit, cfg.Limiter.MinLimit, cfg.Limiter.MaxLimit = 1, 1, 1
-			cfg.AbandonedHold = time.Second
-			n := startNode(t, coord.NewMemory(nil), cfg)
-			client := &http.Client{Transport: n.Transport(tc.base(srv))}
-			get := func(path string) (*http.Response, error) {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
-				require.NoError(t, err)
-				return client.Do(req)
+			if dials.Add(1) > 1 {
+				return c, nil // fresh connections are fine
 			}
-			resp, err := get("/warm") // a connection for http.Transport to reuse
+			return &staleConn{Conn: c, stale: stale}, nil
+		}}
+		cfg := testConfig("k", "a")
+		cfg.AbandonedHold = time.Minute
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		client := &http.Client{Transport: n.Transport(base)}
+		do := func() error {
+			req, err := http.NewRequestWithContext(t.Context(), method, srv.URL, strings.NewReader("body"))
 			require.NoError(t, err)
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-
-			_, err = get("/work")
-			require.ErrorContains(t, err, "began to send the request again after writing it once")
-			require.EqualValues(t, 1, up.total.Load(), "the upstream had the request once")
-			require.Equal(t, 1, n.State().Inflight, "its slot is held as an abandoned request's")
-			require.Eventually(t, func() bool { return up.now.Load() == 0 }, 5*time.Second, time.Millisecond)
-			require.EqualValues(t, 1, up.peak.Load())
-		})
+			return resp.Body.Close()
+		}
+		require.NoError(t, do())
+		stale.Store(true) // the server reset the idle connection
+		require.NoError(t, do(), "%s: the retry on a fresh connection is served", method)
+		require.EqualValues(t, 2, hits.Load())
+		require.EqualValues(t, 2, dials.Load(), "%s: a second connection was dialled for the retry", method)
+		require.Zero(t, n.State().Inflight, "%s: no slot is held", method)
+		base.CloseIdleConnections()
 	}
+}
+
+// staleConn is a keep-alive connection the server reset while it sat
+// idle: once stale, a Write fails with ECONNRESET having written nothing.
+type staleConn struct {
+	net.Conn
+	writes atomic.Int64
+	stale  *atomic.Bool
+}
+
+func (c *staleConn) Write(p []byte) (int, error) {
+	if c.writes.Add(1) > 1 && c.stale.Load() {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return c.Conn.Write(p)
 }
 
 // TestTransportRegisteredProtocolMayHaveSent: a scheme added to an
@@ -241,38 +220,53 @@ func TestTransportUpgradedConnection(t *testing.T) {
 	require.EqualValues(t, 1, up.peak.Load())
 }
 
-// TestSendTraceLetsHTTP2ResendsThrough: over HTTP/2, http.Transport sends
-// a request again only when the server refused its stream or never
-// processed it (REFUSED_STREAM, GOAWAY); those resends go through, while
-// one after headers written on an HTTP/1 connection is stopped.
-func TestSendTraceLetsHTTP2ResendsThrough(t *testing.T) {
+// TestTransportUpgradedHalfClose: an upstream that ends its half of an
+// upgraded connection (EOF to the caller) may go on reading what the
+// caller writes. EOF freed the slot and stopped the bound, and the
+// session went on past both.
+func TestTransportUpgradedHalfClose(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
+	var up upstreamCount
+	var got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		up.enter()
+		defer up.leave()
+		defer conn.Close()
+		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
+		_ = bw.Flush()
+		_ = conn.(*net.TCPConn).CloseWrite()
+		buf := make([]byte, 64)
+		for {
+			n, err := bw.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
 	defer srv.Close()
-	cfg := srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
-	cfg.NextProtos = []string{"h2"}
-	h2, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.AbandonedHold = 100 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	defer h2.Close()
-	require.Equal(t, "h2", h2.ConnectionState().NegotiatedProtocol)
-	h1, err := net.Dial("tcp", srv.Listener.Addr().String())
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tunnel")
+	resp, err := (&http.Client{Transport: n.Transport(nil)}).Do(req)
 	require.NoError(t, err)
-	defer h1.Close()
-
-	for _, tc := range []struct {
-		conn    net.Conn
-		stopped bool
-	}{{h2, false}, {h1, true}} {
-		stopped := false
-		way := sendTrace{stop: func() { stopped = true }}
-		hooks := way.hooks()
-		hooks.GetConn("127.0.0.1")
-		hooks.GotConn(httptrace.GotConnInfo{Conn: tc.conn})
-		hooks.WroteHeaders()
-		hooks.GetConn("127.0.0.1") // the resend
-		require.Equal(t, tc.stopped, stopped, "%T", tc.conn)
-		require.Equal(t, tc.stopped, way.resent.Load())
-	}
+	conn := resp.Body.(io.ReadWriteCloser)
+	_, err = conn.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF)
+	require.Equal(t, 1, n.State().Inflight, "the upstream's end of its half leaves the slot held")
+	_, err = conn.Write([]byte("x"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return up.now.Load() == 0 }, 2*time.Second, time.Millisecond,
+		"the bound closed the connection")
+	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
+	require.NoError(t, conn.Close())
 }
