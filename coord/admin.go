@@ -52,7 +52,7 @@ type Admin interface {
 	// DeleteKey deletes the key and all its rows: nodes, drain marks,
 	// evictions. Without force it returns ErrLiveNodes while the key has
 	// live members, and ErrHeldCapacity while a row that is no member
-	// still holds its reserve (KeyInfo.HeldRows). It returns
+	// still holds a reserve above 0 (KeyInfo.HeldReserve). It returns
 	// ErrUnknownKey for a key without a row.
 	DeleteKey(ctx context.Context, key string, force bool) error
 }

@@ -49,7 +49,7 @@ var ErrLiveNodes = errors.New("key has live nodes")
 
 // ErrHeldCapacity is returned by DeleteKey, without force, while rows
 // that are no members (instances that expired, left or were evicted)
-// still hold their reserve for requests that may still run: a key
+// still hold a reserve above 0 for requests that may still run: a key
 // re-created without them would grant that capacity again beside those
 // requests.
 var ErrHeldCapacity = errors.New("key holds capacity for requests that may still run")

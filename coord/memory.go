@@ -237,19 +237,22 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
 	}
 	now := instant(m.clock)
-	switch ki := keyInfo(s, now); {
-	case force:
-	case ki.LiveNodes > 0:
-		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, ki.LiveNodes, key)
-	case ki.HeldRows > 0:
-		var until time.Time
-		for _, n := range s.Nodes {
-			if !n.Member(now) && n.Holding(now) && n.HoldUntil.After(until) {
+	held, reserve, until := 0, 0, time.Time{}
+	for _, n := range s.Nodes {
+		if r := n.Reserve(now); r > 0 && !n.Member(now) {
+			held, reserve = held+1, reserve+r
+			if n.HoldUntil.After(until) {
 				until = n.HoldUntil
 			}
 		}
+	}
+	switch live := keyInfo(s, now).LiveNodes; {
+	case force:
+	case live > 0:
+		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, live, key)
+	case held > 0:
 		return fmt.Errorf("coord: delete key: %w: %d rows hold %d slots on key %.40q until %s",
-			ErrHeldCapacity, ki.HeldRows, ki.HeldReserve, key, until.UTC().Format("2006-01-02T15:04:05Z"))
+			ErrHeldCapacity, held, reserve, key, until.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	delete(m.keys, key)
 	return nil

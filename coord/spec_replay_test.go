@@ -461,12 +461,12 @@ func specBound(v int64) *int {
 }
 
 // specMembers counts the key's live members at now.
-// specHolding counts the rows of s that are no members but hold their
-// reserve at now.
+// specHolding counts the rows of s that are no members but hold a
+// reserve above 0 at now.
 func specHolding(s coord.State, now time.Time) int {
 	holding := 0
 	for _, n := range s.Nodes {
-		if !n.Member(now) && n.Holding(now) {
+		if !n.Member(now) && n.Reserve(now) > 0 {
 			holding++
 		}
 	}

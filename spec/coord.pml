@@ -597,7 +597,7 @@ inline coordEvict(I) {
 }
 
 /* coordDeleteKey (fleetlimit.delete_key without force): E_LIVE while the
- * key has a member, E_HELD while another row still holds its reserve;
+ * key has a member, E_HELD while another row still holds a reserve;
  * otherwise the key and everything on it goes. */
 inline coordDeleteKey() {
 	hv = 0;
@@ -607,7 +607,7 @@ inline coordDeleteKey() {
 #ifndef MUT_DELETE_HELD
 		/* (k) omits this: only members refuse the delete, and the rows
 		 * still holding their reserve go with the key. */
-		:: !MEMBER(db.row[hk]) && HOLDING(db.row[hk]) && hv == 0 -> hv = 2
+		:: !MEMBER(db.row[hk]) && RESERVE(db.row[hk]) > 0 && hv == 0 -> hv = 2
 #endif
 		:: else
 		fi

@@ -552,6 +552,14 @@ func TestKeysCreateDelete(t *testing.T) {
 		`a node that joins after the delete would be granted it again beside them; wait for the hold to end, or give --force\n$`, res.stderr)
 	require.Contains(t, mustRun(t, dsn, "keys"), "held", "nothing was deleted")
 	require.Equal(t, "key \"held\" deleted\n", mustRun(t, dsn, "keys", "delete", "held", "--force"))
+
+	// A node that left with nothing in flight holds nothing, though its
+	// row's hold has not ended: the key goes.
+	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "clean", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 10, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: "clean", NodeID: "n", Instance: "i"}))
+	require.Equal(t, "key \"clean\" deleted\n", mustRun(t, dsn, "keys", "delete", "clean"))
 }
 
 // TestConcurrentLimitsSet: many limits set --min and --max on one key at

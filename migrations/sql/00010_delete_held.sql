@@ -1,4 +1,4 @@
--- A key is not deleted while capacity is held on it (docs/design.md §4).
+-- A key is not deleted while capacity is held on it (docs/design.md §9).
 --
 -- delete_key refused only while the key had live members. The rows of
 -- instances that expired, left or were evicted with requests that may
@@ -6,16 +6,16 @@
 -- is what keeps the members' shares from the capacity those requests
 -- use. Deleting the key threw it away with the rows: the first node to
 -- come back re-created the key and was granted the whole L_global beside
--- them. Now delete_key also refuses, with FL008, while any row's hold
--- has not ended, unless p_force.
+-- them. Now delete_key also refuses, with FL008, while a row that is no
+-- member holds a reserve above 0 (its hold has not ended), unless p_force.
 
 -- +goose Up
 
 -- +goose StatementBegin
 -- delete_key deletes a key and everything on it: nodes, drains, evictions
 -- (ON DELETE CASCADE). Unless p_force: FL007 while it has live members,
--- FL008 while a row that is no member still holds its reserve (its hold
--- has not ended). FL003 for an unknown key.
+-- FL008 while a row that is no member still holds a reserve above 0 (its
+-- hold has not ended). FL003 for an unknown key.
 CREATE OR REPLACE FUNCTION fleetlimit.delete_key_at(p_key text, p_force boolean, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -26,12 +26,13 @@ DECLARE
 BEGIN
     PERFORM fleetlimit.lock_key(p_key);
     SELECT count(*) FILTER (WHERE o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)),
-           count(*) FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed))),
-           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight))
-                    FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed))), 0),
-           max(o.hold_until) FILTER (WHERE o.hold_until > p_now AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)))
+           count(*) FILTER (WHERE h.held),
+           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)) FILTER (WHERE h.held), 0),
+           max(o.hold_until) FILTER (WHERE h.held)
       INTO v_live, v_held, v_reserve, v_until
       FROM fleetlimit.nodes AS o
+     CROSS JOIN LATERAL (SELECT o.hold_until > p_now AND greatest(o.unacked_high, o.share, o.inflight) > 0
+                                AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)) AS held) AS h
      WHERE o.key = p_key;
     IF coalesce(p_force, false) THEN
         NULL;
