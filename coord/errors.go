@@ -38,7 +38,7 @@ var ErrSchema = errors.New("fleetlimit schema missing or out of date (run 'fleet
 // fleetlimit function: the schema owner grants a node's role its rights
 // with "fleetctl grant node ROLE" (migrations.Grant), an operator's with
 // "fleetctl grant operator ROLE".
-var ErrPermission = errors.New("permission denied")
+var ErrPermission = errors.New("the role lacks the rights")
 
 // ErrKeyExists is returned by CreateKey when the key has a row already.
 var ErrKeyExists = errors.New("key exists")

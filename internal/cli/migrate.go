@@ -51,7 +51,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 they heartbeat into would change under them, and their fleets fail closed.
 Rolling back drops what the newer migrations added, with its data (the
 operator's rates, for one): a later 'migrate up' adds it back empty. Below
-version 4 that includes the rights 'fleetctl grant' gave: grant them again
+version 5 that includes rights 'fleetctl grant' gave: grant them again
 after 'migrate up'.`,
 				Flags: []ucli.Flag{
 					decimalFlag("to", "the version to roll back to, >= 1", "one step back", fmt.Sprintf("1..%d", coord.SchemaVersion)),
@@ -99,8 +99,8 @@ after 'migrate up'.`,
 						} else {
 							r.printf("rolled back from version %d to %d\n", before, after)
 							if before >= grantsVersion && after < grantsVersion {
-								r.printf("the rights 'fleetctl grant' gave went with version %d's functions: after 'fleetctl migrate up', "+
-									"run 'fleetctl grant' again for each node and operator role\n", grantsVersion)
+								r.printf("rights that 'fleetctl grant' gave went with the functions rolled back: after 'fleetctl migrate up', "+
+									"run 'fleetctl grant' again for each node and operator role\n")
 							}
 						}
 						return nil
@@ -248,10 +248,11 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 	return fn(c.Context, pool)
 }
 
-// grantsVersion is the migration that adds the roles and grant_role
-// (00004_least_privilege): rolling back below it drops the functions the
-// roles' grants were on.
-const grantsVersion = 4
+// grantsVersion is the oldest migration whose down drops functions that
+// only grant_role grants: 00005_rates adds set_rates, which a later up
+// re-creates without the operators' right to it, and below it
+// 00004_least_privilege re-creates every function, dropping all grants.
+const grantsVersion = 5
 
 // appliedVersions returns the applied migration versions, ascending.
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {

@@ -20,8 +20,13 @@ import (
 // DefaultDrainTimeout is how long drain --wait waits by default.
 const DefaultDrainTimeout = 30 * time.Second
 
-// drainPollInterval is how often drain --wait reads the node's row.
-const drainPollInterval = 100 * time.Millisecond
+// drainPollInterval is how often drain --wait reads the node's row, and
+// drainReadMin the least time it gives one read, whatever is left of
+// --timeout.
+const (
+	drainPollInterval = 100 * time.Millisecond
+	drainReadMin      = 5 * time.Second
+)
 
 func (r *runner) drainCommand() *ucli.Command {
 	return &ucli.Command{
@@ -68,8 +73,8 @@ passed — and fails with exit status 3 if that has not happened within
 // or its hold has ended), or timeout passes (a failed check). A read that
 // fails for a reason that may pass (see passing: the database restarting,
 // a connection lost) is said on stderr and tried again; each read ends by
-// the deadline. The drain is in place whatever the wait's outcome, and
-// every error says so.
+// the deadline, or drainReadMin after it began if that is later. The drain
+// is in place whatever the wait's outcome, and every error says so.
 func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(drainPollInterval)
@@ -82,7 +87,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			"(fleetctl undrain %s %s to undo)", nodeID, key, lastReserve, lastInflight, timeout, quoteArg(key), quoteArg(nodeID))
 	}
 	for {
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		rctx, cancel := context.WithDeadline(ctx, latest(deadline, time.Now().Add(drainReadMin)))
 		nodes, err := admin.Nodes(rctx, key)
 		cancel()
 		switch {
@@ -90,10 +95,13 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			lastFailure = ""
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s: %w", stays, ctx.Err())
-		case !time.Now().Before(deadline) && lastReserve >= 0 && passing(err):
-			return timedOut() // the read the deadline ended, or one that failed at it
-		case !passing(err) || !time.Now().Before(deadline):
+		case !passing(err):
 			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
+		case !time.Now().Before(deadline) && lastReserve >= 0:
+			return timedOut() // counts from the last read that succeeded
+		case !time.Now().Before(deadline):
+			return checkFailedf("no read of node %q's rows on key %q succeeded within %s; it stays draining "+
+				"(fleetctl undrain %s %s to undo): %w", nodeID, key, timeout, quoteArg(key), quoteArg(nodeID), adminError(err, key, nodeID))
 		default:
 			if reason := strings.Join(strings.Fields(err.Error()), " "); reason != lastFailure {
 				fmt.Fprintf(r.env.Stderr, "a read of node %q failed; trying again until the timeout: %s\n", nodeID, reason)
@@ -133,6 +141,14 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		case <-ticker.C:
 		}
 	}
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // rowsOf returns nodeID's rows among nodes.

@@ -284,4 +284,19 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 	var exit *exitError
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, ExitCheckFailed, exit.code)
+
+	// A timeout shorter than a read still lets the first read finish: the
+	// outcome is the timeout's failed check, with the node's counts.
+	admin.nodes = func(ctx context.Context) ([]coord.NodeInfo, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+			return []coord.NodeInfo{holding}, nil
+		}
+	}
+	err = r.waitDrained(t.Context(), admin, "k", "w", time.Nanosecond)
+	require.EqualError(t, err, `node "w" on key "k" still holds 2 (2 in flight) after 1ns; it stays draining (fleetctl undrain k w to undo)`)
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, ExitCheckFailed, exit.code)
 }
