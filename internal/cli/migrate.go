@@ -99,7 +99,7 @@ after 'migrate up'.`,
 						} else {
 							r.printf("rolled back from version %d to %d\n", before, after)
 							if before >= grantsVersion && after < grantsVersion {
-								r.printf("rights that 'fleetctl grant' gave went with the functions rolled back: after 'fleetctl migrate up', "+
+								r.printf("rights that 'fleetctl grant' gave went with the functions rolled back: after 'fleetctl migrate up', " +
 									"run 'fleetctl grant' again for each node and operator role\n")
 							}
 						}
