@@ -252,6 +252,16 @@ type upgradedBody struct {
 
 func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
 
+// CloseWrite ends the caller's half of the connection, when the
+// connection can (http.Transport's can): the upstream reads its end and
+// may answer. The slot stays held.
+func (u *upgradedBody) CloseWrite() error {
+	if cw, ok := u.w.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("fleet: the upgraded connection (%T) cannot close its write half: %w", u.w, http.ErrNotSupported)
+}
+
 // Read reads the connection. Its end (EOF) is only the upstream's half:
 // the connection stays writable and the upstream may go on reading, so
 // the slot is held until Close or the bound.

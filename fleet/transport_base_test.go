@@ -270,3 +270,42 @@ func TestTransportUpgradedHalfClose(t *testing.T) {
 	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
 	require.NoError(t, conn.Close())
 }
+
+// TestTransportUpgradedCloseWrite: the caller may end its half of an
+// upgraded connection, as through http.Transport alone, and read the
+// upstream's answer.
+func TestTransportUpgradedCloseWrite(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
+		_ = bw.Flush()
+		b, _ := io.ReadAll(bw) // until the caller's half ends
+		_, _ = conn.Write([]byte{byte(len(b))})
+	}))
+	defer srv.Close()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tunnel")
+	resp, err := (&http.Client{Transport: n.Transport(nil)}).Do(req)
+	require.NoError(t, err)
+	conn := resp.Body.(interface {
+		io.ReadWriteCloser
+		CloseWrite() error
+	})
+	_, err = conn.Write([]byte("abc"))
+	require.NoError(t, err)
+	require.NoError(t, conn.CloseWrite())
+	b, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	require.Equal(t, []byte{3}, b, "the upstream read the caller's 3 bytes to their end")
+	require.Equal(t, 1, n.State().Inflight, "CloseWrite keeps the slot")
+	require.NoError(t, conn.Close())
+	require.Zero(t, n.State().Inflight, "the upstream had ended its half: the slot comes back at Close")
+}

@@ -121,10 +121,9 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	ctx := c.Context
 	// A reader that goes away (fleetctl demo | head) makes the next write
 	// fail with EPIPE, rather than SIGPIPE killing the process before it
-	// stops its nodes and its throwaway cluster.
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
+	// stops its nodes and its throwaway cluster. It stays so until the
+	// process exits: the error is written last, maybe to the same pipe.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	s, err := r.connSettingsFrom(c)
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		case err == nil:
 			lastFailure = ""
 		case ctx.Err() != nil:
-			return fmt.Errorf("%s: %w", stays, ctx.Err())
+			return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
 		case !passing(err):
 			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
 		case !time.Now().Before(deadline) && lastReserve >= 0:
@@ -109,7 +109,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s: %w", stays, ctx.Err())
+				return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
 			case <-ticker.C:
 			}
 			continue
@@ -137,7 +137,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", stays, ctx.Err())
+			return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
 		case <-ticker.C:
 		}
 	}

@@ -299,4 +299,16 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 	require.EqualError(t, err, `node "w" on key "k" still holds 2 (2 in flight) after 1ns; it stays draining (fleetctl undrain k w to undo)`)
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, ExitCheckFailed, exit.code)
+
+	// Ctrl-C says the drain stays too.
+	ctx, cancel := context.WithCancel(t.Context())
+	admin.nodes = func(context.Context) ([]coord.NodeInfo, error) {
+		cancel()
+		return []coord.NodeInfo{holding}, nil
+	}
+	err = r.waitDrained(ctx, admin, "k", "w", 10*time.Second)
+	var said bytes.Buffer
+	require.Equal(t, ExitFailure, exitCode(&said, inCommand("drain", err)))
+	require.Equal(t, "fleetctl: drain: node \"w\" on key \"k\" stays draining (fleetctl undrain k w to undo; "+
+		"fleetctl drain k w --wait to wait again): interrupted\n", said.String())
 }
