@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -150,20 +151,11 @@ func TestTransportNilBodyFromTheBase(t *testing.T) {
 func TestTransportUpgradedConnection(t *testing.T) {
 	t.Parallel()
 	var up upstreamCount
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		up.enter()
-		defer up.leave()
-		conn, bw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		_ = bw.Flush()
+	srv := upgradeServer(t, &up, func(conn net.Conn, rw *bufio.ReadWriter) {
 		buf := make([]byte, 1)
 		for range 40 { // an echo session of up to 2 s
 			_ = conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-			n, err := bw.Read(buf)
+			n, err := rw.Read(buf)
 			if n > 0 {
 				if _, err := conn.Write(buf[:n]); err != nil {
 					return
@@ -172,30 +164,16 @@ func TestTransportUpgradedConnection(t *testing.T) {
 				return // closed
 			}
 		}
-	}))
-	defer srv.Close()
+	})
 	cfg := testConfig("k", "a")
 	cfg.MaxRequestDuration = 300 * time.Millisecond
 	cfg.AbandonedHold = 100 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
-	client := &http.Client{Transport: n.Transport(nil)}
-	dial := func(ctx context.Context) io.ReadWriteCloser {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-		require.NoError(t, err)
-		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Upgrade", "echo")
-		resp, err := client.Do(req)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-		rwc, ok := resp.Body.(io.ReadWriteCloser)
-		require.True(t, ok, "the upgraded connection is writable")
-		return rwc
-	}
 
 	// A caller whose dial context ends after the handshake keeps its
 	// session, until the bound closes it.
 	ctx, cancel := context.WithCancel(t.Context())
-	conn := dial(ctx)
+	conn := dialUpgrade(t, ctx, n, srv)
 	cancel()
 	_, err := conn.Write([]byte("x"))
 	require.NoError(t, err)
@@ -213,7 +191,7 @@ func TestTransportUpgradedConnection(t *testing.T) {
 
 	// The caller's Close ends the session at once; the slot is held for
 	// AbandonedHold.
-	conn = dial(t.Context())
+	conn = dialUpgrade(t, t.Context(), n, srv)
 	require.NoError(t, conn.Close())
 	require.Eventually(t, func() bool { return up.now.Load() == 0 }, 2*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
@@ -227,40 +205,16 @@ func TestTransportUpgradedConnection(t *testing.T) {
 func TestTransportUpgradedHalfClose(t *testing.T) {
 	t.Parallel()
 	var up upstreamCount
-	var got atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, bw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		up.enter()
-		defer up.leave()
-		defer conn.Close()
-		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
-		_ = bw.Flush()
+	srv := upgradeServer(t, &up, func(conn net.Conn, rw *bufio.ReadWriter) {
 		_ = conn.(*net.TCPConn).CloseWrite()
-		buf := make([]byte, 64)
-		for {
-			n, err := bw.Read(buf)
-			got.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
-	}))
-	defer srv.Close()
+		_, _ = io.Copy(io.Discard, rw) // goes on reading what the caller writes
+	})
 	cfg := testConfig("k", "a")
 	cfg.MaxRequestDuration = 300 * time.Millisecond
 	cfg.AbandonedHold = 100 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
-	require.NoError(t, err)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "tunnel")
-	resp, err := (&http.Client{Transport: n.Transport(nil)}).Do(req)
-	require.NoError(t, err)
-	conn := resp.Body.(io.ReadWriteCloser)
-	_, err = conn.Read(make([]byte, 1))
+	conn := dialUpgrade(t, t.Context(), n, srv)
+	_, err := conn.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF)
 	require.Equal(t, 1, n.State().Inflight, "the upstream's end of its half leaves the slot held")
 	_, err = conn.Write([]byte("x"))
@@ -276,30 +230,17 @@ func TestTransportUpgradedHalfClose(t *testing.T) {
 // upstream's answer.
 func TestTransportUpgradedCloseWrite(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, bw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
-		_ = bw.Flush()
-		b, _ := io.ReadAll(bw) // until the caller's half ends
+	var up upstreamCount
+	srv := upgradeServer(t, &up, func(conn net.Conn, rw *bufio.ReadWriter) {
+		b, _ := io.ReadAll(rw) // until the caller's half ends
 		_, _ = conn.Write([]byte{byte(len(b))})
-	}))
-	defer srv.Close()
+	})
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
-	require.NoError(t, err)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "tunnel")
-	resp, err := (&http.Client{Transport: n.Transport(nil)}).Do(req)
-	require.NoError(t, err)
-	conn := resp.Body.(interface {
+	conn := dialUpgrade(t, t.Context(), n, srv).(interface {
 		io.ReadWriteCloser
 		CloseWrite() error
 	})
-	_, err = conn.Write([]byte("abc"))
+	_, err := conn.Write([]byte("abc"))
 	require.NoError(t, err)
 	require.NoError(t, conn.CloseWrite())
 	b, err := io.ReadAll(conn)
@@ -308,4 +249,40 @@ func TestTransportUpgradedCloseWrite(t *testing.T) {
 	require.Equal(t, 1, n.State().Inflight, "CloseWrite keeps the slot")
 	require.NoError(t, conn.Close())
 	require.Zero(t, n.State().Inflight, "the upstream had ended its half: the slot comes back at Close")
+}
+
+// upgradeServer is an upstream that switches every request's connection
+// to a session, which session runs; up counts the sessions.
+func upgradeServer(t *testing.T, up *upstreamCount, session func(conn net.Conn, rw *bufio.ReadWriter)) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		up.enter()
+		defer up.leave()
+		defer conn.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
+		_ = rw.Flush()
+		session(conn, rw)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// dialUpgrade asks srv for an upgraded connection through n's Transport,
+// with ctx, and returns its body.
+func dialUpgrade(t *testing.T, ctx context.Context, n *Node, srv *httptest.Server) io.ReadWriteCloser {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tunnel")
+	resp, err := (&http.Client{Transport: n.Transport(nil)}).Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	require.True(t, ok, "the upgraded connection is writable")
+	return rwc
 }
