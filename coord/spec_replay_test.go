@@ -460,7 +460,6 @@ func specBound(v int64) *int {
 	return &b
 }
 
-// specMembers counts the key's live members at now.
 // specHolding counts the rows of s that are no members but hold a
 // reserve above 0 at now.
 func specHolding(s coord.State, now time.Time) int {
@@ -473,6 +472,7 @@ func specHolding(s coord.State, now time.Time) int {
 	return holding
 }
 
+// specMembers counts the key's live members at now.
 func specMembers(s coord.State, now time.Time) int {
 	members := 0
 	for _, n := range s.Nodes {

@@ -100,10 +100,11 @@ declare -A MDEPTH=(
 	[MUT_RATE_STALE_APPLIED]=36
 )
 # The rate mutants' and MUT_DELETE_HELD's searches look for a
-# counterexample within their depth (compiled with -DREACH, which makes a depth-bounded search complete; the
-# first two also shorten it, pan -i, which takes minutes for the
-# failover's); -DNOLEMMA above leaves the per-node lemma out, so that the
-# counterexample is one of the sum.
+# counterexample within their depth (compiled with -DREACH, which makes a
+# depth-bounded search complete; the first two also shorten it, pan -i,
+# which takes minutes for the failover's); -DNOLEMMA above leaves the
+# per-node lemma out of the rate mutants, so that the counterexample is
+# one of the sum.
 declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
 declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
 declare -A MDESC=(

@@ -81,6 +81,8 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 	defer ticker.Stop()
 	stays := fmt.Sprintf("node %q on key %q stays draining (fleetctl undrain %s %s to undo; fleetctl drain %s %s --wait to wait again)",
 		nodeID, key, quoteArg(key), quoteArg(nodeID), quoteArg(key), quoteArg(nodeID))
+	// Not context.Canceled, which exitCode would print as a bare "interrupted".
+	interrupted := errors.New(stays + ": interrupted")
 	lastReserve, lastInflight, lastFailure := -1, 0, ""
 	timedOut := func() error {
 		return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
@@ -94,7 +96,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		case err == nil:
 			lastFailure = ""
 		case ctx.Err() != nil:
-			return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
+			return interrupted
 		case !passing(err):
 			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
 		case !time.Now().Before(deadline) && lastReserve >= 0:
@@ -109,7 +111,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			}
 			select {
 			case <-ctx.Done():
-				return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
+				return interrupted
 			case <-ticker.C:
 			}
 			continue
@@ -137,7 +139,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New(stays + ": interrupted") // not context.Canceled, which would hide the rest
+			return interrupted
 		case <-ticker.C:
 		}
 	}
