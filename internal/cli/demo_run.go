@@ -140,9 +140,7 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 	v := r.newView(formatTable, "")
 	// A refresh the database fails (a restart, say) is said and tried
 	// again, as in watch; the fleet rides it out on its own.
-	w := &watcher{admin: admin, key: key, interval: cfg.interval, timeout: refreshBound(pool.Config()),
-		giveUp: max(watchGiveUp, 10*cfg.interval), now: time.Now,
-		warn: func(msg string) { r.progress("fleetctl: demo: %s", msg) }}
+	w := r.newWatcher("demo", admin, pool, key, cfg.interval)
 	w.show = func(f frame) error {
 		st := provider.Stats()
 		f.Provider = &providerView{Capacity: st.Capacity, Current: st.Current, Successes: st.Successes, Rejected: st.Rejected}

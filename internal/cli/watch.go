@@ -64,9 +64,8 @@ operator's rights ends the run at once.`,
 			return r.withPoolAdmin(c, func(ctx context.Context, pool *pgxpool.Pool, admin coord.Admin) error {
 				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
 				defer v.close()
-				w := &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
-					giveUp: max(watchGiveUp, 10*interval), now: time.Now, show: v.show,
-					warn: func(msg string) { r.progress("fleetctl: watch: %s", msg) }}
+				w := r.newWatcher("watch", admin, pool, key, interval)
+				w.show = v.show
 				return watchLoop(ctx, interval, count, func() error { return w.refresh(ctx) })
 			})
 		}),
@@ -140,6 +139,15 @@ type watcher struct {
 
 // noteFor is how long the frames after a recovery say it (frame.Note).
 const noteFor = time.Minute
+
+// newWatcher returns command's watcher of key on pool, every interval,
+// each refresh bounded by the pool's own timeouts (see refreshBound),
+// saying its failures on stderr; the caller sets show.
+func (r *runner) newWatcher(command string, admin coord.Admin, pool *pgxpool.Pool, key string, interval time.Duration) *watcher {
+	return &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
+		giveUp: max(watchGiveUp, 10*interval), now: time.Now,
+		warn: func(msg string) { r.progress("fleetctl: %s: %s", command, msg) }}
+}
 
 // refresh reads and shows one frame; see watchLoop for its error.
 func (w *watcher) refresh(ctx context.Context) error {
