@@ -10,23 +10,30 @@ import (
 
 // refuse settles le, admitted at admitted, as the upstream's refusal of
 // its request (a 429, a 503), which came back at now, rtt after the
-// request was sent: a drop at once, whose slot stays held until a served
-// request's headers would have come — the limiter's RTTNoload after
-// sending, and no later than bound — so that a node cut to its last slots
-// does not send its queue to be refused at loopback speed. While the node's limit is 1 and its last
-// grant counted other live nodes, each refusal in a row holds its slot
-// twice as long as the one before (see floorBackoff); a refusal at a
-// higher limit ends the streak.
+// request was sent: a drop at once, whose slot stays held for
+// refusalHold, no later than bound.
 func (n *Node) refuse(le adaptive.Lease, admitted time.Time, rtt time.Duration, bound, now time.Time) {
+	abandon(le, true, bound, n.refusalHold(admitted, rtt, now))
+}
+
+// refusalHold is how long the slot of a refused request, admitted at
+// admitted and come back at now, rtt after it was sent, stays held, by
+// the node's limit before the refusal's drop: until
+// a served request's headers would have come — the limiter's RTTNoload
+// after sending — so that a node cut to its last slots does not send its
+// queue to be refused at loopback speed. While the node's limit is 1 and
+// its last grant counted other live nodes, each refusal in a row holds
+// its slot twice as long as the one before (see floorBackoff); a refusal
+// at a higher limit ends the streak. It may be 0 or less: no hold.
+func (n *Node) refusalHold(admitted time.Time, rtt time.Duration, now time.Time) time.Duration {
 	noload := n.lim.RTTNoload()
-	hold := noload - rtt
 	switch lim := n.lim.Limit(); {
 	case lim == 1 && n.floor.peers.Load():
-		hold = noload<<(n.floor.refused(admitted, now, noload)-1) - rtt
+		return noload<<(n.floor.refused(admitted, now, noload)-1) - rtt
 	case lim > 1:
 		n.floor.reset()
 	}
-	abandon(le, true, bound, hold)
+	return noload - rtt
 }
 
 // maxFloorBackoff caps the refusals in a row that double the hold of a

@@ -37,7 +37,7 @@ import (
 //     slot stays held until a served request's headers would have come,
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
-//     than answers do. While the node's limit is 1 (its floor of one
+//     than answers do, and, as any response's, until its body has ended. While the node's limit is 1 (its floor of one
 //     slot, or cut to its last) and its last grant counted other live
 //     nodes, each refusal in a row — of a request sent after the last
 //     one came back — holds its slot twice as long as the one before,
@@ -212,7 +212,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		body.once.Do(func() { t.node.refuse(le, admitted, body.rtt, bound, now) })
+		// A refusal is a drop at once. Its slot stays held for the
+		// refusal's hold and until its body has ended, as any response's.
+		hold := t.node.refusalHold(admitted, body.rtt, now)
+		le.ObserveDrop()
+		body.refused, body.rtt = now.Add(hold), -1
 	case code < 400:
 		t.node.floor.served(admitted)
 	case code >= 400:
@@ -306,6 +310,10 @@ type leaseBody struct {
 	hold   time.Duration
 	once   sync.Once
 	debit  *debit // the request's debit from the node's rate shares
+	// refused is, for a refusal (a 429, a 503), when its hold ends: its
+	// slot is held until then even if its body ended before. Zero for
+	// any other response.
+	refused time.Time
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
@@ -364,18 +372,22 @@ func (b *leaseBody) drain() {
 // finish settles the lease of a response that has ended.
 func (b *leaseBody) finish() {
 	b.once.Do(func() {
-		if b.rtt < 0 {
+		switch {
+		case !b.refused.IsZero():
+			abandon(b.lease, false, b.bound, time.Until(b.refused))
+		case b.rtt < 0:
 			b.lease.Ignore()
-		} else {
+		default:
 			b.lease.ReleaseRTT(b.rtt)
 		}
 	})
 }
 
 // abandon gives the lease up as abandoned: its slot stays held for the
-// hold. It is never a drop: the headers came back.
+// hold, and a refusal's at least until its hold ends. It is never a
+// drop: the headers came back (a refusal's drop counted then).
 func (b *leaseBody) abandon() {
-	b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
+	b.once.Do(func() { abandon(b.lease, false, b.bound, max(b.hold, time.Until(b.refused))) })
 }
 
 // release ends the request's context once the body is done with.

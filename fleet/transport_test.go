@@ -724,3 +724,61 @@ func TestTransportStreamClosedAtItsEndMarker(t *testing.T) {
 	require.Positive(t, n.lim.RTTNoload(), "and gives a latency sample")
 	require.Zero(t, n.State().Drops)
 }
+
+// TestTransportRefusalHoldsItsSlotUntilItsBodyEnds: a 429 whose body the
+// upstream is still sending occupies it like any response: its drop
+// counts at once, and its slot is held past the refusal's hold until the
+// body ends — read to EOF, or, closed before that, for AbandonedHold.
+func TestTransportRefusalHoldsItsSlotUntilItsBodyEnds(t *testing.T) {
+	t.Parallel()
+	const stream = 300 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("refuse") == "" {
+			time.Sleep(5 * time.Millisecond)
+			return
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.(http.Flusher).Flush()
+		for range 3 {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(stream / 3):
+			}
+			_, _ = w.Write([]byte("slow down\n"))
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 50 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(base)}
+	getEach(t, client, srv.URL, 3)
+	noload := n.Limiter().RTTNoload()
+	require.Less(t, noload, stream/3, "the served requests set a short RTTNoload")
+
+	resp, err := get(t, client, srv.URL+"/?refuse=1")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, uint64(1), n.State().Drops, "the refusal is a drop at once")
+	time.Sleep(noload + stream/6)
+	require.Equal(t, 1, n.State().Inflight, "past the refusal's hold, its body is still coming")
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "slow down\nslow down\nslow down\n", string(body))
+	require.Equal(t, 0, n.State().Inflight, "the body's end frees the slot")
+	require.NoError(t, resp.Body.Close())
+
+	resp, err = get(t, client, srv.URL+"/?refuse=1")
+	require.NoError(t, err)
+	time.Sleep(noload + stream/6)
+	closed := time.Now()
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 1, n.State().Inflight, "closed before its end: the upstream may still send")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the abandoned refusal's slot comes back")
+	require.GreaterOrEqual(t, time.Since(closed), cfg.AbandonedHold, "held for AbandonedHold")
+	require.Equal(t, uint64(2), n.State().Drops, "each refusal counts once")
+}
