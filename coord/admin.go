@@ -52,7 +52,7 @@ type Admin interface {
 	// DeleteKey deletes the key and all its rows: nodes, drain marks,
 	// evictions. Without force it returns ErrLiveNodes while the key has
 	// live members, and ErrHeldCapacity while a row that is no member
-	// still holds a reserve above 0 (KeyInfo.HeldReserve). It returns
+	// still holds back capacity (KeyInfo.HeldRows). It returns
 	// ErrUnknownKey for a key without a row.
 	DeleteKey(ctx context.Context, key string, force bool) error
 }
@@ -79,9 +79,11 @@ type KeyInfo struct {
 	LiveNodes   int
 	SumShare    int
 	SumInflight int
-	// HeldRows and HeldReserve cover the rows that are no members but
-	// whose reserve is still held: expired, left or evicted instances
-	// whose requests may still run.
+	// HeldRows counts the rows that are no members but still hold back
+	// capacity from the others — a reserve above 0 until their hold
+	// ends, a rate reserve while an evicted instance's lease runs — for
+	// the requests of expired, departed or evicted instances that may
+	// still run; HeldReserve adds up their reserves (slots).
 	HeldRows    int
 	HeldReserve int
 	// Evictions counts the evicted instances whose rows have gone; their
@@ -149,9 +151,11 @@ func keyInfo(s State, now time.Time) KeyInfo {
 			ki.SumRateShare.Tokens += n.RateShare.Tokens
 			ki.SumRateUsed.Requests += n.RateUsed.Requests
 			ki.SumRateUsed.Tokens += n.RateUsed.Tokens
-		case n.Holding(now):
-			ki.HeldRows++
-			ki.HeldReserve += n.Reserve(now)
+		default:
+			if held, _ := n.heldBack(now); held {
+				ki.HeldRows++
+				ki.HeldReserve += n.Reserve(now)
+			}
 		}
 	}
 	return ki

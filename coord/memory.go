@@ -237,12 +237,15 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
 	}
 	now := instant(m.clock)
-	held, reserve, until := 0, 0, time.Time{}
+	held, reserve, rates, until := 0, 0, "", time.Time{}
 	for _, n := range s.Nodes {
-		if r := n.Reserve(now); r > 0 && !n.Member(now) {
-			held, reserve = held+1, reserve+r
-			if n.HoldUntil.After(until) {
-				until = n.HoldUntil
+		if ok, u := n.heldBack(now); ok {
+			held, reserve = held+1, reserve+n.Reserve(now)
+			if !n.RateReserve(now).IsZero() {
+				rates = " and a rate reserve"
+			}
+			if u.After(until) {
+				until = u
 			}
 		}
 	}
@@ -251,8 +254,8 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	case live > 0:
 		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, live, key)
 	case held > 0:
-		return fmt.Errorf("coord: delete key: %w: %d rows hold %d slots on key %.40q until %s",
-			ErrHeldCapacity, held, reserve, key, until.UTC().Format("2006-01-02T15:04:05Z"))
+		return fmt.Errorf("coord: delete key: %w: %d rows hold %d slots%s on key %.40q until %s",
+			ErrHeldCapacity, held, reserve, rates, key, until.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	delete(m.keys, key)
 	return nil

@@ -47,8 +47,10 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
        count(n.node_id) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)),
        coalesce(sum(n.share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
        coalesce(sum(n.inflight) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
-       count(n.node_id) FILTER (WHERE n.hold_until > t.now
-                                  AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))),
+       count(n.node_id) FILTER (WHERE NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))
+                                  AND (n.hold_until > t.now AND greatest(n.unacked_high, n.share, n.inflight) > 0
+                                       OR n.lease_expires_at > t.now AND NOT n.departed
+                                          AND greatest(n.rpm_high, n.rpm_share, n.tpm_high, n.tpm_share) > 0)),
        coalesce(sum(greatest(n.unacked_high, n.share, n.inflight))
                 FILTER (WHERE n.hold_until > t.now
                           AND NOT (n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed))), 0),

@@ -158,6 +158,24 @@ func (n NodeState) wants() bool { return !n.Draining && n.Demand > 0 }
 // HoldUntil, whether or not the row is a member.
 func (n NodeState) Holding(now time.Time) bool { return n.HoldUntil.After(now) }
 
+// heldBack reports whether the row, no member at now, still holds back
+// capacity from the others for requests its instance may still send or
+// run: a reserve above 0 (until HoldUntil) or a rate reserve (while the
+// lease of an evicted instance runs), and until when.
+func (n NodeState) heldBack(now time.Time) (bool, time.Time) {
+	if n.Member(now) {
+		return false, time.Time{}
+	}
+	var until time.Time
+	if n.Reserve(now) > 0 {
+		until = n.HoldUntil
+	}
+	if !n.RateReserve(now).IsZero() && n.LeaseExpiresAt.After(until) {
+		until = n.LeaseExpiresAt
+	}
+	return !until.IsZero(), until
+}
+
 // gone reports whether the row may be deleted at now: its hold has ended.
 // An evicted row's instance moves to State.Evictions then.
 func (n NodeState) gone(now time.Time) bool { return !n.Holding(now) }

@@ -226,7 +226,8 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 		Description: `Refused while nodes are live on the key (their next heartbeats would
 re-create it, without its min/max and rates), and while rows of nodes
 that expired, left or were evicted still hold capacity for requests that
-may still run (HELD in 'fleetctl keys'): a key deleted then, and
+may still run (HELD in 'fleetctl keys'; an evicted node's rate share
+too, while its lease runs): a key deleted then, and
 re-created by the next node that joins, would grant that capacity again
 beside those requests. --force deletes it anyway.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key or capacity is held on it"}},

@@ -7,32 +7,41 @@
 -- use. Deleting the key threw it away with the rows: the first node to
 -- come back re-created the key and was granted the whole L_global beside
 -- them. Now delete_key also refuses, with FL008, while a row that is no
--- member holds a reserve above 0 (its hold has not ended), unless p_force.
+-- member holds back capacity, unless p_force: a reserve above 0 (its hold
+-- has not ended), or a rate reserve (an evicted instance whose lease
+-- runs, which may still send).
 
 -- +goose Up
 
 -- +goose StatementBegin
 -- delete_key deletes a key and everything on it: nodes, drains, evictions
 -- (ON DELETE CASCADE). Unless p_force: FL007 while it has live members,
--- FL008 while a row that is no member still holds a reserve above 0 (its
--- hold has not ended). FL003 for an unknown key.
+-- FL008 while a row that is no member still holds back capacity: a
+-- reserve above 0 until its hold ends, a rate reserve while its lease
+-- runs (evicted, not departed). FL003 for an unknown key.
 CREATE OR REPLACE FUNCTION fleetlimit.delete_key_at(p_key text, p_force boolean, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_live bigint;
     v_held bigint;
     v_reserve bigint;
+    v_rated bigint;
     v_until timestamptz;
 BEGIN
     PERFORM fleetlimit.lock_key(p_key);
-    SELECT count(*) FILTER (WHERE o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)),
-           count(*) FILTER (WHERE h.held),
-           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)) FILTER (WHERE h.held), 0),
-           max(o.hold_until) FILTER (WHERE h.held)
-      INTO v_live, v_held, v_reserve, v_until
+    SELECT count(*) FILTER (WHERE h.member),
+           count(*) FILTER (WHERE h.slots OR h.rates),
+           coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)) FILTER (WHERE h.slots), 0),
+           count(*) FILTER (WHERE h.rates),
+           max(greatest(CASE WHEN h.slots THEN o.hold_until END, CASE WHEN h.rates THEN o.lease_expires_at END))
+      INTO v_live, v_held, v_reserve, v_rated, v_until
       FROM fleetlimit.nodes AS o
-     CROSS JOIN LATERAL (SELECT o.hold_until > p_now AND greatest(o.unacked_high, o.share, o.inflight) > 0
-                                AND NOT (o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed)) AS held) AS h
+     CROSS JOIN LATERAL (SELECT o.lease_expires_at > p_now AND NOT (o.evicted OR o.departed) AS member) AS m
+     CROSS JOIN LATERAL (SELECT m.member,
+                                NOT m.member AND o.hold_until > p_now
+                                    AND greatest(o.unacked_high, o.share, o.inflight) > 0 AS slots,
+                                NOT m.member AND o.lease_expires_at > p_now AND NOT o.departed
+                                    AND greatest(o.rpm_high, o.rpm_share, o.tpm_high, o.tpm_share) > 0 AS rates) AS h
      WHERE o.key = p_key;
     IF coalesce(p_force, false) THEN
         NULL;
@@ -41,7 +50,8 @@ BEGIN
             MESSAGE = format('%s live nodes on key %s', v_live, left(quote_literal(p_key), 42));
     ELSIF v_held > 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'FL008',
-            MESSAGE = format('%s rows hold %s slots on key %s until %s', v_held, v_reserve, left(quote_literal(p_key), 42),
+            MESSAGE = format('%s rows hold %s slots%s on key %s until %s', v_held, v_reserve,
+                             CASE WHEN v_rated > 0 THEN ' and a rate reserve' ELSE '' END, left(quote_literal(p_key), 42),
                              to_char(v_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
     END IF;
     DELETE FROM fleetlimit.keys AS kk WHERE kk.key = p_key;
