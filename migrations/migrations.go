@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"sort"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -97,6 +98,24 @@ func NewProvider(db *sql.DB) (*goose.Provider, error) {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	return p, nil
+}
+
+// LockHolder returns the process ID of another session that holds the
+// lock migrations take (on [LockID]), and whether it holds it
+// exclusively, as a migration or a rollback does ([Status] holds it
+// shared); pid 0 when no other session holds it. A run started now would
+// wait for an exclusive holder, and a migration for any. It only looks:
+// the lock may change hands right after.
+func LockHolder(ctx context.Context, pool *pgxpool.Pool) (pid int, exclusive bool, err error) {
+	var p int32
+	err = pool.QueryRow(ctx, sqlLockHolder, LockID).Scan(&p, &exclusive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("migrations: look for the holder of the migration lock: %w", err)
+	}
+	return int(p), exclusive, nil
 }
 
 // Up applies every pending migration to the database behind pool. It is safe

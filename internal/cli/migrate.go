@@ -31,6 +31,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Usage: "apply every pending migration",
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+						r.noteMigrationLock(ctx, pool, true)
 						before, after, err := migrations.UpVersions(ctx, pool)
 						if err != nil {
 							return migrationHint(err)
@@ -66,6 +67,7 @@ after 'migrate up'.`,
 						return usageErrorf("invalid value %d for --to: no such migration (the newest is %d)", to, coord.SchemaVersion)
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+						r.noteMigrationLock(ctx, pool, true)
 						applied, err := appliedVersions(ctx, pool)
 						if err != nil {
 							return err
@@ -124,6 +126,7 @@ the same confirmation and check for live nodes.`,
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+						r.noteMigrationLock(ctx, pool, true)
 						current, _, err := schemaVersion(ctx, pool)
 						gone := errors.Is(err, migrations.ErrSchemaGone)
 						unrecorded := errors.Is(err, migrations.ErrVersionTableGone)
@@ -194,6 +197,7 @@ applied_at (null when pending)}.`,
 						return err
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+						r.noteMigrationLock(ctx, pool, false)
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
 							return migrationHint(err)
@@ -383,4 +387,20 @@ func newMigrationViews(st []*goose.MigrationStatus) []migrationView {
 		out[i] = v
 	}
 	return out
+}
+
+// noteMigrationLock says on stderr that the command is about to wait for
+// the lock migrations take, when another session holds it: any holder
+// for a command that changes the schema (migrating), an exclusive one
+// for one that reads it. It only looks; a failed look says nothing.
+func (r *runner) noteMigrationLock(ctx context.Context, pool *pgxpool.Pool, migrating bool) {
+	pid, exclusive, err := migrations.LockHolder(ctx, pool)
+	if err != nil || pid == 0 || !migrating && !exclusive {
+		return
+	}
+	what := "a migration or a rollback running elsewhere"
+	if !exclusive {
+		what = "a 'migrate status' or a check of the schema running elsewhere"
+	}
+	fmt.Fprintf(r.env.Stderr, "waiting for the migration lock, which another session (pid %d) holds: %s (Ctrl-C stops waiting)\n", pid, what)
 }

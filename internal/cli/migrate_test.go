@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -221,7 +222,13 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 	for range cap(results) {
 		r := <-results
 		require.Equal(t, ExitOK, r.code, r.stderr)
+		require.Equal(t, fmt.Sprintf("waiting for the migration lock, which another session (pid %d) holds: "+
+			"a migration or a rollback running elsewhere (Ctrl-C stops waiting)\n", holder.PgConn().PID()), r.stderr,
+			"each run said what it waited for")
 		said = append(said, r.stdout)
 	}
 	require.ElementsMatch(t, []string{"migrated from version 0 to 10\n", "schema is up to date at version 10\n"}, said)
+	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Empty(t, stderr, "nothing said when the lock is free")
 }
