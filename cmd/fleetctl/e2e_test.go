@@ -250,6 +250,8 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("limits", "set", "api", "--rpm", "450", "--tpm", "120000")
 	step("limits", "set", "api", "--clear-min")
 	step("limits", "set", "api", "--tpm", "0")
+	step("limits", "set", "api", "--aggregate", "min", "--max", "25")
+	step("limits", "set", "api", "--aggregate", "lower_median", "--max", "30")
 	step("limits", "get", "api")
 	step("drain", "api", "node-a")
 	step("nodes", "api")
@@ -306,7 +308,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--max", "0"}, 2, `fleetctl: limits set: invalid value 0 for --max: want 1..1000000 (use --clear-max to remove the bound)`},
 		{[]string{"limits", "set", "api", "--min", "-3"}, 2, `fleetctl: limits set: invalid value -3 for --min: want 1..1000000 (use --clear-min to remove the bound)`},
 		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for --max: want a decimal integer`},
-		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm`},
+		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm, --tpm or --aggregate`},
+		{[]string{"limits", "set", "api", "--max", "5", "--aggregate", "sum"}, 2, `fleetctl: limits set: invalid value "sum" for --aggregate: want lower_median or min`},
+		{[]string{"limits", "set", "nope", "--aggregate", "min"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
 		{[]string{"limits", "set", "api", "--rpm", "-1"}, 2, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--min", "5", "--tpm", "1000000001"}, 2, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for --rpm: want a decimal integer`},

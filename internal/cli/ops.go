@@ -308,8 +308,17 @@ two limits set on one key at the same moment, one on --min and one on
 --rpm N and --tpm N set the key's request and token rates per minute
 (N in 0..%d; 0 removes the rate): the key's rate when its
 nodes learn none, and a cap on what they learn, from the key's next
-heartbeat on. The rate not named keeps its value. Every flag is checked before anything is
-written: a bad value in any of them changes nothing.
+heartbeat on. The rate not named keeps its value.
+
+--aggregate sets how the key folds its nodes' estimates (l_local) into
+L_global: lower_median (the default: the ⌈m/2⌉-th smallest of m, so one
+wild estimate cannot move the fleet) or min (the most cautious node
+rules), from the key's next heartbeat on.
+
+Every flag is checked before anything is written: a bad value in any of
+them changes nothing. The bounds, the aggregate and the rates are
+written in that order, one statement each; should one fail, the error
+says which were made.
 
 Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxRate),
 		Flags: []ucli.Flag{
@@ -319,6 +328,7 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
 			rpmFlag("unchanged"),
 			tpmFlag("unchanged"),
+			&ucli.StringFlag{Name: "aggregate", Usage: "how l_local values fold into L_global: lower_median or min", DefaultText: "unchanged"},
 		},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
@@ -338,8 +348,13 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				return err
 			}
 			setRates := rates.SetRequests || rates.SetTokens
-			if !minChange.set && !maxChange.set && !setRates {
-				return usageErrorf("nothing to set: give --min, --max, --clear-min, --clear-max, --rpm or --tpm")
+			aggregate := coord.Aggregate(c.String("aggregate"))
+			setAggregate := c.IsSet("aggregate")
+			if setAggregate && aggregate != coord.AggregateLowerMedian && aggregate != coord.AggregateMin {
+				return usageErrorf("invalid value %q for --aggregate: want %s or %s", c.String("aggregate"), coord.AggregateLowerMedian, coord.AggregateMin)
+			}
+			if !minChange.set && !maxChange.set && !setRates && !setAggregate {
+				return usageErrorf("nothing to set: give --min, --max, --clear-min, --clear-max, --rpm, --tpm or --aggregate")
 			}
 			if minChange.value != nil && maxChange.value != nil && *maxChange.value < *minChange.value {
 				return usageErrorf("--max %d is below --min %d", *maxChange.value, *minChange.value)
@@ -352,37 +367,44 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				// The limits first: the coordinator may refuse a bound
 				// that crosses the unchanged one, and then nothing is
-				// written. The rates are checked above and cannot be
-				// refused.
-				limitsChanged := false
+				// written. The aggregate and the rates are checked above
+				// and cannot be refused.
+				var made []string
+				failed := func(what string, err error) error {
+					if errors.Is(err, coord.ErrUnknownKey) && len(made) == 0 {
+						return unknownKey()
+					}
+					err = adminError(err, key, "")
+					if len(made) > 0 {
+						return fmt.Errorf("the %s changed, but the %s did not: %w", strings.Join(made, " and the "), what, err)
+					}
+					return err
+				}
 				var minLimit, maxLimit *int
 				if minChange.set || maxChange.set {
 					var err error
 					minLimit, maxLimit, err = admin.UpdateLimits(ctx, key, coord.LimitsChange{
 						SetMin: minChange.set, Min: minChange.value, SetMax: maxChange.set, Max: maxChange.value})
-					if errors.Is(err, coord.ErrUnknownKey) {
-						return unknownKey()
-					}
 					if err != nil {
-						return adminError(err, key, "")
+						return failed("min/max", err)
 					}
-					limitsChanged = true
+					made = append(made, "min/max")
+				}
+				if setAggregate {
+					if err := admin.SetAggregate(ctx, key, aggregate); err != nil {
+						return failed("aggregate", err)
+					}
+					made = append(made, "aggregate")
 				}
 				var rateLimit coord.Rates
 				if setRates {
 					var err error
 					rateLimit, err = admin.SetRates(ctx, key, rates)
 					if err != nil {
-						if errors.Is(err, coord.ErrUnknownKey) && !limitsChanged {
-							return unknownKey()
-						}
-						err = adminError(err, key, "")
-						if limitsChanged {
-							return fmt.Errorf("the min/max change was made, but the rates were not changed: %w", err)
-						}
-						return err
+						return failed("rates", err)
 					}
 				}
+				limitsChanged := minChange.set || maxChange.set
 				k, err := findKey(ctx, admin, key)
 				if err != nil {
 					return fmt.Errorf("key %q was changed, but reading it back failed: %w", key, err)
