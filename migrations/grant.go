@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -75,3 +76,59 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
 	}
 	return nil
 }
+
+// Revoke takes from role every right [Grant] gives, of either kind: on
+// the fleetlimit schema, its tables and its functions, and SELECT on the
+// version table wherever Grant would grant it. It leaves USAGE on the
+// version table's schema (Grant cannot tell whether role had it before),
+// and the role itself. A fleet node of role fails at its next heartbeat
+// ([coord.ErrPermission]) and fails closed when its lease runs out; an
+// operator's commands fail. Revoke is the schema owner's to call, refuses
+// the owner itself (who keeps its rights as the owner in any case, and
+// whose own grants would be taken) and public, and revokes everything or
+// nothing.
+func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
+	if strings.EqualFold(role, "public") {
+		return fmt.Errorf("migrations: revoke the rights of %q: that is PUBLIC, every role in the cluster, "+
+			"which fleetlimit's migrations give nothing; revoke the roles that were granted them", role)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var owner bool
+		if err := tx.QueryRow(ctx, sqlSchemaOwner, role).Scan(&owner); err != nil {
+			return err
+		}
+		if owner {
+			return fmt.Errorf("%w: it owns the fleetlimit schema", ErrSchemaOwner)
+		}
+		grantee := pgx.Identifier{role}.Sanitize()
+		if _, err := tx.Exec(ctx, fmt.Sprintf(sqlRevoke, grantee)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, sqlVersionTablesToGrant, VersionTable, role)
+		if err != nil {
+			return fmt.Errorf("look for %s: %w", VersionTable, err)
+		}
+		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgx.Identifier, error) {
+			var schema, name string
+			var usage bool
+			return pgx.Identifier{schema, name}, row.Scan(&schema, &name, &usage)
+		})
+		if err != nil {
+			return fmt.Errorf("look for %s: %w", VersionTable, err)
+		}
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlRevokeSelect, t.Sanitize(), grantee)); err != nil {
+				return fmt.Errorf("revoke SELECT on %s: %w", t.Sanitize(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrations: revoke the rights of %q: %w", role, err)
+	}
+	return nil
+}
+
+// ErrSchemaOwner is returned by [Revoke] for the role that owns the
+// fleetlimit schema.
+var ErrSchemaOwner = errors.New("the schema owner's rights cannot be revoked")

@@ -75,4 +75,16 @@ const (
 	// pgx.Identifier: the table (schema-qualified) or schema, then the role.
 	sqlGrantSelect = `GRANT SELECT ON TABLE %s TO %s`
 	sqlGrantUsage  = `GRANT USAGE ON SCHEMA %s TO %s`
+	// sqlSchemaOwner: whether role $1 owns the fleetlimit schema (false
+	// when there is none).
+	sqlSchemaOwner = `SELECT coalesce(bool_or(n.nspowner = $1::text::regrole), false)
+	  FROM pg_namespace AS n WHERE n.nspname = 'fleetlimit'`
+	// sqlRevoke takes the role quoted by pgx.Identifier: everything that
+	// grant_role and Grant give in the fleetlimit schema.
+	sqlRevoke = `REVOKE ALL ON ALL ROUTINES IN SCHEMA fleetlimit FROM %[1]s;
+	REVOKE ALL ON ALL TABLES IN SCHEMA fleetlimit FROM %[1]s;
+	REVOKE ALL ON SCHEMA fleetlimit FROM %[1]s`
+	// sqlRevokeSelect takes the table (schema-qualified) and the role,
+	// quoted by pgx.Identifier.
+	sqlRevokeSelect = `REVOKE SELECT ON TABLE %s FROM %s`
 )

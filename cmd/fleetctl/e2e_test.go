@@ -649,6 +649,43 @@ func TestGrant(t *testing.T) {
 	res = run(t, u.String(), "grant", "node", role)
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "(grant is the schema owner's to run: the role that ran 'fleetctl migrate up')")
+	res = run(t, u.String(), "revoke", role)
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "(revoke is the schema owner's to run: the role that ran 'fleetctl migrate up')")
+
+	// revoke takes both kinds' rights, and the version table's.
+	rights := func() []bool {
+		t.Helper()
+		var fn, tbl, schema, version bool
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+			has_function_privilege($1, 'fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb)', 'EXECUTE')
+			OR has_function_privilege($1, 'fleetlimit.evict(text, text)', 'EXECUTE'),
+			has_table_privilege($1, 'fleetlimit.keys', 'SELECT'),
+			has_schema_privilege($1, 'fleetlimit', 'USAGE'),
+			has_table_privilege($1, 'fleetlimit_schema_version', 'SELECT')`, role).Scan(&fn, &tbl, &schema, &version))
+		return []bool{fn, tbl, schema, version}
+	}
+	require.Equal(t, []bool{true, true, true, true}, rights())
+	require.Equal(t, fmt.Sprintf("role %q has no fleetlimit rights\n", role), mustRun(t, dsn, "revoke", role))
+	require.Equal(t, []bool{false, false, false, false}, rights())
+	res = run(t, u.String(), "keys")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "permission denied")
+	require.Equal(t, fmt.Sprintf("role %q has no fleetlimit rights\n", role), mustRun(t, dsn, "revoke", role), "twice is no error")
+
+	res = run(t, dsn, "revoke", "no_such_role_xyz")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `(create the role first: CREATE ROLE "no_such_role_xyz" LOGIN)`)
+	res = run(t, dsn, "revoke", "Public")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `revoke the rights of "Public": that is PUBLIC`)
+	var owner string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fleetlimit'`).Scan(&owner))
+	res = run(t, dsn, "revoke", owner)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "the schema owner's rights cannot be revoked: it owns the fleetlimit schema")
+	res = run(t, dsn, "revoke")
+	require.Equal(t, 2, res.code, res.stderr)
 }
 
 // heartbeatAPI sends one more round of seed's heartbeats on "api", each

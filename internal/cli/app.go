@@ -180,6 +180,7 @@ func (r *runner) app() *ucli.App {
 			r.evictCommand(),
 			r.relearnCommand(),
 			r.grantCommand(),
+			r.revokeCommand(),
 			r.limitsCommand(),
 			r.watchCommand(),
 			r.demoCommand(),

@@ -157,7 +157,7 @@ func TestEmptyFlagValues(t *testing.T) {
 	app := r.app()
 	// Arguments that pass the commands' checks, so that the flag's is the
 	// one that fails.
-	argsFor := map[string][]string{"KEY": {"k"}, "KEY NODE": {"k", "n"}, "KIND ROLE": {"node", "r"}}
+	argsFor := map[string][]string{"KEY": {"k"}, "KEY NODE": {"k", "n"}, "KIND ROLE": {"node", "r"}, "ROLE": {"r"}}
 	extra := map[string][]string{"set": {"--rpm", "1"}}
 	var walk func(path []string, cmds []*ucli.Command)
 	n := 0
@@ -220,6 +220,7 @@ func TestArgumentsLikeHelp(t *testing.T) {
 		{"drain", "h", "n"},
 		{"drain", "help", "help"},
 		{"grant", "node", "help"},
+		{"revoke", "help"},
 		{"nodes", "--", "help"},
 	} {
 		stdout, stderr, code := runCLI(t, nil, append([]string{"--database-url", "postgres://127.0.0.1:1/x"}, args...)...)

@@ -611,17 +611,54 @@ default) or in a schema of its own.`,
 			}
 			defer pool.Close()
 			if err := migrations.Grant(c.Context, pool, role, kind); err != nil {
-				var pgErr *pgconn.PgError
-				switch {
-				case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined object
-					return fmt.Errorf("%w (create the role first: CREATE ROLE %s LOGIN)", err, pgx.Identifier{role}.Sanitize())
-				case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient privilege
-					return fmt.Errorf("%w (grant is the schema owner's to run: the role that ran 'fleetctl migrate up')", err)
-				}
-				return schemaHint(err)
+				return roleHint(err, role, "grant")
 			}
 			r.printf("role %q has a fleet %s's rights\n", role, kind)
 			return nil
 		}),
 	}
+}
+
+func (r *runner) revokeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "revoke",
+		Usage:     "take from ROLE every right 'fleetctl grant' gives, node's and operator's",
+		ArgsUsage: argsUsage("ROLE"),
+		Description: `Run it as the schema's owner. It revokes everything on the fleetlimit
+schema, its tables and its functions, and SELECT on the version table
+where grant would grant it; USAGE that grant gave on the version table's
+schema stays, since the role may have had it before. The role itself
+stays. Nodes that connect as ROLE fail at their next heartbeat and fail
+closed when their leases run out: stop or drain them first. The schema's
+owner and public are refused.`,
+		Action: r.action(func(c *ucli.Context) error {
+			args, err := wantArgs(c, "ROLE")
+			if err != nil {
+				return err
+			}
+			pool, err := r.openPool(c)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := migrations.Revoke(c.Context, pool, args[0]); err != nil {
+				return roleHint(err, args[0], "revoke")
+			}
+			r.printf("role %q has no fleetlimit rights\n", args[0])
+			return nil
+		}),
+	}
+}
+
+// roleHint adds to an error of grant or revoke (the command named) what
+// to do: create the missing role, or run as the schema's owner.
+func roleHint(err error, role, command string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined object
+		return fmt.Errorf("%w (create the role first: CREATE ROLE %s LOGIN)", err, pgx.Identifier{role}.Sanitize())
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient privilege
+		return fmt.Errorf("%w (%s is the schema owner's to run: the role that ran 'fleetctl migrate up')", err, command)
+	}
+	return schemaHint(err)
 }
