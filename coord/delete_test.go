@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
-	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // TestDeleteKeyWaitsForHeldCapacity pins DeleteKey without force, on
@@ -20,15 +19,7 @@ import (
 // row's lease has run out, the key goes.
 func TestDeleteKeyWaitsForHeldCapacity(t *testing.T) {
 	t.Parallel()
-	for _, impl := range []struct {
-		name string
-		new  func(t *testing.T, clock coord.Clock) coordinator
-	}{
-		{"memory", func(_ *testing.T, clock coord.Clock) coordinator { return coord.NewMemory(clock) }},
-		{"postgres", func(t *testing.T, clock coord.Clock) coordinator {
-			return newPostgres(t, fleettest.Pool(t), coord.WithClock(clock))
-		}},
-	} {
+	for _, impl := range bothImplementations {
 		t.Run(impl.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

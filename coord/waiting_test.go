@@ -22,15 +22,7 @@ import (
 // row has gone are answered with the same count.
 func TestGrantWaiting(t *testing.T) {
 	t.Parallel()
-	for _, impl := range []struct {
-		name string
-		new  func(t *testing.T, clock coord.Clock) coordinator
-	}{
-		{"memory", func(_ *testing.T, clock coord.Clock) coordinator { return coord.NewMemory(clock) }},
-		{"postgres", func(t *testing.T, clock coord.Clock) coordinator {
-			return newPostgres(t, fleettest.Pool(t), coord.WithClock(clock))
-		}},
-	} {
+	for _, impl := range bothImplementations {
 		t.Run(impl.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -92,4 +84,16 @@ func TestGrantWaiting(t *testing.T) {
 			beat("the holder sees d waiting", rep("c", 4, 8, 1, 1, 0), want{share: 1, waiting: 1})
 		})
 	}
+}
+
+// bothImplementations are the coordinators a test runs on, each on a
+// given clock: Memory and Postgres.
+var bothImplementations = []struct {
+	name string
+	new  func(t *testing.T, clock coord.Clock) coordinator
+}{
+	{"memory", func(_ *testing.T, clock coord.Clock) coordinator { return coord.NewMemory(clock) }},
+	{"postgres", func(t *testing.T, clock coord.Clock) coordinator {
+		return newPostgres(t, fleettest.Pool(t), coord.WithClock(clock))
+	}},
 }
