@@ -134,7 +134,8 @@ func (le Lease) Drop() {
 // request was sent (when the key's rate let it go, or at its admission
 // on a key without a rate), and no later than its bound — so that a queue
 // meeting refusals answered at once is not sent to them at loopback
-// speed. Call it when the refusal comes back. While the node's limit is 1
+// speed. Call it when the refusal has come back, body included
+// (Transport holds the slot until the body's transfer ends too). While the node's limit is 1
 // (its floor of one slot, or cut to its last) and its last grant counted
 // other live nodes, each refusal in a row — of a request admitted after
 // the last one came back — holds its slot twice as long as the one

@@ -37,7 +37,10 @@ import (
 //     slot stays held until a served request's headers would have come,
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
-//     than answers do, and, as any response's, until its body has ended. While the node's limit is 1 (its floor of one
+//     than answers do, and until its body's transfer ends: read to its
+//     end, closed, failed, or ended by the request's context (a
+//     refusal's body is no work at the upstream, so a body closed early
+//     is not held as an abandoned request's). While the node's limit is 1 (its floor of one
 //     slot, or cut to its last) and its last grant counted other live
 //     nodes, each refusal in a row — of a request sent after the last
 //     one came back — holds its slot twice as long as the one before,
@@ -213,7 +216,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		// A refusal is a drop at once. Its slot stays held for the
-		// refusal's hold and until its body has ended, as any response's.
+		// refusal's hold and until its body's transfer has ended.
 		hold := t.node.refusalHold(admitted, body.rtt, now)
 		le.ObserveDrop()
 		body.refused, body.rtt = now.Add(hold), -1
@@ -384,10 +387,15 @@ func (b *leaseBody) finish() {
 }
 
 // abandon gives the lease up as abandoned: its slot stays held for the
-// hold, and a refusal's at least until its hold ends. It is never a
-// drop: the headers came back (a refusal's drop counted then).
+// hold. It is never a drop: the headers came back (a refusal's drop
+// counted then). A refusal's body is no work of the upstream's, and ends
+// with its transfer: a refusal given up on is one that ended (finish).
 func (b *leaseBody) abandon() {
-	b.once.Do(func() { abandon(b.lease, false, b.bound, max(b.hold, time.Until(b.refused))) })
+	if !b.refused.IsZero() {
+		b.finish()
+		return
+	}
+	b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
 }
 
 // release ends the request's context once the body is done with.
