@@ -12,10 +12,12 @@ const (
 	// TimeZone, right when both sessions use the database's default.
 	sqlApplied = `SELECT version_id, max(tstamp) AT TIME ZONE current_setting('TimeZone')
 	  FROM ` + VersionTable + ` WHERE version_id > 0 GROUP BY version_id`
-	// sqlLockHolder: another session holding the lock $1, the exclusive
-	// holder first, with whether it holds it exclusively.
+	// sqlLockHolder: another session holding the lock $1 in this
+	// database (advisory locks are per database), the exclusive holder
+	// first, with whether it holds it exclusively.
 	sqlLockHolder = `SELECT pid, mode = 'ExclusiveLock' FROM pg_catalog.pg_locks
 	 WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid()
+	   AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
 	   AND classid = ($1::bigint >> 32)::oid AND objid = ($1::bigint & 4294967295)::oid
 	 ORDER BY mode = 'ExclusiveLock' DESC LIMIT 1`
 	sqlLockShared   = `SELECT pg_advisory_lock_shared($1)`

@@ -31,7 +31,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Usage: "apply every pending migration",
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool, true)
+						r.noteMigrationLock(ctx, pool)
 						before, after, err := migrations.UpVersions(ctx, pool)
 						if err != nil {
 							return migrationHint(err)
@@ -67,7 +67,7 @@ after 'migrate up'.`,
 						return usageErrorf("invalid value %d for --to: no such migration (the newest is %d)", to, coord.SchemaVersion)
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool, true)
+						r.noteMigrationLock(ctx, pool)
 						applied, err := appliedVersions(ctx, pool)
 						if err != nil {
 							return err
@@ -126,7 +126,7 @@ the same confirmation and check for live nodes.`,
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool, true)
+						r.noteMigrationLock(ctx, pool)
 						current, _, err := schemaVersion(ctx, pool)
 						gone := errors.Is(err, migrations.ErrSchemaGone)
 						unrecorded := errors.Is(err, migrations.ErrVersionTableGone)
@@ -197,7 +197,7 @@ applied_at (null when pending)}.`,
 						return err
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool, false)
+						r.noteMigrationLock(ctx, pool)
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
 							return migrationHint(err)
@@ -390,17 +390,16 @@ func newMigrationViews(st []*goose.MigrationStatus) []migrationView {
 }
 
 // noteMigrationLock says on stderr that the command is about to wait for
-// the lock migrations take, when another session holds it: any holder
-// for a command that changes the schema (migrating), an exclusive one
-// for one that reads it. It only looks; a failed look says nothing.
-func (r *runner) noteMigrationLock(ctx context.Context, pool *pgxpool.Pool, migrating bool) {
+// the lock migrations take, when another session holds it exclusively: a
+// migration or a rollback, which every migrate command waits for. (A
+// shared holder, a status read, is brief, and only a command that has
+// migrations to run waits for it.) It only looks; a failed look says
+// nothing.
+func (r *runner) noteMigrationLock(ctx context.Context, pool *pgxpool.Pool) {
 	pid, exclusive, err := migrations.LockHolder(ctx, pool)
-	if err != nil || pid == 0 || !migrating && !exclusive {
+	if err != nil || pid == 0 || !exclusive {
 		return
 	}
-	what := "a migration or a rollback running elsewhere"
-	if !exclusive {
-		what = "a 'migrate status' or a check of the schema running elsewhere"
-	}
-	fmt.Fprintf(r.env.Stderr, "waiting for the migration lock, which another session (pid %d) holds: %s (Ctrl-C stops waiting)\n", pid, what)
+	fmt.Fprintf(r.env.Stderr, "waiting for the migration lock, which another session (pid %d) holds: "+
+		"a migration or a rollback running elsewhere (Ctrl-C stops waiting)\n", pid)
 }

@@ -231,4 +231,20 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Empty(t, stderr, "nothing said when the lock is free")
+
+	// Nothing is said for a lock that nothing here waits for: the same
+	// lock in another database of the cluster (advisory locks are per
+	// database), or a shared holder (a status read).
+	other, err := pgx.Connect(t.Context(), newMigrateDB(t).dsn)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	_, err = other.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, migrations.LockID)
+	require.NoError(t, err)
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock_shared($1)`, migrations.LockID)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "status"}} {
+		_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, args...)
+		require.Equal(t, ExitOK, code, stderr)
+		require.Empty(t, stderr, "%v: no wait to speak of", args)
+	}
 }
