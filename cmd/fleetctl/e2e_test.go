@@ -552,7 +552,7 @@ func TestKeysCreateDelete(t *testing.T) {
 	res = run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
 	require.Regexp(t, `^fleetctl: keys delete: key "held" holds capacity for requests that may still run `+
-		`\(1 rows hold 7 slots on key 'held' until \S+Z; HELD in 'fleetctl keys'\): `+
+		`\(1 rows hold 7 slots on key 'held' until \S+Z; the rows are in 'fleetctl nodes held'\): `+
 		`a node that joins after the delete would be granted it again beside them; wait for the hold to end, or give --force\n$`, res.stderr)
 	require.Contains(t, mustRun(t, dsn, "keys"), "held", "nothing was deleted")
 	require.Equal(t, "key \"held\" deleted\n", mustRun(t, dsn, "keys", "delete", "held", "--force"))

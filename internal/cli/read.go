@@ -107,7 +107,7 @@ func (r *runner) keysCommand() *ucli.Command {
 		Name:  "keys",
 		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization, rates",
 		Description: `Utilization is Σ in-flight / L_global over the live members. HELD is the
-capacity still reserved for instances that are no members (expired,
+slots still reserved for instances that are no members (expired,
 departed, evicted); MODE is learning after the database lost state.
 
 When a key has a rate, RPM and TPM show its request and token rates per
@@ -226,8 +226,9 @@ func (r *runner) keysDeleteCommand() *ucli.Command {
 		Description: `Refused while nodes are live on the key (their next heartbeats would
 re-create it, without its min/max and rates), and while rows of nodes
 that expired, left or were evicted still hold capacity for requests that
-may still run (HELD in 'fleetctl keys'; an evicted node's rate share
-too, while its lease runs): a key deleted then, and
+may still run (slots, HELD in 'fleetctl keys', and an evicted node's
+rate share while its lease runs; the rows are in 'fleetctl nodes KEY'):
+a key deleted then, and
 re-created by the next node that joins, would grant that capacity again
 beside those requests. --force deletes it anyway.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key or capacity is held on it"}},
@@ -245,9 +246,9 @@ beside those requests. --force deletes it anyway.`,
 							"its min/max and rates, in learning mode; stop them first, or give --force", key)
 					case errors.Is(err, coord.ErrHeldCapacity):
 						_, detail, _ := strings.Cut(err.Error(), coord.ErrHeldCapacity.Error()+": ")
-						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; HELD in 'fleetctl keys'): "+
+						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; the rows are in 'fleetctl nodes %s'): "+
 							"a node that joins after the delete would be granted it again beside them; "+
-							"wait for the hold to end, or give --force", key, detail)
+							"wait for the hold to end, or give --force", key, detail, quoteArg(key))
 					}
 					return adminError(err, key, "")
 				}
