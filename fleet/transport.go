@@ -59,8 +59,14 @@ import (
 //     that reset, at most quota.MaxRetryAfter; on a 429 or 503, a
 //     Retry-After takes precedence. Node.Quota returns the latest ones read.
 //   - Any other response frees its slot when its body has been read to the
-//     end (or, with a known length, fully read and closed): a streamed
-//     response occupies the upstream for its whole length. A 2xx or 3xx
+//     end: a streamed response occupies the upstream for its whole length.
+//     A body of known length fully read and closed without its end (EOF)
+//     seen is read on, in Close, for up to 100 ms for that end: over
+//     HTTP/2 it is the stream's end, which the upstream sends once it is
+//     done with the request (after trailers, or work after the last
+//     byte); a stream still open then is abandoned (below). Over
+//     HTTP/1.1 the end is the last byte: work the upstream does after it
+//     cannot be seen. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -335,8 +341,16 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 }
 
 func (b *leaseBody) Close() error {
-	if b.eof.Load() || b.length >= 0 && b.read.Load() >= b.length {
-		b.finish() // the body ended: read to EOF, or all of a known length
+	if eof := b.eof.Load(); eof || b.length >= 0 && b.read.Load() >= b.length {
+		// All of a known length read is not yet the request's end: over
+		// HTTP/2 that is the stream's end (END_STREAM, after any
+		// trailers), which the upstream sends once done with the request,
+		// and may send later. Wait for it, briefly.
+		if eof || b.awaitEnd() {
+			b.finish()
+		} else {
+			b.abandon() // the upstream is still at it
+		}
 		err := b.ReadCloser.Close()
 		b.release()
 		return err
@@ -348,6 +362,27 @@ func (b *leaseBody) Close() error {
 	// slower is a request cut short, which the upstream may still serve.
 	go b.drain()
 	return nil
+}
+
+// awaitEnd reads, for at most drainWait, for the end of a body whose
+// known length has been read, and reports whether it came: EOF with no
+// byte more. Over HTTP/1.1 it comes at once. A Read still blocked when the
+// wait ends returns once the caller closes the body.
+func (b *leaseBody) awaitEnd() bool {
+	end := make(chan bool, 1)
+	go func() {
+		var p [1]byte
+		n, err := b.ReadCloser.Read(p[:])
+		end <- n == 0 && errors.Is(err, io.EOF)
+	}()
+	timer := time.NewTimer(drainWait)
+	defer timer.Stop()
+	select {
+	case ok := <-end:
+		return ok
+	case <-timer.C:
+		return false
+	}
 }
 
 // drainLimit and drainWait bound what a body closed before its end may

@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -783,4 +784,59 @@ func TestTransportRefusalHoldsItsSlotUntilItsBodyEnds(t *testing.T) {
 		eventually(t, func() bool { return n.State().Inflight == 0 }, "a refusal closed early ends: no AbandonedHold")
 	}
 	require.Equal(t, uint64(3), n.State().Drops, "each refusal counts once")
+}
+
+// TestTransportKnownLengthWaitsForTheStreamsEnd: over HTTP/2 a body of
+// known length read to its length has not ended while its stream is
+// open: the upstream sends the stream's end once it is done with the
+// request, after trailers or work after the last byte. Close waits
+// briefly for that end; a stream still open then is abandoned and its
+// slot held. A stream that ends with its body frees the slot at Close,
+// as a complete request with its sample.
+func TestTransportKnownLengthWaitsForTheStreamsEnd(t *testing.T) {
+	t.Parallel()
+	const work = 2 * time.Second
+	body := []byte(`{"ok":true}`)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+		if r.URL.Query().Get("work") != "" {
+			w.(http.Flusher).Flush()
+			select { // work after the last byte, or trailers to come
+			case <-r.Context().Done():
+			case <-time.After(work):
+			}
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 300 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	client := &http.Client{Transport: n.Transport(srv.Client().Transport), Timeout: time.Minute}
+
+	for _, c := range []struct {
+		query string
+		held  bool
+	}{{"", false}, {"?work=1", true}} {
+		resp, err := get(t, client, srv.URL+"/"+c.query)
+		require.NoError(t, err)
+		require.Equal(t, "HTTP/2.0", resp.Proto)
+		require.Equal(t, int64(len(body)), resp.ContentLength)
+		got := make([]byte, len(body))
+		_, err = io.ReadFull(resp.Body, got)
+		require.NoError(t, err)
+		require.Equal(t, body, got)
+		require.NoError(t, resp.Body.Close())
+		if !c.held {
+			require.Equal(t, 0, n.State().Inflight, "%s: the stream ended with its body", c.query)
+			continue
+		}
+		closed := time.Now()
+		require.Equal(t, 1, n.State().Inflight, "%s: the stream is still open at the upstream", c.query)
+		eventually(t, func() bool { return n.State().Inflight == 0 }, "the abandoned request's slot comes back")
+		require.GreaterOrEqual(t, time.Since(closed), cfg.AbandonedHold, "held for AbandonedHold")
+	}
+	require.Zero(t, n.State().Drops)
 }
