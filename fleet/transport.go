@@ -113,11 +113,16 @@ import (
 //     fetch, an open circuit breaker) reports nothing either, so its
 //     failures hold their slots for AbandonedHold too: keep it short.
 //   - One RoundTrip is one slot. http.Transport sends a request again on
-//     its own only when it takes the server not to have processed it (a
+//     its own when it takes the server not to have processed it (a
 //     reused connection found closed, a stream refused), and Transport
-//     lets that through; a base that retries or hedges by itself sends a
-//     request more than once on one slot, and the upstream may run both.
-//     Retry above Transport (as the official SDKs do, through the
+//     lets that through. One exception is the upstream's to avoid: Go's
+//     HTTP/2 client also resends a request whose stream the server reset
+//     with PROTOCOL_ERROR (golang/go#47635), which a server or proxy may
+//     send after the request started: each resend may then run beside
+//     the last, on one slot. Against such an upstream, turn HTTP/2 off in
+//     the base (http.Transport's Protocols). A base that retries or
+//     hedges by itself likewise sends a request more than once on one
+//     slot. Retry above Transport (as the official SDKs do, through the
 //     http.Client), where each attempt takes its own slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
