@@ -588,3 +588,40 @@ func TestSettleAtEstimateAfterRateChange(t *testing.T) {
 		})
 	}
 }
+
+// TestRateWaitEndsAtTheBound: a request that waits for the key's rate
+// share holds its slot meanwhile, and its bound runs from that slot, so
+// its wait ends at the bound: ErrLate (and context.DeadlineExceeded),
+// naming the rate and MaxRequestDuration, and nothing is sent. A caller's
+// own deadline still ends it with the caller's error.
+func TestRateWaitEndsAtTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := rateKey(t, 6, 0) // one request every 10 s
+		cfg := testConfig("k", "a")
+		cfg.MaxRequestDuration = 2 * time.Second
+		n := startNode(t, c, cfg)
+		for i := 0; n.Rates().Share.Requests != 6; i++ {
+			require.Less(t, i, 50, "no rate share after 5 s")
+			if le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}); err == nil {
+				le.Release()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		le, err := n.Acquire(t.Context()) // the next request owes the rest of this one
+		require.NoError(t, err)
+		le.Release()
+		start := time.Now()
+		_, err = n.Acquire(t.Context())
+		require.ErrorIs(t, err, ErrLate)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, "waited for the key's rate share until its bound, MaxRequestDuration (2s)")
+		require.Equal(t, cfg.MaxRequestDuration, time.Since(start), "the wait ends at the bound")
+		require.Zero(t, n.Limiter().Inflight(), "the slot is freed")
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = n.Acquire(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, ErrLate, "the caller's own deadline came first")
+	})
+}
