@@ -61,12 +61,15 @@ import (
 //   - Any other response frees its slot when its body has been read to the
 //     end: a streamed response occupies the upstream for its whole length.
 //     A body of known length fully read and closed without its end (EOF)
-//     seen is read on, in Close, for up to 100 ms for that end: over
-//     HTTP/2 it is the stream's end, which the upstream sends once it is
-//     done with the request (after trailers, or work after the last
-//     byte); a stream still open then is abandoned (below). Over
-//     HTTP/1.1 the end is the last byte: work the upstream does after it
-//     cannot be seen. A 2xx or 3xx
+//     seen is read on for that end: over HTTP/2 it is the stream's end,
+//     which the upstream sends once it is done with the request (after
+//     trailers, or work after the last byte), and the slot is held until
+//     it comes, at most to the request's deadline (the bound, or the
+//     caller's). Close waits up to 10 ms for it, then leaves the wait to
+//     the background. Over HTTP/1.1 the end is the last byte, there at
+//     once: work the upstream does after it cannot be seen. A response
+//     that has no body whatever its headers say (to a HEAD, a 204, a
+//     304) ends when its body is closed. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -77,6 +80,9 @@ import (
 //     the bound closes it: the upstream's end of its half (EOF) leaves the
 //     connection writable. The caller's context does not end an upgraded
 //     connection, as with http.Transport.
+//   - The caller's context ends the request only until the caller closes
+//     the response's body (http.Client's Timeout cancels it as the body
+//     closes): after Close the request's end is read for as said here.
 //   - A body closed before its end is read on, in the background, for up
 //     to 4 KiB and 100 ms: a client that stops at its own end marker (an
 //     SSE "data: [DONE]") closes a body whose end is arriving, and such a
@@ -192,7 +198,22 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	cfg := &t.node.cfg
 	bound := admitted.Add(cfg.MaxRequestDuration)
-	ctx, cancel := context.WithDeadline(req.Context(), bound)
+	deadline := bound
+	if d, ok := req.Context().Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	// The request runs on a context of its own, which the caller's ends
+	// until the caller closes the response's body: after that, waiting
+	// for the body's end is Transport's, and a caller that cancels its
+	// context as it closes (http.Client's Timeout does) must not cut it.
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(req.Context()), deadline)
+	detached := new(atomic.Bool)
+	unlink := context.AfterFunc(req.Context(), func() {
+		// A deadline ends ctx at the same instant, as a deadline.
+		if !detached.Load() && !errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
 	var way sendTrace
 	ctx = httptrace.WithClientTrace(ctx, way.hooks())
 	// For SettleTokens, through resp.Request, should a client wrap the body.
@@ -213,14 +234,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !sent {
 			a.debit.cancel() // the upstream never had the request: it spent none of the rate
 		}
+		unlink()
 		cancel()
 		return nil, err
 	}
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as http.Client does
 	}
-	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel,
-		length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit}
+	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel, unlink: unlink,
+		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
+		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
@@ -244,6 +267,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// headers are back: neither its context nor the request's ends
 		// it. The bound does, by closing it, and its slot is held as an
 		// abandoned request's.
+		detached.Store(true)
 		bounded := time.AfterFunc(time.Until(bound), func() {
 			_ = rwc.Close()
 			body.abandon()
@@ -313,17 +337,23 @@ func (u *upgradedBody) Close() error {
 // abandoned; closing it also releases the request's context.
 type leaseBody struct {
 	io.ReadCloser
-	lease  adaptive.Lease
-	rtt    time.Duration // the sample to release with; < 0 settles without one
-	cancel context.CancelFunc
-	stop   func() bool // stops the context's AfterFunc
-	length int64       // the response's Content-Length; -1 when unknown
-	read   atomic.Int64
-	eof    atomic.Bool // Read has returned io.EOF
-	bound  time.Time
-	hold   time.Duration
-	once   sync.Once
-	debit  *debit // the request's debit from the node's rate shares
+	lease    adaptive.Lease
+	rtt      time.Duration // the sample to release with; < 0 settles without one
+	cancel   context.CancelFunc
+	unlink   func() bool  // stops the caller's context from ending the request's
+	detached *atomic.Bool // the caller closed the body: its context no longer ends the request's
+	stop     func() bool  // stops the context's AfterFunc
+	length   int64        // the response's Content-Length; -1 when unknown
+	empty    bool         // the response has no body, whatever its headers say (HEAD, 204, 304)
+	read     atomic.Int64
+	reading  atomic.Int32 // Reads in flight
+	eof      atomic.Bool  // Read has returned io.EOF
+	bound    time.Time
+	hold     time.Duration
+	once     sync.Once // settles the lease
+	closing  sync.Once // closes the body
+	closeErr error
+	debit    *debit // the request's debit from the node's rate shares
 	// refused is, for a refusal (a 429, a 503), when its hold ends: its
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
@@ -331,7 +361,15 @@ type leaseBody struct {
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
+	if b.empty {
+		b.eof.Store(true)
+		b.finish()
+		b.release()
+		return 0, io.EOF
+	}
+	b.reading.Add(1)
 	n, err := b.ReadCloser.Read(p)
+	b.reading.Add(-1)
 	b.read.Add(int64(n))
 	switch {
 	case err == nil:
@@ -345,71 +383,85 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close ends the caller's part in the request. The request has ended if
+// its body has: read to EOF, or there is none. So has a refusal's, whose
+// end is its transfer's, and a body closed to stop a Read in flight is a
+// request given up (abandoned). Otherwise its end is read for after the
+// caller is done with it, with the caller's context no longer cutting the
+// request (see drain). A second Close returns the first's error.
 func (b *leaseBody) Close() error {
-	if eof := b.eof.Load(); eof || b.length >= 0 && b.read.Load() >= b.length {
-		// All of a known length read is not yet the request's end: over
-		// HTTP/2 that is the stream's end (END_STREAM, after any
-		// trailers), which the upstream sends once done with the request,
-		// and may send later. Wait for it, briefly.
-		if eof || b.awaitEnd() {
-			b.finish()
-		} else {
-			b.abandon() // the upstream is still at it
-		}
-		err := b.ReadCloser.Close()
-		b.release()
-		return err
-	}
-	// Closed before its end was seen. A client that stops at its own end
-	// marker (an SSE "data: [DONE]") closes a body whose terminator is
-	// arriving anyway: read briefly for it, in the background, so such a
-	// request ends as a complete one with its sample. Anything longer or
-	// slower is a request cut short, which the upstream may still serve.
-	go b.drain()
-	return nil
+	b.closing.Do(func() { b.closeErr = b.close() })
+	return b.closeErr
 }
 
-// awaitEnd reads, for at most drainWait, for the end of a body whose
-// known length has been read, and reports whether it came: EOF with no
-// byte more. Over HTTP/1.1 it comes at once. A Read still blocked when the
-// wait ends returns once the caller closes the body.
-func (b *leaseBody) awaitEnd() bool {
-	end := make(chan bool, 1)
-	go func() {
-		var p [1]byte
-		n, err := b.ReadCloser.Read(p[:])
-		end <- n == 0 && errors.Is(err, io.EOF)
-	}()
-	timer := time.NewTimer(drainWait)
-	defer timer.Stop()
-	select {
-	case ok := <-end:
-		return ok
-	case <-timer.C:
-		return false
+func (b *leaseBody) close() error {
+	b.detached.Store(true)
+	switch {
+	case b.empty || b.eof.Load() || !b.refused.IsZero():
+		b.finish()
+	case b.reading.Load() > 0:
+		b.abandon()
+	default:
+		whole := b.length >= 0 && b.read.Load() >= b.length
+		done := make(chan error, 1)
+		go func() { done <- b.drain(whole) }()
+		if !whole {
+			return nil
+		}
+		// Over HTTP/1.1 the end of a body read to its length is there at
+		// once: wait for it here, so that Close returns with the slot
+		// freed. Over HTTP/2 it is the stream's end, which may come later.
+		timer := time.NewTimer(endWait)
+		defer timer.Stop()
+		select {
+		case err := <-done:
+			return err
+		case <-timer.C:
+			return nil
+		}
 	}
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
 }
 
 // drainLimit and drainWait bound what a body closed before its end may
-// still read to find that end: a few KiB, for a short while.
+// still read to find that end: a few KiB, for a short while. endWait is
+// how long Close waits for the end of a body read to its known length
+// before it leaves the wait to the background.
 const (
 	drainLimit = 4 << 10
 	drainWait  = 100 * time.Millisecond
+	endWait    = 10 * time.Millisecond
 )
 
-// drain reads what is left of the body up to drainLimit for at most
-// drainWait; an end within both completes the request, anything else
-// abandons it. Then it closes the body.
-func (b *leaseBody) drain() {
-	timer := time.AfterFunc(drainWait, b.cancel) // ends a blocked Read
+// drain reads for the body's end after the caller closed it, and then
+// closes it. A body read to its known length (whole) ends when its
+// stream does — over HTTP/2 the upstream sends the stream's end once it
+// is done with the request, after trailers or work after the last byte —
+// and is waited for as long as the request's context runs (its bound, or
+// the caller's deadline), holding the slot. A body closed before that may
+// be arriving at its end anyway (a client that stops at an SSE "data:
+// [DONE]"): it is read for at most drainLimit and drainWait. An end
+// completes the request with its sample; anything else abandons it, as a
+// request cut short that the upstream may still serve.
+func (b *leaseBody) drain(whole bool) error {
+	var timer *time.Timer
+	if !whole {
+		timer = time.AfterFunc(drainWait, b.cancel) // ends a blocked Read
+	}
 	n, err := io.CopyN(io.Discard, b.ReadCloser, drainLimit+1)
-	timer.Stop()
+	if timer != nil {
+		timer.Stop()
+	}
 	if n <= drainLimit && errors.Is(err, io.EOF) {
 		b.finish()
+	} else {
+		b.abandon()
 	}
-	_ = b.ReadCloser.Close()
-	b.abandon() // no end within the bounds: the upstream may still send
+	err = b.ReadCloser.Close()
 	b.release()
+	return err
 }
 
 // finish settles the lease of a response that has ended.
@@ -442,6 +494,9 @@ func (b *leaseBody) abandon() {
 func (b *leaseBody) release() {
 	if b.stop != nil {
 		b.stop()
+	}
+	if b.unlink != nil {
+		b.unlink()
 	}
 	b.cancel()
 }
