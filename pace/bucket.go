@@ -83,8 +83,8 @@ type Bucket struct {
 	mu     sync.Mutex
 	rate   float64
 	burst  time.Duration
-	empty  bool // BucketConfig.StartEmpty
-	whole  bool // BucketConfig.Whole
+	empty  bool    // BucketConfig.StartEmpty
+	whole  bool    // BucketConfig.Whole
 	size   float64 // rate × burst; unused while Unlimited
 	tokens float64 // the level at last, after every debit; below 0 is debt
 	last   time.Time
