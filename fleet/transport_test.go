@@ -757,10 +757,7 @@ func TestTransportRefusalHoldsItsSlotUntilItsBodyEnds(t *testing.T) {
 	defer srv.Close()
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = time.Minute
-	n := startNode(t, coord.NewMemory(nil), cfg)
-	client := &http.Client{Transport: n.Transport(base), Timeout: time.Minute}
+	n, client := longHoldNode(t, base)
 	getEach(t, client, srv.URL, 3)
 	noload := n.Limiter().RTTNoload()
 	require.Less(t, noload, stream/3, "the served requests set a short RTTNoload")
@@ -815,10 +812,7 @@ func TestTransportKnownLengthWaitsForTheStreamsEnd(t *testing.T) {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()
-	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = time.Minute
-	n := startNode(t, coord.NewMemory(nil), cfg)
-	client := &http.Client{Transport: n.Transport(srv.Client().Transport), Timeout: time.Minute}
+	n, client := longHoldNode(t, srv.Client().Transport)
 
 	for _, query := range []string{"", "?work=1"} {
 		resp, err := get(t, client, srv.URL+"/"+query)
@@ -889,14 +883,23 @@ func TestTransportClosedUnreadUnderAClientTimeout(t *testing.T) {
 	defer srv.Close()
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = time.Minute
-	n := startNode(t, coord.NewMemory(nil), cfg)
-	client := &http.Client{Transport: n.Transport(base), Timeout: time.Minute}
+	n, client := longHoldNode(t, base)
 	for range 20 {
 		resp, err := get(t, client, srv.URL)
 		require.NoError(t, err)
 		require.NoError(t, resp.Body.Close(), "closed unread")
 	}
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "no slot held for AbandonedHold: %+v", n.State())
+}
+
+// longHoldNode is a node whose abandoned requests hold their slots for a
+// minute, longer than any test waits, and a client through its Transport
+// over base with http.Client's Timeout, which cancels a request's context
+// as its body closes.
+func longHoldNode(t *testing.T, base http.RoundTripper) (*Node, *http.Client) {
+	t.Helper()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = time.Minute
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	return n, &http.Client{Transport: n.Transport(base), Timeout: time.Minute}
 }
