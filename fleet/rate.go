@@ -219,10 +219,7 @@ type rateState struct {
 }
 
 func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
-	// The buckets start empty when the key's rate first paces the node:
-	// a node that restarts must not spend a full bucket again beside what
-	// it sent before.
-	p, err := pace.New(pace.Config{RequestRate: pace.Unlimited, TokenRate: pace.Unlimited, Burst: cfg.Burst, StartEmpty: true}, now)
+	p, err := pace.New(pace.Config{RequestRate: pace.Unlimited, TokenRate: pace.Unlimited, Burst: cfg.Burst}, now)
 	if err != nil {
 		return nil, err
 	}

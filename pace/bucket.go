@@ -31,18 +31,6 @@ type BucketConfig struct {
 	// bucket holds Rate×Burst units, and starts full. Must be >= 0.
 	// Defaults to 1s.
 	Burst time.Duration
-	// StartEmpty starts the bucket empty instead of full, and again
-	// whenever SetRate takes it off Unlimited: nothing is saved up before
-	// the bucket exists, so a process that restarts does not spend a full
-	// bucket again beside what it sent before.
-	StartEmpty bool
-	// Whole makes a reservation larger than the bucket wait until the
-	// rate has paid for all of it, instead of acting once the bucket is
-	// full and leaving a debt: for units that come whole, requests, at a
-	// rate whose bucket holds less than one. Then the units that act in
-	// any interval of length T are at most Rate×Burst + Rate×T, with no
-	// excess.
-	Whole bool
 }
 
 func (cfg BucketConfig) withDefaults() (BucketConfig, error) {
@@ -83,8 +71,6 @@ type Bucket struct {
 	mu     sync.Mutex
 	rate   float64
 	burst  time.Duration
-	empty  bool    // BucketConfig.StartEmpty
-	whole  bool    // BucketConfig.Whole
 	size   float64 // rate × burst; unused while Unlimited
 	tokens float64 // the level at last, after every debit; below 0 is debt
 	last   time.Time
@@ -111,14 +97,14 @@ type Reservation struct {
 // Units returns how much r debited.
 func (r Reservation) Units() float64 { return r.n }
 
-// NewBucket returns a full Bucket (an empty one with StartEmpty). It
-// returns an error naming the field when cfg is invalid.
+// NewBucket returns a full Bucket. It returns an error naming the field
+// when cfg is invalid.
 func NewBucket(cfg BucketConfig, now time.Time) (*Bucket, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{burst: cfg.Burst, last: now, empty: cfg.StartEmpty, whole: cfg.Whole}
+	b := &Bucket{burst: cfg.Burst, last: now}
 	b.setRateLocked(cfg.Rate, true)
 	return b, nil
 }
@@ -245,7 +231,7 @@ func (b *Bucket) Cancel(now time.Time, r Reservation) {
 // rate×Burst at once, so a lowered rate also cuts what the bucket has
 // saved up, and a debt is repaid at the new rate. Reservations already
 // made keep their place; their delays follow the new rate. Leaving
-// Unlimited starts the bucket full (empty with StartEmpty). It returns an error naming rate when
+// Unlimited starts the bucket full. It returns an error naming rate when
 // it is negative or NaN.
 func (b *Bucket) SetRate(now time.Time, rate float64) error {
 	rate, err := checkRate(rate)
@@ -306,9 +292,6 @@ func (b *Bucket) setRateLocked(rate float64, full bool) {
 	b.size = rate * b.burst.Seconds()
 	if full {
 		b.tokens = b.size
-		if b.empty {
-			b.tokens = 0
-		}
 	} else {
 		b.tokens = min(b.tokens, b.size)
 	}
@@ -334,7 +317,7 @@ func (b *Bucket) advanceLocked(now time.Time) {
 // act. The credit, issued+tokens, is the same before and after a debit.
 func (b *Bucket) needLocked(r Reservation) float64 {
 	threshold := r.mark
-	if b.rate > 0 && r.n > b.size && !b.whole {
+	if b.rate > 0 && r.n > b.size {
 		threshold -= r.n - b.size // larger than the bucket: acts when the bucket is full
 	}
 	for _, h := range b.holes {

@@ -182,40 +182,6 @@ func TestBucketLargerThanBucket(t *testing.T) {
 	require.Equal(t, 500*ms, d, "waits for a full bucket, not for 25 units")
 }
 
-// TestBucketWhole: with Whole, a reservation above the size waits until
-// the rate has paid for all of it; units that act in any interval T stay
-// within Rate×(Burst + T).
-func TestBucketWhole(t *testing.T) {
-	t.Parallel()
-	b, err := NewBucket(BucketConfig{Rate: 0.5, Burst: time.Second, Whole: true}, epoch)
-	require.NoError(t, err)
-	_, d := reserve(t, b, epoch, 1)
-	require.Equal(t, time.Second, d, "a full bucket holds half a unit; the rate pays the rest")
-	_, d = reserve(t, b, epoch, 1)
-	require.Equal(t, 3*time.Second, d)
-	_, ok, err := b.TryReserve(at(2*time.Second), 1)
-	require.NoError(t, err)
-	require.False(t, ok, "the second unit is not paid for before 3 s")
-	require.Zero(t, b.Delay(at(3*time.Second), Reservation{}))
-}
-
-// TestBucketStartEmpty: with StartEmpty, a new bucket and one that
-// leaves Unlimited hold nothing saved up.
-func TestBucketStartEmpty(t *testing.T) {
-	t.Parallel()
-	b, err := NewBucket(BucketConfig{Rate: 10, Burst: time.Second, StartEmpty: true}, epoch)
-	require.NoError(t, err)
-	require.Zero(t, b.Tokens(epoch))
-	_, d := reserve(t, b, epoch, 1)
-	require.Equal(t, 100*ms, d)
-	require.NoError(t, b.SetRate(at(time.Second), Unlimited))
-	require.NoError(t, b.SetRate(at(2*time.Second), 10))
-	require.Zero(t, b.Tokens(at(2*time.Second)), "leaving Unlimited starts empty again")
-	require.InDelta(t, 10, b.Tokens(at(3*time.Second)), 1e-9, "and fills at the rate")
-	require.NoError(t, b.SetRate(at(3*time.Second), 5))
-	require.InDelta(t, 5, b.Tokens(at(3*time.Second)), 1e-9, "a change between finite rates keeps what was saved, up to the size")
-}
-
 // TestBucketCancel: the newest reservation is undone; one that waits
 // behind others gives its units to those after it only.
 func TestBucketCancel(t *testing.T) {

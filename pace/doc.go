@@ -35,11 +35,7 @@
 // full, leaving it in debt, rather than never. So, with estimates that are
 // exact, the units that act in any interval of length T are at most
 // Rate×Burst + Rate×T, plus, at most once, the excess over Rate×Burst of
-// the largest reservation (TestBucketBound). For units that come whole,
-// requests, a bucket may instead make such a reservation wait until the
-// rate has paid for all of it (BucketConfig.Whole, as Pacer's request
-// bucket does), and the excess goes; one that starts empty
-// (BucketConfig.StartEmpty) counts no Rate×Burst saved before it existed.
+// the largest reservation (TestBucketBound).
 //
 // An LLM request's cost is known only after its response. Pacer debits a
 // request's estimate from its token bucket; Settle then charges the

@@ -19,18 +19,11 @@ type Config struct {
 	// Burst is how much each bucket holds, as time at its rate (see
 	// BucketConfig.Burst). Must be >= 0. Defaults to 1s.
 	Burst time.Duration
-	// StartEmpty starts both buckets empty, and each again whenever
-	// SetRate takes it off Unlimited (see BucketConfig.StartEmpty).
-	StartEmpty bool
 }
 
 // Pacer paces one node's requests to a request rate and a token rate: one
 // Bucket for each, a request debiting 1 from the first and its estimated
-// tokens from the second. A request comes whole: at a request rate whose
-// bucket holds less than one, it waits until the rate has paid for all of
-// it (BucketConfig.Whole), so the requests let go in any interval of
-// length T are at most RequestRate×(Burst + T). A token estimate larger
-// than its bucket acts once the bucket is full and leaves a debt. It is safe for concurrent use. Reserve, Delay,
+// tokens from the second. It is safe for concurrent use. Reserve, Delay,
 // Settle and a Wait that need not wait allocate nothing; a Wait that waits
 // allocates a timer and the channels it is woken by.
 //
@@ -50,8 +43,7 @@ type Ticket struct {
 // Estimate returns the tokens t debited.
 func (t Ticket) Estimate() int64 { return int64(t.tokens.n) }
 
-// New returns a Pacer with both buckets full at now (empty with
-// StartEmpty). It returns an error
+// New returns a Pacer with both buckets full at now. It returns an error
 // naming the field when cfg is invalid.
 func New(cfg Config, now time.Time) (*Pacer, error) {
 	if cfg.Burst < 0 {
@@ -63,11 +55,11 @@ func New(cfg Config, now time.Time) (*Pacer, error) {
 	if _, err := checkRate(cfg.TokenRate); err != nil {
 		return nil, fmt.Errorf("pace: Config.TokenRate %w", err)
 	}
-	requests, err := NewBucket(BucketConfig{Rate: cfg.RequestRate, Burst: cfg.Burst, StartEmpty: cfg.StartEmpty, Whole: true}, now)
+	requests, err := NewBucket(BucketConfig{Rate: cfg.RequestRate, Burst: cfg.Burst}, now)
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := NewBucket(BucketConfig{Rate: cfg.TokenRate, Burst: cfg.Burst, StartEmpty: cfg.StartEmpty}, now)
+	tokens, err := NewBucket(BucketConfig{Rate: cfg.TokenRate, Burst: cfg.Burst}, now)
 	if err != nil {
 		return nil, err
 	}

@@ -265,28 +265,3 @@ func TestPacerConcurrentWaiters(t *testing.T) {
 		require.Equal(t, 3500*ms, time.Since(start), "no waiter slept past its turn")
 	})
 }
-
-// TestPacerRequestsComeWhole: at a request rate whose bucket holds less
-// than one request, a request waits until the rate has paid for all of
-// it; a token estimate larger than its bucket acts once the bucket is
-// full. With StartEmpty both buckets start with nothing saved.
-func TestPacerRequestsComeWhole(t *testing.T) {
-	t.Parallel()
-	p, err := New(Config{RequestRate: 0.25, TokenRate: 10, Burst: time.Second}, epoch)
-	require.NoError(t, err)
-	_, d, err := p.Reserve(epoch, 0)
-	require.NoError(t, err)
-	require.Equal(t, 3*time.Second, d, "a quarter request saved, three quarters to pay")
-
-	p, err = New(Config{RequestRate: 100, TokenRate: 10, Burst: time.Second}, epoch)
-	require.NoError(t, err)
-	_, d, err = p.Reserve(epoch, 50)
-	require.NoError(t, err)
-	require.Zero(t, d, "50 tokens from a full bucket of 10: at once, in debt")
-
-	p, err = New(Config{RequestRate: 100, TokenRate: 10, Burst: time.Second, StartEmpty: true}, epoch)
-	require.NoError(t, err)
-	_, d, err = p.Reserve(epoch, 5)
-	require.NoError(t, err)
-	require.Equal(t, 500*time.Millisecond, d, "the empty token bucket pays for 5 tokens")
-}
