@@ -83,6 +83,10 @@ import (
 //   - The caller's context ends the request only until the caller closes
 //     the response's body (http.Client's Timeout cancels it as the body
 //     closes): after Close the request's end is read for as said here.
+//     A cancellation ends it with the caller's cause (context.Cause), as
+//     http.Transport does; a deadline ends it as a deadline
+//     (context.DeadlineExceeded; a WithTimeoutCause's own cause is not
+//     carried). A Read after Close fails.
 //   - A body closed before its end is read on, in the background, for up
 //     to 4 KiB and 100 ms: a client that stops at its own end marker (an
 //     SSE "data: [DONE]") closes a body whose end is arriving, and such a
@@ -206,12 +210,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// until the caller closes the response's body: after that, waiting
 	// for the body's end is Transport's, and a caller that cancels its
 	// context as it closes (http.Client's Timeout does) must not cut it.
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(req.Context()), deadline)
+	// Its deadline is the caller's or the bound, whichever comes first,
+	// so that it ends as a deadline (a base may return ctx.Err()); the
+	// caller's cancellation ends it with the caller's cause, which
+	// http.Transport returns.
+	caller, end := context.WithCancelCause(context.WithoutCancel(req.Context()))
+	ctx, stop := context.WithDeadline(caller, deadline)
+	cancel := func() { stop(); end(nil) }
 	detached := new(atomic.Bool)
 	unlink := context.AfterFunc(req.Context(), func() {
-		// A deadline ends ctx at the same instant, as a deadline.
 		if !detached.Load() && !errors.Is(req.Context().Err(), context.DeadlineExceeded) {
-			cancel()
+			end(context.Cause(req.Context()))
 		}
 	})
 	var way sendTrace
@@ -241,7 +250,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as http.Client does
 	}
-	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), cancel: cancel, unlink: unlink,
+	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
 		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified}
 	now := time.Now()
@@ -338,7 +347,8 @@ func (u *upgradedBody) Close() error {
 type leaseBody struct {
 	io.ReadCloser
 	lease    adaptive.Lease
-	rtt      time.Duration // the sample to release with; < 0 settles without one
+	rtt      time.Duration   // the sample to release with; < 0 settles without one
+	ctx      context.Context // the request's
 	cancel   context.CancelFunc
 	unlink   func() bool  // stops the caller's context from ending the request's
 	detached *atomic.Bool // the caller closed the body: its context no longer ends the request's
@@ -346,8 +356,10 @@ type leaseBody struct {
 	length   int64        // the response's Content-Length; -1 when unknown
 	empty    bool         // the response has no body, whatever its headers say (HEAD, 204, 304)
 	read     atomic.Int64
-	reading  atomic.Int32 // Reads in flight
-	eof      atomic.Bool  // Read has returned io.EOF
+	eof      atomic.Bool // Read has returned io.EOF
+	mu       sync.Mutex
+	reading  int  // the caller's Reads in flight, under mu
+	closed   bool // Close has begun, under mu: no Read of the caller's starts after
 	bound    time.Time
 	hold     time.Duration
 	once     sync.Once // settles the lease
@@ -367,9 +379,17 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 		b.release()
 		return 0, io.EOF
 	}
-	b.reading.Add(1)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, errReadAfterClose
+	}
+	b.reading++
+	b.mu.Unlock()
 	n, err := b.ReadCloser.Read(p)
-	b.reading.Add(-1)
+	b.mu.Lock()
+	b.reading--
+	b.mu.Unlock()
 	b.read.Add(int64(n))
 	switch {
 	case err == nil:
@@ -396,10 +416,14 @@ func (b *leaseBody) Close() error {
 
 func (b *leaseBody) close() error {
 	b.detached.Store(true)
+	b.mu.Lock()
+	b.closed = true
+	reading := b.reading > 0
+	b.mu.Unlock()
 	switch {
 	case b.empty || b.eof.Load() || !b.refused.IsZero():
 		b.finish()
-	case b.reading.Load() > 0:
+	case reading:
 		b.abandon()
 	default:
 		whole := b.length >= 0 && b.read.Load() >= b.length
@@ -425,6 +449,9 @@ func (b *leaseBody) close() error {
 	return err
 }
 
+// errReadAfterClose is a Read's error once Close has begun.
+var errReadAfterClose = errors.New("fleet: read on closed response body")
+
 // drainLimit and drainWait bound what a body closed before its end may
 // still read to find that end: a few KiB, for a short while. endWait is
 // how long Close waits for the end of a body read to its known length
@@ -446,6 +473,9 @@ const (
 // completes the request with its sample; anything else abandons it, as a
 // request cut short that the upstream may still serve.
 func (b *leaseBody) drain(whole bool) error {
+	// The context's end closes the body, which ends a Read that the
+	// context alone does not (a base's own body).
+	unblock := context.AfterFunc(b.ctx, func() { _ = b.ReadCloser.Close() })
 	var timer *time.Timer
 	if !whole {
 		timer = time.AfterFunc(drainWait, b.cancel) // ends a blocked Read
@@ -454,12 +484,16 @@ func (b *leaseBody) drain(whole bool) error {
 	if timer != nil {
 		timer.Stop()
 	}
+	unclosed := unblock()
 	if n <= drainLimit && errors.Is(err, io.EOF) {
 		b.finish()
 	} else {
 		b.abandon()
 	}
-	err = b.ReadCloser.Close()
+	err = nil
+	if unclosed {
+		err = b.ReadCloser.Close()
+	}
 	b.release()
 	return err
 }

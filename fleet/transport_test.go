@@ -903,3 +903,79 @@ func longHoldNode(t *testing.T, base http.RoundTripper) (*Node, *http.Client) {
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	return n, &http.Client{Transport: n.Transport(base), Timeout: time.Minute}
 }
+
+// TestTransportKeepsTheCallersCause: a caller that cancels with a cause
+// gets its cause back, before the headers and during the body's Read, as
+// from http.Transport itself.
+func TestTransportKeepsTheCallersCause(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			_, _ = w.Write([]byte("x"))
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(base)}
+	cause := errors.New("the user pressed stop")
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	_, err := client.Do(req)
+	require.ErrorIs(t, err, cause, "before the headers")
+
+	ctx, cancel = context.WithCancelCause(t.Context())
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/body", nil)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, cause, "during the body")
+}
+
+// TestTransportDrainEndsAtTheBound: the read for the end of a body read
+// to its known length, after Close, ends at the request's bound even
+// when the base's body ignores the context (a pipe whose writer never
+// closes): the bound closes the body, and nothing is left reading it.
+func TestTransportDrainEndsAtTheBound(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.AbandonedHold = 50 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	ended := make(chan struct{})
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		pr, pw := io.Pipe()
+		go func() { _, _ = pw.Write([]byte("hello")) }()
+		return &http.Response{StatusCode: http.StatusOK, ContentLength: 5, Header: http.Header{}, Request: req,
+			Body: readCloser{Reader: pr, close: func() error { defer close(ended); return pr.Close() }}}, nil
+	})
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Get("http://127.0.0.1:1/")
+	require.NoError(t, err)
+	_, err = io.ReadFull(resp.Body, make([]byte, 5))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 1, n.State().Inflight, "its end has not come")
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the body was never closed")
+	}
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot comes back at the bound")
+	_, err = resp.Body.Read(make([]byte, 1))
+	require.ErrorIs(t, err, errReadAfterClose, "no Read after Close")
+}
+
+// readCloser is a body from a Reader and a close function.
+type readCloser struct {
+	io.Reader
+	close func() error
+}
+
+func (r readCloser) Close() error { return r.close() }
