@@ -224,13 +224,17 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			return aerr
 		}
 		n.mu.Lock()
-		draining, learning := n.status == coord.StatusDraining, n.learning
+		draining, learning, share := n.status == coord.StatusDraining, n.learning, n.share
 		n.mu.Unlock()
 		switch {
 		case draining:
 			return n.drainingErr(err)
 		case learning && !paused: // a pause is the upstream's, and says so
 			return n.learningErr(err)
+		case share == 0 && !paused:
+			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives it up after an interval "+
+				"without requests; its demand asks for one at its next heartbeat, within an interval): "+
+				"set Limiter.MaxQueued so that requests wait for it, or retry", err, n.cfg.NodeID, n.cfg.Key)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout):
 		n.noteUnmet(weight, true)

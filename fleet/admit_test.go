@@ -245,3 +245,24 @@ func TestShortDeadlineAcquireIsServed(t *testing.T) {
 		require.Equal(t, 19, admitted, "every try but the first finds a share")
 	})
 }
+
+// TestIdleNodeSaysWhyItRefuses: a node that gave its share up while idle
+// refuses a request it cannot queue (MaxQueued 0, the default) with the
+// reason and the fix, and its demand wins a share at its next heartbeat.
+func TestIdleNodeSaysWhyItRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.Limiter.MaxQueued = 0
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		time.Sleep(3 * cfg.HeartbeatInterval)
+		require.Zero(t, n.State().Share, "idle: no share")
+		_, err := n.Acquire(t.Context())
+		require.ErrorIs(t, err, adaptive.ErrQueueFull)
+		require.ErrorContains(t, err, `node "a" of key "k" holds no share now`)
+		require.ErrorContains(t, err, "set Limiter.MaxQueued so that requests wait for it, or retry")
+		time.Sleep(cfg.HeartbeatInterval)
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err, "its demand won a share")
+		le.Release()
+	})
+}
