@@ -68,8 +68,10 @@ import (
 //     caller's). Close waits up to 10 ms for it, then leaves the wait to
 //     the background. Over HTTP/1.1 the end is the last byte, there at
 //     once: work the upstream does after it cannot be seen. A response
-//     that has no body whatever its headers say (to a HEAD, a 204, a
-//     304) ends when its body is closed. A 2xx or 3xx
+//     that has no body whatever its headers say (to a HEAD, a 304) ends
+//     when its body is read or closed; over HTTP/2 Go's client gives a
+//     HEAD's response no body, so work after its headers cannot be seen
+//     either. A 204's body ends with its stream. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -252,7 +254,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
-		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified}
+		// A 304 has no body whatever its headers say (Go's HTTP/2 client
+		// gives one of its Content-Length that fails); a HEAD's is empty.
+		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNotModified}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
@@ -354,7 +358,7 @@ type leaseBody struct {
 	detached *atomic.Bool // the caller closed the body: its context no longer ends the request's
 	stop     func() bool  // stops the context's AfterFunc
 	length   int64        // the response's Content-Length; -1 when unknown
-	empty    bool         // the response has no body, whatever its headers say (HEAD, 204, 304)
+	empty    bool         // the response has no body, whatever its headers say (HEAD, 304)
 	read     atomic.Int64
 	eof      atomic.Bool // Read has returned io.EOF
 	mu       sync.Mutex
@@ -373,16 +377,17 @@ type leaseBody struct {
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
-	if b.empty {
-		b.eof.Store(true)
-		b.finish()
-		b.release()
-		return 0, io.EOF
-	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return 0, errReadAfterClose
+	}
+	if b.empty {
+		b.mu.Unlock()
+		b.eof.Store(true)
+		b.finish()
+		b.release()
+		return 0, io.EOF
 	}
 	b.reading++
 	b.mu.Unlock()

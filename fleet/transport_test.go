@@ -979,3 +979,45 @@ type readCloser struct {
 }
 
 func (r readCloser) Close() error { return r.close() }
+
+// TestTransportNoContentEndsWithItsStream: over HTTP/2 a 204 may come
+// before the upstream is done with the request, its stream open after
+// the headers: its body ends (EOF) with the stream, and the slot is held
+// until then. A HEAD's body, which has none, ends at once, and a Read of
+// it after Close fails as any body's does.
+func TestTransportNoContentEndsWithItsStream(t *testing.T) {
+	t.Parallel()
+	const work = 300 * time.Millisecond
+	var running atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			return
+		}
+		running.Add(1)
+		defer running.Add(-1)
+		w.WriteHeader(http.StatusNoContent)
+		w.(http.Flusher).Flush()
+		time.Sleep(work) // work after the headers
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	n, client := longHoldNode(t, srv.Client().Transport)
+
+	resp, err := get(t, client, srv.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.Zero(t, running.Load(), "the body ended with the stream, after the work")
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 0, n.State().Inflight)
+
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodHead, srv.URL, nil)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 0, n.State().Inflight, "a HEAD's body has none")
+	_, err = resp.Body.Read(make([]byte, 1))
+	require.ErrorIs(t, err, errReadAfterClose)
+}
