@@ -40,13 +40,14 @@ import (
 //     than answers do, and until its body's transfer ends: read to its
 //     end, closed, failed, or ended by the request's context (a
 //     refusal's body is no work at the upstream, so a body closed early
-//     is not held as an abandoned request's). While the node's limit is 1 (its floor of one
-//     slot, or cut to its last) and its last grant counted other live
-//     nodes, each refusal in a row — of a request sent after the last
-//     one came back — holds its slot twice as long as the one before,
-//     up to 8 × RTTNoload (never past the bound); a served request sent
-//     after the last refusal came back, a refusal at a higher limit, or
-//     16 × RTTNoload without a refusal starts again from one. More nodes
+//     is not held as an abandoned request's). While the node's limit is
+//     1 (its floor of one slot, or cut to its last) and its last grant
+//     counted other live nodes, each refusal in a row — of a request
+//     sent after the last one came back — holds its slot twice as long
+//     as the one before, up to 8 × RTTNoload (never past the bound); a
+//     served request sent after the last refusal came back, a refusal at
+//     a higher limit, or 16 × RTTNoload without a refusal starts again
+//     from one. More nodes
 //     than the upstream's capacity then take turns instead of each being
 //     refused every round trip. A limit of 0 (stopping, fenced, evicted,
 //     drained) and a lone node keep the single hold. A Retry-After or
