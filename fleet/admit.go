@@ -223,18 +223,23 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		if aerr := n.admissionErr(); aerr != nil {
 			return aerr
 		}
+		fenced := n.fence.State().Fenced
 		n.mu.Lock()
-		draining, learning, share := n.status == coord.StatusDraining, n.learning, n.share
+		draining, learning, share, outage := n.status == coord.StatusDraining, n.learning, n.share, n.outage
 		n.mu.Unlock()
 		switch {
 		case draining:
 			return n.drainingErr(err)
 		case learning && !paused: // a pause is the upstream's, and says so
 			return n.learningErr(err)
-		case share == 0 && !paused:
-			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives it up after an interval "+
-				"without requests; its demand asks for one at its next heartbeat, within an interval): "+
-				"set Limiter.MaxQueued so that requests wait for it, or retry", err, n.cfg.NodeID, n.cfg.Key)
+		case share == 0 && !paused && !fenced && !outage:
+			fix := "retry after its next heartbeat"
+			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
+				fix = "set Limiter.MaxQueued so that requests wait for it, or retry"
+			}
+			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives its share up after an "+
+				"interval without requests, and L_global may be held by other nodes); its demand asks for one "+
+				"at its next heartbeat: %s", err, n.cfg.NodeID, n.cfg.Key, fix)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout):
 		n.noteUnmet(weight, true)

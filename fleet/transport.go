@@ -68,11 +68,12 @@ import (
 //     it comes, at most to the request's deadline (the bound, or the
 //     caller's). Close waits up to 10 ms for it, then leaves the wait to
 //     the background. Over HTTP/1.1 the end is the last byte, there at
-//     once: work the upstream does after it cannot be seen. A response
-//     that has no body whatever its headers say (to a HEAD, a 304) ends
-//     when its body is read or closed; over HTTP/2 Go's client gives a
-//     HEAD's response no body, so work after its headers cannot be seen
-//     either. A 204's body ends with its stream. A 2xx or 3xx
+//     once: work the upstream does after it cannot be seen. A 204's and a
+//     304's body has no bytes, and ends with its stream, read or closed
+//     as a body read to its length; Go's HTTP/2 client gives a HEAD's
+//     response no body, and a 304 with a Content-Length a failing one,
+//     so those end when read or closed, and work after their headers
+//     cannot be seen. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -255,9 +256,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
-		// A 304 has no body whatever its headers say (Go's HTTP/2 client
-		// gives one of its Content-Length that fails); a HEAD's is empty.
-		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNotModified}
+		// A HEAD's body is empty, and a 304's has none whatever its
+		// Content-Length says (Go's HTTP/2 client gives it a body of that
+		// length that fails).
+		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNotModified && resp.ContentLength > 0}
+	if code := resp.StatusCode; code == http.StatusNoContent || code == http.StatusNotModified {
+		body.length = 0 // no bytes: read or closed, the body ends with its stream
+	}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)

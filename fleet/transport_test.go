@@ -983,7 +983,7 @@ func (r readCloser) Close() error { return r.close() }
 // TestTransportNoContentEndsWithItsStream: over HTTP/2 a 204 may come
 // before the upstream is done with the request, its stream open after
 // the headers: its body ends (EOF) with the stream, and the slot is held
-// until then. A HEAD's body, which has none, ends at once, and a Read of
+// until then, whether the body is read or closed unread. A HEAD's body, which has none, ends at once, and a Read of
 // it after Close fails as any body's does.
 func TestTransportNoContentEndsWithItsStream(t *testing.T) {
 	t.Parallel()
@@ -1012,6 +1012,13 @@ func TestTransportNoContentEndsWithItsStream(t *testing.T) {
 	require.Zero(t, running.Load(), "the body ended with the stream, after the work")
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, 0, n.State().Inflight)
+
+	resp, err = get(t, client, srv.URL)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close(), "closed unread, as a 204 usually is")
+	require.Equal(t, 1, n.State().Inflight, "the upstream is still at it")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "freed when the stream ends, not after AbandonedHold")
+	require.Zero(t, running.Load())
 
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodHead, srv.URL, nil)
 	resp, err = client.Do(req)
