@@ -69,11 +69,11 @@ import (
 //     caller's). Close waits up to 10 ms for it, then leaves the wait to
 //     the background. Over HTTP/1.1 the end is the last byte, there at
 //     once: work the upstream does after it cannot be seen. A 204's and a
-//     304's body has no bytes, and ends with its stream, read or closed
-//     as a body read to its length; Go's HTTP/2 client gives a HEAD's
-//     response no body, and a 304 with a Content-Length a failing one,
-//     so those end when read or closed, and work after their headers
-//     cannot be seen. A 2xx or 3xx
+//     304's body has no bytes, and ends with its stream, read or closed,
+//     as a body read to its length (also when a Content-Length it should
+//     not carry makes the read fail); Go's HTTP/2 client gives a HEAD's
+//     response no body, so it ends when read or closed, and work after
+//     its headers cannot be seen. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -256,12 +256,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
-		// A HEAD's body is empty, and a 304's has none whatever its
-		// Content-Length says (Go's HTTP/2 client gives it a body of that
-		// length that fails).
-		empty: req.Method == http.MethodHead || resp.StatusCode == http.StatusNotModified && resp.ContentLength > 0}
+		empty: req.Method == http.MethodHead}
 	if code := resp.StatusCode; code == http.StatusNoContent || code == http.StatusNotModified {
-		body.length = 0 // no bytes: read or closed, the body ends with its stream
+		// No bytes, whatever a Content-Length says: read or closed, the
+		// body ends with its stream, and a body that ends short of a
+		// Content-Length it should not have carried (Go's HTTP/2 client
+		// then fails it) has ended all the same.
+		body.length, body.bodiless = 0, true
 	}
 	now := time.Now()
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
@@ -364,7 +365,8 @@ type leaseBody struct {
 	detached *atomic.Bool // the caller closed the body: its context no longer ends the request's
 	stop     func() bool  // stops the context's AfterFunc
 	length   int64        // the response's Content-Length; -1 when unknown
-	empty    bool         // the response has no body, whatever its headers say (HEAD, 304)
+	empty    bool         // the response to a HEAD: no body, whatever its headers say
+	bodiless bool         // a 204 or 304: no bytes, io.ErrUnexpectedEOF ends it too
 	read     atomic.Int64
 	eof      atomic.Bool // Read has returned io.EOF
 	mu       sync.Mutex
@@ -404,7 +406,7 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 	b.read.Add(int64(n))
 	switch {
 	case err == nil:
-	case errors.Is(err, io.EOF):
+	case b.ended(b.read.Load(), err):
 		b.eof.Store(true)
 		b.finish()
 		b.release()
@@ -460,6 +462,13 @@ func (b *leaseBody) close() error {
 	return err
 }
 
+// ended reports whether a Read's error err, after read bytes of the body
+// in all, is its end: EOF, or for a 204 or 304 with no byte read, a
+// failure for the Content-Length it should not have carried.
+func (b *leaseBody) ended(read int64, err error) bool {
+	return errors.Is(err, io.EOF) || b.bodiless && read == 0 && errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // errReadAfterClose is a Read's error once Close has begun.
 var errReadAfterClose = errors.New("fleet: read on closed response body")
 
@@ -496,7 +505,7 @@ func (b *leaseBody) drain(whole bool) error {
 		timer.Stop()
 	}
 	unclosed := unblock()
-	if n <= drainLimit && errors.Is(err, io.EOF) {
+	if n <= drainLimit && b.ended(b.read.Load()+n, err) {
 		b.finish()
 	} else {
 		b.abandon()
