@@ -135,11 +135,11 @@ func (le Lease) Drop() {
 // on a key without a rate), and no later than its bound — so that a queue
 // meeting refusals answered at once is not sent to them at loopback
 // speed. Call it when the refusal has come back, body included
-// (Transport holds the slot until the body's transfer ends too). While the node's limit is 1
-// (its floor of one slot, or cut to its last) and its last grant counted
-// other live nodes, each refusal in a row — of a request admitted after
-// the last one came back — holds its slot twice as long as the one
-// before, up to 8 × RTTNoload; a success of a request admitted after the
+// (Transport holds the slot until the body's transfer ends too). While
+// the node's limit is 1 (its floor of one slot, or cut to its last) and
+// its last grant counted other live nodes, each refusal in a row — of a
+// request admitted after the last one came back — holds its slot twice
+// as long as the one before, up to 8 × RTTNoload; a success of a request admitted after the
 // last refusal came back (Release, ReleaseRTT), a refusal at a higher
 // limit, or 16 × RTTNoload without a refusal starts again from one. A
 // positive retryAfter (the refusal's Retry-After) first pauses the node's

@@ -18,10 +18,10 @@ func (n *Node) refuse(le adaptive.Lease, admitted time.Time, rtt time.Duration, 
 
 // refusalHold is how long the slot of a refused request, admitted at
 // admitted and come back at now, rtt after it was sent, stays held, by
-// the node's limit before the refusal's drop: until
-// a served request's headers would have come — the limiter's RTTNoload
-// after sending — so that a node cut to its last slots does not send its
-// queue to be refused at loopback speed. While the node's limit is 1 and
+// the node's limit before the refusal's drop: until a served request's
+// headers would have come — the limiter's RTTNoload after sending — so
+// that a node cut to its last slots does not send its queue to be
+// refused at loopback speed. While the node's limit is 1 and
 // its last grant counted other live nodes, each refusal in a row holds
 // its slot twice as long as the one before (see floorBackoff); a refusal
 // at a higher limit ends the streak. It may be 0 or less: no hold.
