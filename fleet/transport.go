@@ -249,12 +249,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		unlink()
 		cancel()
+		callerDone(req.Context())
 		return nil, err
 	}
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as http.Client does
 	}
-	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, cancel: cancel, unlink: unlink,
+	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, caller: req.Context(), cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
 		empty: req.Method == http.MethodHead}
 	if code := resp.StatusCode; code == http.StatusNoContent || code == http.StatusNotModified {
@@ -360,6 +361,7 @@ type leaseBody struct {
 	lease    adaptive.Lease
 	rtt      time.Duration   // the sample to release with; < 0 settles without one
 	ctx      context.Context // the request's
+	caller   context.Context // the caller's
 	cancel   context.CancelFunc
 	unlink   func() bool  // stops the caller's context from ending the request's
 	detached *atomic.Bool // the caller closed the body: its context no longer ends the request's
@@ -412,6 +414,7 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 		b.release()
 	default:
 		b.abandon()
+		callerDone(b.caller)
 	}
 	return n, err
 }
@@ -467,6 +470,17 @@ func (b *leaseBody) close() error {
 // failure for the Content-Length it should not have carried.
 func (b *leaseBody) ended(read int64, err error) bool {
 	return errors.Is(err, io.EOF) || b.bodiless && read == 0 && errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// callerDone waits, when the deadline of the caller's context ctx has
+// passed, for ctx to be done: the request's context ends at that
+// deadline by a timer of its own, which may fire first, and a caller that
+// finds an error looks at its own context to tell its deadline from a
+// failure.
+func callerDone(ctx context.Context) {
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done()
+	}
 }
 
 // errReadAfterClose is a Read's error once Close has begun.

@@ -1035,3 +1035,36 @@ func TestTransportNoContentEndsWithItsStream(t *testing.T) {
 	_, err = resp.Body.Read(make([]byte, 1))
 	require.ErrorIs(t, err, errReadAfterClose)
 }
+
+// TestTransportDeadlineErrorsComeAfterTheCallersContext: a request ended
+// by the caller's deadline fails only once the caller's context is done,
+// before the headers and in the body, so that a caller that finds an
+// error can tell its own deadline from a failure by its context.
+func TestTransportDeadlineErrorsComeAfterTheCallersContext(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(base)}
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+		path := []string{"/", "/body"}[i%2]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		require.Error(t, err, path)
+		require.Error(t, ctx.Err(), "%s: the caller's context is done when its request fails", path)
+		cancel()
+	}
+}
