@@ -43,20 +43,9 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
 		if kind != "operator" {
 			return nil
 		}
-		type table struct {
-			schema, name string
-			usage        bool // role needs USAGE on schema
-		}
-		rows, err := tx.Query(ctx, sqlVersionTablesToGrant, VersionTable, role)
+		tables, err := versionTables(ctx, tx, role)
 		if err != nil {
-			return fmt.Errorf("look for %s: %w", VersionTable, err)
-		}
-		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
-			var t table
-			return t, row.Scan(&t.schema, &t.name, &t.usage)
-		})
-		if err != nil {
-			return fmt.Errorf("look for %s: %w", VersionTable, err)
+			return err
 		}
 		grantee := pgx.Identifier{role}.Sanitize()
 		for _, t := range tables {
@@ -104,21 +93,14 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(sqlRevoke, grantee)); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, sqlVersionTablesToGrant, VersionTable, role)
+		tables, err := versionTables(ctx, tx, role)
 		if err != nil {
-			return fmt.Errorf("look for %s: %w", VersionTable, err)
-		}
-		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgx.Identifier, error) {
-			var schema, name string
-			var usage bool
-			return pgx.Identifier{schema, name}, row.Scan(&schema, &name, &usage)
-		})
-		if err != nil {
-			return fmt.Errorf("look for %s: %w", VersionTable, err)
+			return err
 		}
 		for _, t := range tables {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlRevokeSelect, t.Sanitize(), grantee)); err != nil {
-				return fmt.Errorf("revoke SELECT on %s: %w", t.Sanitize(), err)
+			name := pgx.Identifier{t.schema, t.name}.Sanitize()
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlRevokeSelect, name, grantee)); err != nil {
+				return fmt.Errorf("revoke SELECT on %s: %w", name, err)
 			}
 		}
 		return nil
@@ -132,3 +114,27 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
 // ErrSchemaOwner is returned by [Revoke] for the role that owns the
 // fleetlimit schema.
 var ErrSchemaOwner = errors.New("the schema owner's rights cannot be revoked")
+
+// versionTable is a version table Grant grants an operator SELECT on.
+type versionTable struct {
+	schema, name string
+	usage        bool // the role lacks USAGE on schema
+}
+
+// versionTables lists the version tables Grant grants role SELECT on:
+// the one on the search path, or every table named VersionTable.
+func versionTables(ctx context.Context, tx pgx.Tx, role string) ([]versionTable, error) {
+	rows, err := tx.Query(ctx, sqlVersionTablesToGrant, VersionTable, role)
+	if err != nil {
+		return nil, fmt.Errorf("look for %s: %w", VersionTable, err)
+	}
+	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (versionTable, error) {
+		var t versionTable
+		err := row.Scan(&t.schema, &t.name, &t.usage)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look for %s: %w", VersionTable, err)
+	}
+	return tables, nil
+}
