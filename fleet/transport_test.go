@@ -909,28 +909,17 @@ func longHoldNode(t *testing.T, base http.RoundTripper) (*Node, *http.Client) {
 // from http.Transport itself.
 func TestTransportKeepsTheCallersCause(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/body" {
-			_, _ = w.Write([]byte("x"))
-			w.(http.Flusher).Flush()
-		}
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
-	client := &http.Client{Transport: n.Transport(base)}
+	url, client := hangingUpstream(t)
 	cause := errors.New("the user pressed stop")
 
 	ctx, cancel := context.WithCancelCause(t.Context())
 	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	_, err := client.Do(req)
 	require.ErrorIs(t, err, cause, "before the headers")
 
 	ctx, cancel = context.WithCancelCause(t.Context())
-	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/body", nil)
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, url+"/body", nil)
 	resp, err := client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -1042,22 +1031,11 @@ func TestTransportNoContentEndsWithItsStream(t *testing.T) {
 // error can tell its own deadline from a failure by its context.
 func TestTransportDeadlineErrorsComeAfterTheCallersContext(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/body" {
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-		}
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
-	client := &http.Client{Transport: n.Transport(base)}
+	url, client := hangingUpstream(t)
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
 		path := []string{"/", "/body"}[i%2]
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			_, err = io.ReadAll(resp.Body)
@@ -1067,4 +1045,23 @@ func TestTransportDeadlineErrorsComeAfterTheCallersContext(t *testing.T) {
 		require.Error(t, ctx.Err(), "%s: the caller's context is done when its request fails", path)
 		cancel()
 	}
+}
+
+// hangingUpstream is an upstream whose requests run until their client
+// ends them, the ones to /body after sending their headers and one byte,
+// and a client through a node's Transport to it.
+func hangingUpstream(t *testing.T) (string, *http.Client) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			_, _ = w.Write([]byte("x"))
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	return srv.URL, &http.Client{Transport: n.Transport(base)}
 }
