@@ -52,11 +52,14 @@ const MaxRequestDurationLimit = 23 * time.Hour
 // field; New rejects out-of-range values with an error naming the field.
 type Config struct {
 	// Key names the shared quota, e.g. "openai:gpt-4o". Required; at most
-	// coord.MaxNameBytes bytes of UTF-8.
+	// coord.MaxNameBytes bytes of UTF-8, not beginning or ending with white
+	// space (coord.Padded): nodes whose keys differ by a byte share two
+	// quotas, not one.
 	Key string
 	// NodeID names this node within the key, stable across restarts (a pod
-	// name). Two live processes must not share one. Defaults to
-	// "<hostname>-<pid>".
+	// name). Two live processes must not share one. At most
+	// coord.MaxNameBytes bytes of UTF-8, not beginning or ending with white
+	// space. Defaults to "<hostname>-<pid>".
 	NodeID string
 	// Labels are shown to operators by fleetctl: at most coord.MaxLabels,
 	// names of 1..coord.MaxNameBytes bytes and values of at most
@@ -198,6 +201,11 @@ func (c Config) validate() error {
 	}
 	if !coord.ValidName(c.NodeID) {
 		bad("NodeID = %s, want 1..%d bytes of UTF-8 without NUL", quote.Short(c.NodeID), coord.MaxNameBytes)
+	}
+	for _, f := range []struct{ name, value string }{{"Key", c.Key}, {"NodeID", c.NodeID}} {
+		if coord.Padded(f.value) {
+			bad("%s = %s begins or ends with white space: names are matched byte for byte (see coord.Padded)", f.name, quote.Short(f.value))
+		}
 	}
 	withLabels := coord.Report{Key: "probe", NodeID: "probe", Instance: "probe", LLocal: 1, LeaseTTL: coord.MinLeaseTTL, Labels: c.Labels}
 	if err := withLabels.Validate(); err != nil {

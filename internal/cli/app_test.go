@@ -78,6 +78,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "create", strings.Repeat("a", 201)}, `fleetctl: keys create: invalid KEY "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"… (201 bytes): want 1..200 bytes of UTF-8 without NUL`},
 		{[]string{"nodes", "\xff"}, `fleetctl: nodes: invalid KEY "\xff" (1 byte): want 1..200 bytes of UTF-8 without NUL`},
 		{[]string{"evict", "k", "a\x00b"}, `fleetctl: evict: invalid NODE "a\x00b" (3 bytes): want 1..200 bytes of UTF-8 without NUL`},
+		{[]string{"keys", "create", " "}, `fleetctl: keys create: invalid KEY " ": it begins or ends with white space, and nodes configured without it would share another quota (fleet.New refuses such a key)`},
+		{[]string{"keys", "create", "openai\n"}, `fleetctl: keys create: invalid KEY "openai\n": it begins or ends with white space, and nodes configured without it would share another quota (fleet.New refuses such a key)`},
 		{[]string{"keys", "create", "x", "--min"}, `fleetctl: keys create: flag needs an argument: --min`},
 		{[]string{"drain", "k", "n", "--timeout"}, `fleetctl: drain: flag needs an argument: --timeout`},
 		{[]string{"nodes", "k", "--statement-timeout"}, `fleetctl: nodes: flag needs an argument: --statement-timeout`},

@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/quote"
 )
 
 // withAdmin connects, runs fn with the coordinator's operator interface and
@@ -173,6 +174,10 @@ checked before the key is created.`,
 			args, err := wantArgs(c, "KEY")
 			if err != nil {
 				return err
+			}
+			if coord.Padded(args[0]) {
+				return usageErrorf("invalid KEY %s: it begins or ends with white space, and nodes configured without it would "+
+					"share another quota (fleet.New refuses such a key)", quote.Short(args[0]))
 			}
 			var bounds [2]*int
 			for i, name := range []string{"min", "max"} {
