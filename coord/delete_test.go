@@ -48,7 +48,7 @@ func TestDeleteKeyWaitsForHeldCapacity(t *testing.T) {
 		require.Equal(t, [2]int{1, 0}, [2]int{rows, slots}, "a's rate reserve is held, b holds nothing")
 		err = c.DeleteKey(ctx, "k", false)
 		require.ErrorIs(t, err, coord.ErrHeldCapacity)
-		require.Regexp(t, `: 1 rows hold 0 slots and a rate reserve on key .k. until `+
+		require.Regexp(t, `: 1 row holds 0 slots and a rate reserve on key .k. until `+
 			t0.Add(10*time.Second).UTC().Format("2006-01-02T15:04:05Z")+`$`, err.Error())
 
 		clock.Advance(10 * time.Second)

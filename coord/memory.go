@@ -252,11 +252,20 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	switch live := keyInfo(s, now).LiveNodes; {
 	case force:
 	case live > 0:
-		return fmt.Errorf("coord: delete key: %w: %d live nodes on key %.40q", ErrLiveNodes, live, key)
+		return fmt.Errorf("coord: delete key: %w: %s on key %.40q", ErrLiveNodes, count(live, "live node", "live nodes"), key)
 	case held > 0:
-		return fmt.Errorf("coord: delete key: %w: %d rows hold %d slots%s on key %.40q until %s",
-			ErrHeldCapacity, held, reserve, rates, key, until.UTC().Format("2006-01-02T15:04:05Z"))
+		return fmt.Errorf("coord: delete key: %w: %s %s%s on key %.40q until %s", ErrHeldCapacity,
+			count(held, "row holds", "rows hold"), count(reserve, "slot", "slots"), rates, key, until.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	delete(m.keys, key)
 	return nil
+}
+
+// count returns n with the singular or plural words, as the database's
+// messages put it.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -447,18 +447,58 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema and its version table are gone")
 }
 
-// TestLimitsSetSaysWhatItChanged: a change written before a failure says
-// so, here the read-back on a schema from before the rate usage columns
-// (version 5).
-func TestLimitsSetSaysWhatItChanged(t *testing.T) {
+// TestOperatorCommandsRefuseAnOlderSchema: the commands that read or
+// change keys and nodes need the schema fleetctl was built for, as a node
+// does: on an older one, limits set changes nothing, and keys delete does
+// not go without the refusal schema 10 added (capacity held).
+func TestOperatorCommandsRefuseAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "api")
 	mustRun(t, dsn, "migrate", "down", "--to", "5")
-	res := run(t, dsn, "limits", "set", "api", "--max", "10")
-	require.Equal(t, 1, res.code)
-	require.Contains(t, res.stderr, `key "api" was changed, but reading it back failed: `)
-	require.Contains(t, res.stderr, "fleetctl migrate up")
+	for _, args := range [][]string{{"limits", "set", "api", "--max", "10"}, {"keys", "delete", "api"}, {"keys"}} {
+		res := run(t, dsn, args...)
+		require.Equal(t, 1, res.code, args)
+		require.Contains(t, res.stderr, fmt.Sprintf("run 'fleetctl migrate up' as the schema owner): the database is at version 5, this library needs %d", coord.SchemaVersion), args)
+	}
+	mustRun(t, dsn, "migrate", "up")
+	require.Regexp(t, `(?m)^api\s.*\s-\s+-\s`, mustRun(t, dsn, "keys"), "the key is there, with no max")
+}
+
+// TestMigrateRefusesHeldCapacity: reset and down refuse, unless --force,
+// while a row of a node that is gone holds capacity for requests that
+// may still run, as keys delete does: a schema reset and migrated up
+// again would grant that capacity beside them, and an older one guards
+// it less. The count reads the columns of whatever schema it finds.
+func TestMigrateRefusesHeldCapacity(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "held", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 10, Inflight: 7, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: "held", NodeID: "n", Instance: "i", Inflight: 7, Hold: time.Hour}))
+
+	const refusal = "1 row of nodes that expired, left or were evicted still holds capacity (7 slots) for requests that may still run " +
+		"(HELD in 'fleetctl keys', the rows in 'fleetctl nodes KEY'): after %s that capacity could be granted again beside " +
+		"those requests; wait for the hold to end, or give --force\n"
+	for _, to := range []string{"", "9", "4"} {
+		if to != "" {
+			require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", to, "--force"), "rolled back from version")
+		}
+		res := run(t, dsn, "migrate", "reset", "--yes")
+		require.Equal(t, 1, res.code, to)
+		require.Equal(t, "fleetctl: migrate reset: "+fmt.Sprintf(refusal, "resetting"), res.stderr, to)
+		res = run(t, dsn, "migrate", "down")
+		require.Equal(t, 1, res.code, to)
+		require.Equal(t, "fleetctl: migrate down: "+fmt.Sprintf(refusal, "rolling the schema back"), res.stderr, to)
+	}
+	require.Contains(t, mustRun(t, dsn, "migrate", "status"), "00004", "nothing more was rolled back")
+	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema and its version table are gone")
 }
 
 // TestRelearnWithoutNodes: a key no node ever joined has nothing to
@@ -552,7 +592,7 @@ func TestKeysCreateDelete(t *testing.T) {
 	res = run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
 	require.Regexp(t, `^fleetctl: keys delete: key "held" holds capacity for requests that may still run `+
-		`\(1 rows hold 7 slots on key 'held' until \S+Z; the rows are in 'fleetctl nodes held'\): `+
+		`\(1 row holds 7 slots on key 'held' until \S+Z; the rows are in 'fleetctl nodes held'\): `+
 		`a node that joins after the delete would be granted it again beside them; wait for the hold to end, or give --force\n$`, res.stderr)
 	require.Contains(t, mustRun(t, dsn, "keys"), "held", "nothing was deleted")
 	require.Equal(t, "key \"held\" deleted\n", mustRun(t, dsn, "keys", "delete", "held", "--force"))

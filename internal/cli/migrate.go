@@ -50,13 +50,16 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Usage: "roll back the newest applied migration, or down to --to VERSION (at least 1; 'migrate reset' removes everything)",
 				Description: `down refuses while nodes are live on any key unless --force: the schema
 they heartbeat into would change under them, and their fleets fail closed.
-Rolling back drops what the newer migrations added, with its data (the
+It refuses too while rows of nodes that expired, left or were evicted hold
+capacity for requests that may still run (HELD in 'fleetctl keys'): an
+older schema guards them less (below version 10 'keys delete' throws them
+away, below version 3 their holds go). Rolling back drops what the newer migrations added, with its data (the
 operator's rates, for one): a later 'migrate up' adds it back empty. Below
 version 5 that includes rights 'fleetctl grant' gave: grant them again
 after 'migrate up'.`,
 				Flags: []ucli.Flag{
 					decimalFlag("to", "the version to roll back to, >= 1", "one step back", fmt.Sprintf("1..%d", coord.SchemaVersion)),
-					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live"},
+					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live or capacity is held"},
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					to := decimalValue(c, "to")
@@ -115,14 +118,17 @@ after 'migrate up'.`,
 				Description: `reset rolls every migration back and drops the version table
 (fleetlimit_schema_version), so nothing fleetlimit created is left. It asks
 for confirmation on a terminal and needs --yes otherwise. It refuses while
-nodes are live on any key (their fleets would fail closed) unless --force.
+nodes are live on any key (their fleets would fail closed), and while rows
+of nodes that expired, left or were evicted hold capacity for requests
+that may still run (a schema migrated up again would grant it beside
+them), unless --force.
 A version table left alone (no migration applied, or the fleetlimit schema
 dropped by hand) holds no data: it is removed without asking. A fleetlimit
 schema whose version table was dropped by hand is removed as a whole, after
-the same confirmation and check for live nodes.`,
+the same confirmation and checks.`,
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
-					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live"},
+					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live or capacity is held"},
 				},
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -275,19 +281,24 @@ func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 }
 
 // schemaUse is what a schema change would take from under the fleets:
-// how many keys there are, how many of them have live member nodes, and
-// how many such nodes.
+// how many keys there are, how many of them have live member nodes, how
+// many such nodes, and the capacity rows that are no member still hold.
 type schemaUse struct {
 	keys, liveKeys, live int
+	held, heldSlots      int // rows no member holding capacity, and their slots
 }
 
 // liveNodes counts the keys and their live member nodes: rows whose lease
-// runs and that are not evicted (a node that left ended its lease). It
-// reads only what the first migration created, so that it counts them on
-// every schema a rollback passes through; no schema counts none.
+// runs and that are not evicted (a node that left ended its lease); and
+// the rows that are no member but still hold capacity for requests that
+// may still run, as 'fleetctl keys delete' refuses for (schema 10): slots
+// until their hold ends, an evicted row's rate share while its lease
+// runs. It reads the columns of later migrations through to_jsonb, so
+// that it counts them on every schema a rollback passes through (a
+// column not there yet holds nothing); no schema counts none.
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	var u schemaUse
-	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live)
+	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined table, schema
 		return schemaUse{}, nil
@@ -299,9 +310,21 @@ func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 }
 
 const sqlLiveNodes = `
-SELECT (SELECT count(*) FROM fleetlimit.keys), count(DISTINCT n.key), count(*)
+SELECT (SELECT count(*) FROM fleetlimit.keys),
+       count(DISTINCT n.key) FILTER (WHERE m.live), count(*) FILTER (WHERE m.live),
+       count(*) FILTER (WHERE h.held), coalesce(sum(m.slots) FILTER (WHERE h.held AND m.slotsHeld), 0)
   FROM fleetlimit.nodes AS n
- WHERE n.lease_expires_at > now() AND NOT n.evicted`
+ CROSS JOIN LATERAL (SELECT to_jsonb(n) AS j) AS r
+ CROSS JOIN LATERAL (SELECT n.lease_expires_at > now() AND NOT n.evicted AS live,
+                            greatest(n.unacked_high, n.share, n.inflight) AS slots,
+                            n.lease_expires_at > now() AND NOT n.evicted
+                                AND NOT coalesce((r.j->>'departed')::boolean, false) AS member,
+                            coalesce((r.j->>'hold_until')::timestamptz > now(), false)
+                                AND greatest(n.unacked_high, n.share, n.inflight) > 0 AS slotsHeld,
+                            n.lease_expires_at > now() AND NOT coalesce((r.j->>'departed')::boolean, false)
+                                AND greatest(coalesce((r.j->>'rpm_high')::bigint, 0), coalesce((r.j->>'rpm_share')::bigint, 0),
+                                             coalesce((r.j->>'tpm_high')::bigint, 0), coalesce((r.j->>'tpm_share')::bigint, 0)) > 0 AS ratesHeld) AS m
+ CROSS JOIN LATERAL (SELECT NOT m.member AND (m.slotsHeld OR m.ratesHeld) AS held) AS h`
 
 // migrationHint adds to a migration's error what to do: when the role lacked
 // a privilege, that migrations run as the schema owner; when the schema
@@ -329,16 +352,29 @@ func migrationHint(err error) error {
 	return err
 }
 
-// refuseLive counts the live nodes (see liveNodes) and returns, with the
-// count, the error that stops a schema change (what: "resetting",
-// "rolling the schema back") while there are any, unless force.
+// refuseLive counts the live nodes and the rows holding capacity (see
+// liveNodes) and returns, with the counts, the error that stops a schema
+// change (what: "resetting", "rolling the schema back") while there are
+// any, unless force.
 func refuseLive(ctx context.Context, pool *pgxpool.Pool, what string, force bool) (schemaUse, error) {
 	u, err := liveNodes(ctx, pool)
-	if err != nil || u.live == 0 || force {
+	switch {
+	case err != nil || force:
 		return u, err
+	case u.live > 0:
+		return u, fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
+			plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
+	case u.held > 0:
+		hold := "hold"
+		if u.held == 1 {
+			hold = "holds"
+		}
+		return u, fmt.Errorf("%s of nodes that expired, left or were evicted still %s capacity (%s) for requests that may "+
+			"still run (HELD in 'fleetctl keys', the rows in 'fleetctl nodes KEY'): after %s that capacity could be granted "+
+			"again beside those requests; wait for the hold to end, or give --force",
+			plural(u.held, "row", "rows"), hold, plural(u.heldSlots, "slot", "slots"), what)
 	}
-	return u, fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
-		plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
+	return u, nil
 }
 
 // plural returns n with the singular or plural noun.

@@ -32,6 +32,12 @@ func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, poo
 	if err != nil {
 		return err
 	}
+	// The operator's commands rest on the schema this fleetctl was built
+	// for, as a node does: an older one lacks checks they rely on (keys
+	// delete's refusal while capacity is held, schema 10).
+	if err := admin.CheckSchema(c.Context); err != nil {
+		return adminError(err, "", "")
+	}
 	return fn(c.Context, pool, admin)
 }
 

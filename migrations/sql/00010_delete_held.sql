@@ -47,10 +47,13 @@ BEGIN
         NULL;
     ELSIF v_live > 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'FL007',
-            MESSAGE = format('%s live nodes on key %s', v_live, left(quote_literal(p_key), 42));
+            MESSAGE = format('%s live %s on key %s', v_live, CASE WHEN v_live = 1 THEN 'node' ELSE 'nodes' END,
+                             left(quote_literal(p_key), 42));
     ELSIF v_held > 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'FL008',
-            MESSAGE = format('%s rows hold %s slots%s on key %s until %s', v_held, v_reserve,
+            MESSAGE = format('%s %s %s %s%s on key %s until %s', v_held,
+                             CASE WHEN v_held = 1 THEN 'row holds' ELSE 'rows hold' END, v_reserve,
+                             CASE WHEN v_reserve = 1 THEN 'slot' ELSE 'slots' END,
                              CASE WHEN v_rated > 0 THEN ' and a rate reserve' ELSE '' END, left(quote_literal(p_key), 42),
                              to_char(v_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
     END IF;
