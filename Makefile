@@ -73,7 +73,7 @@ $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: pg-image
-pg-image: ## Build the offline Postgres image $(PG_IMAGE) from Debian packages (needs Docker).
+pg-image: ## Build the offline Postgres image (PG_IMAGE, default fleetlimit/postgres:15) from Debian packages (needs Docker).
 	scripts/build-pg-image.sh $(PG_IMAGE)
 
 .PHONY: build

@@ -715,7 +715,7 @@ func TestGrant(t *testing.T) {
 
 	res = run(t, dsn, "revoke", "no_such_role_xyz")
 	require.Equal(t, 1, res.code)
-	require.Contains(t, res.stderr, `(create the role first: CREATE ROLE "no_such_role_xyz" LOGIN)`)
+	require.Contains(t, res.stderr, `does not exist (SQLSTATE 42704): a role that does not exist holds no rights; nothing changed`)
 	res = run(t, dsn, "revoke", "Public")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `revoke the rights of "Public": that is PUBLIC`)

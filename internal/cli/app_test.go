@@ -67,6 +67,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nodes", ""}, `fleetctl: nodes: empty argument KEY`},
 		{[]string{"watch", "k", "--interval", "1ms"}, `fleetctl: watch: invalid value 1ms for --interval: want >= 10ms`},
 		{[]string{"drain", "k", "n", "--timeout", "0s"}, `fleetctl: drain: invalid value 0s for --timeout: want > 0`},
+		{[]string{"drain", "k", "n", "--timeout", "5s"}, `fleetctl: drain: --timeout bounds --wait: give both, or neither`},
 		{[]string{"migrate", "down", "--to", "-1"}, `fleetctl: migrate down: invalid value -1 for --to: want >= 1 (use 'fleetctl migrate reset' to remove the whole schema)`},
 		{[]string{"demo", "--duration", "1h"}, `fleetctl: demo: invalid value 1h0m0s for --duration: want 1s..10m0s`},
 		{[]string{"demo", "--workers", "0"}, `fleetctl: demo: invalid value 0 for --workers: want 1..256`},

@@ -53,6 +53,9 @@ passed — and fails with exit status 3 if that has not happened within
 			if timeout <= 0 {
 				return usageErrorf("invalid value %s for --timeout: want > 0", timeout)
 			}
+			if c.IsSet("timeout") && !c.Bool("wait") {
+				return usageErrorf("--timeout bounds --wait: give both, or neither")
+			}
 			key, nodeID := args[0], args[1]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				if err := admin.Drain(ctx, key, nodeID); err != nil {
@@ -651,11 +654,14 @@ owner and public are refused.`,
 }
 
 // roleHint adds to an error of grant or revoke (the command named) what
-// to do: create the missing role, or run as the schema's owner.
+// to do: create the missing role (for grant; revoke says there was
+// nothing to take), or run as the schema's owner.
 func roleHint(err error, role, command string) error {
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined object
+	case errors.As(err, &pgErr) && pgErr.Code == "42704" && command == "revoke": // undefined object
+		return fmt.Errorf("%w: a role that does not exist holds no rights; nothing changed", err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42704":
 		return fmt.Errorf("%w (create the role first: CREATE ROLE %s LOGIN)", err, pgx.Identifier{role}.Sanitize())
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient privilege
 		return fmt.Errorf("%w (%s is the schema owner's to run: the role that ran 'fleetctl migrate up')", err, command)

@@ -45,6 +45,12 @@ func plainLine(f frame) string {
 	fmt.Fprintf(&b, "%s key=%s l_global=%s nodes=%d share=%d inflight=%d util=%s",
 		f.Time.UTC().Format("2006-01-02T15:04:05.000Z"), strconv.Quote(f.Key.Key), lGlobal(f.Key.LGlobal),
 		f.Key.LiveNodes, f.Key.SumShare, f.Key.SumInflight, percent(f.Key.Utilization))
+	if u := f.Key.LearningUntil; u != nil {
+		fmt.Fprintf(&b, " learning_until=%s", u.UTC().Format("2006-01-02T15:04:05.000Z"))
+	}
+	if f.Key.HeldReserve > 0 {
+		fmt.Fprintf(&b, " held=%d", f.Key.HeldReserve)
+	}
 	if k := f.Key; k.hasRates() {
 		fmt.Fprintf(&b, " rpm=%s tpm=%s rate_share=%s", optInt64(k.RPM), optInt64(k.TPM), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))
 	}
@@ -116,6 +122,14 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	fmt.Fprintf(&b, "key %s  L_global %s (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
 		strconv.Quote(k.Key), lGlobal(k.LGlobal), optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,
 		k.LiveNodes, k.SumShare, k.SumInflight, percent(k.Utilization))
+	if u := k.LearningUntil; u != nil {
+		fmt.Fprintf(&b, "learning mode until %s: each node is granted at most what it holds (the database may have lost state, design §10)\n",
+			u.Local().Format("15:04:05"))
+	}
+	if k.HeldReserve > 0 {
+		fmt.Fprintf(&b, "held: %s reserved for requests of %s that are gone (expired, left or evicted)\n",
+			plural(k.HeldReserve, "slot", "slots"), plural(k.HeldRows, "node row", "node rows"))
+	}
 	if k.hasRates() {
 		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",
 			rateWithLimit(k.RPM, k.RPMLimit), rateWithLimit(k.TPM, k.TPMLimit), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))

@@ -90,6 +90,29 @@ func TestPlainLineAndLiveView(t *testing.T) {
 		"the note stands under the title")
 }
 
+// TestViewsSayLearningAndHeld: a key in learning mode grants each node
+// at most what it holds, which leaves shares at 0 with demand; both views
+// say why, and the capacity held for nodes that are gone.
+func TestViewsSayLearningAndHeld(t *testing.T) {
+	t.Parallel()
+	until := time.Date(2026, 1, 2, 3, 4, 35, 0, time.UTC)
+	util := 0.0
+	f := frame{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Key: keyView{Key: "api", LGlobal: 22, LiveNodes: 2,
+		Utilization: &util, LearningUntil: &until, HeldRows: 1, HeldReserve: 7, Aggregate: "lower_median"}}
+	require.Equal(t, `2026-01-02T03:04:05.000Z key="api" l_global=22 nodes=2 share=0 inflight=0 util=0.0% learning_until=2026-01-02T03:04:35.000Z held=7`,
+		plainLine(f))
+	var b bytes.Buffer
+	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	require.Contains(t, b.String(), "learning mode until "+until.Local().Format("15:04:05")+": each node is granted at most what it holds")
+	require.Contains(t, b.String(), "held: 7 slots reserved for requests of 1 node row that are gone (expired, left or evicted)\n")
+	f.Key.LearningUntil, f.Key.HeldReserve = nil, 0
+	b.Reset()
+	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	require.NotContains(t, b.String(), "learning")
+	require.NotContains(t, b.String(), "held:")
+	require.NotContains(t, plainLine(f), "learning_until")
+}
+
 func TestLGlobalBeforeTheFirstHeartbeat(t *testing.T) {
 	t.Parallel()
 	maxLimit := 24
