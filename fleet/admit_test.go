@@ -254,7 +254,10 @@ func TestIdleNodeSaysWhyItRefuses(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter.MaxQueued = 0
 		n := startNode(t, coord.NewMemory(nil), cfg)
-		time.Sleep(3 * cfg.HeartbeatInterval)
+		// Wake between the loop's timers (heartbeats every interval, polls
+		// every 5 ms): at one of them a heartbeat could run beside the
+		// refusals below and report their demand before they are checked.
+		time.Sleep(3*cfg.HeartbeatInterval + time.Millisecond)
 		require.Zero(t, n.State().Share, "idle: no share")
 		_, err := n.Acquire(t.Context())
 		require.ErrorIs(t, err, adaptive.ErrQueueFull)

@@ -66,6 +66,8 @@ func TestConfigValidation(t *testing.T) {
 			`fleet: Config.NodeID = "` + strings.Repeat(`\x00`, 40) + `"…, want 1..200 bytes`},
 		{"key with a newline", func(c *Config) { c.Key = "openai\n" },
 			`fleet: Config.Key = "openai\n" begins or ends with white space: names are matched byte for byte`},
+		{"key with a byte order mark", func(c *Config) { c.Key = "\ufeffopenai" },
+			`fleet: Config.Key = "\ufeffopenai" begins or ends with white space`},
 		{"blank node id", func(c *Config) { c.NodeID = " " },
 			`fleet: Config.NodeID = " " begins or ends with white space`},
 		{"label", func(c *Config) { c.Labels = map[string]string{"": "v"} }, "fleet: Config.Labels: label"},

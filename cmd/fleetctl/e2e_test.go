@@ -447,46 +447,84 @@ func TestMigrateResetRefusesLiveNodes(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema and its version table are gone")
 }
 
-// TestOperatorCommandsRefuseAnOlderSchema: the commands that read or
-// change keys and nodes need the schema fleetctl was built for, as a node
-// does: on an older one, limits set changes nothing, and keys delete does
-// not go without the refusal schema 10 added (capacity held).
-func TestOperatorCommandsRefuseAnOlderSchema(t *testing.T) {
+// TestLimitsSetSaysWhatItChanged: a change written before a failure says
+// so, here the read-back on a schema from before the rate usage columns
+// (version 5).
+func TestLimitsSetSaysWhatItChanged(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "api")
 	mustRun(t, dsn, "migrate", "down", "--to", "5")
-	for _, args := range [][]string{{"limits", "set", "api", "--max", "10"}, {"keys", "delete", "api"}, {"keys"}} {
-		res := run(t, dsn, args...)
-		require.Equal(t, 1, res.code, args)
-		require.Contains(t, res.stderr, fmt.Sprintf("run 'fleetctl migrate up' as the schema owner): the database is at version 5, this library needs %d", coord.SchemaVersion), args)
-	}
-	mustRun(t, dsn, "migrate", "up")
-	require.Regexp(t, `(?m)^api\s.*\s-\s+-\s`, mustRun(t, dsn, "keys"), "the key is there, with no max")
+	res := run(t, dsn, "limits", "set", "api", "--max", "10")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `key "api" was changed, but reading it back failed: `)
+	require.Contains(t, res.stderr, "fleetctl migrate up")
+}
+
+// TestKeysDeleteRefusesAnOlderSchema: keys delete needs the schema this
+// fleetctl was built for, whose delete_key refuses while capacity is held
+// (version 10); on version 9 the key would go with the capacity. The
+// listings still read an older schema, which is what a rollback's
+// refusals point at.
+func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	leaveHolding(t, dsn, "held", 7)
+	mustRun(t, dsn, "migrate", "down", "--force")
+	res := run(t, dsn, "keys", "delete", "held")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, fmt.Sprintf("run 'fleetctl migrate up' as the schema owner): the database is at version 9, this library needs %d", coord.SchemaVersion))
+	require.Regexp(t, `(?m)^held\s`, mustRun(t, dsn, "keys"), "the key is there, and keys reads schema 9")
+	require.Contains(t, mustRun(t, dsn, "nodes", "held"), "departed")
+}
+
+// leaveHolding makes node n of key leave with inflight requests still
+// running, which its row holds for an hour.
+func leaveHolding(t *testing.T, dsn, key string, inflight int) {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	_, err = c.Heartbeat(t.Context(), coord.Report{Key: key, NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 10, Inflight: inflight, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: key, NodeID: "n", Instance: "i", Inflight: inflight, Hold: time.Hour}))
 }
 
 // TestMigrateRefusesHeldCapacity: reset and down refuse, unless --force,
 // while a row of a node that is gone holds capacity for requests that
 // may still run, as keys delete does: a schema reset and migrated up
 // again would grant that capacity beside them, and an older one guards
-// it less. The count reads the columns of whatever schema it finds.
+// it less. Here a departed row holds slots and an evicted one a rate
+// share. The count reads the columns of whatever schema it finds.
 func TestMigrateRefusesHeldCapacity(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
+	leaveHolding(t, dsn, "held", 7)
+	mustRun(t, dsn, "keys", "create", "rated", "--rpm", "600")
 	pool, err := pgxpool.New(t.Context(), dsn)
 	require.NoError(t, err)
 	defer pool.Close()
 	c, err := coord.NewPostgres(pool)
 	require.NoError(t, err)
-	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "held", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
-		Demand: 10, Inflight: 7, LeaseTTL: time.Hour})
-	require.NoError(t, err)
-	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: "held", NodeID: "n", Instance: "i", Inflight: 7, Hold: time.Hour}))
+	r := coord.Report{Key: "rated", NodeID: "e", Instance: "i", LLocal: 10, LeaseTTL: time.Hour,
+		RateLocal: coord.Rates{Requests: 600}, RateDemand: coord.Rates{Requests: 300}}
+	for seq := int64(1); seq <= 2; seq++ {
+		r.Seq = seq
+		g, err := c.Heartbeat(t.Context(), r)
+		require.NoError(t, err)
+		r.Epoch, r.AppliedGen, r.RateApplied = g.Epoch, g.Generation, g.RateShare
+	}
+	require.Positive(t, r.RateApplied.Requests, "the node holds a rate share")
+	mustRun(t, dsn, "evict", "rated", "e")
 
-	const refusal = "1 row of nodes that expired, left or were evicted still holds capacity (7 slots) for requests that may still run " +
-		"(HELD in 'fleetctl keys', the rows in 'fleetctl nodes KEY'): after %s that capacity could be granted again beside " +
-		"those requests; wait for the hold to end, or give --force\n"
-	for _, to := range []string{"", "9", "4"} {
+	const refusal = "2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and a rate share) for " +
+		"requests that may still run, on keys \"held\", \"rated\" (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): " +
+		"after %s that capacity could be granted again beside those requests; wait until their holds end (slots) and " +
+		"their leases (the rate share of an evicted node), or give --force\n"
+	for _, to := range []string{"", "9", "5"} {
 		if to != "" {
 			require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", to, "--force"), "rolled back from version")
 		}
@@ -497,6 +535,11 @@ func TestMigrateRefusesHeldCapacity(t *testing.T) {
 		require.Equal(t, 1, res.code, to)
 		require.Equal(t, "fleetctl: migrate down: "+fmt.Sprintf(refusal, "rolling the schema back"), res.stderr, to)
 	}
+	// Below version 5 no rate share is held: the departed row's slots are.
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "4", "--force"), "rolled back from version 5 to 4")
+	res := run(t, dsn, "migrate", "reset", "--yes")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, `1 row of nodes that expired, left or were evicted still holds capacity (7 slots) for requests that may still run, on key "held" (`)
 	require.Contains(t, mustRun(t, dsn, "migrate", "status"), "00004", "nothing more was rolled back")
 	require.Contains(t, mustRun(t, dsn, "migrate", "reset", "--yes", "--force"), "the fleetlimit schema and its version table are gone")
 }

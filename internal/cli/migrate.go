@@ -51,12 +51,15 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Description: `down refuses while nodes are live on any key unless --force: the schema
 they heartbeat into would change under them, and their fleets fail closed.
 It refuses too while rows of nodes that expired, left or were evicted hold
-capacity for requests that may still run (HELD in 'fleetctl keys'): an
-older schema guards them less (below version 10 'keys delete' throws them
-away, below version 3 their holds go). Rolling back drops what the newer migrations added, with its data (the
-operator's rates, for one): a later 'migrate up' adds it back empty. Below
-version 5 that includes rights 'fleetctl grant' gave: grant them again
-after 'migrate up'.`,
+capacity for requests that may still run (slots, HELD in 'fleetctl keys',
+or an evicted node's rate share; the rows are in 'fleetctl nodes KEY'): an
+older schema guards them less (below version 10 its delete_key throws
+them away, below version 3 their holds go). Rolling back drops what the
+newer migrations added, with its data (the operator's rates, for one): a
+later 'migrate up' adds it back empty. Below version 5 that includes rights
+'fleetctl grant' gave: grant them again after 'migrate up'. 'fleetctl keys'
+and 'fleetctl nodes' read the schemas from version 6 on; 'keys delete'
+refuses any schema older than this fleetctl's.`,
 				Flags: []ucli.Flag{
 					decimalFlag("to", "the version to roll back to, >= 1", "one step back", fmt.Sprintf("1..%d", coord.SchemaVersion)),
 					&ucli.BoolFlag{Name: "force", Usage: "roll back even while nodes are live or capacity is held"},
@@ -285,7 +288,11 @@ func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 // many such nodes, and the capacity rows that are no member still hold.
 type schemaUse struct {
 	keys, liveKeys, live int
-	held, heldSlots      int // rows no member holding capacity, and their slots
+	// held counts the rows that are no member but hold capacity;
+	// heldSlots their slots, heldRated those of them that hold a rate
+	// share, heldKeys the first four keys they are on, in order.
+	held, heldSlots, heldRated int
+	heldKeys                   []string
 }
 
 // liveNodes counts the keys and their live member nodes: rows whose lease
@@ -298,7 +305,7 @@ type schemaUse struct {
 // column not there yet holds nothing); no schema counts none.
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	var u schemaUse
-	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots)
+	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots, &u.heldRated, &u.heldKeys)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined table, schema
 		return schemaUse{}, nil
@@ -312,7 +319,9 @@ func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 const sqlLiveNodes = `
 SELECT (SELECT count(*) FROM fleetlimit.keys),
        count(DISTINCT n.key) FILTER (WHERE m.live), count(*) FILTER (WHERE m.live),
-       count(*) FILTER (WHERE h.held), coalesce(sum(m.slots) FILTER (WHERE h.held AND m.slotsHeld), 0)
+       count(*) FILTER (WHERE h.held), coalesce(sum(m.slots) FILTER (WHERE h.held AND m.slotsHeld), 0),
+       count(*) FILTER (WHERE h.held AND m.ratesHeld),
+       coalesce((array_agg(DISTINCT n.key ORDER BY n.key) FILTER (WHERE h.held))[1:4], '{}')
   FROM fleetlimit.nodes AS n
  CROSS JOIN LATERAL (SELECT to_jsonb(n) AS j) AS r
  CROSS JOIN LATERAL (SELECT n.lease_expires_at > now() AND NOT n.evicted AS live,
@@ -365,14 +374,32 @@ func refuseLive(ctx context.Context, pool *pgxpool.Pool, what string, force bool
 		return u, fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
 			plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
 	case u.held > 0:
-		hold := "hold"
+		hold, held := "hold", plural(u.heldSlots, "slot", "slots")
 		if u.held == 1 {
 			hold = "holds"
 		}
+		switch {
+		case u.heldRated == u.held && u.heldSlots == 0:
+			held = "a rate share"
+		case u.heldRated > 0:
+			held += " and a rate share"
+		}
+		var keys []string
+		for _, k := range u.heldKeys[:min(len(u.heldKeys), 3)] {
+			keys = append(keys, strconv.Quote(k))
+		}
+		on := "key " + strings.Join(keys, ", ")
+		if len(u.heldKeys) > 1 {
+			on = "keys " + strings.Join(keys, ", ")
+		}
+		if len(u.heldKeys) > 3 {
+			on += " and others"
+		}
 		return u, fmt.Errorf("%s of nodes that expired, left or were evicted still %s capacity (%s) for requests that may "+
-			"still run (HELD in 'fleetctl keys', the rows in 'fleetctl nodes KEY'): after %s that capacity could be granted "+
-			"again beside those requests; wait for the hold to end, or give --force",
-			plural(u.held, "row", "rows"), hold, plural(u.heldSlots, "slot", "slots"), what)
+			"still run, on %s (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): after %s that "+
+			"capacity could be granted again beside those requests; wait until their holds end (slots) and their "+
+			"leases (the rate share of an evicted node), or give --force",
+			plural(u.held, "row", "rows"), hold, held, on, what)
 	}
 	return u, nil
 }

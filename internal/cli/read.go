@@ -17,12 +17,12 @@ import (
 // withAdmin connects, runs fn with the coordinator's operator interface and
 // closes the pool.
 func (r *runner) withAdmin(c *ucli.Context, fn func(ctx context.Context, admin coord.Admin) error) error {
-	return r.withPoolAdmin(c, func(ctx context.Context, _ *pgxpool.Pool, admin coord.Admin) error { return fn(ctx, admin) })
+	return r.withPoolAdmin(c, func(ctx context.Context, _ *pgxpool.Pool, admin *coord.Postgres) error { return fn(ctx, admin) })
 }
 
 // withPoolAdmin is withAdmin for a command that also reads the pool (its
-// configuration).
-func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, pool *pgxpool.Pool, admin coord.Admin) error) error {
+// configuration) or checks the schema's version.
+func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, pool *pgxpool.Pool, admin *coord.Postgres) error) error {
 	pool, err := r.openPool(c)
 	if err != nil {
 		return err
@@ -31,12 +31,6 @@ func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, poo
 	admin, err := coord.NewPostgres(pool)
 	if err != nil {
 		return err
-	}
-	// The operator's commands rest on the schema this fleetctl was built
-	// for, as a node does: an older one lacks checks they rely on (keys
-	// delete's refusal while capacity is held, schema 10).
-	if err := admin.CheckSchema(c.Context); err != nil {
-		return adminError(err, "", "")
 	}
 	return fn(c.Context, pool, admin)
 }
@@ -249,7 +243,12 @@ beside those requests. --force deletes it anyway.`,
 				return err
 			}
 			key := args[0]
-			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+			return r.withPoolAdmin(c, func(ctx context.Context, _ *pgxpool.Pool, admin *coord.Postgres) error {
+				// The refusal while capacity is held is schema 10's: an
+				// older schema's delete_key throws that capacity away.
+				if err := admin.CheckSchema(ctx); err != nil {
+					return adminError(err, key, "")
+				}
 				if err := admin.DeleteKey(ctx, key, c.Bool("force")); err != nil {
 					switch {
 					case errors.Is(err, coord.ErrLiveNodes):

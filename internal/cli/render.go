@@ -48,8 +48,8 @@ func plainLine(f frame) string {
 	if u := f.Key.LearningUntil; u != nil {
 		fmt.Fprintf(&b, " learning_until=%s", u.UTC().Format("2006-01-02T15:04:05.000Z"))
 	}
-	if f.Key.HeldReserve > 0 {
-		fmt.Fprintf(&b, " held=%d", f.Key.HeldReserve)
+	if f.Key.HeldRows > 0 {
+		fmt.Fprintf(&b, " held=%d held_rows=%d", f.Key.HeldReserve, f.Key.HeldRows)
 	}
 	if k := f.Key; k.hasRates() {
 		fmt.Fprintf(&b, " rpm=%s tpm=%s rate_share=%s", optInt64(k.RPM), optInt64(k.TPM), sharePair(k.SumRPMShare, k.SumTPMShare, k.rateDims()))
@@ -126,9 +126,9 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 		fmt.Fprintf(&b, "learning mode until %s: each node is granted at most what it holds (the database may have lost state, design §10)\n",
 			u.Local().Format("15:04:05"))
 	}
-	if k.HeldReserve > 0 {
-		fmt.Fprintf(&b, "held: %s reserved for requests of %s that are gone (expired, left or evicted)\n",
-			plural(k.HeldReserve, "slot", "slots"), plural(k.HeldRows, "node row", "node rows"))
+	if k.HeldRows > 0 {
+		fmt.Fprintf(&b, "held: %s, by %s of nodes that are gone (expired, left or evicted) for requests that may still run\n",
+			plural(k.HeldReserve, "slot", "slots"), plural(k.HeldRows, "row", "rows"))
 	}
 	if k.hasRates() {
 		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",

@@ -99,13 +99,17 @@ func TestViewsSayLearningAndHeld(t *testing.T) {
 	util := 0.0
 	f := frame{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Key: keyView{Key: "api", LGlobal: 22, LiveNodes: 2,
 		Utilization: &util, LearningUntil: &until, HeldRows: 1, HeldReserve: 7, Aggregate: "lower_median"}}
-	require.Equal(t, `2026-01-02T03:04:05.000Z key="api" l_global=22 nodes=2 share=0 inflight=0 util=0.0% learning_until=2026-01-02T03:04:35.000Z held=7`,
+	require.Equal(t, `2026-01-02T03:04:05.000Z key="api" l_global=22 nodes=2 share=0 inflight=0 util=0.0% learning_until=2026-01-02T03:04:35.000Z held=7 held_rows=1`,
 		plainLine(f))
 	var b bytes.Buffer
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
 	require.Contains(t, b.String(), "learning mode until "+until.Local().Format("15:04:05")+": each node is granted at most what it holds")
-	require.Contains(t, b.String(), "held: 7 slots reserved for requests of 1 node row that are gone (expired, left or evicted)\n")
-	f.Key.LearningUntil, f.Key.HeldReserve = nil, 0
+	require.Contains(t, b.String(), "held: 7 slots, by 1 row of nodes that are gone (expired, left or evicted) for requests that may still run\n")
+	f.Key.HeldReserve, f.Key.HeldRows = 0, 2 // rows that hold only a rate share
+	b.Reset()
+	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	require.Contains(t, b.String(), "held: 0 slots, by 2 rows of nodes that are gone")
+	f.Key.LearningUntil, f.Key.HeldRows = nil, 0
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
 	require.NotContains(t, b.String(), "learning")

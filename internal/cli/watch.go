@@ -61,7 +61,7 @@ operator's rights ends the run at once.`,
 				return usageErrorf("invalid value %d for --count: want >= 0", count)
 			}
 			key := args[0]
-			return r.withPoolAdmin(c, func(ctx context.Context, pool *pgxpool.Pool, admin coord.Admin) error {
+			return r.withPoolAdmin(c, func(ctx context.Context, pool *pgxpool.Pool, admin *coord.Postgres) error {
 				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
 				defer v.close()
 				w := r.newWatcher("watch", admin, pool, key, interval)
