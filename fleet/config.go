@@ -204,7 +204,7 @@ func (c Config) validate() error {
 	}
 	for _, f := range []struct{ name, value string }{{"Key", c.Key}, {"NodeID", c.NodeID}} {
 		if coord.Padded(f.value) {
-			bad("%s = %s begins or ends with white space: names are matched byte for byte (see coord.Padded)", f.name, quote.Short(f.value))
+			bad("%s = %s begins or ends with white space or a byte order mark: names are matched byte for byte (see coord.Padded)", f.name, quote.Short(f.value))
 		}
 	}
 	withLabels := coord.Report{Key: "probe", NodeID: "probe", Instance: "probe", LLocal: 1, LeaseTTL: coord.MinLeaseTTL, Labels: c.Labels}

@@ -9,8 +9,8 @@
 // # Commands
 //
 //	migrate up                      apply every pending migration
-//	migrate down [--to VERSION] [--force]  roll back one step, or to VERSION >= 1 (refuses while nodes are live)
-//	migrate reset [--yes] [--force] remove the whole schema (asks; refuses while nodes are live)
+//	migrate down [--to VERSION] [--force]  roll back one step, or to VERSION >= 1 (refuses while nodes are live or capacity is held)
+//	migrate reset [--yes] [--force] remove the whole schema (asks; refuses while nodes are live or capacity is held)
 //	migrate status [-o json]        list migrations and whether they are applied
 //	migrate validate                exit 3 when migrations are pending
 //	keys [-o json]                  every key with its ceiling, override, load and rates

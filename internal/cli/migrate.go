@@ -290,7 +290,7 @@ type schemaUse struct {
 	keys, liveKeys, live int
 	// held counts the rows that are no member but hold capacity;
 	// heldSlots their slots, heldRated those of them that hold a rate
-	// share, heldKeys the first four keys they are on, in order.
+	// share, heldKeys the first four keys they are on, in byte order.
 	held, heldSlots, heldRated int
 	heldKeys                   []string
 }
@@ -321,7 +321,7 @@ SELECT (SELECT count(*) FROM fleetlimit.keys),
        count(DISTINCT n.key) FILTER (WHERE m.live), count(*) FILTER (WHERE m.live),
        count(*) FILTER (WHERE h.held), coalesce(sum(m.slots) FILTER (WHERE h.held AND m.slotsHeld), 0),
        count(*) FILTER (WHERE h.held AND m.ratesHeld),
-       coalesce((array_agg(DISTINCT n.key ORDER BY n.key) FILTER (WHERE h.held))[1:4], '{}')
+       coalesce((array_agg(DISTINCT n.key COLLATE "C" ORDER BY n.key COLLATE "C") FILTER (WHERE h.held))[1:4], '{}')
   FROM fleetlimit.nodes AS n
  CROSS JOIN LATERAL (SELECT to_jsonb(n) AS j) AS r
  CROSS JOIN LATERAL (SELECT n.lease_expires_at > now() AND NOT n.evicted AS live,
@@ -374,34 +374,43 @@ func refuseLive(ctx context.Context, pool *pgxpool.Pool, what string, force bool
 		return u, fmt.Errorf("%s live on %s: %s now would fail their fleets closed; stop them first, or give --force",
 			plural(u.live, "node is", "nodes are"), plural(u.liveKeys, "key", "keys"), what)
 	case u.held > 0:
-		hold, held := "hold", plural(u.heldSlots, "slot", "slots")
-		if u.held == 1 {
-			hold = "holds"
-		}
-		switch {
-		case u.heldRated == u.held && u.heldSlots == 0:
-			held = "a rate share"
-		case u.heldRated > 0:
-			held += " and a rate share"
-		}
-		var keys []string
-		for _, k := range u.heldKeys[:min(len(u.heldKeys), 3)] {
-			keys = append(keys, strconv.Quote(k))
-		}
-		on := "key " + strings.Join(keys, ", ")
-		if len(u.heldKeys) > 1 {
-			on = "keys " + strings.Join(keys, ", ")
-		}
-		if len(u.heldKeys) > 3 {
-			on += " and others"
-		}
-		return u, fmt.Errorf("%s of nodes that expired, left or were evicted still %s capacity (%s) for requests that may "+
-			"still run, on %s (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): after %s that "+
-			"capacity could be granted again beside those requests; wait until their holds end (slots) and their "+
-			"leases (the rate share of an evicted node), or give --force",
-			plural(u.held, "row", "rows"), hold, held, on, what)
+		return u, heldRefusal(u, what)
 	}
 	return u, nil
+}
+
+// heldRefusal is refuseLive's error for u's rows that are no member but
+// hold capacity (u.held > 0): what they hold, on which keys (the first
+// three in byte order), and what to wait for.
+func heldRefusal(u schemaUse, what string) error {
+	var holds, waits []string
+	if u.heldSlots > 0 {
+		holds = append(holds, plural(u.heldSlots, "slot", "slots"))
+		waits = append(waits, "the holds of the slots end")
+	}
+	if u.heldRated > 0 {
+		holds = append(holds, plural(u.heldRated, "evicted node's rate share", "evicted nodes' rate shares"))
+		waits = append(waits, "the evicted nodes' leases end")
+	}
+	keys := make([]string, 0, 3)
+	for _, k := range u.heldKeys[:min(len(u.heldKeys), 3)] {
+		keys = append(keys, strconv.Quote(k))
+	}
+	on := "key " + strings.Join(keys, ", ")
+	if len(u.heldKeys) > 1 {
+		on = "keys " + strings.Join(keys, ", ")
+	}
+	if len(u.heldKeys) > 3 {
+		on += " and others"
+	}
+	verb := "hold"
+	if u.held == 1 {
+		verb = "holds"
+	}
+	return fmt.Errorf("%s of nodes that expired, left or were evicted still %s capacity (%s) for requests that may "+
+		"still run, on %s (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): after %s that capacity "+
+		"could be granted again beside those requests; wait until %s, or give --force",
+		plural(u.held, "row", "rows"), verb, strings.Join(holds, " and "), on, what, strings.Join(waits, " and "))
 }
 
 // plural returns n with the singular or plural noun.

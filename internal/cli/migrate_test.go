@@ -248,3 +248,31 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 		require.Empty(t, stderr, "%v: no wait to speak of", args)
 	}
 }
+
+// TestHeldRefusal: migrate's refusal while capacity is held says what
+// is held (slots, evicted nodes' rate shares, in number), on which keys
+// (three at most) and what to wait for.
+func TestHeldRefusal(t *testing.T) {
+	t.Parallel()
+	const tail = " (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): after resetting that capacity " +
+		"could be granted again beside those requests; wait until "
+	for _, tt := range []struct {
+		u    schemaUse
+		want string
+	}{
+		{schemaUse{held: 1, heldSlots: 1, heldKeys: []string{"k"}},
+			`1 row of nodes that expired, left or were evicted still holds capacity (1 slot) for requests that may still run, on key "k"` +
+				tail + "the holds of the slots end, or give --force"},
+		{schemaUse{held: 3, heldRated: 3, heldKeys: []string{"a", "b", "c", "d"}},
+			`3 rows of nodes that expired, left or were evicted still hold capacity (3 evicted nodes' rate shares) for requests that may still run, on keys "a", "b", "c" and others` +
+				tail + "the evicted nodes' leases end, or give --force"},
+		{schemaUse{held: 2, heldSlots: 7, heldRated: 1, heldKeys: []string{"held", "rated"}},
+			`2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and 1 evicted node's rate share) for requests that may still run, on keys "held", "rated"` +
+				tail + "the holds of the slots end and the evicted nodes' leases end, or give --force"},
+		{schemaUse{held: 2, heldRated: 2, heldKeys: []string{"a", "b", "c"}},
+			`2 rows of nodes that expired, left or were evicted still hold capacity (2 evicted nodes' rate shares) for requests that may still run, on keys "a", "b", "c"` +
+				tail + "the evicted nodes' leases end, or give --force"},
+	} {
+		require.EqualError(t, heldRefusal(tt.u, "resetting"), tt.want)
+	}
+}

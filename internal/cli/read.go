@@ -176,7 +176,7 @@ checked before the key is created.`,
 				return err
 			}
 			if coord.Padded(args[0]) {
-				return usageErrorf("invalid KEY %s: it begins or ends with white space, and nodes configured without it would "+
+				return usageErrorf("invalid KEY %s: it begins or ends with white space or a byte order mark, and nodes configured without it would "+
 					"share another quota (fleet.New refuses such a key)", quote.Short(args[0]))
 			}
 			var bounds [2]*int

@@ -126,9 +126,14 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 		fmt.Fprintf(&b, "learning mode until %s: each node is granted at most what it holds (the database may have lost state, design §10)\n",
 			u.Local().Format("15:04:05"))
 	}
-	if k.HeldRows > 0 {
+	switch {
+	case k.HeldReserve > 0:
 		fmt.Fprintf(&b, "held: %s, by %s of nodes that are gone (expired, left or evicted) for requests that may still run\n",
 			plural(k.HeldReserve, "slot", "slots"), plural(k.HeldRows, "row", "rows"))
+	case k.HeldRows == 1: // only an evicted row whose lease runs holds no slot
+		b.WriteString("held: the rate share of 1 evicted node, until its lease ends\n")
+	case k.HeldRows > 1:
+		fmt.Fprintf(&b, "held: the rate shares of %d evicted nodes, until their leases end\n", k.HeldRows)
 	}
 	if k.hasRates() {
 		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",

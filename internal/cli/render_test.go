@@ -108,7 +108,7 @@ func TestViewsSayLearningAndHeld(t *testing.T) {
 	f.Key.HeldReserve, f.Key.HeldRows = 0, 2 // rows that hold only a rate share
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
-	require.Contains(t, b.String(), "held: 0 slots, by 2 rows of nodes that are gone")
+	require.Contains(t, b.String(), "held: the rate shares of 2 evicted nodes, until their leases end\n")
 	f.Key.LearningUntil, f.Key.HeldRows = nil, 0
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
