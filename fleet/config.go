@@ -53,13 +53,13 @@ const MaxRequestDurationLimit = 23 * time.Hour
 type Config struct {
 	// Key names the shared quota, e.g. "openai:gpt-4o". Required; at most
 	// coord.MaxNameBytes bytes of UTF-8, not beginning or ending with white
-	// space (coord.Padded): nodes whose keys differ by a byte share two
-	// quotas, not one.
+	// space or a byte order mark (coord.Padded): nodes whose keys differ by
+	// a byte share two quotas, not one.
 	Key string
 	// NodeID names this node within the key, stable across restarts (a pod
 	// name). Two live processes must not share one. At most
 	// coord.MaxNameBytes bytes of UTF-8, not beginning or ending with white
-	// space. Defaults to "<hostname>-<pid>".
+	// space or a byte order mark. Defaults to "<hostname>-<pid>".
 	NodeID string
 	// Labels are shown to operators by fleetctl: at most coord.MaxLabels,
 	// names of 1..coord.MaxNameBytes bytes and values of at most

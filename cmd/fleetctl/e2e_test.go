@@ -520,10 +520,10 @@ func TestMigrateRefusesHeldCapacity(t *testing.T) {
 	require.Positive(t, r.RateApplied.Requests, "the node holds a rate share")
 	mustRun(t, dsn, "evict", "rated", "e")
 
-	const refusal = "2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and 1 evicted node's rate share) for " +
+	const refusal = "2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and 1 evicted instance's rate share) for " +
 		"requests that may still run, on keys \"held\", \"rated\" (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): " +
-		"after %s that capacity could be granted again beside those requests; wait until the holds of the slots end and " +
-		"the evicted nodes' leases end, or give --force\n"
+		"after %s that capacity could be granted again beside those requests; wait until 1 row's hold ends and " +
+		"1 evicted instance's lease ends, or give --force\n"
 	for _, to := range []string{"", "9", "5"} {
 		if to != "" {
 			require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", to, "--force"), "rolled back from version")

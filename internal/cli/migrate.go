@@ -289,10 +289,11 @@ func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 type schemaUse struct {
 	keys, liveKeys, live int
 	// held counts the rows that are no member but hold capacity;
-	// heldSlots their slots, heldRated those of them that hold a rate
-	// share, heldKeys the first four keys they are on, in byte order.
-	held, heldSlots, heldRated int
-	heldKeys                   []string
+	// heldSlots their slots and heldSlotRows the rows that hold any,
+	// heldRated the rows that hold a rate share (evicted instances whose
+	// lease runs), heldKeys the first four keys they are on, in byte order.
+	held, heldSlots, heldSlotRows, heldRated int
+	heldKeys                                 []string
 }
 
 // liveNodes counts the keys and their live member nodes: rows whose lease
@@ -305,7 +306,7 @@ type schemaUse struct {
 // column not there yet holds nothing); no schema counts none.
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	var u schemaUse
-	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots, &u.heldRated, &u.heldKeys)
+	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots, &u.heldSlotRows, &u.heldRated, &u.heldKeys)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined table, schema
 		return schemaUse{}, nil
@@ -320,7 +321,7 @@ const sqlLiveNodes = `
 SELECT (SELECT count(*) FROM fleetlimit.keys),
        count(DISTINCT n.key) FILTER (WHERE m.live), count(*) FILTER (WHERE m.live),
        count(*) FILTER (WHERE h.held), coalesce(sum(m.slots) FILTER (WHERE h.held AND m.slotsHeld), 0),
-       count(*) FILTER (WHERE h.held AND m.ratesHeld),
+       count(*) FILTER (WHERE h.held AND m.slotsHeld), count(*) FILTER (WHERE h.held AND m.ratesHeld),
        coalesce((array_agg(DISTINCT n.key COLLATE "C" ORDER BY n.key COLLATE "C") FILTER (WHERE h.held))[1:4], '{}')
   FROM fleetlimit.nodes AS n
  CROSS JOIN LATERAL (SELECT to_jsonb(n) AS j) AS r
@@ -386,11 +387,11 @@ func heldRefusal(u schemaUse, what string) error {
 	var holds, waits []string
 	if u.heldSlots > 0 {
 		holds = append(holds, plural(u.heldSlots, "slot", "slots"))
-		waits = append(waits, "the holds of the slots end")
+		waits = append(waits, plural(u.heldSlotRows, "row's hold ends", "rows' holds end"))
 	}
 	if u.heldRated > 0 {
-		holds = append(holds, plural(u.heldRated, "evicted node's rate share", "evicted nodes' rate shares"))
-		waits = append(waits, "the evicted nodes' leases end")
+		holds = append(holds, plural(u.heldRated, "evicted instance's rate share", "evicted instances' rate shares"))
+		waits = append(waits, plural(u.heldRated, "evicted instance's lease ends", "evicted instances' leases end"))
 	}
 	keys := make([]string, 0, 3)
 	for _, k := range u.heldKeys[:min(len(u.heldKeys), 3)] {

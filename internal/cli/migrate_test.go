@@ -250,8 +250,8 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 }
 
 // TestHeldRefusal: migrate's refusal while capacity is held says what
-// is held (slots, evicted nodes' rate shares, in number), on which keys
-// (three at most) and what to wait for.
+// is held (slots, evicted instances' rate shares, in number), on which
+// keys (three at most) and what to wait for.
 func TestHeldRefusal(t *testing.T) {
 	t.Parallel()
 	const tail = " (the rows, with their HOLD and LEASE, are in 'fleetctl nodes KEY'): after resetting that capacity " +
@@ -260,18 +260,18 @@ func TestHeldRefusal(t *testing.T) {
 		u    schemaUse
 		want string
 	}{
-		{schemaUse{held: 1, heldSlots: 1, heldKeys: []string{"k"}},
+		{schemaUse{held: 1, heldSlots: 1, heldSlotRows: 1, heldKeys: []string{"k"}},
 			`1 row of nodes that expired, left or were evicted still holds capacity (1 slot) for requests that may still run, on key "k"` +
-				tail + "the holds of the slots end, or give --force"},
-		{schemaUse{held: 3, heldRated: 3, heldKeys: []string{"a", "b", "c", "d"}},
-			`3 rows of nodes that expired, left or were evicted still hold capacity (3 evicted nodes' rate shares) for requests that may still run, on keys "a", "b", "c" and others` +
-				tail + "the evicted nodes' leases end, or give --force"},
-		{schemaUse{held: 2, heldSlots: 7, heldRated: 1, heldKeys: []string{"held", "rated"}},
-			`2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and 1 evicted node's rate share) for requests that may still run, on keys "held", "rated"` +
-				tail + "the holds of the slots end and the evicted nodes' leases end, or give --force"},
-		{schemaUse{held: 2, heldRated: 2, heldKeys: []string{"a", "b", "c"}},
-			`2 rows of nodes that expired, left or were evicted still hold capacity (2 evicted nodes' rate shares) for requests that may still run, on keys "a", "b", "c"` +
-				tail + "the evicted nodes' leases end, or give --force"},
+				tail + "1 row's hold ends, or give --force"},
+		{schemaUse{held: 5, heldRated: 5, heldKeys: []string{"a", "b", "c", "d"}},
+			`5 rows of nodes that expired, left or were evicted still hold capacity (5 evicted instances' rate shares) for requests that may still run, on keys "a", "b", "c" and others` +
+				tail + "5 evicted instances' leases end, or give --force"},
+		{schemaUse{held: 2, heldSlots: 7, heldSlotRows: 1, heldRated: 1, heldKeys: []string{"held", "rated"}},
+			`2 rows of nodes that expired, left or were evicted still hold capacity (7 slots and 1 evicted instance's rate share) for requests that may still run, on keys "held", "rated"` +
+				tail + "1 row's hold ends and 1 evicted instance's lease ends, or give --force"},
+		{schemaUse{held: 3, heldSlots: 9, heldSlotRows: 3, heldKeys: []string{"a", "b", "c"}},
+			`3 rows of nodes that expired, left or were evicted still hold capacity (9 slots) for requests that may still run, on keys "a", "b", "c"` +
+				tail + "3 rows' holds end, or give --force"},
 	} {
 		require.EqualError(t, heldRefusal(tt.u, "resetting"), tt.want)
 	}

@@ -128,12 +128,17 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	}
 	switch {
 	case k.HeldReserve > 0:
-		fmt.Fprintf(&b, "held: %s, by %s of nodes that are gone (expired, left or evicted) for requests that may still run\n",
-			plural(k.HeldReserve, "slot", "slots"), plural(k.HeldRows, "row", "rows"))
-	case k.HeldRows == 1: // only an evicted row whose lease runs holds no slot
-		b.WriteString("held: the rate share of 1 evicted node, until its lease ends\n")
+		verb := "hold"
+		if k.HeldRows == 1 {
+			verb = "holds"
+		}
+		fmt.Fprintf(&b, "held: %s for requests that may still run; %s of nodes that are gone (expired, left or evicted) %s "+
+			"capacity (slots, or an evicted instance's rate share)\n", plural(k.HeldReserve, "slot", "slots"),
+			plural(k.HeldRows, "row", "rows"), verb)
+	case k.HeldRows == 1: // only an evicted instance whose lease runs holds no slot
+		b.WriteString("held: the rate share of 1 evicted instance, until its lease ends\n")
 	case k.HeldRows > 1:
-		fmt.Fprintf(&b, "held: the rate shares of %d evicted nodes, until their leases end\n", k.HeldRows)
+		fmt.Fprintf(&b, "held: the rate shares of %d evicted instances, until their leases end\n", k.HeldRows)
 	}
 	if k.hasRates() {
 		fmt.Fprintf(&b, "rates per minute: requests %s  tokens %s  Σ rate share %s\n",

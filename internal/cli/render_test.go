@@ -104,11 +104,11 @@ func TestViewsSayLearningAndHeld(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
 	require.Contains(t, b.String(), "learning mode until "+until.Local().Format("15:04:05")+": each node is granted at most what it holds")
-	require.Contains(t, b.String(), "held: 7 slots, by 1 row of nodes that are gone (expired, left or evicted) for requests that may still run\n")
+	require.Contains(t, b.String(), "held: 7 slots for requests that may still run; 1 row of nodes that are gone (expired, left or evicted) holds capacity (slots, or an evicted instance's rate share)\n")
 	f.Key.HeldReserve, f.Key.HeldRows = 0, 2 // rows that hold only a rate share
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
-	require.Contains(t, b.String(), "held: the rate shares of 2 evicted nodes, until their leases end\n")
+	require.Contains(t, b.String(), "held: the rate shares of 2 evicted instances, until their leases end\n")
 	f.Key.LearningUntil, f.Key.HeldRows = nil, 0
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
