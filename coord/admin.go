@@ -106,8 +106,9 @@ type NodeInfo struct {
 	// LeaseRemaining is lease_expires_at minus now; 0 or negative once the
 	// lease has run out.
 	LeaseRemaining time.Duration
-	// HoldRemaining is hold_until minus now: how long the row's reserve
-	// still counts.
+	// HoldRemaining is hold_until minus now: how long the row stays. Its
+	// Reserve, if any, counts until then; a row that reserves 0 stays only
+	// to answer its instance's late reports as stale.
 	HoldRemaining time.Duration
 	// Reserve is what the row holds back from the others now, and
 	// RateReserve the same for rates.

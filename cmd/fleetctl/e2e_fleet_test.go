@@ -97,8 +97,9 @@ func TestDrainWaitsForLiveNode(t *testing.T) {
 	returnedAfter := time.Since(releasedAt)
 	require.NoError(t, waitErr, "stderr: %s", stderr)
 	require.Less(t, returnedAfter, 5*time.Second)
-	require.Equal(t, "node \"worker\" on key \"live\" is draining\n"+
-		"node \"worker\" on key \"live\" is drained: it holds no capacity (the drain stays until undrain)\n", stdout.String())
+	require.Equal(t, "node \"worker\" on key \"live\" was already draining; nothing changed\n"+
+		"node \"worker\" on key \"live\" is drained: it holds no capacity (the drain stays until undrain)\n", stdout.String(),
+		"the timed-out wait above left the drain in place")
 	require.Contains(t, stderr.String(), `waiting for node "worker": 1 in flight`)
 
 	require.Eventually(t, func() bool { return node.State().Status == coord.StatusDraining }, 5*time.Second, 10*time.Millisecond)

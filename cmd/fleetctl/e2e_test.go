@@ -254,6 +254,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("limits", "set", "api", "--aggregate", "lower_median", "--max", "30")
 	step("limits", "get", "api")
 	step("drain", "api", "node-a")
+	step("drain", "api", "node-a")
 	step("nodes", "api")
 	step("undrain", "api", "node-a")
 	step("undrain", "api", "node-a")

@@ -58,10 +58,21 @@ passed — and fails with exit status 3 if that has not happened within
 			}
 			key, nodeID := args[0], args[1]
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
+				// Whether it was draining is read just before, as undrain
+				// does: a drain of another operator's that lands in between
+				// is reported as this one's.
+				was, err := draining(ctx, admin, key, nodeID)
+				if err != nil {
+					return adminError(err, key, nodeID)
+				}
 				if err := admin.Drain(ctx, key, nodeID); err != nil {
 					return adminError(err, key, nodeID)
 				}
-				r.printf("node %q on key %q is draining\n", nodeID, key)
+				if was {
+					r.printf("node %q on key %q was already draining; nothing changed\n", nodeID, key)
+				} else {
+					r.printf("node %q on key %q is draining\n", nodeID, key)
+				}
 				if !c.Bool("wait") {
 					return nil
 				}
@@ -173,13 +184,9 @@ func (r *runner) undrainCommand() *ucli.Command {
 			// Whether it was draining is read just before: a drain that
 			// lands between the read and the undrain is undone all the
 			// same, and reported as not draining.
-			keys, err := a.Keys(ctx)
+			draining, err := draining(ctx, a, key, nodeID)
 			if err != nil {
 				return "", err
-			}
-			draining := false
-			for _, k := range keys {
-				draining = draining || k.Key == key && slices.Contains(k.Drains, nodeID)
 			}
 			if err := a.Undrain(ctx, key, nodeID); err != nil {
 				return "", err
@@ -207,6 +214,20 @@ func (r *runner) undrainCommand() *ucli.Command {
 			}
 			return said, nil
 		})
+}
+
+// draining reports whether nodeID on key carries a drain mark now.
+func draining(ctx context.Context, a coord.Admin, key, nodeID string) (bool, error) {
+	keys, err := a.Keys(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, k := range keys {
+		if k.Key == key && slices.Contains(k.Drains, nodeID) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (r *runner) evictCommand() *ucli.Command {
