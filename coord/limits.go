@@ -39,12 +39,12 @@ func ValidName(s string) bool {
 }
 
 // Padded reports whether s begins or ends with white space (Unicode's)
-// or a byte order mark, or is all white space. Names are matched byte for byte, so "openai "
-// and "openai" are two keys, each with its own quota: a name read from a
-// file or an environment variable with a stray newline or space would
-// start a second fleet beside the first. The coordinator stores such
-// names (a key may already have one); fleet.New and 'fleetctl keys
-// create' refuse them.
+// or a byte order mark, or is all white space. Names are matched byte
+// for byte, so "openai " and "openai" are two keys, each with its own
+// quota: a name read from a file or an environment variable with a
+// stray newline or space would start a second fleet beside the first.
+// The coordinator stores such names (a key may already have one);
+// fleet.New and 'fleetctl keys create' refuse them.
 func Padded(s string) bool {
 	return s != "" && strings.TrimFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\uFEFF' }) != s
 }

@@ -189,11 +189,7 @@ func golden(t *testing.T, name, got string) {
 func seed(t *testing.T, dsn string) {
 	t.Helper()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	c, err := coord.NewPostgres(pool)
-	require.NoError(t, err)
+	c := coordinator(t, dsn)
 	api := []coord.Report{
 		{Key: "api", NodeID: "node-a", Instance: "i-a", LLocal: 40, Inflight: 3, Demand: 10, LeaseTTL: time.Hour, Labels: map[string]string{"zone": "a"},
 			RateLocal: coord.Rates{Requests: 600, Tokens: 90000}, RateDemand: coord.Rates{Requests: 300, Tokens: 40000},
@@ -470,7 +466,7 @@ func TestLimitsSetSaysWhatItChanged(t *testing.T) {
 func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
-	leaveHolding(t, dsn, "held", 7)
+	leaveHolding(t, coordinator(t, dsn), "held", 7)
 	mustRun(t, dsn, "migrate", "down", "--force")
 	res := run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
@@ -479,16 +475,23 @@ func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "nodes", "held"), "departed")
 }
 
-// leaveHolding makes node n of key leave with inflight requests still
-// running, which its row holds for an hour.
-func leaveHolding(t *testing.T, dsn, key string, inflight int) {
+// coordinator connects a coordinator to dsn for the test; its pool
+// closes when the test ends.
+func coordinator(t *testing.T, dsn string) *coord.Postgres {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), dsn)
 	require.NoError(t, err)
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	c, err := coord.NewPostgres(pool)
 	require.NoError(t, err)
-	_, err = c.Heartbeat(t.Context(), coord.Report{Key: key, NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+	return c
+}
+
+// leaveHolding makes node n of key leave with inflight requests still
+// running, which its row holds for an hour.
+func leaveHolding(t *testing.T, c *coord.Postgres, key string, inflight int) {
+	t.Helper()
+	_, err := c.Heartbeat(t.Context(), coord.Report{Key: key, NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
 		Demand: 10, Inflight: inflight, LeaseTTL: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: key, NodeID: "n", Instance: "i", Inflight: inflight, Hold: time.Hour}))
@@ -503,13 +506,9 @@ func leaveHolding(t *testing.T, dsn, key string, inflight int) {
 func TestMigrateRefusesHeldCapacity(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
-	leaveHolding(t, dsn, "held", 7)
+	c := coordinator(t, dsn)
+	leaveHolding(t, c, "held", 7)
 	mustRun(t, dsn, "keys", "create", "rated", "--rpm", "600")
-	pool, err := pgxpool.New(t.Context(), dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	c, err := coord.NewPostgres(pool)
-	require.NoError(t, err)
 	r := coord.Report{Key: "rated", NodeID: "e", Instance: "i", LLocal: 10, LeaseTTL: time.Hour,
 		RateLocal: coord.Rates{Requests: 600}, RateDemand: coord.Rates{Requests: 300}}
 	for seq := int64(1); seq <= 2; seq++ {
@@ -593,11 +592,7 @@ func TestKeysCreateDelete(t *testing.T) {
 	res = run(t, dsn, "keys", "create", "bad", "--min", "9", "--max", "3")
 	require.Equal(t, 2, res.code, res.stderr)
 
-	pool, err := pgxpool.New(t.Context(), dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	c, err := coord.NewPostgres(pool)
-	require.NoError(t, err)
+	c := coordinator(t, dsn)
 	g, err := c.Heartbeat(t.Context(), coord.Report{Key: "quota", NodeID: "n", Instance: "i", Seq: 1, LLocal: 100,
 		Demand: 5, LeaseTTL: time.Hour})
 	require.NoError(t, err)
@@ -656,11 +651,7 @@ func TestConcurrentLimitsSet(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	mustRun(t, dsn, "keys", "create", "k")
-	pool, err := pgxpool.New(t.Context(), dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	c, err := coord.NewPostgres(pool)
-	require.NoError(t, err)
+	c := coordinator(t, dsn)
 	for round := range 20 {
 		lo, hi := 1+round, 1000+round
 		var wg sync.WaitGroup
@@ -777,11 +768,7 @@ func TestGrant(t *testing.T) {
 func heartbeatAPI(t *testing.T, dsn string) {
 	t.Helper()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	c, err := coord.NewPostgres(pool)
-	require.NoError(t, err)
+	c := coordinator(t, dsn)
 	nodes, err := c.Nodes(ctx, "api")
 	require.NoError(t, err)
 	for _, n := range nodes {
