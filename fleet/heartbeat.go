@@ -257,8 +257,8 @@ func (n *Node) admitted() uint64 {
 }
 
 // press returns the demand a report asks for when the node waits for a
-// heavier weight (see waitsForHeavier) while its peers use every slot its
-// share leaves, and whether it presses: twice its demand at the first
+// heavier weight (see waitsForHeavier) while its peers hold what that
+// weight needs (see peersCrowdOut), and whether it presses: twice its demand at the first
 // such report since the node last did not wait so (it was admitted, or
 // its wait ended), then twice the demand of the last such report each
 // time the share granted since did not grow. The
@@ -323,6 +323,27 @@ func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 	n.pressed = min(max(n.pressed, demand), coord.MaxCount)
 	n.pressShare = n.share
 	return n.pressed, true
+}
+
+// peersCrowdOut reports whether the peers, at their last reports, had
+// more in flight than L_global leaves beside the weight the node waits
+// for: heavy, the heaviest a caller waits for in AcquireRequest, or the
+// demand floor a refusal left (see holdWanted), and at least one slot
+// more than the share. Stepping aside then frees nothing for that weight
+// the peers do not take, and the node presses for it (see press). Nodes
+// that wait for weights no share holds, with little in flight, step
+// aside instead. The weight's room, not the share's, is the measure: a
+// peer's in-flight is sampled at its report, and a busy one's sample
+// lands now and then between two of its requests, one below its share —
+// beside a weight of 6 under an L_global of 10, a peer sampled at 6 of
+// its 7 made the node step aside, which the peer's callers filled, for
+// seconds at a time. The caller holds n.mu.
+func (n *Node) peersCrowdOut(heavy int, now time.Time) bool {
+	need := max(heavy, n.share+1)
+	if n.floorHeld(now) {
+		need = max(need, n.wanted)
+	}
+	return n.peerInflight > n.lGlobal-need
 }
 
 // pressFor sets *demand to what a pressing report asks for (see press)
@@ -429,12 +450,12 @@ func (n *Node) report(now time.Time) coord.Report {
 	case !blocked && !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
 		n.pressed = 0
-	case n.peerInflight >= n.lGlobal-n.share && (snap.QueuedWeight > 0 || n.unmet > 0) && n.pressFor(&demand, blocked, heavy):
-		// The peers use every slot of the rest: stepping aside would
-		// free nothing for the heavier weight. Press for it instead —
-		// while a request waits, or a caller was refused since the last
-		// report: a floor that outlives its caller (one that gave up
-		// waiting, see holdWanted) is not pressed for.
+	case n.peersCrowdOut(heavy, now) && (snap.QueuedWeight > 0 || n.unmet > 0) && n.pressFor(&demand, blocked, heavy):
+		// The peers hold what the heavier weight needs: stepping aside
+		// would free nothing for it. Press for it instead — while a
+		// request waits, or a caller was refused since the last report:
+		// a floor that outlives its caller (one that gave up waiting,
+		// see holdWanted) is not pressed for.
 		n.yieldUntil = time.Time{}
 	case blocked:
 		n.yieldUntil = time.Time{} // requests in flight: stepping aside would cut them off

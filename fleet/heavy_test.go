@@ -530,6 +530,57 @@ func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
 	require.Zero(t, low)
 }
 
+// A node whose requests weigh 6 beside a busy node of light requests,
+// under an L_global of 10, whose grants count the peer's in-flight one
+// below what it holds: a busy peer's in-flight is sampled at its report,
+// and the sample lands now and then between two of its requests. Before,
+// the node pressed only while the peer's in-flight filled every slot its
+// own share left (7 beside a share of 3), so at a sample of 6 it stepped
+// aside, which the peer filled; under CPU load the heavy node of
+// TestHeavyNodeBesideBusyLightPeerOnPostgres went unserved for seconds,
+// and here it was never served. It now presses while the peer holds more
+// than L_global leaves beside the weight (4).
+func TestHeavyNodeBesidePeerSampledBetweenRequestsIsServed(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	limits := adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, MaxQueued: 20}
+	cfgH, cfgL := testConfig("k", "heavy"), testConfig("k", "light")
+	cfgH.Limiter, cfgL.Limiter = limits, limits
+	heavy := startNode(t, sampledBetweenRequests{mem}, cfgH)
+	light := startNode(t, mem, cfgL)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	warm := time.Now().Add(time.Second)
+	var servedHeavy, servedLight atomic.Int64
+	count := func(c *atomic.Int64) func() {
+		return func() {
+			if time.Now().After(warm) {
+				c.Add(1)
+			}
+		}
+	}
+	callerLoop(ctx, &wg, heavy, 6, false, count(&servedHeavy))
+	for range 12 {
+		callerLoop(ctx, &wg, light, 1, false, count(&servedLight))
+	}
+	wg.Wait()
+	t.Logf("served in 2 s: heavy %d, light %d", servedHeavy.Load(), servedLight.Load())
+	require.GreaterOrEqual(t, servedHeavy.Load(), int64(5), "the heavy node was served too rarely")
+	require.Greater(t, servedLight.Load(), 10*servedHeavy.Load(), "the light node keeps most of the key")
+}
+
+// sampledBetweenRequests is a coordinator whose grants count the peers'
+// in-flight one below what they reported, as a sample taken between two
+// of a busy peer's requests does.
+type sampledBetweenRequests struct{ coord.Coordinator }
+
+func (c sampledBetweenRequests) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	g, err := c.Coordinator.Heartbeat(ctx, r)
+	g.PeerInflight = max(g.PeerInflight-1, 0)
+	return g, err
+}
+
 // A weight that no split holds while the peers are busy — 9 under an
 // L_global of 10 beside two busy nodes, which keep a slot each — is not
 // pressed for for good: its node stops pressing once its share reached
