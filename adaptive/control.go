@@ -177,19 +177,20 @@ func (l *Limiter) SetEstimate(v float64) {
 }
 
 // PauseUntil refuses admission until t, as an upstream's Retry-After
-// asks: TryAcquire returns false and Acquire returns ErrPaused, and
-// callers already waiting in Acquire are released with ErrPaused. Leases
-// already admitted are unaffected. A pause only ever extends: a t before
-// the current pause end is ignored. Admission resumes by itself once the
-// clock passes t.
+// asks: TryAcquire returns false and Acquire returns a *PauseError
+// (errors.Is ErrPaused) that says until when, and callers already
+// waiting in Acquire are released with it. Leases already admitted are
+// unaffected. A pause only ever extends: a t before the current pause end
+// is ignored. Admission resumes by itself once the clock passes t.
 func (l *Limiter) PauseUntil(t time.Time) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	if t.After(l.pausedUntil) {
 		l.pausedUntil = t
+		l.pauseErr = &PauseError{Until: t}
 	}
 	if l.paused(now) {
-		l.queue.rejectAll(ErrPaused)
+		l.queue.rejectAll(l.pauseErr)
 	}
 	l.mu.Unlock()
 }

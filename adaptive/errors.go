@@ -1,6 +1,9 @@
 package adaptive
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // ErrQueueFull is returned by Limiter.Acquire and Limiter.AcquireRequest
 // when the request does not fit now and the admission queue already holds
@@ -11,10 +14,31 @@ import "errors"
 // queue means waiting would not help: shed the request.
 var ErrQueueFull = errors.New("adaptive: admission queue full")
 
-// ErrPaused is returned by Limiter.Acquire while admission is paused by
+// ErrPaused is what the refusals of a pause match (errors.Is): Limiter's
+// admissions return a *PauseError while admission is paused by
 // Limiter.PauseUntil or Limiter.RetryAfter, both to new calls and to calls
 // that were waiting in the queue when the pause began.
 var ErrPaused = errors.New("adaptive: admission paused")
+
+// PauseError is the error of an admission refused during a pause: it
+// matches ErrPaused and says when the pause ends, so a server in front of
+// the limiter can pass the wait on (a Retry-After of its own). A limiter
+// makes one per pause (each PauseUntil or RetryAfter that extends it) and
+// returns that one to every refusal, so refusing allocates nothing; a
+// PauseError is never changed once returned.
+type PauseError struct {
+	// Until is when the pause ends, on the limiter's Config.Clock.
+	Until time.Time
+}
+
+// Error names the pause's end, in UTC to the millisecond.
+func (e *PauseError) Error() string {
+	return "adaptive: admission paused until " + e.Until.UTC().Format("2006-01-02 15:04:05.000 UTC") +
+		" (Limiter.PauseUntil or RetryAfter: the upstream asked to wait)"
+}
+
+// Unwrap returns ErrPaused.
+func (e *PauseError) Unwrap() error { return ErrPaused }
 
 // ErrWouldWait is returned by Limiter.TryAcquireRequest when the request
 // does not fit under the limit now, or others wait ahead of it.

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -118,6 +119,19 @@ func TestAdmitAndRejectDoNotAllocate(t *testing.T) {
 		}
 	})
 	require.Zero(t, rejectQueue, "Acquire rejected with ErrQueueFull")
+
+	l.RetryAfter(time.Hour)
+	rejectPause := testing.AllocsPerRun(1000, func() {
+		_, err := l.Acquire(context.Background())
+		if !errors.Is(err, ErrPaused) {
+			panic(err)
+		}
+		_, err = l.TryAcquireRequest(Request{Weight: 1})
+		if !errors.Is(err, ErrPaused) {
+			panic(err)
+		}
+	})
+	require.Zero(t, rejectPause, "Acquire and TryAcquireRequest refused by a pause")
 	for _, le := range full {
 		le.Ignore()
 	}

@@ -52,6 +52,7 @@ type Limiter struct {
 	peerInflight int
 	fleetLimit   int // the fleet limit the ceiling is a share of (SetFleetLimit); 0: none
 	pausedUntil  time.Time
+	pauseErr     *PauseError // ErrPaused with pausedUntil, made once per pause
 	drops        uint64
 	tickDrops    uint64        // drops at the last ProbeTick
 	tickAdmitted bool          // a lease was admitted since the last ProbeTick

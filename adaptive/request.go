@@ -87,7 +87,7 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	c.refused++
 	err := ErrWouldWait
 	if l.paused(now) {
-		err = ErrPaused
+		err = l.pauseErr
 	}
 	l.mu.Unlock()
 	return Lease{}, err
@@ -149,7 +149,7 @@ func (l *Limiter) enter(ctx context.Context, r Request) (Lease, *waiter, error) 
 	}
 	if l.paused(now) {
 		c.refused++
-		return Lease{}, nil, ErrPaused
+		return Lease{}, nil, l.pauseErr
 	}
 	rc := cost(r.Priority, r.Weight)
 	var evict *waiter
