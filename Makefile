@@ -78,7 +78,7 @@ pg-image: ## Build the offline Postgres image (PG_IMAGE, default fleetlimit/post
 
 .PHONY: build
 build: ## Build fleetctl into ./bin.
-	$(GO) build -o $(BIN)/fleetctl ./cmd/fleetctl
+	$(GO) build -buildvcs=auto -o $(BIN)/fleetctl ./cmd/fleetctl
 
 .PHONY: clean
 clean: ## Remove build outputs.

@@ -7,8 +7,10 @@ import (
 	ucli "github.com/urfave/cli/v2"
 )
 
-// Version returns fleetctl's module version from the build information, or
-// "devel" for a build from a checkout (or without build information).
+// Version returns fleetctl's module version from the build information:
+// the module's for 'go install …@version', a pseudo-version naming the
+// commit for a build in a git checkout with version control stamping on
+// ('make build' asks for it), or "devel" without either.
 func Version() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok || info.Main.Version == "" || info.Main.Version == "(devel)" {
