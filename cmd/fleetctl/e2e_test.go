@@ -497,6 +497,26 @@ func leaveHolding(t *testing.T, c *coord.Postgres, key string, inflight int) {
 	require.NoError(t, c.Leave(t.Context(), coord.Departure{Key: key, NodeID: "n", Instance: "i", Inflight: inflight, Hold: time.Hour}))
 }
 
+// TestEvictSaysWhenNoInstanceIsLeft: a node whose rows all left, or were
+// evicted already, has no instance to fence; evict says so and leaves the
+// rows as they were (before, a departed row was shown as evicted).
+func TestEvictSaysWhenNoInstanceIsLeft(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	c := coordinator(t, dsn)
+	leaveHolding(t, c, "gone", 3)
+	require.Equal(t, `node "n" on key "gone" has left (its rows are departed: their instances admit nothing more, `+
+		"and hold what they had in flight until their HOLD ends); nothing to evict, nothing changed\n",
+		mustRun(t, dsn, "evict", "gone", "n"))
+	require.Contains(t, mustRun(t, dsn, "nodes", "gone"), "departed")
+
+	_, err := c.Heartbeat(t.Context(), coord.Report{Key: "live", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 1, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, "node \"n\" on key \"live\" is evicted\n", mustRun(t, dsn, "evict", "live", "n"))
+	require.Equal(t, "node \"n\" on key \"live\" was already evicted; nothing changed\n", mustRun(t, dsn, "evict", "live", "n"))
+}
+
 // TestMigrateRefusesHeldCapacity: reset and down refuse, unless --force,
 // while a row of a node that is gone holds capacity for requests that
 // may still run, as keys delete does: a schema reset and migrated up

@@ -233,6 +233,9 @@ func draining(ctx context.Context, a coord.Admin, key, nodeID string) (bool, err
 func (r *runner) evictCommand() *ucli.Command {
 	cmd := r.nodeOpCommand("evict", "fence NODE on KEY: its next heartbeat stops it admitting", "is evicted",
 		func(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+			if said, err := nothingToEvict(ctx, a, key, nodeID); said != "" || err != nil {
+				return said, err
+			}
 			return "", a.Evict(ctx, key, nodeID)
 		})
 	cmd.Description = `Every instance of the node id is evicted: its grant drops to 0 and its next
@@ -240,8 +243,43 @@ heartbeat fences it for good; it drains its requests and leaves. Its
 capacity stays reserved until it has acknowledged and drained, or its
 requests' bound has passed, never earlier. An evicted instance never gets a
 share again, while a new process with the same node id can join at once:
-eviction fences processes, it does not ban a node id.`
+eviction fences processes, it does not ban a node id. A node id whose rows
+have all left (departed) or were evicted already has no instance to fence:
+evict says so and changes nothing.`
 	return cmd
+}
+
+// nothingToEvict says why evicting nodeID on key would fence no instance —
+// every row of it left (departed: the instance admits nothing more) or
+// was evicted already — or returns "" when one may still admit (or the
+// key has no row of nodeID, which Evict reports).
+func nothingToEvict(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
+	rows, err := a.Nodes(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	var mine, evicted int
+	for _, n := range rows {
+		if n.NodeID != nodeID {
+			continue
+		}
+		mine++
+		switch {
+		case n.Evicted:
+			evicted++
+		case !n.Departed:
+			return "", nil
+		}
+	}
+	switch {
+	case mine == 0:
+		return "", nil
+	case evicted == mine:
+		return "was already evicted; nothing changed", nil
+	default:
+		return "has left (its rows are departed: their instances admit nothing more, and hold what they had " +
+			"in flight until their HOLD ends); nothing to evict, nothing changed", nil
+	}
 }
 
 // nodeOpCommand builds a command that applies op to one node and reports
