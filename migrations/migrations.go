@@ -156,7 +156,7 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 	err = withProvider(ctx, pool, func(p *goose.Provider) error {
 		var err error
 		applied, err = p.Up(ctx)
-		return err
+		return failedMigration(err, "applied")
 	})
 	if err != nil {
 		if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
@@ -210,8 +210,34 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
-		return err
+		return failedMigration(err, "rolled back")
 	})
+}
+
+// failedMigration words goose's error for a migration that failed (which
+// goose calls a "partial migration error" even when it was the first of
+// the run) as what happened: the migration runs in one transaction, so it
+// changed nothing, and those of the run before it stay done ("applied" or
+// "rolled back"). The cause stays wrapped.
+func failedMigration(err error, done string) error {
+	var pe *goose.PartialError
+	if !errors.As(err, &pe) || pe.Failed == nil || pe.Failed.Source == nil {
+		return err
+	}
+	before := "nothing was " + done
+	switch n := len(pe.Applied); n {
+	case 0:
+	case 1:
+		before = fmt.Sprintf("migration %05d was %s before it", pe.Applied[0].Source.Version, done)
+	default:
+		before = fmt.Sprintf("%d migrations were %s before it (%05d to %05d)", n, done,
+			pe.Applied[0].Source.Version, pe.Applied[n-1].Source.Version)
+	}
+	verb := "applying"
+	if done == "rolled back" {
+		verb = "rolling back"
+	}
+	return fmt.Errorf("%s %05d failed and changed nothing; %s: %w", verb, pe.Failed.Source.Version, before, pe.Err)
 }
 
 // ErrSchemaGone reports a version table that records applied migrations
