@@ -44,7 +44,8 @@ import (
 //     voting members, self included, clamped to the key's [MinLimit,
 //     MaxLimit]. A member votes when, at its last report, it held a share
 //     from before that report or had requests in flight (self: its share
-//     before this report, its in-flight in it).
+//     before this report, its in-flight in it), or it voted at the report
+//     before and wants capacity (demand > 0, not draining).
 //     When no member does, L_global stays as it was; on a key that has
 //     none yet (0), every member votes.
 //   - Target: 0 when draining (a durable mark on the node id) or without
@@ -89,7 +90,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		if stored.Evicted {
 			next := s.Clone()
 			self := &next.Nodes[i]
-			takeReport(self, r, now)
+			takeReport(self, r, self.Draining, now)
 			return next, next.storedGrant(*self, now, false), nil
 		}
 	}
@@ -104,8 +105,8 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	if found {
 		self = s.Nodes[i]
 	}
-	takeReport(&self, r, now)
 	self.Draining = s.drained(r.NodeID)
+	takeReport(&self, r, self.Draining, now)
 	self.LeaseExpiresAt = now.Add(leaseTTL(r))
 	self.HoldUntil = self.LeaseExpiresAt.Add(requestBound(r))
 
@@ -223,10 +224,10 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 }
 
 // takeReport copies r's counts into n and acknowledges n's grant when r
-// applied it.
-func takeReport(n *NodeState, r Report, now time.Time) {
+// applied it; draining is whether n's node id is drained (see votes).
+func takeReport(n *NodeState, r Report, draining bool, now time.Time) {
 	n.Seq = r.Seq
-	n.Measuring = n.Share > 0 || r.Inflight > 0 // the share from before this report
+	n.Measuring = n.Share > 0 || r.Inflight > 0 || n.Measuring && r.Demand > 0 && !draining // the share from before this report
 	n.LLocal = r.LLocal
 	n.Inflight = r.Inflight
 	n.Demand = r.Demand
@@ -347,13 +348,18 @@ func apportion[T int | int64](total T, self claim[T], others []claim[T]) T {
 	return part
 }
 
-// votes reports whether n's l_local counts toward L_global: only a node
-// that, at its last report, held a share from before that report or had
-// requests in flight has been measuring the upstream lately (Measuring).
-// A starved node's l_local is as old as its last sample, and a joiner's
-// first report carries its initial limit, even once that report has been
-// granted a share; counting them would hold L_global down (a lower median
-// of two is the minimum).
+// votes reports whether n's l_local counts toward L_global (Measuring):
+// a node that, at its last report, held a share from before that report
+// or had requests in flight has been measuring the upstream lately, and
+// one that lost its share keeps the vote it had while it still wants
+// capacity (demand > 0, not draining: a drained node waits for no
+// share). A joiner's first report carries its initial limit, even once
+// that report has been granted a share, and a node that never measured
+// has nothing else; counting them would hold L_global down (a lower
+// median of two is the minimum). Without the kept vote, a fall of
+// L_global lost its own voters: the members it left at a share of 0 —
+// under min, or with the cautious ones a majority, those whose l_local
+// made it fall — stopped voting, and the next fold took only the others.
 func (n NodeState) votes() bool { return n.Measuring }
 
 // fold aggregates estimates by a (l_local values, learned rates); vs is

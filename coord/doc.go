@@ -37,9 +37,10 @@
 // ≥ GrantedGen). Rows whose hold has ended are deleted. L_global is the
 // lower median (or the minimum) of the voting members' l_local values —
 // members that, at their last report, held a share from before it or had
-// requests in flight, the only ones measuring the upstream; L_global
-// stays when none does — clamped by the operator's
-// override. The node's target is a floor of 1 plus its demand-proportional
+// requests in flight, the only ones measuring the upstream, or that voted
+// before and still want capacity (not draining), waiting for a share they
+// lost; L_global
+// stays when none does — clamped by the operator's override. The node's target is a floor of 1 plus its demand-proportional
 // part of the rest, split among the members with demand by largest
 // remainder so that the targets add up to exactly max(n, L_global) (0 when
 // draining or without demand), and its share is that target capped by what every

@@ -99,10 +99,12 @@ type NodeState struct {
 	GrantedGen int64
 	// AppliedGen is the newest generation the node reported as applied.
 	AppliedGen int64
-	// Measuring is whether, at its last report, the instance held a share
-	// from before that report or had requests in flight: its l_local then
-	// rests on samples, and it votes toward L_global. A joiner's first
-	// report, carrying a limiter's InitialLimit, does not.
+	// Measuring is whether the instance votes toward L_global: at its last
+	// report it held a share from before that report or had requests in
+	// flight, so its l_local rests on samples, or it voted at the report
+	// before and still wants capacity (demand > 0, not draining), waiting
+	// for a share it lost. A joiner's first report, carrying a limiter's InitialLimit,
+	// does not.
 	Measuring bool
 	// UnackedHigh is the largest share granted to the node since the
 	// heartbeat that acknowledged its grant (the acknowledged share

@@ -188,8 +188,11 @@ inline storedGrant(S) {
 inline takeReport(S, I, J) {
 	db.row[S].seq = nd[I].rep[J].seq;
 	/* NodeState.Measuring: decided when the row reports, from the share
-	 * it held before this report (a joiner's first report never votes). */
-	db.row[S].used = ((db.row[S].share > 0 || nd[I].rep[J].inf > 0) -> 2 : 1);
+	 * it held before this report, or kept from the report before while
+	 * the node wants capacity and is not drained (a joiner's first report
+	 * never votes). The row's draining flag is set before this. */
+	db.row[S].used = ((db.row[S].share > 0 || nd[I].rep[J].inf > 0 ||
+		db.row[S].used == 2 && nd[I].rep[J].dem > 0 && !db.row[S].dr) -> 2 : 1);
 	db.row[S].ll = nd[I].rep[J].ll;
 	db.row[S].inf = nd[I].rep[J].inf;
 	db.row[S].dem = nd[I].rep[J].dem;

@@ -460,14 +460,14 @@ func TestLimitsSetSaysWhatItChanged(t *testing.T) {
 
 // TestKeysDeleteRefusesAnOlderSchema: keys delete needs the schema this
 // fleetctl was built for, whose delete_key refuses while capacity is held
-// (version 10); on version 9 the key would go with the capacity. The
+// (since version 10); on version 9 the key would go with the capacity. The
 // listings still read an older schema, which is what a rollback's
 // refusals point at.
 func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
 	leaveHolding(t, coordinator(t, dsn), "held", 7)
-	mustRun(t, dsn, "migrate", "down", "--force")
+	mustRun(t, dsn, "migrate", "down", "--to", "9", "--force")
 	res := run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, fmt.Sprintf("run 'fleetctl migrate up' as the schema owner): the database is at version 9, this library needs %d", coord.SchemaVersion))
@@ -586,12 +586,12 @@ func TestMigrateDownRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 10 to 9")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 11 to 10")
 	// On an older schema the nodes still count.
 	res = run(t, dsn, "migrate", "down")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 9 to 2")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 10 to 2")
 	res = run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: resetting now")

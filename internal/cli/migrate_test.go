@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleettest"
 	"github.com/fleetlimit/fleetlimit/migrations"
 )
@@ -91,7 +92,7 @@ func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 	db := newMigrateDB(t)
 	db.exec(t, `CREATE SCHEMA "Mig Own"`)
 	migrator := searchPath(t, db.dsn, `"Mig\ Own"`)
-	require.Equal(t, "migrated from version 0 to 10\n", fleetctlOK(t, migrator, "migrate", "up"))
+	require.Equal(t, fmt.Sprintf("migrated from version 0 to %d\n", coord.SchemaVersion), fleetctlOK(t, migrator, "migrate", "up"))
 	role, operator := db.loginRole(t)
 	fleetctlOK(t, migrator, "grant", "operator", role)
 
@@ -102,7 +103,7 @@ func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 
 	operator = searchPath(t, operator, `"Mig\ Own"`)
 	require.NotContains(t, fleetctlOK(t, operator, "migrate", "status"), "pending")
-	require.Equal(t, "schema is up to date at version 10\n", fleetctlOK(t, operator, "migrate", "validate"))
+	require.Equal(t, fmt.Sprintf("schema is up to date at version %d\n", coord.SchemaVersion), fleetctlOK(t, operator, "migrate", "validate"))
 	var create bool
 	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT has_schema_privilege($1, 'Mig Own', 'CREATE')`, role).Scan(&create))
 	require.False(t, create, "the operator may not create in the migrator's schema")
@@ -182,7 +183,7 @@ func TestMigrateResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
 	require.Equal(t, "the version table was gone; removed the fleetlimit schema and its data\n",
 		fleetctlOK(t, dsn, "migrate", "reset", "--yes", "--force"))
 	require.Equal(t, "no migration is applied; nothing to reset\n", fleetctlOK(t, dsn, "migrate", "reset"))
-	require.Equal(t, "migrated from version 0 to 10\n", fleetctlOK(t, dsn, "migrate", "up"))
+	require.Equal(t, fmt.Sprintf("migrated from version 0 to %d\n", coord.SchemaVersion), fleetctlOK(t, dsn, "migrate", "up"))
 }
 
 // TestConcurrentMigrateUpsSayWhatEachDid: two migrate up runs on a fresh
@@ -227,7 +228,7 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 			"each run said what it waited for")
 		said = append(said, r.stdout)
 	}
-	require.ElementsMatch(t, []string{"migrated from version 0 to 10\n", "schema is up to date at version 10\n"}, said)
+	require.ElementsMatch(t, []string{fmt.Sprintf("migrated from version 0 to %d\n", coord.SchemaVersion), fmt.Sprintf("schema is up to date at version %d\n", coord.SchemaVersion)}, said)
 	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Empty(t, stderr, "nothing said when the lock is free")
