@@ -7,6 +7,9 @@ STATICCHECK_VERSION := v0.8.2
 PG_IMAGE    ?= fleetlimit/postgres:15
 FUZZTIME    ?= 30s
 BENCHTIME   ?= 1s
+# BUILDVCS: stamp fleetctl with the commit (auto); false where git cannot
+# read the checkout (e.g. one owned by another user).
+BUILDVCS    ?= auto
 
 .DEFAULT_GOAL := help
 
@@ -78,7 +81,7 @@ pg-image: ## Build the offline Postgres image (PG_IMAGE, default fleetlimit/post
 
 .PHONY: build
 build: ## Build fleetctl into ./bin.
-	$(GO) build -buildvcs=auto -o $(BIN)/fleetctl ./cmd/fleetctl
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/fleetctl ./cmd/fleetctl
 
 .PHONY: clean
 clean: ## Remove build outputs.
