@@ -258,10 +258,10 @@ func (n *Node) admitted() uint64 {
 
 // press returns the demand a report asks for when the node waits for a
 // heavier weight (see waitsForHeavier) while its peers hold what that
-// weight needs (see peersCrowdOut), and whether it presses: twice its demand at the first
-// such report since the node last did not wait so (it was admitted, or
-// its wait ended), then twice the demand of the last such report each
-// time the share granted since did not grow. The
+// weight needs (see peersCrowdOut), and whether it presses: twice its
+// demand at the first such report since the node last did not wait so
+// (it was admitted, or its wait ended), then twice the demand of the
+// last such report each time the share granted since did not grow. The
 // demand-proportional split gives a node whose few callers wait for a
 // heavy weight less than that weight beside a peer busy with many light
 // requests, for as long as the peer stays busy (a weight of 6 beside 12
@@ -334,16 +334,15 @@ func (n *Node) press(demand int, admitted uint64, heavy int) (int, bool) {
 // that wait for weights no share holds, with little in flight, step
 // aside instead. The weight's room, not the share's, is the measure: a
 // peer's in-flight is sampled at its report, and a busy one's sample
-// lands now and then between two of its requests, one below its share —
-// beside a weight of 6 under an L_global of 10, a peer sampled at 6 of
-// its 7 made the node step aside, which the peer's callers filled, for
-// seconds at a time. The caller holds n.mu.
+// lands now and then between two of its requests, one below its share.
+// A weight above L_global (a floor left from before L_global fell) is
+// not pressed for: no split holds it. The caller holds n.mu.
 func (n *Node) peersCrowdOut(heavy int, now time.Time) bool {
 	need := max(heavy, n.share+1)
 	if n.floorHeld(now) {
 		need = max(need, n.wanted)
 	}
-	return n.peerInflight > n.lGlobal-need
+	return need <= n.lGlobal && n.peerInflight > n.lGlobal-need
 }
 
 // pressFor sets *demand to what a pressing report asks for (see press)
