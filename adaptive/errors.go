@@ -24,8 +24,10 @@ var ErrPaused = errors.New("adaptive: admission paused")
 // matches ErrPaused and says when the pause ends, so a server in front of
 // the limiter can pass the wait on (a Retry-After of its own). A limiter
 // makes one per pause (each PauseUntil or RetryAfter that extends it) and
-// returns that one to every refusal, so refusing allocates nothing; a
-// PauseError is never changed once returned.
+// returns that one to every refusal, so refusing allocates nothing: the
+// same pointer reaches many callers, and none may change it. The limiter
+// never does; a pause extended after an error was returned leaves that
+// error with the earlier end.
 type PauseError struct {
 	// Until is when the pause ends, on the limiter's Config.Clock.
 	Until time.Time
@@ -34,7 +36,7 @@ type PauseError struct {
 // Error names the pause's end, in UTC to the millisecond.
 func (e *PauseError) Error() string {
 	return "adaptive: admission paused until " + e.Until.UTC().Format("2006-01-02 15:04:05.000 UTC") +
-		" (Limiter.PauseUntil or RetryAfter: the upstream asked to wait)"
+		" (Limiter.PauseUntil or RetryAfter)"
 }
 
 // Unwrap returns ErrPaused.

@@ -57,7 +57,7 @@ func TestPauseErrorSaysUntilWhen(t *testing.T) {
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, until, pe.Until)
 		require.EqualError(t, err, "adaptive: admission paused until "+until.UTC().Format("2006-01-02 15:04:05.000")+
-			" UTC (Limiter.PauseUntil or RetryAfter: the upstream asked to wait)")
+			" UTC (Limiter.PauseUntil or RetryAfter)")
 	}
 
 	later := clk.Now().Add(time.Minute)

@@ -57,16 +57,15 @@ func newErrTooHeavy(maxLimit int) error {
 // before any sum with the weight is taken.
 func (l *Limiter) tooHeavy(weight int) bool { return weight > l.cfg.MaxLimit }
 
-// TryAcquireRequest admits r if it fits now (see the package
-// documentation, Admission: within the limit, or alone within the hard
-// bound when nothing is in flight), no waiter that could run would be
-// admitted before it (see AcquireRequest) and admission is not paused. It
-// never waits. It returns ErrWouldWait when r does not fit or would
-// queue, ErrPaused while admission is paused, an error wrapping
-// ErrTooHeavy when r.Weight exceeds Config.MaxLimit and one wrapping
-// ErrInvalidRequest when it is below 1; on every error the Lease is the
-// zero Lease. Neither an admission nor a refusal allocates. Safe for
-// concurrent use.
+// TryAcquireRequest admits r if it fits now (see the package documentation,
+// Admission: within the limit, or alone within the hard bound when nothing
+// is in flight), no waiter that could run would be admitted before it (see
+// AcquireRequest) and admission is not paused. It never waits. It returns
+// ErrWouldWait when r does not fit or would queue, a *PauseError (matching
+// ErrPaused) while admission is paused, an error wrapping ErrTooHeavy when
+// r.Weight exceeds Config.MaxLimit and one wrapping ErrInvalidRequest when
+// it is below 1; on every error the Lease is the zero Lease. Neither an
+// admission nor a refusal allocates. Safe for concurrent use.
 func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err
@@ -93,32 +92,32 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	return Lease{}, err
 }
 
-// AcquireRequest admits r, waiting in the admission queue if it does not
-// fit now. Waiters are admitted by weighted fair queueing on their
-// virtual finish times (see the package documentation, Admission): an
-// arrival goes ahead of the waiters only if it would finish before all of
-// them, and a request of the same priority never overtakes one that
-// waits. A freed slot is handed to the queue's head directly, so later
-// calls cannot take it first; while the head does not fit, those behind
-// it wait too. The exception is a waiter heavier than the hard bound (the
-// ceiling), which could not run even alone: it waits for the bound to
-// rise without holding back the others, and its weight counts in the
-// queued weight and in TakePeak, so a fleet node's share can grow to it.
+// AcquireRequest admits r, waiting in the admission queue if it does not fit
+// now. Waiters are admitted by weighted fair queueing on their virtual
+// finish times (see the package documentation, Admission): an arrival goes
+// ahead of the waiters only if it would finish before all of them, and a
+// request of the same priority never overtakes one that waits. A freed slot
+// is handed to the queue's head directly, so later calls cannot take it
+// first; while the head does not fit, those behind it wait too. The
+// exception is a waiter heavier than the hard bound (the ceiling), which
+// could not run even alone: it waits for the bound to rise without holding
+// back the others, and its weight counts in the queued weight and in
+// TakePeak, so a fleet node's share can grow to it.
 //
-// AcquireRequest returns at once with ErrPaused while admission is paused,
-// with an error wrapping ErrTooHeavy when r.Weight exceeds
-// Config.MaxLimit, with one wrapping ErrInvalidRequest for a weight below
-// 1, and with ErrQueueFull when Config.MaxQueued callers already wait and
-// every one of them would be admitted before r; when r would be admitted
-// before the last of them, that one is evicted with ErrQueueFull and r
-// takes its place. A waiting call ends with ErrWaitTimeout after
-// Config.TimeoutFactor × r.Weight (when set; a slot handed over as that
-// bound runs out is taken), with ctx.Err() if ctx ends first, with
-// ErrPaused when a pause begins and with ErrQueueFull when evicted; a
-// refusal in the instant the wait ends returns, and counts in
-// PriorityStats as, ctx.Err() or ErrWaitTimeout. In every error case no
-// slot is held. A free slot is taken even with a done ctx. Refusing
-// allocates nothing; a call that waits allocates nothing once the
+// AcquireRequest returns at once with a *PauseError (matching ErrPaused)
+// while admission is paused, with an error wrapping ErrTooHeavy when
+// r.Weight exceeds Config.MaxLimit, with one wrapping ErrInvalidRequest for
+// a weight below 1, and with ErrQueueFull when Config.MaxQueued callers
+// already wait and every one of them would be admitted before r; when r
+// would be admitted before the last of them, that one is evicted with
+// ErrQueueFull and r takes its place. A waiting call ends with
+// ErrWaitTimeout after Config.TimeoutFactor × r.Weight (when set; a slot
+// handed over as that bound runs out is taken), with ctx.Err() if ctx ends
+// first, with the pause's *PauseError when a pause begins and with
+// ErrQueueFull when evicted; a refusal in the instant the wait ends returns,
+// and counts in PriorityStats as, ctx.Err() or ErrWaitTimeout. In every
+// error case no slot is held. A free slot is taken even with a done ctx.
+// Refusing allocates nothing; a call that waits allocates nothing once the
 // limiter's pool of waiters is warm. Safe for concurrent use.
 func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (Lease, error) {
 	if err := r.validate(); err != nil {

@@ -173,9 +173,9 @@ func (n *Node) TryAcquire() (Lease, bool) {
 // settle its tokens with Lease.SettleTokens). It never waits. The Lease's
 // Context ends at the request's hard bound. It returns
 // adaptive.ErrWouldWait when r does not fit now (counted, with r's weight,
-// as demand the node could not serve) or the rate share is spent,
-// adaptive.ErrPaused while admission is paused, errors
-// wrapping adaptive.ErrInvalidRequest for a weight below 1 and
+// as demand the node could not serve) or the rate share is spent, an
+// *adaptive.PauseError (matching adaptive.ErrPaused) while admission is
+// paused, errors wrapping adaptive.ErrInvalidRequest for a weight below 1 and
 // adaptive.ErrTooHeavy for one above the limiter's MaxLimit or the key's
 // L_global (the latter counted as demand, as in AcquireRequest), and
 // AcquireRequest's ErrNotStarted, ErrStopped, ErrEvicted and ErrFenced; on
