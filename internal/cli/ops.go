@@ -252,13 +252,16 @@ evict says so and changes nothing.`
 // nothingToEvict says why evicting nodeID on key would fence no instance —
 // every row of it left (departed: the instance admits nothing more) or
 // was evicted already — or returns "" when one may still admit (or the
-// key has no row of nodeID, which Evict reports).
+// key has no row of nodeID, which Evict reports). The look and the
+// eviction are two steps: an instance that joins after the look is not
+// fenced, as it would not be had it joined just after an eviction
+// (eviction fences instances, it does not ban a node id).
 func nothingToEvict(ctx context.Context, a coord.Admin, key, nodeID string) (string, error) {
 	rows, err := a.Nodes(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	var mine, evicted int
+	var mine, evicted, departed int
 	for _, n := range rows {
 		if n.NodeID != nodeID {
 			continue
@@ -267,18 +270,24 @@ func nothingToEvict(ctx context.Context, a coord.Admin, key, nodeID string) (str
 		switch {
 		case n.Evicted:
 			evicted++
-		case !n.Departed:
+		case n.Departed:
+			departed++
+		default:
 			return "", nil
 		}
 	}
+	const held = "hold what they had in flight until their HOLD ends"
 	switch {
 	case mine == 0:
 		return "", nil
 	case evicted == mine:
 		return "was already evicted; nothing changed", nil
+	case departed == mine:
+		return "has left (its rows are departed: their instances admit nothing more, and " + held +
+			"); nothing to evict, nothing changed", nil
 	default:
-		return "has left (its rows are departed: their instances admit nothing more, and hold what they had " +
-			"in flight until their HOLD ends); nothing to evict, nothing changed", nil
+		return "has no instance to fence (its rows left or were evicted already, and " + held +
+			"); nothing changed", nil
 	}
 }
 
