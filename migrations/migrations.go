@@ -156,7 +156,7 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 	err = withProvider(ctx, pool, func(p *goose.Provider) error {
 		var err error
 		applied, err = p.Up(ctx)
-		return failedMigration(err, "applied")
+		return failedMigration(err, true)
 	})
 	if err != nil {
 		if _, serr := Status(ctx, pool); errors.Is(serr, ErrSchemaUnrecorded) {
@@ -210,19 +210,26 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
-		return failedMigration(err, "rolled back")
+		return failedMigration(err, false)
 	})
 }
 
-// failedMigration words goose's error for a migration that failed (which
-// goose calls a "partial migration error" even when it was the first of
-// the run) as what happened: the migration runs in one transaction, so it
-// changed nothing, and those of the run before it stay done ("applied" or
-// "rolled back"). The cause stays wrapped.
-func failedMigration(err error, done string) error {
+// failedMigration words goose's error for a migration that failed, going
+// up or down (which goose calls a "partial migration error" even when it
+// was the first of the run), as what happened: those of the run before it
+// stay done, and the failed one, which runs in one transaction (no
+// migration opts out, TestEveryMigrationIsOneTransaction), changed nothing
+// when the database refused one of its statements. Any other error (the
+// connection lost, maybe during the commit) leaves it unknown, and the
+// error says to look. The cause stays wrapped.
+func failedMigration(err error, up bool) error {
 	var pe *goose.PartialError
 	if !errors.As(err, &pe) || pe.Failed == nil || pe.Failed.Source == nil {
 		return err
+	}
+	verb, done := "applying", "applied"
+	if !up {
+		verb, done = "rolling back", "rolled back"
 	}
 	before := "nothing was " + done
 	switch n := len(pe.Applied); n {
@@ -233,11 +240,11 @@ func failedMigration(err error, done string) error {
 		before = fmt.Sprintf("%d migrations were %s before it (%05d to %05d)", n, done,
 			pe.Applied[0].Source.Version, pe.Applied[n-1].Source.Version)
 	}
-	verb := "applying"
-	if done == "rolled back" {
-		verb = "rolling back"
+	what := "failed and changed nothing"
+	if _, refused := errors.AsType[*pgconn.PgError](pe.Err); !refused {
+		what = "failed, and whether it was " + done + " is unknown (see 'fleetctl migrate status')"
 	}
-	return fmt.Errorf("%s %05d failed and changed nothing; %s: %w", verb, pe.Failed.Source.Version, before, pe.Err)
+	return fmt.Errorf("%s %05d %s; %s: %w", verb, pe.Failed.Source.Version, what, before, pe.Err)
 }
 
 // ErrSchemaGone reports a version table that records applied migrations
