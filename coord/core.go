@@ -356,10 +356,11 @@ func apportion[T int | int64](total T, self claim[T], others []claim[T]) T {
 // share). A joiner's first report carries its initial limit, even once
 // that report has been granted a share, and a node that never measured
 // has nothing else; counting them would hold L_global down (a lower
-// median of two is the minimum). Without the kept vote, a fall of
-// L_global lost its own voters: the members it left at a share of 0 —
-// under min, or with the cautious ones a majority, those whose l_local
-// made it fall — stopped voting, and the next fold took only the others.
+// median of two is the minimum). Without the kept vote a fall of
+// L_global would lose its own voters: the members it leaves at a share
+// of 0 — under min, or with the cautious ones a majority, those whose
+// l_local made it fall — would stop voting, and the next fold would take
+// only the others.
 func (n NodeState) votes() bool { return n.Measuring }
 
 // fold aggregates estimates by a (l_local values, learned rates); vs is
