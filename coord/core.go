@@ -227,7 +227,9 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 // applied it; draining is whether n's node id is drained (see votes).
 func takeReport(n *NodeState, r Report, draining bool, now time.Time) {
 	n.Seq = r.Seq
-	n.Measuring = n.Share > 0 || r.Inflight > 0 || n.Measuring && r.Demand > 0 && !draining // the share from before this report
+	// The vote (see votes): n.Share is still the share from before this
+	// report; a vote kept from the report before needs demand, undrained.
+	n.Measuring = n.Share > 0 || r.Inflight > 0 || n.Measuring && r.Demand > 0 && !draining
 	n.LLocal = r.LLocal
 	n.Inflight = r.Inflight
 	n.Demand = r.Demand

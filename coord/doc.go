@@ -39,12 +39,12 @@
 // members that, at their last report, held a share from before it or had
 // requests in flight, the only ones measuring the upstream, or that voted
 // before and still want capacity (not draining), waiting for a share they
-// lost; L_global
-// stays when none does — clamped by the operator's override. The node's target is a floor of 1 plus its demand-proportional
-// part of the rest, split among the members with demand by largest
-// remainder so that the targets add up to exactly max(n, L_global) (0 when
-// draining or without demand), and its share is that target capped by what every
-// other holding row's reserve leaves: share = max(0, min(target, L_global −
+// lost; L_global stays when none does — clamped by the operator's
+// override. The node's target is a floor of 1 plus its
+// demand-proportional part of the rest, split among the members with
+// demand by largest remainder so that the targets add up to exactly
+// max(n, L_global) (0 when draining or without demand), and its share is
+// that target capped by what every other holding row's reserve leaves: share = max(0, min(target, L_global −
 // Σ reserve)). A changed share is issued under a new generation. Every
 // grant also counts the key's other members that want capacity (demand > 0
 // at their last report, not draining) and hold a share of 0, while

@@ -103,8 +103,8 @@ type NodeState struct {
 	// report it held a share from before that report or had requests in
 	// flight, so its l_local rests on samples, or it voted at the report
 	// before and still wants capacity (demand > 0, not draining), waiting
-	// for a share it lost. A joiner's first report, carrying a limiter's InitialLimit,
-	// does not.
+	// for a share it lost. A joiner's first report, carrying a limiter's
+	// InitialLimit, does not.
 	Measuring bool
 	// UnackedHigh is the largest share granted to the node since the
 	// heartbeat that acknowledged its grant (the acknowledged share

@@ -13,11 +13,10 @@ import (
 // does not lose the votes that made it. Under min, four busy nodes at 6
 // each of 24; a measures 3, and L_global falls to 3. The others' requests
 // still hold the key, so a is granted 0, and once its own requests have
-// ended it reports no share and nothing in flight. Before, it stopped
-// voting then, and the next fold, over the others alone, gave 24 again
-// (and 3 once a held a slot again, and so on). It keeps its vote now
-// while it wants capacity, and loses it once it wants nothing; a node
-// that never measured does not vote.
+// ended it reports no share and nothing in flight. Were its vote lost
+// then, the next fold, over the others alone, would give 24 again. It
+// keeps its vote while it wants capacity, and loses it once it wants
+// nothing; a node that never measured does not vote.
 func TestFallKeepsItsVoters(t *testing.T) {
 	t.Parallel()
 	onBoth(t, func(t *testing.T, c coordinator, _ *fakeClock) {
