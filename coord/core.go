@@ -90,7 +90,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		if stored.Evicted {
 			next := s.Clone()
 			self := &next.Nodes[i]
-			takeReport(self, r, self.Draining, now)
+			takeReport(self, r, now)
 			return next, next.storedGrant(*self, now, false), nil
 		}
 	}
@@ -105,8 +105,8 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 	if found {
 		self = s.Nodes[i]
 	}
-	self.Draining = s.drained(r.NodeID)
-	takeReport(&self, r, self.Draining, now)
+	self.Draining = s.drained(r.NodeID) // before takeReport: the vote reads it
+	takeReport(&self, r, now)
 	self.LeaseExpiresAt = now.Add(leaseTTL(r))
 	self.HoldUntil = self.LeaseExpiresAt.Add(requestBound(r))
 
@@ -224,12 +224,13 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 }
 
 // takeReport copies r's counts into n and acknowledges n's grant when r
-// applied it; draining is whether n's node id is drained (see votes).
-func takeReport(n *NodeState, r Report, draining bool, now time.Time) {
+// applied it. n.Draining must already say whether n's node id is drained
+// (see votes).
+func takeReport(n *NodeState, r Report, now time.Time) {
 	n.Seq = r.Seq
 	// The vote (see votes): n.Share is still the share from before this
 	// report; a vote kept from the report before needs demand, undrained.
-	n.Measuring = n.Share > 0 || r.Inflight > 0 || n.Measuring && r.Demand > 0 && !draining
+	n.Measuring = n.Share > 0 || r.Inflight > 0 || n.Measuring && r.Demand > 0 && !n.Draining
 	n.LLocal = r.LLocal
 	n.Inflight = r.Inflight
 	n.Demand = r.Demand
