@@ -38,3 +38,14 @@ var ErrNotStarted = errors.New("fleet: node not started")
 // bound (Config.MaxRequestDuration after it took its slot): it is not
 // sent either. The error also wraps context.DeadlineExceeded.
 var ErrLate = errors.New("fleet: too late to send")
+
+// ErrNotResent is wrapped by Transport's error for a request whose base
+// RoundTripper would have sent it a second time after the first
+// attempt's headers were written — http.Transport resends a replayable
+// request found unanswered on a reused connection, and Go's HTTP/2 client
+// one whose stream was refused or reset — when Transport's own second
+// attempt, on a slot of its own, would be resent too or the caller's
+// context had ended. The first attempt may still run at the upstream, so
+// each attempt's slot stays held as an abandoned request's
+// (Config.AbandonedHold); a retry takes a slot of its own.
+var ErrNotResent = errors.New("fleet: the connection failed after the request was sent, and it may still run upstream: not sent again on its slot")

@@ -126,18 +126,30 @@ import (
 //     base). A wrapper that fails before it hands the request on (a token
 //     fetch, an open circuit breaker) reports nothing either, so its
 //     failures hold their slots for AbandonedHold too: keep it short.
-//   - One RoundTrip is one slot. http.Transport sends a request again on
-//     its own when it takes the server not to have processed it (a
-//     reused connection found closed, a stream refused), and Transport
-//     lets that through. One exception is the upstream's to avoid: Go's
-//     HTTP/2 client also resends a request whose stream the server reset
-//     with PROTOCOL_ERROR (golang/go#47635), which a server or proxy may
-//     send after the request started: each resend may then run beside
-//     the last, on one slot. Against such an upstream, turn HTTP/2 off in
-//     the base (http.Transport's Protocols). A base that retries or
-//     hedges by itself likewise sends a request more than once on one
-//     slot. Retry above Transport (as the official SDKs do, through the
-//     http.Client), where each attempt takes its own slot.
+//   - One RoundTrip is one attempt at the upstream per slot. http.Transport
+//     sends a replayable request (GET, HEAD, OPTIONS, or one with an
+//     Idempotency-Key header and a body it can rewind) again on its own
+//     when the reused connection it wrote it to closes before the
+//     response, and Go's HTTP/2 client one whose stream was refused or
+//     reset — also when the upstream had received it and goes on serving
+//     it (a proxy or load balancer cutting the connection; a stream reset
+//     with PROTOCOL_ERROR, golang/go#47635). Once the request's headers
+//     were written, Transport does not let the base send it again: that
+//     attempt keeps its slot as an abandoned request's (AbandonedHold),
+//     and Transport sends the request once more itself, on a slot of its
+//     own (it admits it as a new request); if that attempt too would be
+//     resent, or the caller's context has ended, the error wraps
+//     ErrNotResent. So the base sees a request without a body of method
+//     GET, HEAD, DELETE or OPTIONS with an empty body that it can
+//     rewind: http.Transport sends it as none over HTTP/1.1 (it reads the
+//     body before it writes the headers), and Go's HTTP/2 client as an
+//     empty DATA frame that ends the stream. A request without a body of
+//     another method (a POST with an Idempotency-Key and no body) is
+//     still resent by the base, as is any request by a base that retries
+//     or hedges by itself: retry above Transport (as the official SDKs
+//     do, through the http.Client), where each attempt takes its own
+//     slot. A retry of a request whose headers were not written goes
+//     through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -178,6 +190,28 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.roundTrip(req)
+	if !errors.Is(err, ErrNotResent) || req.Context().Err() != nil {
+		return resp, err
+	}
+	// The base would have sent req again (see guardResends); its first
+	// attempt keeps its slot. Sent again once, on a slot of its own.
+	again := *req
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return nil, err
+		}
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, err
+		}
+		again.Body = body
+	}
+	return t.roundTrip(&again)
+}
+
+// roundTrip sends req once, on a slot of its own (see Node.Transport).
+func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	arrived := time.Now()
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
@@ -232,7 +266,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// For SettleTokens, through resp.Request, should a client wrap the body.
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
 	start := time.Now()
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	out := req.WithContext(ctx)
+	guardResends(out, &way)
+	resp, err := t.base.RoundTrip(out)
 	if err != nil {
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		sent := t.mayHaveSent(req, &way, err)
@@ -582,6 +618,52 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 		WroteHeaders: func() { s.wrote.Store(true) },
 	}
 }
+
+// guardResends makes a base that would send out a second time, after its
+// first attempt's headers were written, ask out.GetBody for the body
+// again, and has GetBody refuse then (ErrNotResent): the first attempt may
+// still run at the upstream, and out has one slot. http.Transport resends
+// a replayable request found unanswered on a reused connection, and Go's
+// HTTP/2 client one whose stream was refused or reset, rewinding its body
+// through GetBody; a request without a body it resends as it is. So a
+// request without a body whose method http.Transport sends without one
+// whatever its Body (GET, HEAD, DELETE, OPTIONS: it reads an empty body
+// before it writes the headers, and sends none) is given an empty one to
+// rewind. A request with a body and no GetBody is not resent once its
+// body was read. What is left unguarded: a request without a body of
+// another method (a POST with an Idempotency-Key and no body, say), which
+// an empty body would turn into a chunked one, and a base that resends
+// by other means. A resend of a request whose headers were never written
+// goes through.
+func guardResends(out *http.Request, way *sendTrace) {
+	getBody := out.GetBody
+	switch {
+	case out.Body == nil || out.Body == http.NoBody:
+		switch out.Method {
+		case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		default:
+			return
+		}
+		out.Body, out.ContentLength = emptyBody{}, 0
+		getBody = func() (io.ReadCloser, error) { return emptyBody{}, nil }
+	case getBody == nil:
+		return
+	}
+	out.GetBody = func() (io.ReadCloser, error) {
+		if way.wrote.Load() {
+			return nil, ErrNotResent
+		}
+		return getBody()
+	}
+}
+
+// emptyBody is a request body with no bytes; unlike http.NoBody, a base
+// takes it for a body that it must rewind to send the request again.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+
+func (emptyBody) Close() error { return nil }
 
 // mayHaveSent reports whether the upstream may have the request req that
 // the base failed with err, as way traced it. Written headers say it may.

@@ -1,0 +1,164 @@
+package fleet
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
+)
+
+// cuttingUpstream is a server on 127.0.0.1 that counts its own requests in
+// flight, from the handler's start to its return. The second request on
+// each connection has its connection cut once it is received (a proxy or
+// a load balancer in front of the upstream closing it), and the upstream
+// goes on working on it for work; every other request is answered after
+// serve.
+type cuttingUpstream struct {
+	url            string
+	inflight, peak atomic.Int64
+	cuts           atomic.Int64
+	framed         atomic.Int64 // requests of a method without a body that came with one's framing
+}
+
+type connRequests struct{}
+
+func startCuttingUpstream(t *testing.T, serve, work time.Duration) *cuttingUpstream {
+	t.Helper()
+	u := &cuttingUpstream{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connRequests{}, new(atomic.Int64))
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if r.Method != http.MethodPost && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+				u.framed.Add(1)
+			}
+			n := u.inflight.Add(1)
+			defer u.inflight.Add(-1)
+			for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
+			}
+			if r.Context().Value(connRequests{}).(*atomic.Int64).Add(1) == 2 {
+				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+					_ = conn.Close()
+				}
+				u.cuts.Add(1)
+				time.Sleep(work)
+				return
+			}
+			time.Sleep(serve)
+			_, _ = io.WriteString(w, "ok")
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	u.url = "http://" + ln.Addr().String() + "/"
+	return u
+}
+
+// TestTransportDoesNotResendBesideTheFirstAttempt: http.Transport sends a
+// replayable request (a GET, or a request with an Idempotency-Key and a
+// body it can rewind) again on a new connection when the reused one it
+// was written to is closed before the response — also when the upstream
+// had received it and goes on working on it. Let through, the resend ran
+// beside the first attempt on one slot: the upstream counted 2 requests in
+// flight for a node admitting 1 (a stranger's attack at M = 24: 49). Now
+// the first attempt keeps its slot, held as an abandoned request's, and
+// the request is sent again on a slot of its own; a request without a
+// body still goes without one.
+func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		req  func(url string) *http.Request
+	}{
+		{"GET", func(url string) *http.Request {
+			r, _ := http.NewRequest(http.MethodGet, url, nil)
+			return r
+		}},
+		{"POST with an Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"model":"m"}`))
+			r.Header.Set("Idempotency-Key", "k")
+			return r
+		}},
+		{"DELETE with an Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest(http.MethodDelete, url, nil)
+			r.Header.Set("Idempotency-Key", "k")
+			return r
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const work = 300 * time.Millisecond
+			up := startCuttingUpstream(t, 20*time.Millisecond, work)
+			cfg := testConfig("k", "a")
+			cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
+			cfg.MaxRequestDuration = 2 * time.Second
+			cfg.AbandonedHold = work + 100*time.Millisecond
+			n := startNode(t, coord.NewMemory(nil), cfg)
+			base := &http.Transport{}
+			t.Cleanup(base.CloseIdleConnections)
+			client := &http.Client{Transport: n.Transport(base)}
+			for range 4 {
+				resp, err := client.Do(tc.req(up.url))
+				require.NoError(t, err, "a cut request is sent again on a slot of its own")
+				_, _ = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, resp.Body.Close())
+			}
+			require.EqualValues(t, 3, up.cuts.Load(), "the upstream cut every reused connection")
+			require.EqualValues(t, 1, up.peak.Load(), "the upstream ran more requests at once than the node admits")
+			require.Zero(t, up.framed.Load(), "a request without a body went with a body's framing")
+			eventually(t, func() bool { return n.State().Inflight == 0 }, "the held slot is freed")
+		})
+	}
+}
+
+// TestTransportSendsBodilessRequestsOverHTTP2: the empty body a request
+// without one goes to the base with (see guardResends) reaches an HTTP/2
+// upstream as no body too.
+func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
+	t.Parallel()
+	var proto, framed atomic.Value
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Protocols: &protocols,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			proto.Store(r.Proto)
+			framed.Store(len(b) > 0 || r.ContentLength > 0 || len(r.TransferEncoding) > 0)
+			_, _ = io.WriteString(w, "ok")
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	base := &http.Transport{Protocols: &protocols}
+	t.Cleanup(base.CloseIdleConnections)
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(base)}
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions} {
+		req, err := http.NewRequest(method, "http://"+ln.Addr().String()+"/", nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err, method)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode, method)
+		require.Equal(t, "HTTP/2.0", proto.Load(), method)
+		require.Equal(t, false, framed.Load(), "%s came with a body", method)
+	}
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "every slot is freed")
+}
