@@ -147,7 +147,9 @@ type run struct {
 	args nodeArgs
 	db   *database
 	prov *provider
-	led  *ledger
+	// upstream is the proxy between the nodes and prov.
+	upstream *tcpProxy
+	led      *ledger
 
 	slots []*slot
 
@@ -206,6 +208,25 @@ func TestChaos(t *testing.T) {
 	}
 	requirePostgres(t)
 	runChaos(t, defaultParams(t))
+}
+
+// TestChaosUpstreamCut: the proxy between the fleet and the provider
+// restarts, closing every connection, twelve times, one at a time. The
+// provider goes on serving the requests it received; a request that had
+// no response yet is one http.Transport would send again beside it, on
+// the same slot, unless Transport holds that slot and sends it on one of
+// its own.
+func TestChaosUpstreamCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the cut cycles take a minute")
+	}
+	requirePostgres(t)
+	p := defaultParams(t)
+	p.solo, p.kinds, p.faults = true, []string{faultCut}, 12
+	if v := os.Getenv(envFaults); v != "" {
+		p.faults, _ = strconv.Atoi(v)
+	}
+	runChaos(t, p)
 }
 
 // TestChaosFreeze: a node process frozen (SIGSTOP) for longer than its
@@ -272,7 +293,12 @@ func runChaos(t *testing.T, p params) {
 	r.prov, err = startProvider(p.max, time.Duration(p.streamMS)*time.Millisecond, r.led)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, r.prov.close()) })
-	r.args = nodeArgs{bin: bin, key: r.key, provider: r.prov.url, logDir: logDir, flags: p.nodeFlags()}
+	// The nodes reach the provider through a proxy of its own, which
+	// the upstream-cut fault restarts.
+	r.upstream, err = newTCPProxy(tox, "upstream", strings.TrimSuffix(strings.TrimPrefix(r.prov.url, "http://"), "/"))
+	require.NoError(t, err)
+	t.Cleanup(r.upstream.stop)
+	r.args = nodeArgs{bin: bin, key: r.key, provider: "http://" + r.upstream.addr + "/", logDir: logDir, flags: p.nodeFlags()}
 
 	for i := range p.nodes {
 		proxy, err := newTCPProxy(tox, fmt.Sprintf("node-%d", i+1), r.db.current().Addr())
@@ -341,6 +367,7 @@ const (
 	faultPGDown     = "pg-down-5s"
 	faultRolling    = "rolling-sigterm"
 	faultFailover   = "failover"
+	faultCut        = "upstream-cut"
 )
 
 // noWindow labels the violations no fault window explains.
@@ -348,7 +375,7 @@ const noWindow = "(no fault window)"
 
 var (
 	nodeFaults   = []string{faultKillSame, faultKillNew, faultStop, faultReset, faultBlackhole, faultHold, faultEvict, faultDrainLapse}
-	globalFaults = []string{faultPGRestart, faultFailover, faultPGDown, faultRolling}
+	globalFaults = []string{faultPGRestart, faultFailover, faultPGDown, faultRolling, faultCut}
 	allFaults    = append(append([]string{}, nodeFaults...), globalFaults...)
 )
 
@@ -676,6 +703,14 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 		begin := time.Now()
 		r.check(r.db.startReplica(ctx))
 		r.t.Logf("%s new replica in %.2fs", r.led.since(time.Now()), time.Since(begin).Seconds())
+
+	case faultCut:
+		// A proxy or load balancer between the fleet and the provider
+		// restarts: every connection closes, the provider goes on
+		// serving what it received, and http.Transport would send the
+		// requests that had no response yet again.
+		r.check(r.upstream.cut())
+		r.led.heal(inj, "")
 
 	case faultRolling:
 		var notes []string

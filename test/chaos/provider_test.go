@@ -55,9 +55,13 @@ func startProvider(max int, streamMin time.Duration, l *ledger) (*provider, erro
 	return p, nil
 }
 
-// ServeHTTP serves ?ms=<duration>: a header, then a few flushed chunks spread
-// over the duration, ignoring write errors, returning only once the duration
-// has passed.
+// ServeHTTP serves ?ms=<duration>, returning only once the duration has
+// passed, whether or not the client is still there. A stream (at least
+// streamMin) sends its headers at once, then a few flushed chunks spread
+// over the duration, ignoring write errors; any shorter request is
+// answered whole at its end, as a completion without streaming is, so a
+// connection cut before then leaves the client without a response while
+// the provider goes on serving it.
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	v := p.inflight.Add(1)
@@ -80,8 +84,14 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 
-	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/plain")
+	if d < p.streamMin {
+		time.Sleep(time.Until(start.Add(d)))
+		_, _ = w.Write([]byte("done\n"))
+		p.served.Add(1)
+		return
+	}
+	flusher, _ := w.(http.Flusher)
 	w.WriteHeader(http.StatusOK)
 	if flusher != nil {
 		flusher.Flush()

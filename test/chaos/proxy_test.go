@@ -79,5 +79,19 @@ func (x *tcpProxy) repoint(upstream string) error {
 	return fmt.Errorf("proxy %s: repoint to %s: %w", x.p.Name, upstream, err)
 }
 
+// cut closes every connection, as a proxy or load balancer that restarts
+// does, and listens again on the same address.
+func (x *tcpProxy) cut() error {
+	x.p.Stop()
+	var err error
+	for range 20 {
+		if err = x.p.Start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("proxy %s: listen again on %s: %w", x.p.Name, x.addr, err)
+}
+
 // stop closes the listener and every connection.
 func (x *tcpProxy) stop() { x.p.Stop() }
