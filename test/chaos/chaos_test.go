@@ -220,13 +220,7 @@ func TestChaosUpstreamCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cut cycles take a minute")
 	}
-	requirePostgres(t)
-	p := defaultParams(t)
-	p.solo, p.kinds, p.faults = true, []string{faultCut}, 12
-	if v := os.Getenv(envFaults); v != "" {
-		p.faults, _ = strconv.Atoi(v)
-	}
-	runChaos(t, p)
+	runSolo(t, faultCut, 12)
 }
 
 // TestChaosFreeze: a node process frozen (SIGSTOP) for longer than its
@@ -238,11 +232,19 @@ func TestChaosFreeze(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the freeze cycles take a minute and a half")
 	}
+	runSolo(t, faultStop, 12)
+}
+
+// runSolo injects faults of kind alone, one at a time: n of them, or
+// FLEET_CHAOS_FAULTS.
+func runSolo(t *testing.T, kind string, n int) {
 	requirePostgres(t)
 	p := defaultParams(t)
-	p.solo, p.kinds, p.faults = true, []string{faultStop}, 12
+	p.solo, p.kinds, p.faults = true, []string{kind}, n
 	if v := os.Getenv(envFaults); v != "" {
-		p.faults, _ = strconv.Atoi(v)
+		var err error
+		p.faults, err = strconv.Atoi(v)
+		require.NoError(t, err, envFaults)
 	}
 	runChaos(t, p)
 }
