@@ -39,13 +39,15 @@ var ErrNotStarted = errors.New("fleet: node not started")
 // sent either. The error also wraps context.DeadlineExceeded.
 var ErrLate = errors.New("fleet: too late to send")
 
-// ErrNotResent is wrapped by Transport's error for a request whose base
-// RoundTripper would have sent it a second time after the first
-// attempt's headers were written — http.Transport resends a replayable
-// request found unanswered on a reused connection, and Go's HTTP/2 client
-// one whose stream was refused or reset — when Transport's own second
-// attempt, on a slot of its own, would be resent too or the caller's
-// context had ended. The first attempt may still run at the upstream, so
-// each attempt's slot stays held as an abandoned request's
+// ErrNotResent is wrapped by Transport's error for a request its base
+// RoundTripper would have sent a second time after the first attempt's
+// headers were written — http.Transport resends a replayable request
+// found unanswered on a reused connection, and Go's HTTP/2 client one
+// whose stream was refused or reset — and that Transport could not send
+// again on a slot of its own: the caller's context had ended, rewinding
+// the body (GetBody) failed, that second attempt was not admitted (the
+// error wraps its cause too: a deadline, ErrFenced…), or its base would
+// have resent it as well. The first attempt may still run at the
+// upstream, so its slot stays held as an abandoned request's
 // (Config.AbandonedHold); a retry takes a slot of its own.
-var ErrNotResent = errors.New("fleet: the connection failed after the request was sent, and it may still run upstream: not sent again on its slot")
+var ErrNotResent = errors.New("fleet: the connection failed after the request was sent, and it may still run upstream")

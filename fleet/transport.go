@@ -127,26 +127,33 @@ import (
 //     fetch, an open circuit breaker) reports nothing either, so its
 //     failures hold their slots for AbandonedHold too: keep it short.
 //   - One RoundTrip is one attempt at the upstream per slot. http.Transport
-//     sends a replayable request (GET, HEAD, OPTIONS, or one with an
-//     Idempotency-Key header and a body it can rewind) again on its own
-//     when the reused connection it wrote it to closes before the
-//     response, and Go's HTTP/2 client one whose stream was refused or
-//     reset — also when the upstream had received it and goes on serving
-//     it (a proxy or load balancer cutting the connection; a stream reset
-//     with PROTOCOL_ERROR, golang/go#47635). Once the request's headers
-//     were written, Transport does not let the base send it again: that
-//     attempt keeps its slot as an abandoned request's (AbandonedHold),
-//     and Transport sends the request once more itself, on a slot of its
-//     own (it admits it as a new request); if that attempt too would be
-//     resent, or the caller's context has ended, the error wraps
-//     ErrNotResent. So the base sees a request without a body of method
-//     GET, HEAD, DELETE or OPTIONS with an empty body that it can
-//     rewind: http.Transport sends it as none over HTTP/1.1 (it reads the
-//     body before it writes the headers), and Go's HTTP/2 client as an
-//     empty DATA frame that ends the stream. A request without a body of
-//     another method (a POST with an Idempotency-Key and no body) is
-//     still resent by the base, as is any request by a base that retries
-//     or hedges by itself: retry above Transport (as the official SDKs
+//     sends a replayable request — GET, HEAD, OPTIONS, TRACE, or one with
+//     an Idempotency-Key or X-Idempotency-Key header, whose body is none
+//     or one it can rewind (GetBody) — again on its own when the reused
+//     connection it wrote it to closes before the response; Go's HTTP/2
+//     client sends any request whose body is none or can be rewound again
+//     when its stream is refused or reset (also with PROTOCOL_ERROR,
+//     golang/go#47635) or its connection goes away. The upstream may have
+//     received the first attempt and go on serving it (a proxy or load
+//     balancer cutting the connection). Once the request's headers were
+//     written, Transport makes such a resend ask for the body (GetBody)
+//     and refuses it: the first attempt keeps its slot as an abandoned
+//     request's (AbandonedHold) — also when none of it reached the
+//     upstream (a connection the server closed while idle, a stream
+//     refused or beyond a GOAWAY), which Transport cannot tell — and
+//     Transport sends the request once more itself, on a slot of its own
+//     (admitted as a new request, its tokens debited again); when it
+//     cannot, the error wraps ErrNotResent. For that, a request without a
+//     body of method GET, HEAD, DELETE or OPTIONS goes to the base with an
+//     empty body it can rewind: http.Transport sends it as none over
+//     HTTP/1.1 (it reads the body before it writes the headers), and Go's
+//     HTTP/2 client as an empty DATA frame that ends the stream, without
+//     a content-length (a Go server sees ContentLength -1 and an empty
+//     body). Still resent on one slot: a request without a body of
+//     another method — over HTTP/1.1 a TRACE or one with an
+//     Idempotency-Key or X-Idempotency-Key header, over HTTP/2 any, such
+//     as a POST without a body — and any request of a base that retries
+//     or hedges by itself. Retry above Transport (as the official SDKs
 //     do, through the http.Client), where each attempt takes its own
 //     slot. A retry of a request whose headers were not written goes
 //     through on its slot.
@@ -203,11 +210,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body, gerr := req.GetBody()
 		if gerr != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w; rewinding its body to send it again: %w", ErrNotResent, gerr)
 		}
 		again.Body = body
 	}
-	return t.roundTrip(&again)
+	resp, err = t.roundTrip(&again)
+	var unsent *unsentError
+	if errors.As(err, &unsent) {
+		// Not sent again: the first attempt may still run upstream.
+		return nil, &unsentError{err: fmt.Errorf("%w; sending it again: %w", ErrNotResent, unsent.err)}
+	}
+	return resp, err
 }
 
 // roundTrip sends req once, on a slot of its own (see Node.Transport).
@@ -622,23 +635,24 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body
 // again, and has GetBody refuse then (ErrNotResent): the first attempt may
-// still run at the upstream, and out has one slot. http.Transport resends
-// a replayable request found unanswered on a reused connection, and Go's
-// HTTP/2 client one whose stream was refused or reset, rewinding its body
-// through GetBody; a request without a body it resends as it is. So a
-// request without a body whose method http.Transport sends without one
-// whatever its Body (GET, HEAD, DELETE, OPTIONS: it reads an empty body
-// before it writes the headers, and sends none) is given an empty one to
-// rewind. A request with a body and no GetBody is not resent once its
-// body was read. What is left unguarded: a request without a body of
-// another method (a POST with an Idempotency-Key and no body, say), which
-// an empty body would turn into a chunked one, and a base that resends
+// still run at the upstream, and out has one slot. http.Transport and Go's
+// HTTP/2 client rewind a body through GetBody to resend it; a request
+// without a body they resend as it is. So a request without a body whose
+// method http.Transport sends without one whatever its Body (GET, HEAD,
+// DELETE, OPTIONS: it reads an empty body before it writes the headers,
+// and sends none) is given an empty one to rewind. A request with a body
+// and no GetBody is not resent once its body was read. Left unguarded
+// (see Node.Transport): a request without a body of another method, which
+// an empty body would make chunked over HTTP/1.1, and a base that resends
 // by other means. A resend of a request whose headers were never written
 // goes through.
 func guardResends(out *http.Request, way *sendTrace) {
 	getBody := out.GetBody
 	switch {
 	case out.Body == nil || out.Body == http.NoBody:
+		if out.ContentLength != 0 {
+			return // the base refuses a length without a body
+		}
 		switch out.Method {
 		case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
 		default:

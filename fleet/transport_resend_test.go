@@ -126,7 +126,8 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 
 // TestTransportSendsBodilessRequestsOverHTTP2: the empty body a request
 // without one goes to the base with (see guardResends) reaches an HTTP/2
-// upstream as no body too.
+// upstream as no bytes, without a content-length (ContentLength -1, as
+// the Transport documentation says).
 func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 	t.Parallel()
 	var proto, framed atomic.Value
@@ -139,7 +140,7 @@ func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			proto.Store(r.Proto)
-			framed.Store(len(b) > 0 || r.ContentLength > 0 || len(r.TransferEncoding) > 0)
+			framed.Store(len(b) > 0 || r.ContentLength != -1 || len(r.TransferEncoding) > 0)
 			_, _ = io.WriteString(w, "ok")
 		}),
 	}
@@ -158,7 +159,42 @@ func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 		require.Equal(t, http.StatusOK, resp.StatusCode, method)
 		require.Equal(t, "HTTP/2.0", proto.Load(), method)
-		require.Equal(t, false, framed.Load(), "%s came with a body", method)
+		require.Equal(t, false, framed.Load(), "%s came with bytes or a length", method)
 	}
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "every slot is freed")
+}
+
+// TestTransportSaysWhenItCouldNotSendAgain: a request whose first attempt
+// was cut after it was sent, and whose second attempt waits for a slot
+// until the caller's deadline, fails with an error that says both: the
+// first attempt may still run upstream (ErrNotResent), and the deadline
+// ended the wait (a timeout).
+func TestTransportSaysWhenItCouldNotSendAgain(t *testing.T) {
+	t.Parallel()
+	up := startCuttingUpstream(t, 20*time.Millisecond, 100*time.Millisecond)
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
+	cfg.MaxRequestDuration = 5 * time.Second
+	cfg.AbandonedHold = 2 * time.Second
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	client := &http.Client{Transport: n.Transport(base)}
+	resp, err := client.Get(up.url) // the connection's first request is served
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, up.url, nil)
+	require.NoError(t, err)
+	_, err = client.Do(req)
+	require.ErrorIs(t, err, ErrNotResent)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var timeout interface{ Timeout() bool }
+	require.ErrorAs(t, err, &timeout)
+	require.True(t, timeout.Timeout(), "a deadline that ended the wait for a slot is a timeout")
+	require.EqualValues(t, 1, up.cuts.Load())
+	require.Equal(t, 1, n.State().Inflight, "the first attempt's slot is held")
 }
