@@ -16,17 +16,17 @@ import (
 	"github.com/fleetlimit/fleetlimit/coord"
 )
 
-// cuttingUpstream is a server on 127.0.0.1 that counts its own requests in
-// flight, from the handler's start to its return. The second request on
-// each connection has its connection cut once it is received (a proxy or
-// a load balancer in front of the upstream closing it), and the upstream
-// goes on working on it for work; every other request is answered after
-// serve.
+// cuttingUpstream is a server on 127.0.0.1 that counts its own requests
+// in flight (upstreamCount), from the handler's start to its return. The
+// second request on each connection has its connection cut once it is
+// received (a proxy or a load balancer in front of the upstream closing
+// it), and the upstream goes on working on it for work; every other
+// request is answered after serve.
 type cuttingUpstream struct {
-	url            string
-	inflight, peak atomic.Int64
-	cuts           atomic.Int64
-	framed         atomic.Int64 // requests of a method without a body that came with one's framing
+	url string
+	upstreamCount
+	cuts   atomic.Int64
+	framed atomic.Int64 // requests of a method without a body that came with one's framing
 }
 
 type connRequests struct{}
@@ -45,10 +45,8 @@ func startCuttingUpstream(t *testing.T, serve, work time.Duration) *cuttingUpstr
 			if r.Method != http.MethodPost && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
 				u.framed.Add(1)
 			}
-			n := u.inflight.Add(1)
-			defer u.inflight.Add(-1)
-			for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
-			}
+			u.enter()
+			defer u.leave()
 			if r.Context().Value(connRequests{}).(*atomic.Int64).Add(1) == 2 {
 				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 					_ = conn.Close()
