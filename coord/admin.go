@@ -50,10 +50,13 @@ type Admin interface {
 	// or ErrInvalidOverride. It takes effect at the key's next heartbeat.
 	SetRates(ctx context.Context, key string, c RatesChange) (Rates, error)
 	// DeleteKey deletes the key and all its rows: nodes, drain marks,
-	// evictions. Without force it returns ErrLiveNodes while the key has
-	// live members, and ErrHeldCapacity while a row that is no member
-	// still holds back capacity (KeyInfo.HeldRows). It returns
-	// ErrUnknownKey for a key without a row.
+	// evictions. Without force it returns ErrLearning while the key's rows
+	// may not show what its nodes hold (the key last heard from them under
+	// another incarnation of the database, or it is in learning mode),
+	// ErrLiveNodes while the key has live members, and ErrHeldCapacity
+	// while a row that is no member still holds back capacity
+	// (KeyInfo.HeldRows). It returns ErrUnknownKey for a key without a
+	// row.
 	DeleteKey(ctx context.Context, key string, force bool) error
 }
 

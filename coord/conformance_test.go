@@ -373,7 +373,7 @@ func errResult(err error) result {
 	if err == nil {
 		return result{}
 	}
-	for _, s := range []error{coord.ErrInvalidReport, coord.ErrNodeIDInUse, coord.ErrUnknownKey, coord.ErrUnknownNode, coord.ErrInvalidOverride, coord.ErrKeyExists, coord.ErrLiveNodes, coord.ErrHeldCapacity} {
+	for _, s := range []error{coord.ErrInvalidReport, coord.ErrNodeIDInUse, coord.ErrUnknownKey, coord.ErrUnknownNode, coord.ErrInvalidOverride, coord.ErrKeyExists, coord.ErrLiveNodes, coord.ErrHeldCapacity, coord.ErrLearning} {
 		if errors.Is(err, s) {
 			return result{err: s.Error()}
 		}

@@ -2,12 +2,14 @@ package coord_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 // TestDeleteKeyWaitsForHeldCapacity pins DeleteKey without force, on
@@ -56,4 +58,88 @@ func TestDeleteKeyWaitsForHeldCapacity(t *testing.T) {
 		require.Equal(t, [2]int{0, 0}, [2]int{rows, slots}, "a's lease ran out")
 		require.NoError(t, c.DeleteKey(ctx, "k", false))
 	})
+}
+
+// TestDeleteKeyWaitsAfterALoss pins DeleteKey without force after the
+// database lost state, on Memory and on Postgres: a failover to a replica
+// that missed the last heartbeats leaves rows that show a node that still
+// runs as holding nothing. The delete is refused with ErrLearning while
+// the key last heard from its nodes under another incarnation (a refusal
+// changes nothing, so it stays refused until a heartbeat sees the change)
+// and while the key is in learning mode; then the rows are checked as
+// before. --force deletes anyway.
+func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
+	t.Parallel()
+	for _, impl := range []struct {
+		name string
+		new  func(t *testing.T, clock *fakeClock) (coordinator, func(key string))
+	}{
+		{"memory", func(_ *testing.T, clock *fakeClock) (coordinator, func(string)) {
+			m := coord.NewMemory(clock)
+			n := 0
+			return m, func(string) { n++; m.SetIncarnation(fmt.Sprintf("after loss %d", n)) }
+		}},
+		{"postgres", func(t *testing.T, clock *fakeClock) (coordinator, func(string)) {
+			pool := fleettest.Pool(t)
+			return newPostgres(t, pool, coord.WithClock(clock)), func(key string) {
+				// The replica missed every heartbeat since the key's
+				// first: its rows are gone, its incarnation is another.
+				_, err := pool.Exec(context.Background(), `UPDATE fleetlimit.keys SET incarnation = 'before loss' WHERE key = $1`, key)
+				require.NoError(t, err)
+				_, err = pool.Exec(context.Background(), `DELETE FROM fleetlimit.nodes WHERE key = $1`, key)
+				require.NoError(t, err)
+			}
+		}},
+	} {
+		t.Run(impl.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clock := newFakeClock(t0)
+			c, lose := impl.new(t, clock)
+			require.NoError(t, c.CreateKey(ctx, "k", nil, new(4)))
+			g, err := c.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "a", Instance: "a/1", Seq: 1, LLocal: 10, Demand: 4,
+				Inflight: 3, LeaseTTL: 10 * time.Second, MaxRequestDuration: 5 * time.Second})
+			require.NoError(t, err)
+			require.Equal(t, 4, g.Share)
+			lose("k")
+
+			for range 2 {
+				err = c.DeleteKey(ctx, "k", false)
+				require.ErrorIs(t, err, coord.ErrLearning)
+				require.Regexp(t, `: key .k. last heard from its nodes under another incarnation of the database$`, err.Error())
+			}
+			keys, err := c.Keys(ctx)
+			require.NoError(t, err)
+			require.Len(t, keys, 1, "nothing was deleted")
+			require.Equal(t, new(4), keys[0].MaxLimit)
+
+			// b's heartbeat sees the change: learning mode for a's
+			// lease and request bound.
+			clock.Advance(time.Second)
+			g, err = c.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "b", Instance: "b/1", Seq: 1, LLocal: 10, Demand: 1,
+				LeaseTTL: time.Second})
+			require.NoError(t, err)
+			require.True(t, g.Learning)
+			until := t0.Add(16 * time.Second)
+			keys, err = c.Keys(ctx)
+			require.NoError(t, err)
+			require.WithinDuration(t, until, keys[0].LearningUntil, 100*time.Millisecond)
+			clock.Advance(10 * time.Second)
+			err = c.DeleteKey(ctx, "k", false)
+			require.ErrorIs(t, err, coord.ErrLearning)
+			require.Regexp(t, `: key .k. is in learning mode until `+keys[0].LearningUntil.UTC().Format("2006-01-02T15:04:05Z")+`$`, err.Error())
+
+			// After learning mode a's grant has run out, and b's lease.
+			clock.Set(keys[0].LearningUntil.Add(time.Millisecond))
+			require.NoError(t, c.DeleteKey(ctx, "k", false))
+
+			// --force deletes whatever the rows show.
+			_, err = c.Heartbeat(ctx, coord.Report{Key: "k2", NodeID: "a", Instance: "a/1", Seq: 1, LLocal: 10, Demand: 1,
+				LeaseTTL: 10 * time.Second})
+			require.NoError(t, err)
+			lose("k2")
+			require.ErrorIs(t, c.DeleteKey(ctx, "k2", false), coord.ErrLearning)
+			require.NoError(t, c.DeleteKey(ctx, "k2", true))
+		})
+	}
 }

@@ -53,3 +53,13 @@ var ErrLiveNodes = errors.New("key has live nodes")
 // re-created without them would grant that capacity again beside those
 // requests.
 var ErrHeldCapacity = errors.New("key holds capacity for requests that may still run")
+
+// ErrLearning is returned by DeleteKey, without force, while the key's
+// rows may not show what its nodes hold: the key last heard from its
+// nodes under another incarnation of the database (a failover, a restore
+// or a server restart since, see State.Incarnate), or it is in learning
+// mode. A node that still runs under a grant the database forgot would
+// re-create the key without its limits. Learning mode starts at the key's
+// next heartbeat and lasts its longest lease plus request bound; after
+// it, the rows are to be trusted again.
+var ErrLearning = errors.New("the database may have lost the key's state")

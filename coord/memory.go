@@ -251,6 +251,12 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	}
 	switch live := keyInfo(s, now).LiveNodes; {
 	case force:
+	case s.Key.Incarnation != "" && s.Key.Incarnation != m.incarnation:
+		return fmt.Errorf("coord: delete key: %w: key %.40q last heard from its nodes under another incarnation of the database",
+			ErrLearning, key)
+	case s.Key.learning(now):
+		return fmt.Errorf("coord: delete key: %w: key %.40q is in learning mode until %s", ErrLearning,
+			key, s.Key.LearningUntil.UTC().Format("2006-01-02T15:04:05Z"))
 	case live > 0:
 		return fmt.Errorf("coord: delete key: %w: %s on key %.40q", ErrLiveNodes, count(live, "live node", "live nodes"), key)
 	case held > 0:

@@ -17,6 +17,7 @@ const (
 	sqlstateKeyExists       = "FL006"
 	sqlstateLiveNodes       = "FL007"
 	sqlstateHeldCapacity    = "FL008"
+	sqlstateLearning        = "FL009"
 )
 
 // sqlstateQueryCanceled is Postgres's query_canceled: a statement stopped
@@ -49,6 +50,8 @@ func pgError(op string, err error) error {
 		sentinel = ErrLiveNodes
 	case sqlstateHeldCapacity:
 		sentinel = ErrHeldCapacity
+	case sqlstateLearning:
+		sentinel = ErrLearning
 	case "42883", "3F000", "42P01", "42703": // undefined function, schema, table, column
 		sentinel = ErrSchema
 	case "42501": // insufficient privilege: the database's words name the object

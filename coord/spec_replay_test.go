@@ -282,6 +282,8 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 		switch {
 		case !r.exists:
 			err = coord.ErrUnknownKey
+		case r.s.Key.Incarnation != "" && r.s.Key.Incarnation != r.inc(), r.s.Key.LearningUntil.After(now):
+			err = coord.ErrLearning
 		case specMembers(r.s, now) > 0:
 			err = coord.ErrLiveNodes
 		case specHolding(r.s, now) > 0:
@@ -407,6 +409,8 @@ func specErrCode(err error) int64 {
 		return 4
 	case errors.Is(err, coord.ErrHeldCapacity):
 		return 5
+	case errors.Is(err, coord.ErrLearning):
+		return 6
 	}
 	return -1
 }

@@ -599,14 +599,25 @@ inline coordEvict(I) {
 	fi
 }
 
-/* coordDeleteKey (fleetlimit.delete_key without force): E_LIVE while the
- * key has a member, E_HELD while another row still holds a reserve;
- * otherwise the key and everything on it goes. */
+/* coordDeleteKey (fleetlimit.delete_key without force): E_LEARN while the
+ * rows may not show what the nodes hold (the key's recorded incarnation is
+ * not the database's, or it is in learning mode), E_LIVE while the key has
+ * a member, E_HELD while another row still holds a reserve; otherwise the
+ * key and everything on it goes. A refusal changes nothing (the
+ * transaction rolls back). */
 inline coordDeleteKey() {
 	hv = 0;
+#ifndef MUT_DELETE_LEARN
+	/* (l) omits this: the rows are read as the database has them, also
+	 * after it lost the last commits. */
+	if
+	:: db.incStale || db.learn > 0 -> hv = 3
+	:: else
+	fi;
+#endif
 	for (hk : 0 .. NROWS-1) {
 		if
-		:: MEMBER(db.row[hk]) -> hv = 1
+		:: MEMBER(db.row[hk]) && hv != 3 -> hv = 1
 #ifndef MUT_DELETE_HELD
 		/* (k) omits this: only members refuse the delete, and the rows
 		 * still holding their reserve go with the key. */
@@ -616,6 +627,7 @@ inline coordDeleteKey() {
 		fi
 	};
 	if
+	:: hv == 3 -> herr = E_LEARN
 	:: hv == 1 -> herr = E_LIVE
 	:: hv == 2 -> herr = E_HELD
 	:: else ->

@@ -95,6 +95,23 @@ inline check() {
 	skip
 }
 
+/* checkDelete: a delete without force takes the key from no fleet that
+ * runs on it (docs/design.md §9): when it succeeds no instance has a
+ * request in flight and none holds a grant it may still admit under; one
+ * that did would re-create the key without the operator's limits at its
+ * next heartbeat, beside requests the new key knows nothing of. */
+inline checkDelete() {
+	for (hj : 0 .. NN-1) {
+		if
+		:: nd[hj].inf > 0 || nd[hj].oinf > 0 || (UP(hj) && nd[hj].joined && !nd[hj].evicted && FENCEOK(hj)) ->
+			printf("VIOLATION t=%d: the key is deleted while n%d holds a grant (fence deadline in %d ticks) or has requests in flight (%d, %d)\n",
+				T, nm[hj], nd[hj].dl, nd[hj].inf, nd[hj].oinf);
+			assert(false)
+		:: else
+		fi
+	}
+}
+
 /* noteL: L_global is db.lg from now on (a heartbeat, a failover). */
 inline noteL() {
 	if
@@ -644,8 +661,8 @@ end:
 		normalize() }
 #endif
 #if DELKEY
-	/* The operator deletes the key (without force: refused while it has
-	 * members or a row holds its reserve). */
+	/* The operator deletes the key (without force: refused while its rows
+	 * may be stale, while it has members or a row holds its reserve). */
 	:: d_step { db.exists NOFAULT OPGATE ->
 		GATESTEP
 		coordDeleteKey();
@@ -653,6 +670,7 @@ end:
 		printf("@@ deletekey %d %d\n", T, herr);
 		if
 		:: herr == E_OK ->
+			checkDelete();
 			for (hk : 0 .. NN-1) { drG[hk] = 0; evG[hk] = 0 }
 		:: else
 		fi;

@@ -71,7 +71,7 @@ declare -A CCONF=([full]="-DHC4")
 # searched in, and the search depth bound (a bounded depth-first search
 # finds a short counterexample quickly; a mutant only needs one).
 MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
-	MUT_LEAVE_SHORTENS MUT_DELETE_HELD MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
+	MUT_LEAVE_SHORTENS MUT_DELETE_HELD MUT_DELETE_LEARN MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
 RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
 declare -A MCONF=(
 	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
@@ -82,6 +82,7 @@ declare -A MCONF=(
 	[MUT_ACKED_RESERVE]="$BASE -DDRAIN=1"
 	[MUT_LEAVE_SHORTENS]="$BASE -DSTOP=1 -DDRIFT=1"
 	[MUT_DELETE_HELD]="$BASE -DSTOP=1 -DDELKEY=1"
+	[MUT_DELETE_LEARN]="$BASE -DFMAX=1 -DKEYLOSS=0 -DLAGMAX=2 -DDELKEY=1"
 	[MUT_RATE_EAGER]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_HOLD_NONE]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_STALE_APPLIED]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1 -DNOLEMMA"
@@ -95,18 +96,19 @@ declare -A MDEPTH=(
 	[MUT_ACKED_RESERVE]=20000
 	[MUT_LEAVE_SHORTENS]=10000
 	[MUT_DELETE_HELD]=40
+	[MUT_DELETE_LEARN]=40
 	[MUT_RATE_EAGER]=40
 	[MUT_RATE_HOLD_NONE]=40
 	[MUT_RATE_STALE_APPLIED]=36
 )
-# The rate mutants' and MUT_DELETE_HELD's searches look for a
+# The rate mutants' and the delete mutants' searches look for a
 # counterexample within their depth (compiled with -DREACH, which makes a
 # depth-bounded search complete; the first two also shorten it, pan -i,
 # which takes minutes for the failover's); -DNOLEMMA above leaves the
 # per-node lemma out of the rate mutants, so that the counterexample is
 # one of the sum.
 declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
-declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
+declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_DELETE_LEARN]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
 declare -A MDESC=(
 	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
 	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
@@ -116,6 +118,7 @@ declare -A MDESC=(
 	[MUT_ACKED_RESERVE]="(f) the reserve is the acknowledged share only"
 	[MUT_LEAVE_SHORTENS]="(g) a departure's hold replaces the row's, and no padding for clock rates"
 	[MUT_DELETE_HELD]="(k) delete_key refuses only while the key has members: rows holding their reserve go with it"
+	[MUT_DELETE_LEARN]="(l) delete_key reads the rows as they are after a loss: no refusal while the incarnation differs or the key learns"
 	[MUT_RATE_EAGER]="(h) the rate reserve is the granted rate share only (no RateHigh)"
 	[MUT_RATE_HOLD_NONE]="(i) no fence margin for the rate: a node paces to its lease end on its own clock"
 	[MUT_RATE_STALE_APPLIED]="(j) a fenced node reports its last grant's rate share as applied (learning mode)"

@@ -36,6 +36,7 @@
 #define E_LIVE    3   /* ErrLiveNodes */
 #define E_EXISTS  4   /* ErrKeyExists */
 #define E_HELD    5   /* ErrHeldCapacity */
+#define E_LEARN   6   /* ErrLearning */
 
 #define NOSLOT 255
 

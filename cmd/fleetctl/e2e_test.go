@@ -475,6 +475,47 @@ func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
 	require.Contains(t, mustRun(t, dsn, "nodes", "held"), "departed")
 }
 
+// TestKeysDeleteWaitsAfterALoss: after a failover to a replica that
+// missed the last heartbeats, the rows show a node that still runs as
+// gone; keys delete refuses, says why and what to do, and deletes
+// nothing, until learning mode has ended; --force deletes anyway.
+func TestKeysDeleteWaitsAfterALoss(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	c := coordinator(t, dsn)
+	mustRun(t, dsn, "keys", "create", "lost", "--max", "24")
+	_, err := c.Heartbeat(t.Context(), coord.Report{Key: "lost", NodeID: "n", Instance: "i", Seq: 1, LLocal: 10,
+		Demand: 10, Inflight: 3, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), `UPDATE fleetlimit.keys SET incarnation = 'before the failover' WHERE key = 'lost'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `DELETE FROM fleetlimit.nodes WHERE key = 'lost'`)
+	require.NoError(t, err)
+
+	res := run(t, dsn, "keys", "delete", "lost")
+	require.Equal(t, 1, res.code)
+	require.Equal(t, `fleetctl: keys delete: key "lost" may have nodes its rows do not show (key 'lost' last heard from its `+
+		`nodes under another incarnation of the database): the database may have lost its last heartbeats (a failover, `+
+		`a restore, a server restart), and a node still running under a forgotten grant would re-create the key without `+
+		`its min/max and rates; wait until learning mode ends (it starts at the key's next heartbeat; 'fleetctl keys' `+
+		`shows MODE), or, if no node of the key runs, give --force`+"\n", res.stderr)
+	require.Regexp(t, `(?m)^lost\s.*\s24\s`, mustRun(t, dsn, "keys"), "nothing was deleted")
+
+	// Another node's heartbeat sees the change: learning mode, for an
+	// hour (the node's lease).
+	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "lost", NodeID: "m", Instance: "j", Seq: 1, LLocal: 10,
+		Demand: 1, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	require.Contains(t, mustRun(t, dsn, "keys"), "learning")
+	res = run(t, dsn, "keys", "delete", "lost")
+	require.Equal(t, 1, res.code)
+	require.Regexp(t, `^fleetctl: keys delete: key "lost" may have nodes its rows do not show \(key 'lost' is in learning mode until \S+Z\): `, res.stderr)
+	require.Equal(t, "key \"lost\" deleted\n", mustRun(t, dsn, "keys", "delete", "lost", "--force"))
+}
+
 // coordinator connects a coordinator to dsn for the test; its pool
 // closes when the test ends.
 func coordinator(t *testing.T, dsn string) *coord.Postgres {
@@ -598,12 +639,14 @@ func TestMigrateDownRefusesLiveNodes(t *testing.T) {
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: rolling the schema back now would fail their fleets closed")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"), "nothing was rolled back")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"), "rolled back from version 11 to 10")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--force"),
+		fmt.Sprintf("rolled back from version %d to %d", coord.SchemaVersion, coord.SchemaVersion-1))
 	// On an older schema the nodes still count.
 	res = run(t, dsn, "migrate", "down")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys")
-	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"), "rolled back from version 10 to 2")
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "2", "--force"),
+		fmt.Sprintf("rolled back from version %d to 2", coord.SchemaVersion-1))
 	res = run(t, dsn, "migrate", "reset", "--yes")
 	require.Equal(t, 1, res.code, res.stderr)
 	require.Contains(t, res.stderr, "3 nodes are live on 2 keys: resetting now")

@@ -235,8 +235,12 @@ may still run (slots, HELD in 'fleetctl keys', and an evicted node's
 rate share while its lease runs; the rows are in 'fleetctl nodes KEY'):
 a key deleted then, and
 re-created by the next node that joins, would grant that capacity again
-beside those requests. --force deletes it anyway.`,
-		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key or capacity is held on it"}},
+beside those requests. Refused too while the key's rows may not show
+what its nodes hold: after the database changed (a failover, a restore,
+a server restart) until a heartbeat has seen the change, and while the
+key is in learning mode (MODE in 'fleetctl keys'). --force deletes it
+anyway.`,
+		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "force", Usage: "delete even while nodes are live on the key, capacity is held on it or its rows may be stale"}},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
 			if err != nil {
@@ -244,8 +248,9 @@ beside those requests. --force deletes it anyway.`,
 			}
 			key := args[0]
 			return r.withPoolAdmin(c, func(ctx context.Context, _ *pgxpool.Pool, admin *coord.Postgres) error {
-				// The refusal while capacity is held is schema 10's: an
-				// older schema's delete_key throws that capacity away.
+				// The refusal while capacity is held is schema 10's, the
+				// one after a loss schema 12's: an older schema's
+				// delete_key throws that capacity, or those limits, away.
 				if err := admin.CheckSchema(ctx); err != nil {
 					return adminError(err, key, "")
 				}
@@ -254,6 +259,13 @@ beside those requests. --force deletes it anyway.`,
 					case errors.Is(err, coord.ErrLiveNodes):
 						return fmt.Errorf("nodes are live on key %q: their next heartbeats would re-create it without "+
 							"its min/max and rates, in learning mode; stop them first, or give --force", key)
+					case errors.Is(err, coord.ErrLearning):
+						_, detail, _ := strings.Cut(err.Error(), coord.ErrLearning.Error()+": ")
+						return fmt.Errorf("key %q may have nodes its rows do not show (%s): the database may have lost its "+
+							"last heartbeats (a failover, a restore, a server restart), and a node still running under a "+
+							"forgotten grant would re-create the key without its min/max and rates; wait until learning mode "+
+							"ends (it starts at the key's next heartbeat; 'fleetctl keys' shows MODE), or, if no node of the "+
+							"key runs, give --force", key, detail)
 					case errors.Is(err, coord.ErrHeldCapacity):
 						_, detail, _ := strings.Cut(err.Error(), coord.ErrHeldCapacity.Error()+": ")
 						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; the rows are in 'fleetctl nodes %s'): "+

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -626,6 +627,18 @@ func later(a, b time.Time) time.Time {
 // reapplyDrains evicts every node id a fault is evicting, drains every
 // running node id a fault drains on purpose and undrains the others; an
 // id without a row or a mark is fine.
+// deleteRefused checks that an operator's delete of the key without
+// --force, right after the database may have lost state, is refused as
+// such (FL009: the key last heard from its nodes under another
+// incarnation, or it is in learning mode) rather than judged on rows that
+// may not show what the nodes hold.
+func (r *run) deleteRefused(ctx context.Context, after string) {
+	err := r.db.exec(ctx, `SELECT fleetlimit.delete_key($1, false)`, r.key)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "FL009" {
+		r.t.Errorf("keys delete right after %s: want FL009 (the database may have lost the key's state), got %v", after, err)
+	}
+}
+
 func (r *run) reapplyDrains(ctx context.Context) {
 	r.drainMu.Lock()
 	var evict []string
@@ -684,10 +697,12 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 		begin := time.Now()
 		r.check(r.db.restart(ctx))
 		r.led.heal(inj, "restarted in %.2fs", time.Since(begin).Seconds())
+		r.deleteRefused(ctx, "a restart")
 
 	case faultPGDown:
 		r.check(r.db.down(ctx, 5*time.Second))
 		r.led.heal(inj, "")
+		r.deleteRefused(ctx, "a server down and up again")
 
 	case faultFailover:
 		proxies := make([]*tcpProxy, len(r.slots))
@@ -700,6 +715,7 @@ func (r *run) globalFault(ctx context.Context, kind string) {
 		// undone. Like an operator after a failover, apply the operator
 		// state again.
 		r.reapplyDrains(ctx)
+		r.deleteRefused(ctx, "a failover")
 		r.failedOver.Store(time.Now().UnixNano())
 		r.led.heal(inj, "now on %s", r.db.current().Addr())
 		begin := time.Now()
