@@ -563,18 +563,18 @@ func TestLearningAfterIncarnationChange(t *testing.T) {
 		r.MaxRequestDuration = 5 * time.Second
 		return r
 	}
-	s := NewState("k", t0).Incarnate("db-1", t0)
+	s := NewState("k", t0).Incarnate(Database{Incarnation: "db-1"}, t0)
 	require.Equal(t, "db-1", s.Key.Incarnation)
 	s, ga := mustHeartbeat(t, s, r("a", 1, 0, 5), t0)
 	s, gb := mustHeartbeat(t, s, r("b", 1, 0, 5), t0)
 	require.False(t, ga.Learning)
-	require.Equal(t, s, s.Incarnate("db-1", t0), "the same incarnation changes nothing")
-	require.Equal(t, s, s.Incarnate("", t0), "no incarnation changes nothing")
+	require.Equal(t, s, s.Incarnate(Database{Incarnation: "db-1"}, t0), "the same incarnation changes nothing")
+	require.Equal(t, s, s.Incarnate(Database{Incarnation: ""}, t0), "no incarnation changes nothing")
 
 	// Failover: a new incarnation. The epoch moves to now; for the key's
 	// lease plus request bound, no node is granted more than it proves.
 	now := t0.Add(time.Second)
-	l := s.Incarnate("db-2", now)
+	l := s.Incarnate(Database{Incarnation: "db-2"}, now)
 	require.Equal(t, now.UnixMicro(), l.Key.Epoch)
 	require.Equal(t, now.Add(ttl+5*time.Second), l.Key.LearningUntil)
 	l, g := mustHeartbeat(t, l, applied(r("a", 2, 3, 9), ga), now)
@@ -590,6 +590,49 @@ func TestLearningAfterIncarnationChange(t *testing.T) {
 	// Learning ends: grants are normal again.
 	end := l.Key.LearningUntil
 	_, g = mustHeartbeat(t, l, applied(r("b", 3, 0, 9), gb), end)
+	require.False(t, g.Learning)
+	require.Positive(t, g.Share)
+}
+
+// TestDatabaseLearningReachesNewKeys: the database's own record outlives
+// its keys. After a loss that took a key whole (or every heartbeat of it),
+// the key's first check takes the database's learning mode with a new
+// epoch, so a newcomer is not granted what a forgotten grant may still
+// use. A history without a heartbeat has nothing to forget.
+func TestDatabaseLearningReachesNewKeys(t *testing.T) {
+	t.Parallel()
+	r := func(id string, seq int64) Report {
+		r := rep(id, seq, 10, 0, 5, 0)
+		r.MaxRequestDuration = 5 * time.Second
+		return r
+	}
+	d := Database{Incarnation: "db-1"}
+	require.Equal(t, d, d.Check("db-1", t0), "the same incarnation changes nothing")
+	require.Equal(t, d, d.Check("", t0), "no incarnation changes nothing")
+	fresh := d.Check("db-2", t0)
+	require.Equal(t, "db-2", fresh.Incarnation)
+	require.False(t, fresh.LearningUntil.After(t0), "no heartbeat yet: no learning mode")
+
+	s, ga := mustHeartbeat(t, NewState("k", t0).Incarnate(d, t0), r("a", 1), t0)
+	require.Equal(t, 10, ga.Share)
+	d = d.Record(s.Key)
+	require.Equal(t, Database{Incarnation: "db-1", MaxLeaseTTL: ttl, MaxRequestDuration: 5 * time.Second}, d)
+
+	// The loss takes the key whole; its database record comes back as it
+	// was, with the old incarnation.
+	now := t0.Add(time.Second)
+	d2 := d.Check("db-2", now)
+	require.Equal(t, now.Add(ttl+5*time.Second), d2.LearningUntil)
+	k := NewState("k", now).Incarnate(d2, now)
+	require.Equal(t, "db-2", k.Key.Incarnation)
+	require.Equal(t, d2.LearningUntil, k.Key.LearningUntil)
+	require.Greater(t, k.Key.Epoch, ga.Epoch)
+	require.Equal(t, k, k.Incarnate(d2, now), "a key checked since changes no more")
+	k, g := mustHeartbeat(t, k, r("b", 1), now)
+	require.True(t, g.Learning)
+	require.Zero(t, g.Share, "a newcomer gets nothing while a's forgotten grant may run")
+
+	_, g = mustHeartbeat(t, k, r("b", 2), d2.LearningUntil)
 	require.False(t, g.Learning)
 	require.Positive(t, g.Share)
 }

@@ -120,8 +120,11 @@
 // (State.Incarnate), or a report that proves the database forgot grants
 // it issued, moves the epoch past every earlier one and starts learning
 // mode: until the key's longest lease plus request bound have passed, no
-// node is granted more than the in-flight it reports. docs/design.md §10
-// has the argument.
+// node is granted more than the in-flight it reports. The database keeps
+// a record of its own (Database) that a loss restores with the key's
+// rows: a key the loss took whole, or whose first heartbeats it took,
+// takes the database's learning mode. docs/design.md §10 has the
+// argument.
 //
 // # Cost
 //

@@ -27,22 +27,69 @@ func (s State) lostState(r Report, row *NodeState) bool {
 	return row.Epoch == r.Epoch && r.AppliedGen > row.GrantedGen
 }
 
-// Incarnate checks the database's incarnation before a heartbeat at now: a
-// key that last saw another incarnation may have lost committed state (a
+// Database is what the database remembers beside its keys (for Postgres,
+// table fleetlimit.database_state): the incarnation it last saw, the
+// learning mode it entered when that changed, and the largest lease and
+// request bound any key recorded, which never shrink (a key's delete
+// keeps them). A loss restores it as it was, with the incarnation of
+// before: so a key the loss took whole, or whose every heartbeat it took,
+// still learns that the database lost state.
+type Database struct {
+	Incarnation                     string
+	LearningUntil                   time.Time
+	MaxLeaseTTL, MaxRequestDuration time.Duration
+}
+
+// Check is the database's own incarnation check at now (the first half of
+// fleetlimit.incarnate). When incarnation is not the one d recorded, the
+// database may have lost committed state: it records incarnation and
+// enters learning mode until every lease and request any key recorded may
+// have run out from now. A history without a heartbeat has no grant to
+// forget, and no learning mode. An empty incarnation (a coordinator that
+// cannot tell) changes nothing.
+func (d Database) Check(incarnation string, now time.Time) Database {
+	if incarnation == "" || incarnation == d.Incarnation {
+		return d
+	}
+	d.Incarnation = incarnation
+	if until := now.Add(d.MaxLeaseTTL + d.MaxRequestDuration); until.After(d.LearningUntil) {
+		d.LearningUntil = until
+	}
+	return d
+}
+
+// Record keeps d's maxima at least k's.
+func (d Database) Record(k KeyState) Database {
+	d.MaxLeaseTTL = max(d.MaxLeaseTTL, k.MaxLeaseTTL)
+	d.MaxRequestDuration = max(d.MaxRequestDuration, k.MaxRequestDuration)
+	return d
+}
+
+// Incarnate checks the key against the database's incarnation, as d has
+// it after Check, before a heartbeat or an operator's action at now. A key
+// that last saw another incarnation may have lost committed state (a
 // failover to an asynchronous replica, a restore), so it enters learning
-// mode. The first heartbeat of a key records the incarnation. An empty
-// incarnation (a coordinator that cannot tell) changes nothing.
-func (s State) Incarnate(incarnation string, now time.Time) State {
+// mode. The key's first check records the incarnation and takes the
+// database's learning mode, with a new epoch: a key created, or never
+// checked, since the database lost state may be one whose grants were lost
+// with it. An empty incarnation changes nothing.
+func (s State) Incarnate(d Database, now time.Time) State {
 	switch {
-	case incarnation == "" || incarnation == s.Key.Incarnation:
+	case d.Incarnation == "" || d.Incarnation == s.Key.Incarnation:
 		return s
 	case s.Key.Incarnation == "":
 		next := s.Clone()
-		next.Key.Incarnation = incarnation
+		next.Key.Incarnation = d.Incarnation
+		if d.LearningUntil.After(now) {
+			next.Key.Epoch = max(now.UnixMicro(), next.Key.Epoch+1)
+			if d.LearningUntil.After(next.Key.LearningUntil) {
+				next.Key.LearningUntil = d.LearningUntil
+			}
+		}
 		return next
 	}
 	next := s.learn(now, Report{})
-	next.Key.Incarnation = incarnation
+	next.Key.Incarnation = d.Incarnation
 	return next
 }
 

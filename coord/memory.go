@@ -17,11 +17,13 @@ import (
 type Memory struct {
 	clock Clock
 
-	// incarnation is what Incarnate sees; SetIncarnation changes it.
+	// incarnation is the database's incarnation; SetIncarnation changes it.
 	incarnation string
 
 	mu   sync.Mutex
 	keys map[string]State
+	// db is what the database remembers beside its keys (Database).
+	db Database
 }
 
 var (
@@ -35,12 +37,13 @@ func NewMemory(clock Clock) *Memory {
 	if clock == nil {
 		clock = systemClock{}
 	}
-	return &Memory{clock: clock, keys: map[string]State{}, incarnation: "memory"}
+	return &Memory{clock: clock, keys: map[string]State{}, incarnation: "memory", db: Database{Incarnation: "memory"}}
 }
 
 // SetIncarnation makes every later heartbeat see incarnation, as a
-// database does after a failover or a restore: each key that last saw
-// another one enters learning mode (see State.Incarnate). It is for tests.
+// database does after a failover or a restore: the database enters
+// learning mode (Database.Check), and so does each key that last saw
+// another incarnation or none (see State.Incarnate). It is for tests.
 func (m *Memory) SetIncarnation(incarnation string) {
 	m.mu.Lock()
 	m.incarnation = incarnation
@@ -76,11 +79,12 @@ func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
 	if !ok {
 		s = NewState(r.Key, now)
 	}
-	next, g, err := s.Incarnate(m.incarnation, now).Heartbeat(r, now)
+	s, db := m.incarnate(s, now)
+	next, g, err := s.Heartbeat(r, now)
 	if err != nil {
 		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
 	}
-	m.keys[r.Key] = next
+	m.keys[r.Key], m.db = next, db.Record(next.Key)
 	return g, nil
 }
 
@@ -119,17 +123,17 @@ func (m *Memory) Nodes(_ context.Context, key string) ([]NodeInfo, error) {
 
 // Drain implements Admin.Drain; see State.Drain.
 func (m *Memory) Drain(_ context.Context, key, nodeID string) error {
-	return m.update("drain", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Drain(nodeID) })
+	return m.updateChecked("drain", key, func(s State) (State, error) { return s.Drain(nodeID) })
 }
 
 // Undrain implements Admin.Undrain; see State.Undrain.
 func (m *Memory) Undrain(_ context.Context, key, nodeID string) error {
-	return m.update("undrain", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Undrain(nodeID) })
+	return m.updateChecked("undrain", key, func(s State) (State, error) { return s.Undrain(nodeID) })
 }
 
 // Evict implements Admin.Evict; see State.Evict.
 func (m *Memory) Evict(_ context.Context, key, nodeID string) error {
-	return m.update("evict", key, func(s State, now time.Time) (State, error) { return s.Incarnate(m.incarnation, now).Evict(nodeID) })
+	return m.updateChecked("evict", key, func(s State) (State, error) { return s.Evict(nodeID) })
 }
 
 // SetLimits implements Admin.SetLimits; see State.SetLimits. The values are
@@ -148,6 +152,27 @@ func (m *Memory) SetAggregate(_ context.Context, key string, a Aggregate) error 
 		return fmt.Errorf("coord: set aggregate: %w", err)
 	}
 	return m.update("set aggregate", key, func(s State, _ time.Time) (State, error) { return s.SetAggregate(a) })
+}
+
+// incarnate is fleetlimit.incarnate: the database's incarnation check, then
+// the key's. The caller keeps the Database it returns only when its
+// operation succeeds: a transaction that fails rolls both back.
+func (m *Memory) incarnate(s State, now time.Time) (State, Database) {
+	db := m.db.Check(m.incarnation, now)
+	return s.Incarnate(db, now), db
+}
+
+// updateChecked runs fn on key's state after the incarnation checks, as the
+// database's drain, undrain and evict do.
+func (m *Memory) updateChecked(op, key string, fn func(s State) (State, error)) error {
+	return m.update(op, key, func(s State, now time.Time) (State, error) {
+		s, db := m.incarnate(s, now)
+		next, err := fn(s)
+		if err == nil {
+			m.db = db
+		}
+		return next, err
+	})
 }
 
 func (m *Memory) update(op, key string, fn func(s State, now time.Time) (State, error)) error {
@@ -237,6 +262,7 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
 	}
 	now := instant(m.clock)
+	checked, db := m.incarnate(s, now)
 	held, reserve, rates, until := 0, 0, "", time.Time{}
 	for _, n := range s.Nodes {
 		if ok, u := n.heldBack(now); ok {
@@ -251,12 +277,12 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	}
 	switch live := keyInfo(s, now).LiveNodes; {
 	case force:
-	case s.Key.Incarnation != "" && s.Key.Incarnation != m.incarnation:
+	case s.Key.Incarnation != "" && s.Key.Incarnation != checked.Key.Incarnation:
 		return fmt.Errorf("coord: delete key: %w: key %.40q last heard from its nodes under another incarnation of the database",
 			ErrLearning, key)
-	case s.Key.learning(now):
+	case checked.Key.learning(now):
 		return fmt.Errorf("coord: delete key: %w: key %.40q is in learning mode until %s", ErrLearning,
-			key, s.Key.LearningUntil.UTC().Format("2006-01-02T15:04:05Z"))
+			key, checked.Key.LearningUntil.UTC().Format("2006-01-02T15:04:05Z"))
 	case live > 0:
 		return fmt.Errorf("coord: delete key: %w: %s on key %.40q", ErrLiveNodes, count(live, "live node", "live nodes"), key)
 	case held > 0:
@@ -264,6 +290,7 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 			count(held, "row holds", "rows hold"), count(reserve, "slot", "slots"), rates, key, until.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	delete(m.keys, key)
+	m.db = db
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,11 +130,16 @@ func TestSpecReplay(t *testing.T) {
 	t.Parallel()
 	traces := loadSpecTraces(t)
 	require.GreaterOrEqual(t, len(traces), 1000, "the corpus has too few traces: run `make spec-traces`")
-	pool := fleettest.Pool(t)
 	ctx := context.Background()
-	for _, table := range []string{"keys", "nodes", "drains", "evictions"} {
-		_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE spec_%s (LIKE fleetlimit.%s)", table, table))
-		require.NoError(t, err)
+	// One database per worker: table database_state belongs to no key, so
+	// traces replayed side by side would share it.
+	pools := make([]*pgxpool.Pool, 8)
+	for i := range pools {
+		pools[i] = fleettest.Pool(t)
+		for _, table := range specTables {
+			_, err := pools[i].Exec(ctx, fmt.Sprintf("CREATE TABLE spec_%s (LIKE fleetlimit.%s)", table, table))
+			require.NoError(t, err)
+		}
 	}
 
 	var (
@@ -142,12 +148,12 @@ func TestSpecReplay(t *testing.T) {
 		next          = make(chan int)
 		wg            sync.WaitGroup
 	)
-	for range 8 {
+	for _, pool := range pools {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				r, err := newSpecReplay(pool, traces[i])
+				r, err := newSpecReplay(ctx, pool, traces[i])
 				if err == nil {
 					err = r.run(ctx)
 				}
@@ -189,6 +195,7 @@ type specReplay struct {
 	// The core's state, as the database would hold it, and the replica's.
 	s, snap            coord.State
 	exists, snapExists bool
+	db, snapDB         coord.Database
 	incarnation        int
 
 	m2g, g2m      map[int64]int64 // epochs: model ↔ code
@@ -196,11 +203,26 @@ type specReplay struct {
 	steps, grants int64
 }
 
-func newSpecReplay(pool *pgxpool.Pool, tr specTrace) (*specReplay, error) {
+// specTables are the tables a replica copies, in the order they are
+// restored (database_state last: a restored key's bounds raise it).
+var specTables = []string{"keys", "nodes", "drains", "evictions", "database_state"}
+
+// newSpecReplay starts a trace as the model does: a database that has
+// seen no heartbeat yet, and a replica that has the same.
+func newSpecReplay(ctx context.Context, pool *pgxpool.Pool, tr specTrace) (*specReplay, error) {
 	r := &specReplay{tr: tr, key: fmt.Sprintf("spec-%04d", tr.seed), pool: pool, clock: &fakeClock{},
 		m2g: map[int64]int64{}, g2m: map[int64]int64{}}
+	r.db = coord.Database{Incarnation: r.inc()}
+	r.snapDB = r.db
 	var err error
-	r.pg, err = coord.NewPostgres(pool, coord.WithClock(r.clock))
+	if r.pg, err = coord.NewPostgres(pool, coord.WithClock(r.clock)); err != nil {
+		return nil, err
+	}
+	_, err = pool.Exec(ctx, `UPDATE fleetlimit.database_state
+SET incarnation = fleetlimit.incarnation(), learning_until = NULL, max_lease_ttl_us = 0, max_request_us = 0`)
+	if err == nil {
+		err = r.pgSync(ctx)
+	}
 	return r, err
 }
 
@@ -239,7 +261,8 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 			return errors.New("the model acted on a key that does not exist")
 		}
 		id := specNode(n[1])
-		s := r.s.Incarnate(r.inc(), now)
+		db := r.db.Check(r.inc(), now)
+		s := r.s.Incarnate(db, now)
 		var (
 			next      coord.State
 			err, perr error
@@ -256,7 +279,7 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 			perr = r.pg.Evict(ctx, r.key, id)
 		}
 		if err == nil {
-			r.s = next
+			r.s, r.db = next, db
 		}
 		return r.errors(n[2], err, perr)
 	case "limits":
@@ -279,17 +302,19 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 		return r.errors(n[3], err, r.pg.CreateKey(ctx, r.key, minLimit, maxLimit))
 	case "deletekey":
 		var err error
+		db := r.db.Check(r.inc(), now)
+		checked := r.s.Incarnate(db, now)
 		switch {
 		case !r.exists:
 			err = coord.ErrUnknownKey
-		case r.s.Key.Incarnation != "" && r.s.Key.Incarnation != r.inc(), r.s.Key.LearningUntil.After(now):
+		case r.s.Key.Incarnation != "" && r.s.Key.Incarnation != checked.Key.Incarnation, checked.Key.LearningUntil.After(now):
 			err = coord.ErrLearning
 		case specMembers(r.s, now) > 0:
 			err = coord.ErrLiveNodes
 		case specHolding(r.s, now) > 0:
 			err = coord.ErrHeldCapacity
 		default:
-			r.exists = false
+			r.exists, r.db = false, db
 		}
 		return r.errors(n[1], err, r.pg.DeleteKey(ctx, r.key, false))
 	case "relearn":
@@ -297,10 +322,10 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 		_, err := r.pg.Relearn(ctx, r.key)
 		return err
 	case "sync":
-		r.snap, r.snapExists = r.s.Clone(), r.exists
+		r.snap, r.snapExists, r.snapDB = r.s.Clone(), r.exists, r.db
 		return r.pgSync(ctx)
 	case "failover":
-		r.s, r.exists = r.snap.Clone(), r.snapExists
+		r.s, r.exists, r.db = r.snap.Clone(), r.snapExists, r.snapDB
 		r.incarnation++
 		return r.pgFailover(ctx)
 	}
@@ -322,7 +347,8 @@ func (r *specReplay) heartbeat(ctx context.Context, n []int64, now time.Time) er
 	if !r.exists {
 		s = coord.NewState(r.key, now)
 	}
-	next, g, err := s.Incarnate(r.inc(), now).Heartbeat(rep, now)
+	db := r.db.Check(r.inc(), now)
+	next, g, err := s.Incarnate(db, now).Heartbeat(rep, now)
 	pg, perr := r.pg.Heartbeat(ctx, rep)
 	kind := n[9]
 	if kind == specInUse {
@@ -334,7 +360,7 @@ func (r *specReplay) heartbeat(ctx context.Context, n []int64, now time.Time) er
 	if err != nil || perr != nil {
 		return fmt.Errorf("the model grants; core: %v, postgres: %v", err, perr)
 	}
-	r.s, r.exists = next, true
+	r.s, r.exists, r.db = next, true, db.Record(next.Key)
 	if pg != g {
 		return fmt.Errorf("core and postgres disagree:\ncore     %+v\npostgres %+v", g, pg)
 	}
@@ -415,41 +441,51 @@ func specErrCode(err error) int64 {
 	return -1
 }
 
-// pgSync copies the key's rows to the replica's tables.
+// pgSync copies the key's rows, and the database's own record, to the
+// replica's tables.
 func (r *specReplay) pgSync(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		for _, table := range []string{"evictions", "drains", "nodes", "keys"} {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM spec_%s WHERE key = $1", table), r.key); err != nil {
-				return err
-			}
-		}
-		for _, table := range []string{"keys", "nodes", "drains", "evictions"} {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO spec_%s SELECT * FROM fleetlimit.%s WHERE key = $1",
-				table, table), r.key); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error { return r.copyTables(ctx, tx, "fleetlimit.", "spec_") })
 }
 
-// pgFailover restores the key's rows from the replica's tables, under
-// another incarnation: a key that had recorded one sees it change.
+// pgFailover restores them from the replica's tables, under another
+// incarnation: the database's record, and a key that had recorded one,
+// see it change.
 func (r *specReplay) pgFailover(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "DELETE FROM fleetlimit.keys WHERE key = $1", r.key); err != nil {
+		if err := r.copyTables(ctx, tx, "spec_", "fleetlimit."); err != nil {
 			return err
 		}
-		for _, table := range []string{"keys", "nodes", "drains", "evictions"} {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO fleetlimit.%s SELECT * FROM spec_%s WHERE key = $1",
-				table, table), r.key); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, `UPDATE fleetlimit.database_state SET incarnation = 'spec: lost'`); err != nil {
+			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'spec: lost'
 WHERE key = $1 AND incarnation IS NOT NULL`, r.key)
 		return err
 	})
+}
+
+// copyTables replaces the key's rows in the tables named with prefix to by
+// those named with prefix from, and database_state's one row likewise.
+func (r *specReplay) copyTables(ctx context.Context, tx pgx.Tx, from, to string) error {
+	for _, table := range slices.Backward(specTables) {
+		where, args := " WHERE key = $1", []any{r.key}
+		if table == "database_state" {
+			where, args = "", nil
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+to+table+where, args...); err != nil {
+			return err
+		}
+	}
+	for _, table := range specTables {
+		where, args := " WHERE key = $1", []any{r.key}
+		if table == "database_state" {
+			where, args = "", nil
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+to+table+" SELECT * FROM "+from+table+where, args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func specNode(i int64) string     { return fmt.Sprintf("n%d", i) }

@@ -63,6 +63,7 @@ inline sortRows() {
 inline copyDb(dst, src) {
 	dst.exists = src.exists; dst.incRec = src.incRec; dst.incStale = src.incStale; dst.seen = src.seen; dst.ep = src.ep; dst.gen = src.gen;
 	dst.lg = src.lg; dst.learn = src.learn; dst.opmax = src.opmax; dst.opmin = src.opmin;
+	dst.dbStale = src.dbStale; dst.dbSeen = src.dbSeen; dst.dbLearn = src.dbLearn;
 	for (hk : 0 .. NN-1) { dst.drain[hk] = src.drain[hk] };
 	for (hk : 0 .. NN*EVN-1) { dst.evi[hk] = src.evi[hk] };
 	for (hk : 0 .. NROWS-1) {
@@ -115,12 +116,38 @@ inline createKey(MAXL, MINL) {
 	for (hk : 0 .. NROWS-1) { clearRow(hk) }
 }
 
-/* incarnate (coord.State.Incarnate): the first check records the
- * database's incarnation; after a failover the key's recorded one is not
- * the database's: learn. */
+/* incarnateDb (coord.Database.Check): the database's own record, which
+ * no key owns. After a failover its incarnation is not the database's:
+ * record the new one and enter the database's learning mode, for the
+ * longest lease plus request bound any key recorded (none: a history
+ * without a heartbeat has no grant to forget). */
+inline incarnateDb() {
+	if
+	:: db.dbStale ->
+		if
+		:: db.dbSeen -> db.dbLearn = MAX2(db.dbLearn, TTL + REQHOLD)
+		:: else
+		fi;
+		db.dbStale = 0
+	:: else
+	fi
+}
+
+/* incarnate (fleetlimit.incarnate: coord.Database.Check, then
+ * coord.State.Incarnate): the database's record, then the key's. The
+ * key's first check records the database's incarnation and takes the
+ * database's learning mode, with a new epoch: a key created, or never
+ * checked, since a loss may be one whose grants were lost with it. After
+ * a failover the key's recorded incarnation is not the database's:
+ * learn. */
 inline incarnate() {
+	incarnateDb();
 	if
 	:: db.incStale -> learnKey(0); db.incStale = 0
+	:: !db.incRec && db.dbLearn > 0 ->
+		newEpoch();
+		db.ep = hv;
+		db.learn = MAX2(db.learn, db.dbLearn)
 	:: else
 	fi;
 	db.incRec = 1
@@ -364,7 +391,7 @@ inline mainPath(I, J) {
 	db.row[hs].dr = db.drain[I];
 #endif
 	takeReport(hs, I, J);
-	db.seen = 1;
+	db.seen = 1; db.dbSeen = 1;
 	db.row[hs].lease = TTL;
 #ifdef MUT_NO_HOLD
 	/* (a) the lease covers admissions only: the reserve ends with it. */
@@ -611,7 +638,7 @@ inline coordDeleteKey() {
 	/* (l) omits this: the rows are read as the database has them, also
 	 * after it lost the last commits. */
 	if
-	:: db.incStale || db.learn > 0 -> hv = 3
+	:: db.incStale || db.learn > 0 || (!db.incRec && (db.dbLearn > 0 || (db.dbStale && db.dbSeen))) -> hv = 3
 	:: else
 	fi;
 #endif
@@ -632,6 +659,7 @@ inline coordDeleteKey() {
 	:: hv == 2 -> herr = E_HELD
 	:: else ->
 		herr = E_OK;
+		incarnateDb();
 		db.exists = 0; db.incRec = 0; db.incStale = 0; db.seen = 0; db.ep = 0; db.gen = 0; db.lg = 0; db.learn = 0;
 		db.opmax = 0; db.opmin = 0;
 		for (hk : 0 .. NN-1) { db.drain[hk] = 0 };

@@ -479,6 +479,18 @@ inline handle(I, J) {
 	GATESTEP
 	coordHeartbeat(I, J);
 	printGrant(I, J);
+#if defined(TRACE) && FMAX > 0
+	/* Traces: the replica catches up right after the database's first
+	 * heartbeat, so that failovers (which do not go back to before it)
+	 * stay possible in them. */
+	if
+	:: fo < FMAX && db.dbSeen && !snap.dbSeen ->
+		copyDb(snap, db);
+		printf("t=%d the replica catches up\n", T);
+		printf("@@ sync %d\n", T)
+	:: else
+	fi;
+#endif
 	noteL();
 	/* A drain survives lapses; an evicted instance never holds a share. */
 	if
@@ -615,7 +627,7 @@ inline printLimits() {
 
 inline clearSnap() {
 	snap.exists = 0; snap.incRec = 0; snap.incStale = 0; snap.seen = 0; snap.ep = 0; snap.gen = 0; snap.lg = 0; snap.learn = 0;
-	snap.opmax = 0; snap.opmin = 0;
+	snap.opmax = 0; snap.opmin = 0; snap.dbStale = 0; snap.dbSeen = 0; snap.dbLearn = 0;
 	for (hk : 0 .. NN-1) { snap.drain[hk] = 0 };
 	for (hk : 0 .. NN*EVN-1) { snap.evi[hk] = 0 };
 	for (hk : 0 .. NROWS-1) {
@@ -696,10 +708,13 @@ end:
 		normalize() }
 	/* Failover: the replica, without the commits it had not received,
 	 * becomes the database, under a new incarnation. */
-	:: d_step { fo < FMAX && (KEYLOSS || snap.exists) NOFAULT OPGATE ->
+	/* Not back to before the database's first heartbeat: a loss of its
+	 * whole fleetlimit history leaves nothing to see it by (design §10). */
+	:: d_step { fo < FMAX && (KEYLOSS || snap.exists) && (snap.dbSeen || !db.dbSeen) NOFAULT OPGATE ->
 		GATESTEP
 		copyDb(db, snap);
 		db.incStale = db.exists && db.incRec;
+		db.dbStale = 1;
 		fo++;
 		lost = 1;
 		if
@@ -769,6 +784,10 @@ inline tickRows(D) {
 	};
 	if
 	:: D.learn > 0 -> D.learn--
+	:: else
+	fi;
+	if
+	:: D.dbLearn > 0 -> D.dbLearn--
 	:: else
 	fi
 }

@@ -79,6 +79,10 @@ typedef Db {
 	unsigned gen : WV;       /* generation */
 	unsigned lg : WS;        /* L_global of the newest heartbeat */
 	unsigned learn : WS;     /* ticks of learning mode left */
+	/* Table database_state, which no key owns: it outlives the key. */
+	bit dbStale;             /* its incarnation is not the database's: a failover since */
+	bit dbSeen;              /* a key has recorded a lease and request bound (max over the keys) */
+	unsigned dbLearn : WS;   /* ticks of the database's learning mode left */
 	unsigned opmax : WS;     /* operator max, 0: none */
 	unsigned opmin : WS;     /* operator min, 0: none */
 	bit drain[NN];           /* table drains */

@@ -1,5 +1,18 @@
--- A key is not deleted while the database may have lost its state
--- (docs/design.md §9, §10).
+-- The database remembers its incarnation beside its keys, and a key is
+-- not deleted while the database may have lost its state (docs/design.md
+-- §9, §10).
+--
+-- Learning mode belonged to a key: it started when the key saw the
+-- database's incarnation change, or when a report proved a loss. A key
+-- all of whose heartbeats were lost had nothing to compare: a failover
+-- back to before the key existed (or before its first heartbeat) let the
+-- first heartbeat after it, from a node that applied no grant, be granted
+-- capacity beside the forgotten grants of the nodes that still ran. Now
+-- table database_state, which no key owns, records the incarnation and
+-- the longest lease and request bound any key recorded; when the
+-- incarnation changes, the database enters learning mode for them, and a
+-- key whose incarnation was never recorded (created, or never checked,
+-- since) takes that learning mode with a new epoch.
 --
 -- delete_key's refusals read the key's rows. After a failover to a
 -- replica that missed the last heartbeats, a restore or a crash that lost
@@ -8,24 +21,106 @@
 -- next heartbeats re-created the key without its min, max and rates.
 -- Now delete_key also refuses, with FL009, unless p_force, while the rows
 -- cannot be trusted: while the key last saw another incarnation of the
--- database (no heartbeat has checked it since the change; the next one
--- puts it in learning mode) and while it is in learning mode. When
--- learning mode ends, every node that may still hold a grant has
--- heartbeat since, and its row is a member or holds its reserve.
+-- database (a refusal rolls back, so it stays refused until a heartbeat,
+-- a drain or an eviction records the new one and starts learning mode)
+-- and while it is in learning mode. When learning mode ends, every node
+-- that may still hold a grant has heartbeat since, and its row is a
+-- member or holds its reserve.
 
 -- +goose Up
 
+-- database_state is what the database remembers beside its keys
+-- (coord.Database): the incarnation it last saw, the learning mode it
+-- entered when that changed, and the longest lease and request bound any
+-- key recorded (they never shrink; a key's delete keeps them).
+CREATE TABLE fleetlimit.database_state (
+    one              boolean     PRIMARY KEY DEFAULT true CHECK (one),
+    incarnation      text        NOT NULL,
+    learning_until   timestamptz,
+    max_lease_ttl_us bigint      NOT NULL DEFAULT 0 CHECK (max_lease_ttl_us >= 0),
+    max_request_us   bigint      NOT NULL DEFAULT 0 CHECK (max_request_us >= 0)
+);
+INSERT INTO fleetlimit.database_state (incarnation, max_lease_ttl_us, max_request_us)
+SELECT fleetlimit.incarnation(), coalesce(max(k.max_lease_ttl_us), 0), coalesce(max(k.max_request_us), 0)
+  FROM fleetlimit.keys AS k;
+
+-- +goose StatementBegin
+-- record_bounds keeps database_state's maxima at least every key's.
+CREATE FUNCTION fleetlimit.record_bounds()
+RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE fleetlimit.database_state AS d
+       SET max_lease_ttl_us = greatest(d.max_lease_ttl_us, NEW.max_lease_ttl_us),
+           max_request_us = greatest(d.max_request_us, NEW.max_request_us)
+     WHERE d.max_lease_ttl_us < NEW.max_lease_ttl_us OR d.max_request_us < NEW.max_request_us;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION fleetlimit.record_bounds() FROM PUBLIC;
+CREATE TRIGGER record_bounds_insert AFTER INSERT ON fleetlimit.keys
+    FOR EACH ROW WHEN (NEW.max_lease_ttl_us > 0 OR NEW.max_request_us > 0)
+    EXECUTE FUNCTION fleetlimit.record_bounds();
+CREATE TRIGGER record_bounds_update AFTER UPDATE OF max_lease_ttl_us, max_request_us ON fleetlimit.keys
+    FOR EACH ROW WHEN (NEW.max_lease_ttl_us > OLD.max_lease_ttl_us OR NEW.max_request_us > OLD.max_request_us)
+    EXECUTE FUNCTION fleetlimit.record_bounds();
+
+-- +goose StatementBegin
+-- incarnate checks the database's incarnation for a locked key
+-- (coord.Database.Check, then coord.State.Incarnate). First the
+-- database's own record: when its incarnation is not the database's, the
+-- database may have lost state; it records the new one and enters
+-- learning mode for the longest lease plus request bound any key
+-- recorded, from now (none: a history without a heartbeat has no grant to
+-- forget). Then the key's: its first check records the incarnation and
+-- takes the database's learning mode, with a new epoch (a key created, or
+-- never checked, since a loss may be one whose grants were lost with it);
+-- a key that recorded another incarnation enters learning mode.
+CREATE OR REPLACE FUNCTION fleetlimit.incarnate(k fleetlimit.keys, p_now timestamptz)
+RETURNS fleetlimit.keys LANGUAGE plpgsql AS $$
+DECLARE
+    v_inc text := fleetlimit.incarnation();
+    d fleetlimit.database_state%ROWTYPE;
+BEGIN
+    SELECT * INTO d FROM fleetlimit.database_state;
+    IF NOT FOUND OR d.incarnation <> v_inc THEN
+        INSERT INTO fleetlimit.database_state (incarnation) VALUES (v_inc) ON CONFLICT (one) DO NOTHING;
+        SELECT * INTO d FROM fleetlimit.database_state FOR UPDATE;
+        IF d.incarnation <> v_inc THEN
+            d.learning_until := greatest(d.learning_until,
+                                         p_now + (d.max_lease_ttl_us + d.max_request_us) * interval '1 microsecond');
+            d.incarnation := v_inc;
+            UPDATE fleetlimit.database_state AS dd SET incarnation = d.incarnation, learning_until = d.learning_until;
+        END IF;
+    END IF;
+    IF k.incarnation IS NULL THEN
+        k.incarnation := v_inc;
+        IF d.learning_until > p_now THEN
+            k.epoch := greatest((extract(epoch FROM p_now) * 1000000)::bigint, k.epoch + 1);
+            k.learning_until := greatest(k.learning_until, d.learning_until);
+        END IF;
+    ELSIF k.incarnation <> v_inc THEN
+        k := fleetlimit.learn(k, p_now, 0, 0);
+        k.incarnation := v_inc;
+    END IF;
+    RETURN k;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 -- delete_key deletes a key and everything on it: nodes, drains, evictions
--- (ON DELETE CASCADE). Unless p_force: FL009 while the key's rows may not
--- show what its nodes hold (the key last saw another incarnation of the
--- database, or it is in learning mode), FL007 while it has live members,
+-- (ON DELETE CASCADE). It checks the incarnation first (incarnate). Unless
+-- p_force: FL009 while the key's rows may not show what its nodes hold
+-- (the key last saw another incarnation of the database, or it is in
+-- learning mode; a refusal rolls the check back), FL007 while it has live members,
 -- FL008 while a row that is no member still holds back capacity: a
 -- reserve above 0 until its hold ends, a rate reserve while its lease
 -- runs (evicted, not departed). FL003 for an unknown key.
 CREATE OR REPLACE FUNCTION fleetlimit.delete_key_at(p_key text, p_force boolean, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    k0 fleetlimit.keys%ROWTYPE;
     k fleetlimit.keys%ROWTYPE;
     v_live bigint;
     v_held bigint;
@@ -33,7 +128,8 @@ DECLARE
     v_rated bigint;
     v_until timestamptz;
 BEGIN
-    k := fleetlimit.lock_key(p_key);
+    k0 := fleetlimit.lock_key(p_key);
+    k := fleetlimit.incarnate(k0, p_now);
     SELECT count(*) FILTER (WHERE h.member),
            count(*) FILTER (WHERE h.slots OR h.rates),
            coalesce(sum(greatest(o.unacked_high, o.share, o.inflight)) FILTER (WHERE h.slots), 0),
@@ -50,7 +146,7 @@ BEGIN
      WHERE o.key = p_key;
     IF coalesce(p_force, false) THEN
         NULL;
-    ELSIF k.incarnation IS NOT NULL AND k.incarnation <> fleetlimit.incarnation() THEN
+    ELSIF k0.incarnation IS NOT NULL AND k0.incarnation <> k.incarnation THEN
         RAISE EXCEPTION USING ERRCODE = 'FL009',
             MESSAGE = format('key %s last heard from its nodes under another incarnation of the database',
                              left(quote_literal(p_key), 42));
@@ -81,6 +177,31 @@ RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS 
 -- +goose StatementEnd
 
 -- +goose Down
+
+-- +goose StatementBegin
+-- incarnate checks the database's incarnation against a locked key's
+-- (coord.State.Incarnate): the first check records it; a change puts the
+-- key in learning mode.
+CREATE OR REPLACE FUNCTION fleetlimit.incarnate(k fleetlimit.keys, p_now timestamptz)
+RETURNS fleetlimit.keys LANGUAGE plpgsql AS $$
+DECLARE
+    v_inc text := fleetlimit.incarnation();
+BEGIN
+    IF k.incarnation IS NULL THEN
+        k.incarnation := v_inc;
+    ELSIF k.incarnation <> v_inc THEN
+        k := fleetlimit.learn(k, p_now, 0, 0);
+        k.incarnation := v_inc;
+    END IF;
+    RETURN k;
+END
+$$;
+-- +goose StatementEnd
+
+DROP TRIGGER record_bounds_update ON fleetlimit.keys;
+DROP TRIGGER record_bounds_insert ON fleetlimit.keys;
+DROP FUNCTION fleetlimit.record_bounds();
+DROP TABLE fleetlimit.database_state;
 
 -- +goose StatementBegin
 -- delete_key deletes a key and everything on it: nodes, drains, evictions
