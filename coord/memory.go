@@ -66,6 +66,22 @@ func (m *Memory) Restore(key string, s State) {
 	m.mu.Unlock()
 }
 
+// SnapshotDatabase returns the database's own record (Database), and
+// RestoreDatabase puts one back, as a restore from a backup (with
+// Restore for the keys) would. They are for tests.
+func (m *Memory) SnapshotDatabase() Database {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.db
+}
+
+// RestoreDatabase: see SnapshotDatabase.
+func (m *Memory) RestoreDatabase(d Database) {
+	m.mu.Lock()
+	m.db = d
+	m.mu.Unlock()
+}
+
 // Heartbeat runs the core on r's key, creating the key on first use. It
 // returns the errors of State.Heartbeat, wrapped as "coord: heartbeat: ...".
 func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
@@ -277,8 +293,10 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 	}
 	switch live := keyInfo(s, now).LiveNodes; {
 	case force:
-	case s.Key.Incarnation != "" && s.Key.Incarnation != checked.Key.Incarnation:
-		return fmt.Errorf("coord: delete key: %w: key %.40q last heard from its nodes under another incarnation of the database",
+	case s.Key.Incarnation != checked.Key.Incarnation && (s.Key.Incarnation != "" || checked.Key.learning(now)):
+		// The check a refusal rolls back: it stays refused until a
+		// heartbeat, a drain or an eviction records it.
+		return fmt.Errorf("coord: delete key: %w: key %.40q has not been checked since the database's incarnation changed",
 			ErrLearning, key)
 	case checked.Key.learning(now):
 		return fmt.Errorf("coord: delete key: %w: key %.40q is in learning mode until %s", ErrLearning,

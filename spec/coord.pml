@@ -91,13 +91,19 @@ inline newEpoch() {
  * recorded by the key's first heartbeat: seen), the report's included
  * (R: 1 when a report brought the evidence). */
 inline learnKey(R) {
+	if
+	:: R || db.seen -> hw = TTL + REQHOLD
+	:: else -> hw = 0
+	fi;
+	learnFor(hw)
+}
+
+/* learnFor: a new epoch, and learning mode for N ticks at least. */
+inline learnFor(N) {
 #ifndef MUT_NO_EPOCH
 	newEpoch();
 	db.ep = hv;
-	if
-	:: R || db.seen -> db.learn = MAX2(db.learn, TTL + REQHOLD)
-	:: else
-	fi
+	db.learn = MAX2(db.learn, N)
 #else
 	/* (e) no epoch after lost state: the loss goes unnoticed. */
 	skip
@@ -122,15 +128,17 @@ inline createKey(MAXL, MINL) {
  * longest lease plus request bound any key recorded (none: a history
  * without a heartbeat has no grant to forget). */
 inline incarnateDb() {
+#if FMAX > 0
 	if
-	:: db.dbStale ->
-		if
-		:: db.dbSeen -> db.dbLearn = MAX2(db.dbLearn, TTL + REQHOLD)
-		:: else
-		fi;
-		db.dbStale = 0
+	:: db.dbStale && db.dbSeen -> db.dbLearn = MAX2(db.dbLearn, TTL + REQHOLD)
 	:: else
-	fi
+	fi;
+	db.dbStale = 0
+#else
+	/* Without failovers the record never changes (and spin's limit on a
+	 * d_step's size is near in the searches with symmetry). */
+	skip
+#endif
 }
 
 /* incarnate (fleetlimit.incarnate: coord.Database.Check, then
@@ -142,14 +150,18 @@ inline incarnateDb() {
  * learn. */
 inline incarnate() {
 	incarnateDb();
+#if FMAX > 0
 	if
-	:: db.incStale -> learnKey(0); db.incStale = 0
-	:: !db.incRec && db.dbLearn > 0 ->
-		newEpoch();
-		db.ep = hv;
-		db.learn = MAX2(db.learn, db.dbLearn)
+	:: db.incStale || !db.incRec && db.dbLearn > 0 ->
+		hw = (db.incStale -> (db.seen -> TTL + REQHOLD : 0) : db.dbLearn);
+		db.incStale = 0;
+		learnFor(hw)
 	:: else
 	fi;
+#else
+	/* Without failovers no key is stale, and the database never learns. */
+	skip;
+#endif
 	db.incRec = 1
 }
 

@@ -497,8 +497,8 @@ func TestKeysDeleteWaitsAfterALoss(t *testing.T) {
 
 	res := run(t, dsn, "keys", "delete", "lost")
 	require.Equal(t, 1, res.code)
-	require.Equal(t, `fleetctl: keys delete: key "lost" may have nodes its rows do not show (key 'lost' last heard from its `+
-		`nodes under another incarnation of the database): the database may have lost its last heartbeats (a failover, `+
+	require.Equal(t, `fleetctl: keys delete: key "lost" may have nodes its rows do not show (key 'lost' has not been checked `+
+		`since the database's incarnation changed): the database may have lost its last heartbeats (a failover, `+
 		`a restore, a server restart), and a node still running under a forgotten grant would re-create the key without `+
 		`its min/max and rates; wait until learning mode ends (it starts at the key's next heartbeat; 'fleetctl keys' `+
 		`shows MODE), or, if no node of the key runs, give --force`+"\n", res.stderr)

@@ -77,14 +77,19 @@ CREATE TRIGGER record_bounds_update AFTER UPDATE OF max_lease_ttl_us, max_reques
 -- never checked, since a loss may be one whose grants were lost with it);
 -- a key that recorded another incarnation enters learning mode.
 CREATE OR REPLACE FUNCTION fleetlimit.incarnate(k fleetlimit.keys, p_now timestamptz)
-RETURNS fleetlimit.keys LANGUAGE plpgsql AS $$
+RETURNS fleetlimit.keys LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_inc text := fleetlimit.incarnation();
     d fleetlimit.database_state%ROWTYPE;
 BEGIN
     SELECT * INTO d FROM fleetlimit.database_state;
     IF NOT FOUND OR d.incarnation <> v_inc THEN
-        INSERT INTO fleetlimit.database_state (incarnation) VALUES (v_inc) ON CONFLICT (one) DO NOTHING;
+        -- A row deleted by hand comes back with the keys' bounds, as the
+        -- migration made it.
+        INSERT INTO fleetlimit.database_state (incarnation, max_lease_ttl_us, max_request_us)
+        SELECT v_inc, coalesce(max(kk.max_lease_ttl_us), 0), coalesce(max(kk.max_request_us), 0)
+          FROM fleetlimit.keys AS kk
+            ON CONFLICT (one) DO NOTHING;
         SELECT * INTO d FROM fleetlimit.database_state FOR UPDATE;
         IF d.incarnation <> v_inc THEN
             d.learning_until := greatest(d.learning_until,
@@ -146,9 +151,9 @@ BEGIN
      WHERE o.key = p_key;
     IF coalesce(p_force, false) THEN
         NULL;
-    ELSIF k0.incarnation IS NOT NULL AND k0.incarnation <> k.incarnation THEN
+    ELSIF k0.incarnation IS DISTINCT FROM k.incarnation AND (k0.incarnation IS NOT NULL OR k.learning_until > p_now) THEN
         RAISE EXCEPTION USING ERRCODE = 'FL009',
-            MESSAGE = format('key %s last heard from its nodes under another incarnation of the database',
+            MESSAGE = format('key %s has not been checked since the database''s incarnation changed',
                              left(quote_literal(p_key), 42));
     ELSIF k.learning_until > p_now THEN
         RAISE EXCEPTION USING ERRCODE = 'FL009',
@@ -183,7 +188,7 @@ RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS 
 -- (coord.State.Incarnate): the first check records it; a change puts the
 -- key in learning mode.
 CREATE OR REPLACE FUNCTION fleetlimit.incarnate(k fleetlimit.keys, p_now timestamptz)
-RETURNS fleetlimit.keys LANGUAGE plpgsql AS $$
+RETURNS fleetlimit.keys LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_inc text := fleetlimit.incarnation();
 BEGIN
