@@ -468,24 +468,27 @@ WHERE key = $1 AND incarnation IS NOT NULL`, r.key)
 // those named with prefix from, and database_state's one row likewise.
 func (r *specReplay) copyTables(ctx context.Context, tx pgx.Tx, from, to string) error {
 	for _, table := range slices.Backward(specTables) {
-		where, args := " WHERE key = $1", []any{r.key}
-		if table == "database_state" {
-			where, args = "", nil
-		}
+		where, args := r.rowsOf(table)
 		if _, err := tx.Exec(ctx, "DELETE FROM "+to+table+where, args...); err != nil {
 			return err
 		}
 	}
 	for _, table := range specTables {
-		where, args := " WHERE key = $1", []any{r.key}
-		if table == "database_state" {
-			where, args = "", nil
-		}
+		where, args := r.rowsOf(table)
 		if _, err := tx.Exec(ctx, "INSERT INTO "+to+table+" SELECT * FROM "+from+table+where, args...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rowsOf is the WHERE clause, and its arguments, that picks the trace's
+// rows of table: the key's, or database_state's one row.
+func (r *specReplay) rowsOf(table string) (string, []any) {
+	if table == "database_state" {
+		return "", nil
+	}
+	return " WHERE key = $1", []any{r.key}
 }
 
 func specNode(i int64) string     { return fmt.Sprintf("n%d", i) }
