@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,10 +94,11 @@ func (p *Postgres) now() *time.Time {
 // wrapping ErrInvalidReport or ErrNodeIDInUse as State.Heartbeat does, and
 // "coord: heartbeat: ..." around database errors. A transient conflict is
 // retried up to 5 times. When ctx ends while the statement runs, the
-// database is asked to cancel it, and the call returns an error wrapping
-// ctx's once it has stopped (or the grant, if it finished first), up to
-// HeartbeatTimeout, capped at 1 s, later; the connection goes back to
-// the pool when the cancel stopped it (see queryRow).
+// statement may still finish for as long as ctx gave the call (at most
+// 1 s), and its grant is returned; past that the call returns an error
+// wrapping ctx's, and the statement keeps its connection until it has
+// stopped, cancelled in the database if it still runs 1 s after ctx
+// ended (see queryRow).
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if !p.skipValidation {
 		if err := r.Validate(); err != nil {
@@ -134,28 +137,35 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
-// maxCancelGrace bounds how long a statement whose context ended has to
-// stop once the database was asked to cancel it, before its connection is
-// cut (see queryRow).
+// maxCancelGrace is how long after its context ended a statement may run
+// before the database is asked to cancel it, and how long it then has to
+// stop before its connection is cut (see queryRow).
 const maxCancelGrace = time.Second
 
 // queryRow runs one statement on a connection of the pool and scans its
-// row into dest. If ctx ends while the statement runs, the database is
-// asked to cancel it (a cancel request on a connection of its own), and
-// the statement has a grace to stop — as long as ctx gave the call, at
-// most maxCancelGrace — before its connection is cut. A statement that
-// the cancel stopped (SQLSTATE 57014) consumed it, and its connection
-// goes back to the pool; any other end after a cancel request leaves
-// the request's effect unknown (it could cancel the connection's next
-// statement, another caller's), so that connection is closed. The error
-// of a statement stopped after ctx ended wraps ctx's error; one that
-// finished first returns its row.
+// row into dest, which holds pointers. If ctx ends while the statement
+// runs, the statement has a grace — as long as ctx gave the call, at most
+// maxCancelGrace — to finish: its row is then returned as if in time.
+// Past the grace the call returns an error wrapping ctx's, and the
+// statement keeps its connection and runs on; its result is dropped, and
+// the connection goes back to the pool once it has stopped. One still
+// running maxCancelGrace after ctx ended (blocked behind a lock a stuck
+// session holds, or on a database that stopped answering) is cancelled:
+// the database is asked to (a cancel request on a connection of its own),
+// and the connection goes back to the pool if the cancel stopped the
+// statement (SQLSTATE 57014, which consumes the request). Any other end
+// after a cancel request leaves the request's effect unknown (it could
+// cancel the connection's next statement, another caller's), so that
+// connection is closed, as is one whose statement has not stopped
+// maxCancelGrace after the request.
 //
-// Left to ctx, pgx closes the connection at once, and the next call
-// waits for a new one: a key whose heartbeats come near what the
-// database serves then tips into heartbeats that all time out while
-// they wait for new connections, and stays there. The call returns at
-// most the grace after ctx ended.
+// A late statement is let finish rather than cancelled or cut because
+// both cost the database more than the statement: a cancel request forks
+// a backend, a cut connection a new backend that loads its caches again,
+// and a statement cancelled after it waited for the key's row lock wastes
+// its turn. On a key whose heartbeats come near what the database serves,
+// each late heartbeat then makes the next ones later, and every heartbeat
+// times out for good.
 func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	grace := maxCancelGrace
 	if deadline, ok := ctx.Deadline(); ok {
@@ -165,41 +175,105 @@ func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ..
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	qctx, cut := context.WithCancel(context.WithoutCancel(ctx))
-	defer cut()
-	pgConn := conn.Conn().PgConn()
-	var cancelErr error
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		time.AfterFunc(grace, cut)
-		cctx, cancel := context.WithTimeout(qctx, grace)
-		defer cancel()
-		cancelErr = pgConn.CancelRequest(cctx) // failing, the cut ends the statement
-		if cancelErr == nil {
-			cancelErr = cctx.Err()
-		}
-	})
-	err = conn.QueryRow(qctx, sql, args...).Scan(dest...)
-	if !stop() {
-		var pgErr *pgconn.PgError
-		consumed := false
+	st := &statement{conn: conn, done: make(chan error, 1)}
+	st.qctx, st.cut = context.WithCancel(context.WithoutCancel(ctx))
+	row := make([]any, len(dest))
+	for i, d := range dest {
+		row[i] = reflect.New(reflect.TypeOf(d).Elem()).Interface()
+	}
+	go st.run(sql, args, row)
+
+	select {
+	case err = <-st.done:
+	case <-ctx.Done():
+		timer := time.NewTimer(grace)
 		select {
-		case <-cancelled:
-			consumed = cancelErr == nil && errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled
-		case <-qctx.Done(): // the grace ran out
-		}
-		if !consumed {
-			closeCtx, cancel := context.WithTimeout(context.Background(), grace)
-			_ = pgConn.Close(closeCtx) // Release destroys a closed connection
-			cancel()
+		case err = <-st.done:
+			timer.Stop()
+		case <-timer.C:
+			time.AfterFunc(maxCancelGrace-grace, st.cancel)
+			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
 	}
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return err
 	}
-	return err
+	for i, d := range dest {
+		reflect.ValueOf(d).Elem().Set(reflect.ValueOf(row[i]).Elem())
+	}
+	return nil
+}
+
+// statement is one statement of queryRow on its connection, which it
+// releases once the statement has stopped.
+type statement struct {
+	conn *pgxpool.Conn
+	qctx context.Context
+	cut  context.CancelFunc // ends the statement by closing its connection
+	done chan error         // the statement's result, once
+
+	mu        sync.Mutex
+	ended     bool          // the statement has stopped
+	requested chan struct{} // non-nil once a cancel request is sent; closed when it is answered
+	cancelErr error         // the cancel request's error, once requested is closed
+}
+
+// run runs the statement, scanning its row into row, reports its result on
+// done, then releases the connection: closed if a cancel request was sent
+// and the statement did not stop with 57014 (or the request failed).
+func (st *statement) run(sql string, args []any, row []any) {
+	defer st.conn.Release()
+	defer st.cut()
+	err := st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
+	st.done <- err
+	st.mu.Lock()
+	st.ended = true
+	requested := st.requested
+	st.mu.Unlock()
+	if requested == nil {
+		return
+	}
+	pgConn := st.conn.Conn().PgConn()
+	var pgErr *pgconn.PgError
+	consumed := false
+	select {
+	case <-requested:
+		consumed = st.cancelErr == nil && errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled
+	case <-st.qctx.Done():
+	}
+	if !consumed {
+		closeCtx, cancel := context.WithTimeout(context.Background(), maxCancelGrace)
+		_ = pgConn.Close(closeCtx) // Release destroys a closed connection
+		cancel()
+	}
+}
+
+// cancel asks the database to cancel the statement unless it has already
+// stopped, and cuts its connection if it has not stopped maxCancelGrace
+// later. It is called once, from a timer.
+func (st *statement) cancel() {
+	st.mu.Lock()
+	if st.ended {
+		st.mu.Unlock()
+		return
+	}
+	requested := make(chan struct{})
+	st.requested = requested
+	st.mu.Unlock()
+	time.AfterFunc(maxCancelGrace, st.cut)
+	go func() {
+		defer close(requested)
+		cctx, cancel := context.WithTimeout(st.qctx, maxCancelGrace)
+		defer cancel()
+		err := st.conn.Conn().PgConn().CancelRequest(cctx) // failing, the cut ends the statement
+		if err == nil {
+			err = cctx.Err()
+		}
+		st.cancelErr = err
+	}()
 }
 
 // Leave ends the instance's membership, in one call of fleetlimit.leave

@@ -72,11 +72,12 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 }
 
 // TestPostgresHeartbeatTimeoutKeepsTheConnection: a heartbeat whose
-// context ends while it waits for the key's row lock is cancelled in the
-// database and returns soon after, and its connection goes back to the
-// pool. Cut instead, each timed-out heartbeat cost the next one a new
-// connection: 40 nodes beating every 100 ms on a 2-core machine tipped
-// into heartbeats that all timed out, and stayed there.
+// context ends while it waits for the key's row lock, and still waits a
+// grace later, is cancelled in the database and returns, and its
+// connection goes back to the pool. Cut instead, each timed-out heartbeat
+// cost the next one a new connection: 40 nodes beating every 100 ms on a
+// 2-core machine tipped into heartbeats that all timed out, and stayed
+// there.
 func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -103,6 +104,8 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// The cancelled statement keeps its connection until it has stopped.
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's
 	require.NoError(t, tx.Rollback(ctx))
 
 	_, err = p.Heartbeat(ctx, rep("a", 3, 8, 0, 1, 0))
@@ -113,10 +116,11 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 }
 
 // TestPostgresLateCancelSparesTheNextStatement: a heartbeat whose
-// context ends while it waits for the key's row lock, and which then
-// finishes on its own before its cancel request has reached the database
-// (here the request is held back 300 ms), must not hand its connection to
-// the next caller: the cancel would stop that caller's statement instead.
+// context ends while it waits for the key's row lock, which is cancelled
+// a grace later, and which then finishes on its own before its cancel
+// request has reached the database (here the request is held back
+// 300 ms), must not hand its connection to the next caller: the cancel
+// would stop that caller's statement instead.
 func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -146,17 +150,55 @@ func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
 	require.NoError(t, err)
-	// The lock goes after the heartbeat's 100 ms, within its grace.
+	// The lock goes after the heartbeat's 100 ms and its grace of 100 ms,
+	// before the cancel request, sent then and held back 300 ms, arrives.
 	unlocked := make(chan error, 1)
-	time.AfterFunc(150*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
+	time.AfterFunc(300*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
 	hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
 	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, <-unlocked)
-	t.Logf("the heartbeat: %v", err)
 
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(0.5)")
 	require.NoError(t, err, "the late cancel request stopped the next caller's statement")
+}
+
+// TestPostgresLateHeartbeatWithinGrace: a heartbeat whose context ends
+// while it waits for the key's row lock, and which gets it within its
+// grace (as long as its timeout), returns its grant: no cancel request,
+// no new connection.
+func TestPostgresLateHeartbeatWithinGrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	p := newPostgres(t, pool)
+	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+	// Two connections in the pool: one for the lock, one for the heartbeat.
+	c1, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c2, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c1.Release()
+	c2.Release()
+	conns := pool.Stat().NewConnsCount()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
+	require.NoError(t, err)
+
+	unlocked := make(chan error, 1)
+	time.AfterFunc(time.Second+300*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	g, err := p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
+	cancel()
+	require.NoError(t, <-unlocked)
+	require.NoError(t, err, "the heartbeat finished within its grace")
+	require.Equal(t, 8, g.LGlobal)
+	require.Equal(t, conns, pool.Stat().NewConnsCount(), "no connection was replaced")
+	_, err = pool.Exec(ctx, "SELECT pg_sleep(0.2)")
+	require.NoError(t, err, "no cancel request reached the next statement")
 }
 
 // slowCancelConn holds back the cancel requests written on it by delay,

@@ -85,10 +85,11 @@ type Config struct {
 	// 0 means the default, so the least margin one can set is 1ns.
 	FenceMargin time.Duration
 	// HeartbeatTimeout bounds each coordinator call. A Postgres
-	// heartbeat still running then is cancelled in the database, and the
-	// call returns once it has stopped, at most HeartbeatTimeout (capped
-	// at 1s) later (see coord.Postgres.Heartbeat). Defaults to
-	// HeartbeatInterval. Must be in (0, LeaseTTL].
+	// heartbeat still running then may finish for as long again (capped
+	// at 1s), when its grant is used; past that the call fails and the
+	// statement finishes on its own, cancelled in the database if it
+	// still runs 1s after the timeout (see coord.Postgres.Heartbeat).
+	// Defaults to HeartbeatInterval. Must be in (0, LeaseTTL].
 	HeartbeatTimeout time.Duration
 	// MaxRequestDuration is the hard bound on a request's life, from its
 	// admission until it has really ended at the upstream (for a streamed
