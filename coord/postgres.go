@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 	"time"
@@ -26,6 +27,12 @@ type Postgres struct {
 	// skipValidation sends reports to the database unchecked, so tests can
 	// exercise the function's own checks.
 	skipValidation bool
+
+	lateMu sync.Mutex
+	// late holds, per key and node ID, the stopped channel of the node's
+	// heartbeat whose call gave up while its statement ran on; the
+	// node's next heartbeat waits for it (see Heartbeat).
+	late map[string]chan struct{}
 }
 
 var (
@@ -98,14 +105,18 @@ func (p *Postgres) now() *time.Time {
 // 1 s), and its grant is returned; past that the call returns an error
 // wrapping ctx's, and the statement keeps its connection until it has
 // stopped, cancelled in the database if it still runs 1 s after ctx
-// ended (see queryRow).
+// ended (see queryRow). A node's next heartbeat waits for such a
+// statement to stop before it takes a connection (an error wrapping ctx's
+// if ctx ends first): a node keeps at most one statement running, however
+// long its key's row lock is held, and the connections left serve the
+// other keys.
 func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if !p.skipValidation {
 		if err := r.Validate(); err != nil {
 			return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
 		}
 	}
-	labels := r.Labels
+	labels := maps.Clone(r.Labels) // the statement may outlive the call
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -116,13 +127,17 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 		peer    int64
 		err     error
 	)
+	node := r.Key + "\x00" + r.NodeID
+	if err := p.awaitLate(ctx, node); err != nil {
+		return Grant{}, pgError("heartbeat", err)
+	}
 	for attempt := 1; ; attempt++ {
 		sql, args := p.stmt(sqlHeartbeat,
 			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
-		err = p.queryRow(ctx, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+		err = p.queryRow(ctx, node, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
@@ -166,7 +181,10 @@ const maxCancelGrace = time.Second
 // its turn. On a key whose heartbeats come near what the database serves,
 // each late heartbeat then makes the next ones later, and every heartbeat
 // times out for good.
-func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+//
+// A statement whose call gave up is recorded under node until it stops
+// (see awaitLate).
+func (p *Postgres) queryRow(ctx context.Context, node, sql string, args []any, dest ...any) error {
 	grace := maxCancelGrace
 	if deadline, ok := ctx.Deadline(); ok {
 		grace = min(grace, max(time.Until(deadline), time.Millisecond))
@@ -175,7 +193,7 @@ func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ..
 	if err != nil {
 		return err
 	}
-	st := &statement{conn: conn, done: make(chan error, 1)}
+	st := &statement{p: p, node: node, conn: conn, done: make(chan error, 1), stopped: make(chan struct{})}
 	st.qctx, st.cut = context.WithCancel(context.WithoutCancel(ctx))
 	row := make([]any, len(dest))
 	for i, d := range dest {
@@ -191,6 +209,12 @@ func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ..
 		case err = <-st.done:
 			timer.Stop()
 		case <-timer.C:
+			p.lateMu.Lock()
+			if p.late == nil {
+				p.late = make(map[string]chan struct{})
+			}
+			p.late[node] = st.stopped
+			p.lateMu.Unlock()
 			time.AfterFunc(maxCancelGrace-grace, st.cancel)
 			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
@@ -207,13 +231,43 @@ func (p *Postgres) queryRow(ctx context.Context, sql string, args []any, dest ..
 	return nil
 }
 
+// awaitLate waits until the statement recorded under node, if any, has
+// stopped, or ctx ends.
+func (p *Postgres) awaitLate(ctx context.Context, node string) error {
+	p.lateMu.Lock()
+	stopped := p.late[node]
+	p.lateMu.Unlock()
+	if stopped == nil {
+		return nil
+	}
+	select {
+	case <-stopped:
+		p.forgetLate(node, stopped)
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (the node's previous heartbeat is still running)", ctx.Err())
+	}
+}
+
+// forgetLate removes node's record if it is still stopped.
+func (p *Postgres) forgetLate(node string, stopped chan struct{}) {
+	p.lateMu.Lock()
+	if p.late[node] == stopped {
+		delete(p.late, node)
+	}
+	p.lateMu.Unlock()
+}
+
 // statement is one statement of queryRow on its connection, which it
 // releases once the statement has stopped.
 type statement struct {
-	conn *pgxpool.Conn
-	qctx context.Context
-	cut  context.CancelFunc // ends the statement by closing its connection
-	done chan error         // the statement's result, once
+	p       *Postgres
+	node    string
+	stopped chan struct{} // closed once the connection is released
+	conn    *pgxpool.Conn
+	qctx    context.Context
+	cut     context.CancelFunc // ends the statement by closing its connection
+	done    chan error         // the statement's result, once
 
 	mu        sync.Mutex
 	ended     bool          // the statement has stopped
@@ -225,6 +279,8 @@ type statement struct {
 // done, then releases the connection: closed if a cancel request was sent
 // and the statement did not stop with 57014 (or the request failed).
 func (st *statement) run(sql string, args []any, row []any) {
+	defer st.p.forgetLate(st.node, st.stopped)
+	defer close(st.stopped)
 	defer st.conn.Release()
 	defer st.cut()
 	err := st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
@@ -262,13 +318,14 @@ func (st *statement) cancel() {
 	}
 	requested := make(chan struct{})
 	st.requested = requested
+	pgConn := st.conn.Conn().PgConn() // run releases the connection only after requested is closed or the cut
 	st.mu.Unlock()
 	time.AfterFunc(maxCancelGrace, st.cut)
 	go func() {
 		defer close(requested)
 		cctx, cancel := context.WithTimeout(st.qctx, maxCancelGrace)
 		defer cancel()
-		err := st.conn.Conn().PgConn().CancelRequest(cctx) // failing, the cut ends the statement
+		err := pgConn.CancelRequest(cctx) // failing, the cut ends the statement
 		if err == nil {
 			err = cctx.Err()
 		}

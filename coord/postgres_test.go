@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,10 +118,10 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 
 // TestPostgresLateCancelSparesTheNextStatement: a heartbeat whose
 // context ends while it waits for the key's row lock, which is cancelled
-// a grace later, and which then finishes on its own before its cancel
-// request has reached the database (here the request is held back
-// 300 ms), must not hand its connection to the next caller: the cancel
-// would stop that caller's statement instead.
+// a second later, and which then finishes on its own before its cancel
+// request has reached the database (here the request is held back 1 s),
+// must not hand its connection to the next caller: the cancel would stop
+// that caller's statement instead.
 func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -128,13 +129,14 @@ func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
 	cfg.MaxConns = 1
+	var cancels atomic.Int32
 	dial := cfg.ConnConfig.DialFunc
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &slowCancelConn{Conn: c, delay: 300 * time.Millisecond}, nil
+		return &slowCancelConn{Conn: c, delay: time.Second, sent: &cancels}, nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
@@ -150,18 +152,88 @@ func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
 	require.NoError(t, err)
-	// The lock goes after the heartbeat's 100 ms and its grace of 100 ms,
-	// before the cancel request, sent then and held back 300 ms, arrives.
+	// The cancel request is sent 1 s after the heartbeat's 100 ms and
+	// arrives 1 s later; the lock goes between.
 	unlocked := make(chan error, 1)
-	time.AfterFunc(300*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
+	time.AfterFunc(1600*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
 	hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, <-unlocked)
+	require.Equal(t, int32(1), cancels.Load(), "the cancel request was sent before the lock went")
 
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(0.5)")
 	require.NoError(t, err, "the late cancel request stopped the next caller's statement")
+}
+
+// TestPostgresStuckKeySparesOtherKeys: while a session outside the pool
+// holds key k's row lock, a node of k heartbeats every 100 ms with a
+// 100 ms timeout (each fails) and another key's node shares the pool of
+// four connections: the stuck node holds at most one of them, and every
+// heartbeat of the other key succeeds.
+func TestPostgresStuckKeySparesOtherKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := fleettest.DSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	p := newPostgres(t, pool)
+	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+	other := func(seq int64) coord.Report {
+		r := rep("b", seq, 8, 0, 1, 0)
+		r.Key = "k2"
+		return r
+	}
+	_, err = p.Heartbeat(ctx, other(1))
+	require.NoError(t, err)
+
+	locker, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var stuckFailed atomic.Int32
+	wg.Go(func() {
+		for seq := int64(2); ; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			if _, err := p.Heartbeat(hctx, rep("a", seq, 8, 0, 1, 0)); err != nil {
+				stuckFailed.Add(1)
+			}
+			cancel()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	time.Sleep(time.Second)
+	for seq := int64(2); seq < 22; seq++ {
+		hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := p.Heartbeat(hctx, other(seq))
+		cancel()
+		require.NoError(t, err, "key k2's heartbeat %d while key k is stuck", seq)
+		// The stuck node's one, and k2's last until its statement has
+		// handed it back.
+		require.LessOrEqual(t, pool.Stat().AcquiredConns(), int32(2), "the stuck node holds one connection")
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	require.NoError(t, tx.Rollback(ctx))
+	require.NotZero(t, stuckFailed.Load())
 }
 
 // TestPostgresLateHeartbeatWithinGrace: a heartbeat whose context ends
@@ -202,10 +274,11 @@ func TestPostgresLateHeartbeatWithinGrace(t *testing.T) {
 }
 
 // slowCancelConn holds back the cancel requests written on it by delay,
-// as a slow server or network would.
+// as a slow server or network would, and counts them in sent.
 type slowCancelConn struct {
 	net.Conn
 	delay time.Duration
+	sent  *atomic.Int32
 	wg    sync.WaitGroup
 	once  sync.Once
 }
@@ -213,6 +286,7 @@ type slowCancelConn struct {
 func (c *slowCancelConn) Write(b []byte) (int, error) {
 	const cancelRequestCode = 80877102
 	if len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == cancelRequestCode {
+		c.sent.Add(1)
 		buf := slices.Clone(b)
 		c.wg.Go(func() {
 			time.Sleep(c.delay)

@@ -188,7 +188,8 @@ func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 // and returns nil. ctx bounds the start only: the schema check and the
 // first heartbeat (a second one if the first grant came back stale), which
 // may have to open a database connection, are each bounded by ctx and by
-// 5s or Config.HeartbeatTimeout, whichever is longer; the loop
+// 5s or Config.HeartbeatTimeout, whichever is longer (a Postgres heartbeat
+// then may still finish for as long again, at most 1s); the loop
 // runs until Stop has drained the node, whatever happens to ctx (its values
 // are kept). The node admits as soon as that first grant is applied. Start
 // returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
