@@ -82,27 +82,11 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := fleettest.Pool(t)
-	p := newPostgres(t, pool)
-	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
-	require.NoError(t, err)
-	// Two connections in the pool: one for the lock, one for the heartbeat.
-	c1, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	c2, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	c1.Release()
-	c2.Release()
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
-	require.NoError(t, err)
-	// The grace a cancelled statement gets is the caller's timeout (at most
-	// a second): long enough here for the cancel's round trip on a loaded
-	// machine.
+	pool, p, tx := lockedKey(t)
+	// With a timeout of a second, the call gives up and the statement is
+	// cancelled a second after the timeout.
 	hctx, cancel := context.WithTimeout(ctx, time.Second)
-	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
+	_, err := p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	// The cancelled statement keeps its connection until it has stopped.
@@ -114,6 +98,49 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	st := pool.Stat()
 	require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
 	require.Equal(t, int64(2), st.NewConnsCount())
+}
+
+// lockedKey returns a pool of at least two connections, a coordinator on
+// it with node a's first heartbeat on key k, and a transaction of the pool
+// holding k's row lock.
+func lockedKey(t *testing.T) (*pgxpool.Pool, *coord.Postgres, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	p := newPostgres(t, pool)
+	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+	// Two connections in the pool: one for the lock, one for the heartbeat.
+	c1, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c2, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c1.Release()
+	c2.Release()
+	return pool, p, lockKey(t, pool)
+}
+
+// lockOutside connects to dsn, outside any pool, and returns a
+// transaction holding key k's row lock; the connection closes at cleanup.
+func lockOutside(t *testing.T, dsn string) pgx.Tx {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return lockKey(t, conn)
+}
+
+// lockKey begins a transaction on db that holds key k's row lock.
+func lockKey(t *testing.T, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
+	require.NoError(t, err)
+	return tx
 }
 
 // TestPostgresLateCancelSparesTheNextStatement: a heartbeat whose
@@ -145,13 +172,7 @@ func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
 	require.NoError(t, err)
 
-	locker, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
-	require.NoError(t, err)
+	tx := lockOutside(t, dsn)
 	// The cancel request is sent 1 s after the heartbeat's 100 ms and
 	// arrives 1 s later; the lock goes between.
 	unlocked := make(chan error, 1)
@@ -193,13 +214,7 @@ func TestPostgresStuckKeySparesOtherKeys(t *testing.T) {
 	_, err = p.Heartbeat(ctx, other(1))
 	require.NoError(t, err)
 
-	locker, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
-	require.NoError(t, err)
+	tx := lockOutside(t, dsn)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -243,22 +258,8 @@ func TestPostgresStuckKeySparesOtherKeys(t *testing.T) {
 func TestPostgresLateHeartbeatWithinGrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := fleettest.Pool(t)
-	p := newPostgres(t, pool)
-	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
-	require.NoError(t, err)
-	// Two connections in the pool: one for the lock, one for the heartbeat.
-	c1, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	c2, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	c1.Release()
-	c2.Release()
+	pool, p, tx := lockedKey(t)
 	conns := pool.Stat().NewConnsCount()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM fleetlimit.keys WHERE key = 'k' FOR UPDATE")
-	require.NoError(t, err)
 
 	unlocked := make(chan error, 1)
 	time.AfterFunc(time.Second+300*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
