@@ -209,12 +209,7 @@ func (p *Postgres) queryRow(ctx context.Context, node, sql string, args []any, d
 		case err = <-st.done:
 			timer.Stop()
 		case <-timer.C:
-			p.lateMu.Lock()
-			if p.late == nil {
-				p.late = make(map[string]chan struct{})
-			}
-			p.late[node] = st.stopped
-			p.lateMu.Unlock()
+			p.recordLate(node, st.stopped)
 			time.AfterFunc(maxCancelGrace-grace, st.cancel)
 			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
@@ -246,6 +241,21 @@ func (p *Postgres) awaitLate(ctx context.Context, node string) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%w (the node's previous heartbeat is still running)", ctx.Err())
+	}
+}
+
+// recordLate records stopped under node, unless it is closed already (its
+// statement has stopped, and forgetLate has run).
+func (p *Postgres) recordLate(node string, stopped chan struct{}) {
+	p.lateMu.Lock()
+	defer p.lateMu.Unlock()
+	select {
+	case <-stopped:
+	default:
+		if p.late == nil {
+			p.late = make(map[string]chan struct{})
+		}
+		p.late[node] = stopped
 	}
 }
 
