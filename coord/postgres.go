@@ -127,7 +127,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 		peer    int64
 		err     error
 	)
-	node := r.Key + "\x00" + r.NodeID
+	node, grace := r.Key+"\x00"+r.NodeID, graceOf(ctx)
 	if err := p.awaitLate(ctx, node); err != nil {
 		return Grant{}, pgError("heartbeat", err)
 	}
@@ -137,7 +137,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
-		err = p.queryRow(ctx, node, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+		err = p.queryRow(ctx, node, grace, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
@@ -152,6 +152,15 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
+// graceOf is the grace queryRow gives a statement whose ctx ended: as long
+// as ctx gives the call from now, at most maxCancelGrace.
+func graceOf(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return min(maxCancelGrace, max(time.Until(deadline), time.Millisecond))
+	}
+	return maxCancelGrace
+}
+
 // maxCancelGrace is how long after its context ended a statement may run
 // before the database is asked to cancel it, and how long it then has to
 // stop before its connection is cut (see queryRow).
@@ -159,8 +168,8 @@ const maxCancelGrace = time.Second
 
 // queryRow runs one statement on a connection of the pool and scans its
 // row into dest, which holds pointers. If ctx ends while the statement
-// runs, the statement has a grace — as long as ctx gave the call, at most
-// maxCancelGrace — to finish: its row is then returned as if in time.
+// runs, the statement has a grace (at most maxCancelGrace; see graceOf)
+// to finish: its row is then returned as if in time.
 // Past the grace the call returns an error wrapping ctx's, and the
 // statement keeps its connection and runs on; its result is dropped, and
 // the connection goes back to the pool once it has stopped. One still
@@ -172,7 +181,8 @@ const maxCancelGrace = time.Second
 // after a cancel request leaves the request's effect unknown (it could
 // cancel the connection's next statement, another caller's), so that
 // connection is closed, as is one whose statement has not stopped
-// maxCancelGrace after the request.
+// maxCancelGrace after the request; a closed connection leaves the pool
+// at once.
 //
 // A late statement is let finish rather than cancelled or cut because
 // both cost the database more than the statement: a cancel request forks
@@ -184,11 +194,7 @@ const maxCancelGrace = time.Second
 //
 // A statement whose call gave up is recorded under node until it stops
 // (see awaitLate).
-func (p *Postgres) queryRow(ctx context.Context, node, sql string, args []any, dest ...any) error {
-	grace := maxCancelGrace
-	if deadline, ok := ctx.Deadline(); ok {
-		grace = min(grace, max(time.Until(deadline), time.Millisecond))
-	}
+func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duration, sql string, args []any, dest ...any) error {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -269,7 +275,7 @@ func (p *Postgres) forgetLate(node string, stopped chan struct{}) {
 }
 
 // statement is one statement of queryRow on its connection, which it
-// releases once the statement has stopped.
+// gives back to the pool once the statement has stopped.
 type statement struct {
 	p       *Postgres
 	node    string
@@ -291,7 +297,6 @@ type statement struct {
 func (st *statement) run(sql string, args []any, row []any) {
 	defer st.p.forgetLate(st.node, st.stopped)
 	defer close(st.stopped)
-	defer st.conn.Release()
 	defer st.cut()
 	err := st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
 	st.done <- err
@@ -300,9 +305,9 @@ func (st *statement) run(sql string, args []any, row []any) {
 	requested := st.requested
 	st.mu.Unlock()
 	if requested == nil {
+		st.conn.Release()
 		return
 	}
-	pgConn := st.conn.Conn().PgConn()
 	var pgErr *pgconn.PgError
 	consumed := false
 	select {
@@ -310,11 +315,19 @@ func (st *statement) run(sql string, args []any, row []any) {
 		consumed = st.cancelErr == nil && errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled
 	case <-st.qctx.Done():
 	}
-	if !consumed {
-		closeCtx, cancel := context.WithTimeout(context.Background(), maxCancelGrace)
-		_ = pgConn.Close(closeCtx) // Release destroys a closed connection
-		cancel()
+	if consumed {
+		st.conn.Release()
+		return
 	}
+	// Taken out of the pool, the connection gives its slot back at once:
+	// the pool would hold the slot while it destroys the connection, and
+	// pgx's cleanup of a cut one waits for the database up to 15 s.
+	conn := st.conn.Hijack()
+	go func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), maxCancelGrace)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
 }
 
 // cancel asks the database to cancel the statement unless it has already

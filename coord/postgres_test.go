@@ -448,3 +448,101 @@ func TestApportionAgrees(t *testing.T) {
 		require.Equal(t, total, sum, "total %d split among %v", total, wants)
 	}
 }
+
+// TestPostgresPartitionHealsWithinTheCut: a node beating every 100 ms
+// (timeout 100 ms) through a 5 s partition, on a pool of one connection,
+// heartbeats again at most a couple of seconds after the heal — once its
+// last late statement has been cut. A pool that destroys a cut connection
+// holds its slot until pgx's cleanup gives up on the database, 15 s: the
+// first heartbeat succeeded 12 s after the heal.
+func TestPostgresPartitionHealsWithinTheCut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(fleettest.DSN(t))
+	require.NoError(t, err)
+	partitioned := partitionProxy(t, cfg.ConnConfig)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	p := newPostgres(t, pool)
+	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+
+	beat := func(seq int64) error {
+		hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := p.Heartbeat(hctx, rep("a", seq, 8, 0, 1, 0))
+		return err
+	}
+	partitioned.Store(true)
+	seq := int64(2)
+	for start := time.Now(); time.Since(start) < 5*time.Second; seq++ {
+		require.Error(t, beat(seq))
+		time.Sleep(100 * time.Millisecond)
+	}
+	partitioned.Store(false)
+	healed := time.Now()
+	for ; beat(seq) != nil; seq++ {
+		require.Less(t, time.Since(healed), 8*time.Second, "no heartbeat succeeded after the heal")
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the first heartbeat after the heal succeeded %v after it", time.Since(healed).Round(time.Millisecond))
+}
+
+// partitionProxy points cc at a proxy on 127.0.0.1 to its server and
+// returns the switch of a partition: while it is on, the bytes of
+// connections opened before are held (and delivered once it is off), and
+// connections opened during it never carry anything, as if their SYNs
+// were lost. The proxy closes at cleanup.
+func partitionProxy(t *testing.T, cc *pgx.ConnConfig) *atomic.Bool {
+	t.Helper()
+	network, target := "tcp", net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port))
+	if strings.HasPrefix(cc.Host, "/") {
+		network, target = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", cc.Host, cc.Port)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	var partitioned atomic.Bool
+	pipe := func(dst, src net.Conn, dead bool) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				_ = dst.Close()
+				return
+			}
+			if dead {
+				continue
+			}
+			for partitioned.Load() {
+				time.Sleep(2 * time.Millisecond)
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				_ = src.Close()
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dead := partitioned.Load()
+			s, err := net.Dial(network, target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go pipe(s, c, dead)
+			go pipe(c, s, dead)
+		}
+	}()
+	cc.Host, cc.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	cc.Fallbacks, cc.TLSConfig = nil, nil
+	return &partitioned
+}
