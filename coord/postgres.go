@@ -166,6 +166,10 @@ func graceOf(ctx context.Context) time.Duration {
 // stop before its connection is cut (see queryRow).
 const maxCancelGrace = time.Second
 
+// cancelRequestBound bounds a cancel request's own round trip (a new
+// connection, which a loaded server may be slow to take).
+const cancelRequestBound = 5 * time.Second
+
 // queryRow runs one statement on a connection of the pool and scans its
 // row into dest, which holds pointers. If ctx ends while the statement
 // runs, the statement has a grace (at most maxCancelGrace; see graceOf)
@@ -177,7 +181,8 @@ const maxCancelGrace = time.Second
 // session holds, or on a database that stopped answering) is cancelled:
 // the database is asked to (a cancel request on a connection of its own),
 // and the connection goes back to the pool if the cancel stopped the
-// statement (SQLSTATE 57014, which consumes the request). Any other end
+// statement (SQLSTATE 57014, which consumes the request, once the request
+// has been answered: up to cancelRequestBound). Any other end
 // after a cancel request leaves the request's effect unknown (it could
 // cancel the connection's next statement, another caller's), so that
 // connection is closed, as is one whose statement has not stopped
@@ -279,7 +284,7 @@ func (p *Postgres) forgetLate(node string, stopped chan struct{}) {
 type statement struct {
 	p       *Postgres
 	node    string
-	stopped chan struct{} // closed once the connection is released
+	stopped chan struct{} // closed once the connection is back in the pool or taken out of it
 	conn    *pgxpool.Conn
 	qctx    context.Context
 	cut     context.CancelFunc // ends the statement by closing its connection
@@ -292,8 +297,9 @@ type statement struct {
 }
 
 // run runs the statement, scanning its row into row, reports its result on
-// done, then releases the connection: closed if a cancel request was sent
-// and the statement did not stop with 57014 (or the request failed).
+// done, then gives the connection back to the pool — or, if a cancel
+// request was sent and the statement did not stop with 57014 (or the
+// request failed), takes it out of the pool and closes it.
 func (st *statement) run(sql string, args []any, row []any) {
 	defer st.p.forgetLate(st.node, st.stopped)
 	defer close(st.stopped)
@@ -308,12 +314,13 @@ func (st *statement) run(sql string, args []any, row []any) {
 		st.conn.Release()
 		return
 	}
+	// A statement the cancel stopped waits for the request's answer; one
+	// that ended otherwise, or was cut, leaves the request's effect unknown.
 	var pgErr *pgconn.PgError
 	consumed := false
-	select {
-	case <-requested:
-		consumed = st.cancelErr == nil && errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled
-	case <-st.qctx.Done():
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled {
+		<-requested
+		consumed = st.cancelErr == nil
 	}
 	if consumed {
 		st.conn.Release()
@@ -341,12 +348,12 @@ func (st *statement) cancel() {
 	}
 	requested := make(chan struct{})
 	st.requested = requested
-	pgConn := st.conn.Conn().PgConn() // run releases the connection only after requested is closed or the cut
+	pgConn := st.conn.Conn().PgConn() // while ended is false, run holds the connection
 	st.mu.Unlock()
 	time.AfterFunc(maxCancelGrace, st.cut)
 	go func() {
 		defer close(requested)
-		cctx, cancel := context.WithTimeout(st.qctx, maxCancelGrace)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelRequestBound)
 		defer cancel()
 		err := pgConn.CancelRequest(cctx) // failing, the cut ends the statement
 		if err == nil {
