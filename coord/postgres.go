@@ -247,8 +247,7 @@ func (p *Postgres) awaitLate(ctx context.Context, node string) error {
 		return nil
 	}
 	select {
-	case <-stopped:
-		p.forgetLate(node, stopped)
+	case <-stopped: // its run forgets it
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%w (the node's previous heartbeat is still running)", ctx.Err())
@@ -270,7 +269,8 @@ func (p *Postgres) recordLate(node string, stopped chan struct{}) {
 	}
 }
 
-// forgetLate removes node's record if it is still stopped.
+// forgetLate removes node's record if it is still stopped; run calls it
+// once stopped is closed.
 func (p *Postgres) forgetLate(node string, stopped chan struct{}) {
 	p.lateMu.Lock()
 	if p.late[node] == stopped {

@@ -120,6 +120,29 @@ func lockedKey(t *testing.T) (*pgxpool.Pool, *coord.Postgres, pgx.Tx) {
 	return pool, p, lockKey(t, pool)
 }
 
+// poolOf opens a pool of at most maxConns connections on a database of its
+// own, once setup (nil: none) has changed its configuration, closed at
+// cleanup, and a coordinator on it with node a's first heartbeat on key k.
+// It returns the pool, the coordinator and the database's DSN.
+func poolOf(t *testing.T, maxConns int32, setup func(*pgxpool.Config)) (*pgxpool.Pool, *coord.Postgres, string) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := fleettest.DSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = maxConns
+	if setup != nil {
+		setup(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	p := newPostgres(t, pool)
+	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+	require.NoError(t, err)
+	return pool, p, dsn
+}
+
 // lockOutside connects to dsn, outside any pool, and returns a
 // transaction holding key k's row lock; the connection closes at cleanup.
 func lockOutside(t *testing.T, dsn string) pgx.Tx {
@@ -152,33 +175,24 @@ func lockKey(t *testing.T, db interface {
 func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := fleettest.DSN(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
 	var cancels atomic.Int32
-	dial := cfg.ConnConfig.DialFunc
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	pool, p, dsn := poolOf(t, 1, func(cfg *pgxpool.Config) {
+		dial := cfg.ConnConfig.DialFunc
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &slowCancelConn{Conn: c, delay: time.Second, sent: &cancels}, nil
 		}
-		return &slowCancelConn{Conn: c, delay: time.Second, sent: &cancels}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	p := newPostgres(t, pool)
-	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
-	require.NoError(t, err)
-
+	})
 	tx := lockOutside(t, dsn)
 	// The cancel request is sent 1 s after the heartbeat's 100 ms and
 	// arrives 1 s later; the lock goes between.
 	unlocked := make(chan error, 1)
 	time.AfterFunc(1600*time.Millisecond, func() { unlocked <- tx.Rollback(ctx) })
 	hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
+	_, err := p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, <-unlocked)
@@ -197,22 +211,13 @@ func TestPostgresLateCancelSparesTheNextStatement(t *testing.T) {
 func TestPostgresStuckKeySparesOtherKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := fleettest.DSN(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	p := newPostgres(t, pool)
-	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
-	require.NoError(t, err)
+	pool, p, dsn := poolOf(t, 4, nil)
 	other := func(seq int64) coord.Report {
 		r := rep("b", seq, 8, 0, 1, 0)
 		r.Key = "k2"
 		return r
 	}
-	_, err = p.Heartbeat(ctx, other(1))
+	_, err := p.Heartbeat(ctx, other(1))
 	require.NoError(t, err)
 	tx := lockOutside(t, dsn)
 
@@ -464,17 +469,11 @@ func TestApportionAgrees(t *testing.T) {
 func TestPostgresPartitionHealsWithinTheCut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(fleettest.DSN(t))
-	require.NoError(t, err)
-	partitioned := partitionProxy(t, cfg.ConnConfig)
-	cfg.MaxConns = 1
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	p := newPostgres(t, pool)
-	_, err = p.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
-	require.NoError(t, err)
+	var partitioned *atomic.Bool
+	_, p, _ := poolOf(t, 1, func(cfg *pgxpool.Config) {
+		partitioned = partitionProxy(t, cfg.ConnConfig)
+		cfg.ConnConfig.ConnectTimeout = time.Second
+	})
 
 	beat := func(seq int64) error {
 		hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
