@@ -35,7 +35,12 @@ const (
 	// FlatLatency's values (BackoffRatio 0.95, AIMDIncrease 0.25,
 	// AIMDProbe 5, UtilizationThreshold 0.8, PaceGrowth on), and the
 	// fields it sets keep theirs; the estimate and everything else carry
-	// over. Snapshot.Law tells which law runs.
+	// over. Before the move, every drop with that mark (answered at once,
+	// no queueing before it), counted or not, already backs off by
+	// FlatLatency's BackoffRatio (0.95, or this Config's own), not
+	// Gradient2's 0.9: a fleet node restarted at a flat upstream then
+	// costs the fleet's limit no more than the law it will run.
+	// Snapshot.Law tells which law runs.
 	Auto Law = iota
 	// Gradient2 compares a round trip's latency with a baseline, the
 	// fastest seen: with a fixed Config.Tolerance, one sample per round
@@ -171,7 +176,8 @@ type Config struct {
 	// trip whose fastest clean sample was slower than rttNoload backs off
 	// by rttNoload over that sample instead, when it is smaller (but not
 	// below 0.5), once per such round trip. Defaults to 0.9 (0.95 once
-	// Auto runs FlatLatency's law). Must be in (0, 1).
+	// Auto runs FlatLatency's law, and for Auto's drops with the mark of
+	// a flat upstream before it does). Must be in (0, 1).
 	BackoffRatio float64
 
 	// AIMDIncrease is what AIMD adds to the estimate on each clean,

@@ -172,8 +172,10 @@
 // upstream whose latency grows with its load before it refuses, that
 // refuses by timing out, or a brief outage, keeps Gradient2; so does a
 // flat upstream whose latencies spread widely, which rarely shows such
-// evidence — choose FlatLatency for it. Snapshot.Law tells which law
-// runs; Config.Law Gradient2 or FlatLatency chooses one for good.
+// evidence — choose FlatLatency for it. Until the move, a drop with that
+// mark backs off by FlatLatency's BackoffRatio already. Snapshot.Law
+// tells which law runs; Config.Law Gradient2 or FlatLatency chooses one
+// for good.
 //
 // # Admission
 //

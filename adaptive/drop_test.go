@@ -78,7 +78,7 @@ func TestMaxHealthyRTTUnderAIMD(t *testing.T) {
 
 func TestInstantDropsBackOffNoSoonerThanRTTNoload(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l, clk := newTestLimiter(t, Config{Law: Gradient2, InitialLimit: 100})
 	le := acquireN(t, l, 1)[0]
 	clk.Advance(100 * time.Millisecond)
 	le.Release() // rttNoload = 100 ms
@@ -113,7 +113,7 @@ func TestInstantDropsBackOffNoSoonerThanRTTNoload(t *testing.T) {
 func TestDropAfterQueueingBacksOffByTheQueue(t *testing.T) {
 	t.Parallel()
 	drop := func(l *Limiter, clk *fakeClock) float64 { return dropRatioOf(t, l, clk) }
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l, clk := newTestLimiter(t, Config{Law: Gradient2, InitialLimit: 100})
 	sampleOne(t, l, clk, 10*time.Millisecond) // rttNoload
 	sampleOne(t, l, clk, 16*time.Millisecond) // within tolerance: the estimate stays
 	require.Equal(t, 100.0, l.Estimate())

@@ -98,7 +98,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // that limit less the cut (see SetFleetLimit and backoff). The caller
 // holds l.mu.
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
-	l.autoFlat(now, rec)
+	flat := l.autoFlat(now, rec)
 	l.drops++
 	sinceBackoff := rec.backoffEpoch == l.backoffEpoch // admitted after the last backoff
 	step := 1
@@ -163,6 +163,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	ratio := l.law.backoffRatio
 	if !l.answered(now, rec) {
 		ratio = l.dropRatio(now, rec)
+	}
+	if flat {
+		ratio = max(ratio, l.flatLaw.backoffRatio)
 	}
 	l.backoff(now, rec, ratio, bound)
 }

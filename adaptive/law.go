@@ -73,21 +73,24 @@ func flatParams(raw Config) lawParams {
 // at a clean round trip that shows queueing (see autoRound), and when
 // more than autoFlatSpan round trips separate the first refusal counted
 // from the last. The move keeps the estimate and lets the in-flight climb
-// at once to the limit it has now, as before the move. The caller holds
-// l.mu.
-func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) {
+// at once to the limit it has now, as before the move. It reports whether
+// rec's refusal has the mark of a flat-latency upstream (answered at once
+// after a round trip without queueing), counted or not: Auto, still
+// Gradient2, then backs off by FlatLatency's BackoffRatio (see drop). The
+// caller holds l.mu.
+func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) (flat bool) {
 	if l.cfg.Law != Auto || l.law.law != Gradient2 || l.answered(now, rec) {
-		return
+		return false
 	}
 	noload, ok := l.window.min()
-	flat := ok && !l.recal.active() && !now.Before(rec.start) &&
+	flat = ok && !l.recal.active() && !now.Before(rec.start) &&
 		2*now.Sub(rec.start) < noload && float64(l.window.last()) <= autoFlatQueueing*float64(noload)
 	switch {
 	case !flat:
 		l.flatRefusals = 0
-		return
+		return false
 	case l.flatRefusals > 0 && l.round == l.flatRound:
-		return // no request served since the last one counted
+		return true // no request served since the last one counted
 	case l.flatRefusals == 0 || l.round-l.flatFirst > autoFlatSpan:
 		l.flatRefusals, l.flatFirst = 0, l.round
 	}
@@ -97,6 +100,7 @@ func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) {
 		l.law = l.flatLaw
 		l.paced = l.limit(now)
 	}
+	return true
 }
 
 // autoRound starts Auto's count of refusals again when the fastest sample

@@ -28,12 +28,35 @@ func TestAutoMovesToFlatLatencyOnRefusalsAnsweredAtOnce(t *testing.T) {
 	flatRefusal(t, l, clk)
 	flatRefusal(t, l, clk)
 	require.Equal(t, Gradient2, l.Snapshot().Law)
-	require.InDelta(t, 20*0.9*0.9, l.Estimate(), 1e-9, "Gradient2's backoff of 0.9")
+	require.InDelta(t, 20*0.95*0.95, l.Estimate(), 1e-9, "FlatLatency's backoff of 0.95 before the move")
 	flatRefusal(t, l, clk)
 	require.Equal(t, AIMD, l.Snapshot().Law, "the third refusal in a row moves the law")
-	require.InDelta(t, 20*0.9*0.9*0.95, l.Estimate(), 1e-9, "FlatLatency's backoff of 0.95, from the third on")
+	require.InDelta(t, 20*0.95*0.95*0.95, l.Estimate(), 1e-9, "FlatLatency's backoff of 0.95")
 	require.Equal(t, lawParams{law: AIMD, backoffRatio: 0.95, aimdIncrease: 0.25, aimdBackoff: 0.9, aimdProbe: 5,
 		utilization: 0.8, paceGrowth: true}, l.law, "FlatLatency's law")
+}
+
+// Before Auto moves, a refusal with the mark of a flat upstream already
+// backs off by FlatLatency's BackoffRatio (the Config's own if it sets
+// one); any other drop by Gradient2's, and a chosen Gradient2 keeps 0.9.
+func TestAutoBacksOffLikeFlatLatencyBeforeTheMove(t *testing.T) {
+	t.Parallel()
+	ratio := func(cfg Config, refusal func(*testing.T, *Limiter, *fakeClock)) float64 {
+		cfg.InitialLimit = 100
+		l, clk := newTestLimiter(t, cfg)
+		sampleOne(t, l, clk, 20*time.Millisecond) // rttNoload 20ms
+		before := l.Estimate()
+		refusal(t, l, clk)
+		return l.Estimate() / before
+	}
+	timedOut := func(t *testing.T, l *Limiter, clk *fakeClock) {
+		sampleOne(t, l, clk, 20*time.Millisecond)
+		refuse(t, l, clk, time.Second)
+	}
+	require.InDelta(t, 0.95, ratio(Config{}, flatRefusal), 1e-9, "Auto, answered at once")
+	require.InDelta(t, 0.8, ratio(Config{BackoffRatio: 0.8}, flatRefusal), 1e-9, "Auto, the Config's own BackoffRatio")
+	require.InDelta(t, 0.9, ratio(Config{}, timedOut), 1e-9, "Auto, a refusal that timed out")
+	require.InDelta(t, 0.9, ratio(Config{Law: Gradient2}, flatRefusal), 1e-9, "Gradient2 chosen")
 }
 
 func TestAutoKeepsGradient2(t *testing.T) {

@@ -138,8 +138,9 @@ InitialLimit 1. L_global is the lowest value any running node last heard.
 **defaults** is the zero Config but for InitialLimit: law Auto, which
 starts as Gradient2 and moves to FlatLatency's law after three refusals
 answered at once that followed round trips without queueing, as this
-provider's 429s are; a restarted node's limiter starts as Gradient2
-again.
+provider's 429s are, and backs off by FlatLatency's 0.95 on such a
+refusal already before it moves; a restarted node's limiter starts as
+Gradient2 again.
 
 `, climbCapacity, base.BaseLatency, climbNodes, climbWorkers, 100*climbTarget, int(climbTarget*climbCapacity), climbDeadline,
 		restartNodes, restartWorkers, restartWarmup, restartSettle, restartSettle)
