@@ -36,10 +36,13 @@ const (
 	// AIMDProbe 5, UtilizationThreshold 0.8, PaceGrowth on), and the
 	// fields it sets keep theirs; the estimate and everything else carry
 	// over. Before the move, every drop with that mark (answered at once,
-	// no queueing before it), counted or not, already backs off by
-	// FlatLatency's BackoffRatio (0.95, or this Config's own), not
-	// Gradient2's 0.9: a fleet node restarted at a flat upstream then
-	// costs the fleet's limit no more than the law it will run.
+	// no queueing before it), counted or not, already backs off as
+	// FlatLatency's law would: by its BackoffRatio (0.95, or this
+	// Config's own), not Gradient2's 0.9 or the ratio of a round trip a
+	// little slower than rttNoload (see BackoffRatio), and under a fleet
+	// limit at most half of what that ratio leaves. A fleet node
+	// restarted at a flat upstream then costs the fleet's limit no more
+	// than the law it will run.
 	// Snapshot.Law tells which law runs.
 	Auto Law = iota
 	// Gradient2 compares a round trip's latency with a baseline, the
@@ -175,9 +178,11 @@ type Config struct {
 	// at most once per round trip. Under Gradient2 a drop after a round
 	// trip whose fastest clean sample was slower than rttNoload backs off
 	// by rttNoload over that sample instead, when it is smaller (but not
-	// below 0.5), once per such round trip. Defaults to 0.9 (0.95 once
-	// Auto runs FlatLatency's law, and for Auto's drops with the mark of
-	// a flat upstream before it does). Must be in (0, 1).
+	// below 0.5), once per such round trip — except, under Auto, a drop
+	// with the mark of a flat upstream, which backs off as FlatLatency's
+	// law would (see Auto). Defaults to 0.9 (0.95 once Auto runs
+	// FlatLatency's law, and for Auto's drops with that mark before it
+	// does). Must be in (0, 1).
 	BackoffRatio float64
 
 	// AIMDIncrease is what AIMD adds to the estimate on each clean,

@@ -93,7 +93,9 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // cut, while the requests sent before it still hold their slots upstream,
 // says the node is still sending its excess; at a limit of hundreds it is
 // many slots, so it cuts two. The estimate is multiplied by BackoffRatio
-// (or, under Gradient2, dropRatio's ratio), at most once per round trip,
+// (or, under Gradient2, dropRatio's ratio; under Auto before its move, a
+// drop with the mark of a flat upstream takes FlatLatency's BackoffRatio
+// instead, see autoFlat), at most once per round trip,
 // and, with a fleet limit set, capped at
 // that limit less the cut (see SetFleetLimit and backoff). The caller
 // holds l.mu.
@@ -161,11 +163,14 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		bound = float64(l.fleetLimit - l.cut)
 	}
 	ratio := l.law.backoffRatio
-	if !l.answered(now, rec) {
+	switch {
+	case flat:
+		// The law Auto would move to: its ratio, and no queue
+		// evidence (a round trip within autoFlatQueueing of
+		// rttNoload is not a queue to it).
+		ratio = l.flatLaw.backoffRatio
+	case !l.answered(now, rec):
 		ratio = l.dropRatio(now, rec)
-	}
-	if flat {
-		ratio = max(ratio, l.flatLaw.backoffRatio)
 	}
 	l.backoff(now, rec, ratio, bound)
 }
@@ -185,7 +190,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 // outage) use it once; and a refusal long after it (an idle hour) says
 // nothing of it. A round trip closed by a request sent before the queue
 // a backoff answered could drain, a recalibration's probes and a round
-// trip measured before SetEstimate are no evidence. The caller holds l.mu.
+// trip measured before SetEstimate are no evidence. Auto's drop with a
+// flat upstream's mark does not ask, and leaves the evidence as it is
+// (see drop). The caller holds l.mu.
 func (l *Limiter) dropRatio(now time.Time, rec *leaseRecord) float64 {
 	ratio := l.law.backoffRatio
 	noload, ok := l.window.min()
@@ -407,8 +414,10 @@ func (l *Limiter) propose(next float64, load int) {
 // and their fast rejections say nothing yet about the lowered limit.
 //
 // The result is also capped at bound, but never below half of
-// estimate·BackoffRatio (or estimate·ratio, if lower), so that one backoff
-// takes at most half of what BackoffRatio leaves, whatever dropRatio gave.
+// estimate·max(ratio, BackoffRatio) (or estimate·ratio, if lower), so that
+// one backoff takes at most half of what BackoffRatio leaves, whatever
+// dropRatio gave — half of what FlatLatency's ratio leaves for Auto's
+// drop with a flat upstream's mark (see drop).
 // math.Inf(1) means no cap. The level the estimate came
 // down from, for AIMD's probe (see aimdStep), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
@@ -423,7 +432,7 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	if bound < next {
 		// At most half of what BackoffRatio leaves, even when the
 		// queue's ratio (see dropRatio) took more already.
-		next = max(bound, min(next, l.estimate*l.law.backoffRatio/2))
+		next = max(bound, min(next, l.estimate*max(ratio, l.law.backoffRatio)/2))
 	}
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio

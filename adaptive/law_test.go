@@ -53,10 +53,31 @@ func TestAutoBacksOffLikeFlatLatencyBeforeTheMove(t *testing.T) {
 		sampleOne(t, l, clk, 20*time.Millisecond)
 		refuse(t, l, clk, time.Second)
 	}
+	// A round trip 1.2 times rttNoload: within Auto's mark of no
+	// queueing, and queue evidence to Gradient2 (10/12).
+	slightlySlow := func(t *testing.T, l *Limiter, clk *fakeClock) {
+		sampleOne(t, l, clk, 24*time.Millisecond)
+		refuse(t, l, clk, time.Millisecond)
+	}
 	require.InDelta(t, 0.95, ratio(Config{}, flatRefusal), 1e-9, "Auto, answered at once")
-	require.InDelta(t, 0.8, ratio(Config{BackoffRatio: 0.8}, flatRefusal), 1e-9, "Auto, the Config's own BackoffRatio")
+	require.InDelta(t, 0.95, ratio(Config{}, slightlySlow), 1e-9, "Auto: no queue to FlatLatency's law")
+	require.InDelta(t, 0.97, ratio(Config{BackoffRatio: 0.97}, flatRefusal), 1e-9, "Auto, the Config's own BackoffRatio")
 	require.InDelta(t, 0.9, ratio(Config{}, timedOut), 1e-9, "Auto, a refusal that timed out")
 	require.InDelta(t, 0.9, ratio(Config{Law: Gradient2}, flatRefusal), 1e-9, "Gradient2 chosen")
+	require.InDelta(t, 20.0/24, ratio(Config{Law: Gradient2}, slightlySlow), 1e-9, "Gradient2 chosen: the queue's ratio")
+
+	// Under a fleet limit that binds, one backoff takes at most half of
+	// what the ratio leaves: FlatLatency's for Auto's flat refusal.
+	bound := func(cfg Config) float64 {
+		cfg.InitialLimit = 100
+		l, clk := newTestLimiter(t, cfg)
+		l.SetCeiling(10)
+		l.SetFleetLimit(20)
+		flatRefusal(t, l, clk)
+		return l.Estimate()
+	}
+	require.InDelta(t, 47.5, bound(Config{}), 1e-9, "Auto: half of 0.95")
+	require.InDelta(t, 45, bound(Config{Law: Gradient2}), 1e-9, "Gradient2 chosen: half of 0.9")
 }
 
 func TestAutoKeepsGradient2(t *testing.T) {
