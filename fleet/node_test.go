@@ -48,10 +48,12 @@ func startNode(t *testing.T, c coord.Coordinator, cfg Config) *Node {
 	return n
 }
 
-// eventually polls cond every 5 ms for up to 5 s.
+// eventually polls cond every 5 ms for up to 15 s: the package's parallel
+// tests run beside others under -race, where a node's 20 ms heartbeats
+// and 200 ms lease may miss for seconds at a time.
 func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, append([]any{msg}, args...)...)
+	require.Eventually(t, cond, 15*time.Second, 5*time.Millisecond, append([]any{msg}, args...)...)
 }
 
 func TestConfigValidation(t *testing.T) {
