@@ -563,18 +563,18 @@ func TestLearningAfterIncarnationChange(t *testing.T) {
 		r.MaxRequestDuration = 5 * time.Second
 		return r
 	}
-	s := NewState("k", t0).Incarnate(Database{Incarnation: "db-1"}, t0)
+	s := NewState("k", t0).Incarnate(Database{Incarnation: "db-1"}, t0, Report{})
 	require.Equal(t, "db-1", s.Key.Incarnation)
 	s, ga := mustHeartbeat(t, s, r("a", 1, 0, 5), t0)
 	s, gb := mustHeartbeat(t, s, r("b", 1, 0, 5), t0)
 	require.False(t, ga.Learning)
-	require.Equal(t, s, s.Incarnate(Database{Incarnation: "db-1"}, t0), "the same incarnation changes nothing")
-	require.Equal(t, s, s.Incarnate(Database{Incarnation: ""}, t0), "no incarnation changes nothing")
+	require.Equal(t, s, s.Incarnate(Database{Incarnation: "db-1"}, t0, Report{}), "the same incarnation changes nothing")
+	require.Equal(t, s, s.Incarnate(Database{Incarnation: ""}, t0, Report{}), "no incarnation changes nothing")
 
 	// Failover: a new incarnation. The epoch moves to now; for the key's
 	// lease plus request bound, no node is granted more than it proves.
 	now := t0.Add(time.Second)
-	l := s.Incarnate(Database{Incarnation: "db-2"}, now)
+	l := s.Incarnate(Database{Incarnation: "db-2"}, now, Report{})
 	require.Equal(t, now.UnixMicro(), l.Key.Epoch)
 	require.Equal(t, now.Add(ttl+5*time.Second), l.Key.LearningUntil)
 	l, g := mustHeartbeat(t, l, applied(r("a", 2, 3, 9), ga), now)
@@ -612,8 +612,9 @@ func TestDatabaseLearningReachesNewKeys(t *testing.T) {
 	fresh := d.Check("db-2", t0)
 	require.Equal(t, "db-2", fresh.Incarnation)
 	require.False(t, fresh.LearningUntil.After(t0), "no heartbeat yet: no learning mode")
+	require.True(t, fresh.LearningSince.IsZero(), "no heartbeat yet: nothing to learn from")
 
-	s, ga := mustHeartbeat(t, NewState("k", t0).Incarnate(d, t0), r("a", 1), t0)
+	s, ga := mustHeartbeat(t, NewState("k", t0).Incarnate(d, t0, r("a", 1)), r("a", 1), t0)
 	require.Equal(t, 10, ga.Share)
 	d = d.Record(s.Key)
 	require.Equal(t, Database{Incarnation: "db-1", MaxLeaseTTL: ttl, MaxRequestDuration: 5 * time.Second}, d)
@@ -623,11 +624,12 @@ func TestDatabaseLearningReachesNewKeys(t *testing.T) {
 	now := t0.Add(time.Second)
 	d2 := d.Check("db-2", now)
 	require.Equal(t, now.Add(ttl+5*time.Second), d2.LearningUntil)
-	k := NewState("k", now).Incarnate(d2, now)
+	require.Equal(t, now, d2.LearningSince)
+	k := NewState("k", now).Incarnate(d2, now, Report{})
 	require.Equal(t, "db-2", k.Key.Incarnation)
 	require.Equal(t, d2.LearningUntil, k.Key.LearningUntil)
 	require.Greater(t, k.Key.Epoch, ga.Epoch)
-	require.Equal(t, k, k.Incarnate(d2, now), "a key checked since changes no more")
+	require.Equal(t, k, k.Incarnate(d2, now, r("b", 1)), "a key checked since changes no more")
 	k, g := mustHeartbeat(t, k, r("b", 1), now)
 	require.True(t, g.Learning)
 	require.Zero(t, g.Share, "a newcomer gets nothing while a's forgotten grant may run")

@@ -28,15 +28,16 @@ func (s State) lostState(r Report, row *NodeState) bool {
 }
 
 // Database is what the database remembers beside its keys (for Postgres,
-// table fleetlimit.database_state): the incarnation it last saw, the
-// learning mode it entered when that changed, and the largest lease and
-// request bound any key recorded, which never shrink (a key's delete
-// keeps them). A loss restores it as it was, with the incarnation of
-// before: so a key the loss took whole, or whose every heartbeat it took,
-// still learns that the database lost state.
+// table fleetlimit.database_state): the incarnation it last saw, when it
+// saw that incarnation change with a heartbeat on record (LearningSince;
+// zero if it never did) and the learning mode it entered then, and the
+// largest lease and request bound any key recorded, which never shrink (a
+// key's delete keeps them). A loss restores it as it was, with the
+// incarnation of before: so a key the loss took whole, or whose every
+// heartbeat it took, still learns that the database lost state.
 type Database struct {
 	Incarnation                     string
-	LearningUntil                   time.Time
+	LearningSince, LearningUntil    time.Time
 	MaxLeaseTTL, MaxRequestDuration time.Duration
 }
 
@@ -44,14 +45,20 @@ type Database struct {
 // fleetlimit.incarnate). When incarnation is not the one d recorded, the
 // database may have lost committed state: it records incarnation and
 // enters learning mode until every lease and request any key recorded may
-// have run out from now. A history without a heartbeat has no grant to
-// forget, and no learning mode. An empty incarnation (a coordinator that
-// cannot tell) changes nothing.
+// have run out from now; if it has recorded a heartbeat (MaxLeaseTTL > 0)
+// it also records now as LearningSince, from which a key's first check
+// may learn for longer, by its report's own lease and request bound (see
+// State.Incarnate). A database that has recorded no heartbeat has, by its
+// record, no grant to forget, and no learning mode. An empty incarnation
+// (a coordinator that cannot tell) changes nothing.
 func (d Database) Check(incarnation string, now time.Time) Database {
 	if incarnation == "" || incarnation == d.Incarnation {
 		return d
 	}
-	d.Incarnation = incarnation
+	d.Incarnation, d.LearningSince = incarnation, time.Time{}
+	if d.MaxLeaseTTL > 0 {
+		d.LearningSince = now
+	}
 	if until := now.Add(d.MaxLeaseTTL + d.MaxRequestDuration); until.After(d.LearningUntil) {
 		d.LearningUntil = until
 	}
@@ -66,29 +73,43 @@ func (d Database) Record(k KeyState) Database {
 }
 
 // Incarnate checks the key against the database's incarnation, as d has
-// it after Check, before a heartbeat or an operator's action at now. A key
-// that last saw another incarnation may have lost committed state (a
+// it after Check, before a heartbeat or an operator's action at now; r is
+// the heartbeat's report, or the zero Report for an operator's action. A
+// key that last saw another incarnation may have lost committed state (a
 // failover to an asynchronous replica, a restore), so it enters learning
-// mode. The key's first check records the incarnation and takes the
-// database's learning mode, with a new epoch: a key created, or never
-// checked, since the database lost state may be one whose grants were lost
-// with it. An empty incarnation changes nothing.
-func (s State) Incarnate(d Database, now time.Time) State {
+// mode, with r's lease and request bound among the key's (see learn). The
+// key's first check records the incarnation and takes the database's
+// learning mode, with a new epoch: a key created, or never checked, since
+// the database lost state may be one whose grants were lost with it. That
+// learning mode lasts at least r's lease plus its request bound from
+// d.LearningSince, when the database saw the change: a grant the loss took
+// was issued before then, and ran out within that time where the key's
+// nodes share their settings, even when the lost history had raised the
+// bounds the database recorded. A loss back to before the database's
+// first heartbeat cannot be told from a new database, and learns nothing
+// (see Check). An empty incarnation changes nothing.
+func (s State) Incarnate(d Database, now time.Time, r Report) State {
 	switch {
 	case d.Incarnation == "" || d.Incarnation == s.Key.Incarnation:
 		return s
 	case s.Key.Incarnation == "":
 		next := s.Clone()
 		next.Key.Incarnation = d.Incarnation
-		if d.LearningUntil.After(now) {
+		until := d.LearningUntil
+		if !d.LearningSince.IsZero() {
+			if own := d.LearningSince.Add(leaseTTL(r) + requestBound(r)); own.After(until) {
+				until = own
+			}
+		}
+		if until.After(now) {
 			next.Key.Epoch = max(now.UnixMicro(), next.Key.Epoch+1)
-			if d.LearningUntil.After(next.Key.LearningUntil) {
-				next.Key.LearningUntil = d.LearningUntil
+			if until.After(next.Key.LearningUntil) {
+				next.Key.LearningUntil = until
 			}
 		}
 		return next
 	}
-	next := s.learn(now, Report{})
+	next := s.learn(now, r)
 	next.Key.Incarnation = d.Incarnation
 	return next
 }

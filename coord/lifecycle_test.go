@@ -47,7 +47,8 @@ func (n *zzNode) apply(g Grant) {
 // applies the grant.
 func zzBeat(t *testing.T, s State, n *zzNode, inflight, demand int, now time.Time) (State, Grant) {
 	t.Helper()
-	next, g, err := s.Incarnate(Database{Incarnation: "db"}, now).Heartbeat(n.report(inflight, demand), now)
+	r := n.report(inflight, demand)
+	next, g, err := s.Incarnate(Database{Incarnation: "db"}, now, r).Heartbeat(r, now)
 	if err != nil {
 		t.Fatalf("heartbeat of %s at %v: %v", n.id, now.Sub(zzT0), err)
 	}
@@ -130,7 +131,8 @@ func TestLearningDoesNotRatchetShares(t *testing.T) {
 	s, _ = zzBeat(t, s, a, 0, 10, zzAt(0))
 	s, _ = zzBeat(t, s, a, 10, 10, zzAt(time.Second))
 	// A failover: the next heartbeat sees another incarnation.
-	next, g, err := s.Incarnate(Database{Incarnation: "replica"}, zzAt(2*time.Second)).Heartbeat(a.report(10, 10), zzAt(2*time.Second))
+	r := a.report(10, 10)
+	next, g, err := s.Incarnate(Database{Incarnation: "replica"}, zzAt(2*time.Second), r).Heartbeat(r, zzAt(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestLateHeartbeatAfterLeaveIsStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, g, err := s.Incarnate(Database{Incarnation: "db"}, zzAt(1200*time.Millisecond)).Heartbeat(late, zzAt(1200*time.Millisecond))
+	s, g, err := s.Incarnate(Database{Incarnation: "db"}, zzAt(1200*time.Millisecond), late).Heartbeat(late, zzAt(1200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,70 @@ import (
 	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
+// lossBackend is a coordinator with a replica: save keeps the key's row
+// and the database's record as a replica has them; lose fails over to
+// them, under another incarnation.
+type lossBackend struct {
+	c          coordinator
+	save, lose func(key string)
+}
+
+// lossBackends are Memory and Postgres, each as a lossBackend.
+var lossBackends = []struct {
+	name string
+	new  func(t *testing.T, clock *fakeClock) lossBackend
+}{
+	{"memory", func(t *testing.T, clock *fakeClock) lossBackend {
+		m := coord.NewMemory(clock)
+		saved := map[string]coord.State{}
+		var db coord.Database
+		n := 0
+		return lossBackend{c: m,
+			save: func(key string) {
+				if s, ok := m.Snapshot(key); ok {
+					saved[key] = s
+				}
+				db = m.SnapshotDatabase()
+			},
+			lose: func(key string) {
+				if s, ok := saved[key]; ok {
+					m.Restore(key, s)
+				} else {
+					require.NoError(t, m.DeleteKey(context.Background(), key, true))
+				}
+				m.RestoreDatabase(db)
+				n++
+				m.SetIncarnation(fmt.Sprintf("after loss %d", n))
+			}}
+	}},
+	{"postgres", func(t *testing.T, clock *fakeClock) lossBackend {
+		pool := fleettest.Pool(t)
+		ctx := context.Background()
+		_, err := pool.Exec(ctx, `CREATE TABLE replica_keys (LIKE fleetlimit.keys);
+CREATE TABLE replica_database_state (LIKE fleetlimit.database_state)`)
+		require.NoError(t, err)
+		return lossBackend{c: newPostgres(t, pool, coord.WithClock(clock)),
+			save: func(key string) {
+				_, err := pool.Exec(ctx, `INSERT INTO replica_keys SELECT * FROM fleetlimit.keys WHERE key = $1`, key)
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, `INSERT INTO replica_database_state SELECT * FROM fleetlimit.database_state`)
+				require.NoError(t, err)
+			},
+			lose: func(key string) {
+				_, err := pool.Exec(ctx, `DELETE FROM fleetlimit.keys WHERE key = $1`, key)
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, `INSERT INTO fleetlimit.keys SELECT * FROM replica_keys WHERE key = $1`, key)
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'before the loss' WHERE key = $1 AND incarnation IS NOT NULL`, key)
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, `DELETE FROM fleetlimit.database_state;
+INSERT INTO fleetlimit.database_state SELECT * FROM replica_database_state;
+UPDATE fleetlimit.database_state SET incarnation = 'before the loss'`)
+				require.NoError(t, err)
+			}}
+	}},
+}
+
 // TestNewKeyLearnsAfterALoss pins, on Memory and on Postgres, what the
 // database's own record is for: a loss that takes a key whole, or every
 // heartbeat of it, leaves the key nothing to compare, but the database's
@@ -23,65 +87,7 @@ import (
 // used.
 func TestNewKeyLearnsAfterALoss(t *testing.T) {
 	t.Parallel()
-	type backend struct {
-		c coordinator
-		// save keeps the key's row and the database's record as a
-		// replica has them; lose fails over to them, under another
-		// incarnation.
-		save, lose func(key string)
-	}
-	for _, impl := range []struct {
-		name string
-		new  func(t *testing.T, clock *fakeClock) backend
-	}{
-		{"memory", func(_ *testing.T, clock *fakeClock) backend {
-			m := coord.NewMemory(clock)
-			saved := map[string]coord.State{}
-			var db coord.Database
-			n := 0
-			return backend{c: m,
-				save: func(key string) {
-					if s, ok := m.Snapshot(key); ok {
-						saved[key] = s
-					}
-					db = m.SnapshotDatabase()
-				},
-				lose: func(key string) {
-					if s, ok := saved[key]; ok {
-						m.Restore(key, s)
-					} else {
-						require.NoError(t, m.DeleteKey(context.Background(), key, true))
-					}
-					m.RestoreDatabase(db)
-					n++
-					m.SetIncarnation(fmt.Sprintf("after loss %d", n))
-				}}
-		}},
-		{"postgres", func(t *testing.T, clock *fakeClock) backend {
-			pool := fleettest.Pool(t)
-			ctx := context.Background()
-			_, err := pool.Exec(ctx, `CREATE TABLE replica_keys (LIKE fleetlimit.keys);
-CREATE TABLE replica_database_state (LIKE fleetlimit.database_state)`)
-			require.NoError(t, err)
-			return backend{c: newPostgres(t, pool, coord.WithClock(clock)),
-				save: func(key string) {
-					_, err := pool.Exec(ctx, `INSERT INTO replica_keys SELECT * FROM fleetlimit.keys WHERE key = $1`, key)
-					require.NoError(t, err)
-					_, err = pool.Exec(ctx, `INSERT INTO replica_database_state SELECT * FROM fleetlimit.database_state`)
-					require.NoError(t, err)
-				},
-				lose: func(key string) {
-					_, err := pool.Exec(ctx, `DELETE FROM fleetlimit.keys WHERE key = $1`, key)
-					require.NoError(t, err)
-					_, err = pool.Exec(ctx, `INSERT INTO fleetlimit.keys SELECT * FROM replica_keys WHERE key = $1`, key)
-					require.NoError(t, err)
-					_, err = pool.Exec(ctx, `DELETE FROM fleetlimit.database_state;
-INSERT INTO fleetlimit.database_state SELECT * FROM replica_database_state;
-UPDATE fleetlimit.database_state SET incarnation = 'before the loss'`)
-					require.NoError(t, err)
-				}}
-		}},
-	} {
+	for _, impl := range lossBackends {
 		t.Run(impl.name, func(t *testing.T) {
 			t.Parallel()
 			for _, created := range []bool{false, true} {
@@ -123,5 +129,95 @@ UPDATE fleetlimit.database_state SET incarnation = 'before the loss'`)
 				require.Equal(t, 10, g.Share, "%s: after learning mode, b alone", key)
 			}
 		})
+	}
+}
+
+// TestLearningCoversTheReportsOwnBounds pins, on Memory and on Postgres,
+// that learning mode after a loss lasts at least the heartbeat's own lease
+// and request bound, for the bounds the database and the key recorded come
+// back with the loss and the lost history may have raised them. A node of
+// the lost history was granted all of L_global 10 with a 10 s lease and a
+// 5 s request bound; a newcomer with the same settings must get nothing
+// for 15 s from the loss's discovery.
+//   - "whole": the key was lost whole, and the only key the replica knew
+//     ran with a 1 s lease and no bound. That key's heartbeat is the first
+//     check after the loss, so the database learns for 1 s; the newcomer
+//     comes 2.1 s after it.
+//   - "raised": the key's node raised its lease from 1 s to 10 s and its
+//     bound from 0 to 5 s at a heartbeat the loss took; the key learns for
+//     the 1 s it recorded, and the newcomer comes again 1.1 s after its
+//     first heartbeat.
+func TestLearningCoversTheReportsOwnBounds(t *testing.T) {
+	t.Parallel()
+	const key = "lost"
+	long := func(node string, seq int64, g coord.Grant) coord.Report {
+		return coord.Report{Key: key, NodeID: node, Instance: node + "/1", Seq: seq, LLocal: 10, Demand: 10,
+			LeaseTTL: 10 * time.Second, MaxRequestDuration: 5 * time.Second, Epoch: g.Epoch, AppliedGen: g.Generation}
+	}
+	for _, impl := range lossBackends {
+		for _, c := range []string{"whole", "raised"} {
+			t.Run(impl.name+"/"+c, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				clock := newFakeClock(t0)
+				b := impl.new(t, clock)
+				var ga coord.Grant
+				if c == "whole" {
+					short := coord.Report{Key: "other", NodeID: "o", Instance: "o/1", Seq: 1, LLocal: 10, Demand: 1, LeaseTTL: time.Second}
+					_, err := b.c.Heartbeat(ctx, short)
+					require.NoError(t, err)
+					b.save(key)
+					ga, err = b.c.Heartbeat(ctx, long("a", 1, coord.Grant{}))
+					require.NoError(t, err)
+					require.Equal(t, 10, ga.Share)
+					b.lose(key)
+					clock.Advance(100 * time.Millisecond)
+					short.Seq = 2
+					_, err = b.c.Heartbeat(ctx, short)
+					require.NoError(t, err)
+					clock.Advance(2100 * time.Millisecond)
+				} else {
+					first := long("a", 1, coord.Grant{})
+					first.LeaseTTL, first.MaxRequestDuration = time.Second, 0
+					g, err := b.c.Heartbeat(ctx, first)
+					require.NoError(t, err)
+					b.save(key)
+					clock.Advance(500 * time.Millisecond)
+					ga, err = b.c.Heartbeat(ctx, long("a", 2, g))
+					require.NoError(t, err)
+					require.Equal(t, 10, ga.Share)
+					b.lose(key)
+					clock.Advance(100 * time.Millisecond)
+					g, err = b.c.Heartbeat(ctx, long("b", 1, coord.Grant{}))
+					require.NoError(t, err)
+					require.True(t, g.Learning)
+					clock.Advance(1100 * time.Millisecond)
+				}
+				discovered := clock.Now().Add(-2100 * time.Millisecond)
+				if c == "raised" {
+					discovered = clock.Now().Add(-1100 * time.Millisecond)
+				}
+				g, err := b.c.Heartbeat(ctx, long("b", 2, coord.Grant{}))
+				require.NoError(t, err)
+				require.True(t, g.Learning, "the newcomer's own lease and bound from the loss's discovery")
+				require.Zero(t, g.Share, "a's forgotten grant of 10 may still be in use")
+				require.Greater(t, g.Epoch, ga.Epoch)
+				keys, err := b.c.Keys(ctx)
+				require.NoError(t, err)
+				until := time.Time{}
+				for _, k := range keys {
+					if k.Key == key {
+						until = k.LearningUntil
+					}
+				}
+				require.WithinDuration(t, discovered.Add(15*time.Second), until, 0)
+
+				clock.Set(until)
+				g, err = b.c.Heartbeat(ctx, long("b", 3, g))
+				require.NoError(t, err)
+				require.False(t, g.Learning)
+				require.Equal(t, 10, g.Share, "after learning mode, b alone")
+			})
+		}
 	}
 }

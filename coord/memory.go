@@ -95,7 +95,7 @@ func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
 	if !ok {
 		s = NewState(r.Key, now)
 	}
-	s, db := m.incarnate(s, now)
+	s, db := m.incarnate(s, now, r)
 	next, g, err := s.Heartbeat(r, now)
 	if err != nil {
 		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
@@ -171,18 +171,19 @@ func (m *Memory) SetAggregate(_ context.Context, key string, a Aggregate) error 
 }
 
 // incarnate is fleetlimit.incarnate: the database's incarnation check, then
-// the key's. The caller keeps the Database it returns only when its
+// the key's, for the heartbeat's report r or, for an operator's action, the
+// zero Report. The caller keeps the Database it returns only when its
 // operation succeeds: a transaction that fails rolls both back.
-func (m *Memory) incarnate(s State, now time.Time) (State, Database) {
+func (m *Memory) incarnate(s State, now time.Time, r Report) (State, Database) {
 	db := m.db.Check(m.incarnation, now)
-	return s.Incarnate(db, now), db
+	return s.Incarnate(db, now, r), db
 }
 
 // updateChecked runs fn on key's state after the incarnation checks, as the
 // database's drain, undrain and evict do.
 func (m *Memory) updateChecked(op, key string, fn func(s State) (State, error)) error {
 	return m.update(op, key, func(s State, now time.Time) (State, error) {
-		s, db := m.incarnate(s, now)
+		s, db := m.incarnate(s, now, Report{})
 		next, err := fn(s)
 		if err == nil {
 			m.db = db
@@ -278,7 +279,7 @@ func (m *Memory) DeleteKey(_ context.Context, key string, force bool) error {
 		return fmt.Errorf("coord: delete key: %w: %.40q", ErrUnknownKey, key)
 	}
 	now := instant(m.clock)
-	checked, db := m.incarnate(s, now)
+	checked, db := m.incarnate(s, now, Report{})
 	held, reserve, rates, until := 0, 0, "", time.Time{}
 	for _, n := range s.Nodes {
 		if ok, u := n.heldBack(now); ok {

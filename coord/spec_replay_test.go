@@ -219,7 +219,7 @@ func newSpecReplay(ctx context.Context, pool *pgxpool.Pool, tr specTrace) (*spec
 		return nil, err
 	}
 	_, err = pool.Exec(ctx, `UPDATE fleetlimit.database_state
-SET incarnation = fleetlimit.incarnation(), learning_until = NULL, max_lease_ttl_us = 0, max_request_us = 0`)
+SET incarnation = fleetlimit.incarnation(), learning_since = NULL, learning_until = NULL, max_lease_ttl_us = 0, max_request_us = 0`)
 	if err == nil {
 		err = r.pgSync(ctx)
 	}
@@ -262,7 +262,7 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 		}
 		id := specNode(n[1])
 		db := r.db.Check(r.inc(), now)
-		s := r.s.Incarnate(db, now)
+		s := r.s.Incarnate(db, now, coord.Report{})
 		var (
 			next      coord.State
 			err, perr error
@@ -303,7 +303,7 @@ func (r *specReplay) step(ctx context.Context, st specStep, now time.Time) error
 	case "deletekey":
 		var err error
 		db := r.db.Check(r.inc(), now)
-		checked := r.s.Incarnate(db, now)
+		checked := r.s.Incarnate(db, now, coord.Report{})
 		switch {
 		case !r.exists:
 			err = coord.ErrUnknownKey
@@ -348,7 +348,7 @@ func (r *specReplay) heartbeat(ctx context.Context, n []int64, now time.Time) er
 		s = coord.NewState(r.key, now)
 	}
 	db := r.db.Check(r.inc(), now)
-	next, g, err := s.Incarnate(db, now).Heartbeat(rep, now)
+	next, g, err := s.Incarnate(db, now, rep).Heartbeat(rep, now)
 	pg, perr := r.pg.Heartbeat(ctx, rep)
 	kind := n[9]
 	if kind == specInUse {

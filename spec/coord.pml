@@ -126,7 +126,10 @@ inline createKey(MAXL, MINL) {
  * no key owns. After a failover its incarnation is not the database's:
  * record the new one and enter the database's learning mode, for the
  * longest lease plus request bound any key recorded (none: a history
- * without a heartbeat has no grant to forget). */
+ * without a heartbeat has no grant to forget). Every node has the same
+ * lease and bound here, so a key's first check, which learns at least
+ * its report's own from the database's check (learning_since), learns
+ * no longer than dbLearn. */
 inline incarnateDb() {
 #if FMAX > 0
 	if
@@ -147,14 +150,17 @@ inline incarnateDb() {
  * database's learning mode, with a new epoch: a key created, or never
  * checked, since a loss may be one whose grants were lost with it. After
  * a failover the key's recorded incarnation is not the database's:
- * learn. */
-inline incarnate() {
+ * learn, the report's lease and bound counted (R: 1 for a heartbeat, 0
+ * for an operator's action). */
+inline incarnate(R) {
 	incarnateDb();
 #if FMAX > 0
 	if
-	:: db.incStale || !db.incRec && db.dbLearn > 0 ->
-		hw = (db.incStale -> (db.seen -> TTL + REQHOLD : 0) : db.dbLearn);
+	:: db.incStale ->
 		db.incStale = 0;
+		learnKey(R)
+	:: !db.incStale && !db.incRec && db.dbLearn > 0 ->
+		hw = db.dbLearn;
 		learnFor(hw)
 	:: else
 	fi;
@@ -275,7 +281,7 @@ inline coordHeartbeat(I, J) {
 	if
 	:: !hfound && hv ->
 		/* An evicted instance whose row has gone. */
-		incarnate();
+		incarnate(1);
 		hshare = 0; hlg = db.lg; hep = 0; hgen = 0; hrem = 0; hstatus = ST_EVICTED; hlearn = (db.learn > 0);
 		hpinf = 0; hlive = 0;
 		for (hk : 0 .. NROWS-1) {
@@ -306,7 +312,7 @@ inline coordHeartbeat(I, J) {
 		:: hv -> hkind = G_INUSE
 		:: else ->
 			/* The database's incarnation, then the report's evidence. */
-			incarnate();
+			incarnate(1);
 			lostState(I, J);
 			if
 			:: hv -> learnKey(1)
@@ -592,7 +598,7 @@ inline coordDrain(I) {
 #endif
 	:: else ->
 		herr = E_OK;
-		incarnate();
+		incarnate(0);
 #ifndef MUT_ROW_DRAIN
 		db.drain[I] = 1;
 #endif
@@ -611,7 +617,7 @@ inline coordUndrain(I) {
 	:: !hv && !db.drain[I] -> herr = E_NODE
 	:: else ->
 		herr = E_OK;
-		incarnate();
+		incarnate(0);
 		db.drain[I] = 0;
 		for (hk : (I)*RPN .. (I)*RPN+RPN-1) {
 			if
@@ -628,7 +634,7 @@ inline coordEvict(I) {
 	:: !hv -> herr = E_NODE
 	:: else ->
 		herr = E_OK;
-		incarnate();
+		incarnate(0);
 		for (hk : (I)*RPN .. (I)*RPN+RPN-1) {
 			if
 			:: db.row[hk].used -> db.row[hk].ev = 1; revoke(hk)
