@@ -198,7 +198,8 @@ const cancelRequestBound = 5 * time.Second
 // times out for good.
 //
 // A statement whose call gave up is recorded under node until it stops
-// (see awaitLate).
+// (see awaitLate), unless node is "". With no dest the statement's
+// result, whatever it returns, is discarded.
 func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duration, sql string, args []any, dest ...any) error {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -206,7 +207,10 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 	}
 	st := &statement{p: p, node: node, conn: conn, done: make(chan error, 1), stopped: make(chan struct{})}
 	st.qctx, st.cut = context.WithCancel(context.WithoutCancel(ctx))
-	row := make([]any, len(dest))
+	var row []any
+	if len(dest) > 0 {
+		row = make([]any, len(dest))
+	}
 	for i, d := range dest {
 		row[i] = reflect.New(reflect.TypeOf(d).Elem()).Interface()
 	}
@@ -220,7 +224,9 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 		case err = <-st.done:
 			timer.Stop()
 		case <-timer.C:
-			p.recordLate(node, st.stopped)
+			if node != "" {
+				p.recordLate(node, st.stopped)
+			}
 			time.AfterFunc(maxCancelGrace-grace, st.cancel)
 			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
@@ -296,15 +302,21 @@ type statement struct {
 	cancelErr error         // the cancel request's error, once requested is closed
 }
 
-// run runs the statement, scanning its row into row, reports its result on
-// done, then gives the connection back to the pool — or, if a cancel
-// request was sent and the statement did not stop with 57014 (or the
-// request failed), takes it out of the pool and closes it.
+// run runs the statement, scanning its row into row (nil: discarding its
+// result), reports its result on done, then gives the connection back to
+// the pool — or, if a cancel request was sent and the statement did not
+// stop with 57014 (or the request failed), takes it out of the pool and
+// closes it.
 func (st *statement) run(sql string, args []any, row []any) {
 	defer st.p.forgetLate(st.node, st.stopped)
 	defer close(st.stopped)
 	defer st.cut()
-	err := st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
+	var err error
+	if row == nil {
+		_, err = st.conn.Exec(st.qctx, sql, args...)
+	} else {
+		err = st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
+	}
 	st.done <- err
 	st.mu.Lock()
 	st.ended = true
@@ -365,7 +377,10 @@ func (st *statement) cancel() {
 
 // Leave ends the instance's membership, in one call of fleetlimit.leave
 // (see State.Leave). It returns ErrInvalidReport, ErrUnknownKey or
-// ErrUnknownNode, wrapped.
+// ErrUnknownNode, wrapped. A ctx that ends while the statement runs is
+// handled as Heartbeat's (a grace, then a cancel; the connection is kept
+// until the statement stops), and so it is in every other call that
+// writes or reads one row; Keys and Nodes leave it to pgx.
 func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	if !p.skipValidation {
 		if err := d.Validate(); err != nil {
@@ -440,7 +455,7 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 	}
 	if len(out) == 0 {
 		var exists bool
-		if err := p.pool.QueryRow(ctx, sqlKeyExists, key).Scan(&exists); err != nil {
+		if err := p.queryRow(ctx, "", graceOf(ctx), sqlKeyExists, []any{key}, &exists); err != nil {
 			return nil, pgError("nodes", err)
 		}
 		if !exists {
@@ -496,7 +511,7 @@ func (p *Postgres) SetRates(ctx context.Context, key string, c RatesChange) (Rat
 		return Rates{}, fmt.Errorf("coord: set rates: %w", err)
 	}
 	var out Rates
-	err := p.pool.QueryRow(ctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens).Scan(&out.Requests, &out.Tokens)
+	err := p.queryRow(ctx, "", graceOf(ctx), sqlSetRates, []any{key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens}, &out.Requests, &out.Tokens)
 	if err != nil {
 		return Rates{}, pgError("set rates", err)
 	}
@@ -510,7 +525,7 @@ func (p *Postgres) Relearn(ctx context.Context, key string) (time.Time, error) {
 	}
 	var until time.Time
 	sql, args := p.stmt(sqlRelearn, key)
-	if err := p.pool.QueryRow(ctx, sql, args...).Scan(&until); err != nil {
+	if err := p.queryRow(ctx, "", graceOf(ctx), sql, args, &until); err != nil {
 		return time.Time{}, pgError("relearn", err)
 	}
 	return until, nil
@@ -525,7 +540,7 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 	if err := storable(key, "-"); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
-	err = p.pool.QueryRow(ctx, sqlUpdateLimits, key, c.SetMin, c.Min, c.SetMax, c.Max).Scan(&minLimit, &maxLimit)
+	err = p.queryRow(ctx, "", graceOf(ctx), sqlUpdateLimits, []any{key, c.SetMin, c.Min, c.SetMax, c.Max}, &minLimit, &maxLimit)
 	if err != nil {
 		return nil, nil, pgError("update limits", err)
 	}
@@ -558,7 +573,7 @@ func (p *Postgres) DeleteKey(ctx context.Context, key string, force bool) error 
 // is at and what to run, when it is missing or older.
 func (p *Postgres) CheckSchema(ctx context.Context) error {
 	var v int
-	if err := p.pool.QueryRow(ctx, sqlSchemaVer).Scan(&v); err != nil {
+	if err := p.queryRow(ctx, "", graceOf(ctx), sqlSchemaVer, nil, &v); err != nil {
 		return pgError("check schema", err)
 	}
 	if v < SchemaVersion {
@@ -576,10 +591,14 @@ func (p *Postgres) nodeOp(ctx context.Context, op string, t timed, key, nodeID s
 	return p.exec(ctx, op, sql, args...)
 }
 
+// exec runs one statement that returns nothing the caller reads, with
+// queryRow's handling of a ctx that ends while it runs (a grace, then a
+// cancel, the connection kept until the statement stops), retrying a
+// transient conflict up to maxAttempts times; op names it in the error.
 func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		_, err = p.pool.Exec(ctx, sql, args...)
+		err = p.queryRow(ctx, "", graceOf(ctx), sql, args)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
 		}

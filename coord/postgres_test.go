@@ -100,6 +100,47 @@ func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
 	require.Equal(t, int64(2), st.NewConnsCount())
 }
 
+// TestPostgresAdminTimeoutKeepsTheConnection: a departure or an
+// operator's call whose context ends while it waits for the key's row
+// lock is handled as a heartbeat's (TestPostgresHeartbeatTimeoutKeepsTheConnection):
+// cancelled in the database a second after, its connection back in the
+// pool. Cut instead, a node's Stop during a partition held a slot of the
+// pool for up to 15 s while pgx gave up on the connection.
+func TestPostgresAdminTimeoutKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	for _, op := range []struct {
+		name string
+		call func(ctx context.Context, p *coord.Postgres) error
+	}{
+		{"leave", func(ctx context.Context, p *coord.Postgres) error {
+			return p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"})
+		}},
+		{"drain", func(ctx context.Context, p *coord.Postgres) error { return p.Drain(ctx, "k", "a") }},
+		{"relearn", func(ctx context.Context, p *coord.Postgres) error {
+			_, err := p.Relearn(ctx, "k")
+			return err
+		}},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, p, tx := lockedKey(t)
+			octx, cancel := context.WithTimeout(ctx, time.Second)
+			err := op.call(octx, p)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's
+			require.NoError(t, tx.Rollback(ctx))
+
+			_, err = p.Heartbeat(ctx, rep("a", 2, 8, 0, 1, 0))
+			require.NoError(t, err)
+			st := pool.Stat()
+			require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
+			require.Equal(t, int64(2), st.NewConnsCount())
+		})
+	}
+}
+
 // lockedKey returns a pool of at least two connections, a coordinator on
 // it with node a's first heartbeat on key k, and a transaction of the pool
 // holding k's row lock.
