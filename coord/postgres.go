@@ -379,8 +379,9 @@ func (st *statement) cancel() {
 // (see State.Leave). It returns ErrInvalidReport, ErrUnknownKey or
 // ErrUnknownNode, wrapped. A ctx that ends while the statement runs is
 // handled as Heartbeat's (a grace, then a cancel; the connection is kept
-// until the statement stops), and so it is in every other call that
-// writes or reads one row; Keys and Nodes leave it to pgx.
+// until the statement stops), so the call may return up to 1 s after ctx
+// ends; so it is in every other call that writes or reads one row, but
+// not in the listings' queries of Keys and Nodes, which pgx cancels.
 func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	if !p.skipValidation {
 		if err := d.Validate(); err != nil {
@@ -389,6 +390,17 @@ func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	}
 	sql, args := p.stmt(sqlLeave, d.Key, d.NodeID, d.Instance, d.Inflight, micros(d.Hold.Truncate(time.Microsecond)))
 	return p.exec(ctx, "leave", sql, args...)
+}
+
+// valueOf copies the int v points to (nil stays nil): a statement's
+// arguments must not be the caller's, for the statement may outlive the
+// call (see queryRow).
+func valueOf(v *int) *int {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	return &c
 }
 
 // micros is d in whole microseconds.
@@ -488,7 +500,7 @@ func (p *Postgres) SetLimits(ctx context.Context, key string, minLimit, maxLimit
 	if err := storable(key, "-"); err != nil {
 		return fmt.Errorf("coord: set limits: %w", err)
 	}
-	return p.exec(ctx, "set limits", sqlSetLimits, key, minLimit, maxLimit)
+	return p.exec(ctx, "set limits", sqlSetLimits, key, valueOf(minLimit), valueOf(maxLimit))
 }
 
 // SetAggregate implements Admin.SetAggregate; see State.SetAggregate.
@@ -540,7 +552,7 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 	if err := storable(key, "-"); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
-	err = p.queryRow(ctx, "", graceOf(ctx), sqlUpdateLimits, []any{key, c.SetMin, c.Min, c.SetMax, c.Max}, &minLimit, &maxLimit)
+	err = p.queryRow(ctx, "", graceOf(ctx), sqlUpdateLimits, []any{key, c.SetMin, valueOf(c.Min), c.SetMax, valueOf(c.Max)}, &minLimit, &maxLimit)
 	if err != nil {
 		return nil, nil, pgError("update limits", err)
 	}
@@ -555,7 +567,7 @@ func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit
 	if err := validateLimits(minLimit, maxLimit); err != nil {
 		return fmt.Errorf("coord: create key: %w", err)
 	}
-	sql, args := p.stmt(sqlCreateKey, key, minLimit, maxLimit)
+	sql, args := p.stmt(sqlCreateKey, key, valueOf(minLimit), valueOf(maxLimit))
 	return p.exec(ctx, "create key", sql, args...)
 }
 

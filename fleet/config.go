@@ -89,8 +89,10 @@ type Config struct {
 	// at 1s), when its grant is used; past that the call fails and the
 	// statement finishes on its own, cancelled in the database if it
 	// still runs 1s after the timeout, and the node's next heartbeat
-	// waits for it to stop (see coord.Postgres.Heartbeat). Defaults to
-	// HeartbeatInterval. Must be in (0, LeaseTTL].
+	// waits for it to stop (see coord.Postgres.Heartbeat). The departure
+	// Stop sends gets the same grace, so Stop may wait for it up to
+	// HeartbeatTimeout plus 1s. Defaults to HeartbeatInterval. Must be in
+	// (0, LeaseTTL].
 	HeartbeatTimeout time.Duration
 	// MaxRequestDuration is the hard bound on a request's life, from its
 	// admission until it has really ended at the upstream (for a streamed

@@ -18,8 +18,8 @@
 -- A key that recorded another incarnation counts the report's lease and
 -- bound among its own, as a report that proves a loss does.
 -- heartbeat_at is replaced in place, with only its incarnation check
--- changed; incarnate(k, p_now), which drain, evict and delete call, is
--- the new check without a report.
+-- changed; incarnate(k, p_now), which drain, undrain, evict and delete
+-- call, is the new check without a report.
 
 -- +goose Up
 
