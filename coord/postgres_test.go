@@ -72,46 +72,25 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 	require.NoError(t, p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"}))
 }
 
-// TestPostgresHeartbeatTimeoutKeepsTheConnection: a heartbeat whose
-// context ends while it waits for the key's row lock, and still waits a
-// grace later, is cancelled in the database and returns, and its
-// connection goes back to the pool. Cut instead, each timed-out heartbeat
-// cost the next one a new connection: 40 nodes beating every 100 ms on a
-// 2-core machine tipped into heartbeats that all timed out, and stayed
-// there.
-func TestPostgresHeartbeatTimeoutKeepsTheConnection(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, p, tx := lockedKey(t)
-	// With a timeout of a second, the call gives up and the statement is
-	// cancelled a second after the timeout.
-	hctx, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := p.Heartbeat(hctx, rep("a", 2, 8, 0, 1, 0))
-	cancel()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	// The cancelled statement keeps its connection until it has stopped.
-	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's
-	require.NoError(t, tx.Rollback(ctx))
-
-	_, err = p.Heartbeat(ctx, rep("a", 3, 8, 0, 1, 0))
-	require.NoError(t, err)
-	st := pool.Stat()
-	require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
-	require.Equal(t, int64(2), st.NewConnsCount())
-}
-
-// TestPostgresAdminTimeoutKeepsTheConnection: a departure or an
-// operator's call whose context ends while it waits for the key's row
-// lock is handled as a heartbeat's (TestPostgresHeartbeatTimeoutKeepsTheConnection):
-// cancelled in the database a second after, its connection back in the
-// pool. Cut instead, a node's Stop during a partition held a slot of the
-// pool for up to 15 s while pgx gave up on the connection.
-func TestPostgresAdminTimeoutKeepsTheConnection(t *testing.T) {
+// TestPostgresTimeoutKeepsTheConnection: a heartbeat whose context ends
+// while it waits for the key's row lock, and still waits a grace later,
+// is cancelled in the database and returns, and its connection goes back
+// to the pool. Cut instead, each timed-out heartbeat cost the next one a
+// new connection: 40 nodes beating every 100 ms on a 2-core machine
+// tipped into heartbeats that all timed out, and stayed there. A
+// departure and an operator's call are handled alike: cut, a node's Stop
+// during a partition held a slot of the pool for up to 15 s while pgx
+// gave up on the connection.
+func TestPostgresTimeoutKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	for _, op := range []struct {
 		name string
 		call func(ctx context.Context, p *coord.Postgres) error
 	}{
+		{"heartbeat", func(ctx context.Context, p *coord.Postgres) error {
+			_, err := p.Heartbeat(ctx, rep("a", 2, 8, 0, 1, 0))
+			return err
+		}},
 		{"leave", func(ctx context.Context, p *coord.Postgres) error {
 			return p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"})
 		}},
@@ -125,14 +104,17 @@ func TestPostgresAdminTimeoutKeepsTheConnection(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, p, tx := lockedKey(t)
+			// With a timeout of a second, the call gives up and the
+			// statement is cancelled a second after the timeout.
 			octx, cancel := context.WithTimeout(ctx, time.Second)
 			err := op.call(octx, p)
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded)
+			// The cancelled statement keeps its connection until it has stopped.
 			require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's
 			require.NoError(t, tx.Rollback(ctx))
 
-			_, err = p.Heartbeat(ctx, rep("a", 2, 8, 0, 1, 0))
+			_, err = p.Heartbeat(ctx, rep("a", 3, 8, 0, 1, 0))
 			require.NoError(t, err)
 			st := pool.Stat()
 			require.Equal(t, int32(2), st.TotalConns(), "a connection was cut")
