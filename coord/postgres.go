@@ -467,7 +467,7 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 	}
 	if len(out) == 0 {
 		var exists bool
-		if err := p.queryRow(ctx, "", graceOf(ctx), sqlKeyExists, []any{key}, &exists); err != nil {
+		if err := p.call(ctx, sqlKeyExists, []any{key}, &exists); err != nil {
 			return nil, pgError("nodes", err)
 		}
 		if !exists {
@@ -523,7 +523,7 @@ func (p *Postgres) SetRates(ctx context.Context, key string, c RatesChange) (Rat
 		return Rates{}, fmt.Errorf("coord: set rates: %w", err)
 	}
 	var out Rates
-	err := p.queryRow(ctx, "", graceOf(ctx), sqlSetRates, []any{key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens}, &out.Requests, &out.Tokens)
+	err := p.call(ctx, sqlSetRates, []any{key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens}, &out.Requests, &out.Tokens)
 	if err != nil {
 		return Rates{}, pgError("set rates", err)
 	}
@@ -537,7 +537,7 @@ func (p *Postgres) Relearn(ctx context.Context, key string) (time.Time, error) {
 	}
 	var until time.Time
 	sql, args := p.stmt(sqlRelearn, key)
-	if err := p.queryRow(ctx, "", graceOf(ctx), sql, args, &until); err != nil {
+	if err := p.call(ctx, sql, args, &until); err != nil {
 		return time.Time{}, pgError("relearn", err)
 	}
 	return until, nil
@@ -552,7 +552,7 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 	if err := storable(key, "-"); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
-	err = p.queryRow(ctx, "", graceOf(ctx), sqlUpdateLimits, []any{key, c.SetMin, valueOf(c.Min), c.SetMax, valueOf(c.Max)}, &minLimit, &maxLimit)
+	err = p.call(ctx, sqlUpdateLimits, []any{key, c.SetMin, valueOf(c.Min), c.SetMax, valueOf(c.Max)}, &minLimit, &maxLimit)
 	if err != nil {
 		return nil, nil, pgError("update limits", err)
 	}
@@ -585,7 +585,7 @@ func (p *Postgres) DeleteKey(ctx context.Context, key string, force bool) error 
 // is at and what to run, when it is missing or older.
 func (p *Postgres) CheckSchema(ctx context.Context) error {
 	var v int
-	if err := p.queryRow(ctx, "", graceOf(ctx), sqlSchemaVer, nil, &v); err != nil {
+	if err := p.call(ctx, sqlSchemaVer, nil, &v); err != nil {
 		return pgError("check schema", err)
 	}
 	if v < SchemaVersion {
@@ -603,6 +603,12 @@ func (p *Postgres) nodeOp(ctx context.Context, op string, t timed, key, nodeID s
 	return p.exec(ctx, op, sql, args...)
 }
 
+// call is queryRow for a call that is no node's heartbeat: the grace is
+// graceOf(ctx), and a late statement is recorded under no node.
+func (p *Postgres) call(ctx context.Context, sql string, args []any, dest ...any) error {
+	return p.queryRow(ctx, "", graceOf(ctx), sql, args, dest...)
+}
+
 // exec runs one statement that returns nothing the caller reads, with
 // queryRow's handling of a ctx that ends while it runs (a grace, then a
 // cancel, the connection kept until the statement stops), retrying a
@@ -610,7 +616,7 @@ func (p *Postgres) nodeOp(ctx context.Context, op string, t timed, key, nodeID s
 func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = p.queryRow(ctx, "", graceOf(ctx), sql, args)
+		err = p.call(ctx, sql, args)
 		if err == nil || !retryable(err) || attempt == maxAttempts {
 			break
 		}
