@@ -17,7 +17,9 @@ import (
 // estimate, so the estimate may reach three times the load tried: the
 // in-flight climbs to a raised limit as leases settle, so the excess is
 // taken up over a round trip rather than sent at once, and the first
-// refusal comes before most of it is sent.
+// refusal comes before most of it is sent; under a ceiling, which is
+// not paced in the slow start (see pacing), a fleet node's share bounds
+// it instead.
 // A warm start (SetEstimate) does not end it: a fresh key's first limit
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
@@ -25,11 +27,17 @@ func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration,
 		l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1))
 		return
 	}
-	if l.law.aimdProbe > 0 && l.backoffEpoch == 0 {
+	if l.slowStarting() {
 		l.slowStartStep(load)
 		return
 	}
 	l.propose(l.estimate+l.aimdStep(), load)
+}
+
+// slowStarting reports whether AIMD is in its slow start: AIMDProbe set
+// and no decrease yet. The caller holds l.mu.
+func (l *Limiter) slowStarting() bool {
+	return l.law.law == AIMD && l.law.aimdProbe > 0 && l.backoffEpoch == 0
 }
 
 // slowStartStep grows the estimate by half if load reached the estimate
@@ -93,7 +101,7 @@ func (l *Limiter) ProbeTick() {
 	l.pace(now)
 	load := addCounts(l.inflight, l.peerInflight)
 	switch {
-	case l.backoffEpoch == 0:
+	case l.slowStarting():
 		l.slowStartStep(load)
 	case l.estimate > l.backedFrom:
 		l.propose(l.estimate+l.aimdStep(), load)
@@ -104,32 +112,19 @@ func (l *Limiter) ProbeTick() {
 // aimdStep is what AIMD adds on this round trip. Without AIMDProbe it is
 // AIMDIncrease. With AIMDProbe it starts at the larger of AIMDIncrease and
 // estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
-// win back one backoff at any scale, and it doubles every AIMDProbe round
-// trips without a drop or backoff. After k consecutive round trips with
-// the estimate above the level the last backoff came down from (the
-// estimate it left over its ratio), k > AIMDProbe, it is also at least
-// 2^(k − AIMDProbe) times that start: from the point where this count
-// overtakes the other it doubles on every round trip. It is at most a
+// at that start would win back one backoff at any scale, doubles every
+// probeDoubling round trips without a drop or backoff, and is at most a
 // quarter of the estimate. Near the capacity last hit the probe is thus
-// small; well past it the upstream has shown no limit for a while, and a
-// capacity that grew is found in about as many round trips as the
-// estimate doubles. It counts the round trip (or the calm ProbeTick).
-// The caller holds l.mu.
+// small — a drop starts it again — while a capacity that grew, which
+// refuses nothing, is found in a number of round trips that grows with
+// the logarithm of the difference. It counts the round trip (or the
+// calm ProbeTick). The caller holds l.mu.
 func (l *Limiter) aimdStep() float64 {
 	step := l.law.aimdIncrease
 	if l.law.aimdProbe > 0 {
 		l.calmRounds++
-		probe := uint64(l.law.aimdProbe)
-		doublings := (l.calmRounds - 1) / probe
-		if l.estimate > l.backedFrom {
-			l.pastRounds++
-			if l.pastRounds > probe {
-				doublings = max(doublings, l.pastRounds-probe)
-			}
-		} else {
-			l.pastRounds = 0
-		}
-		step = max(step, l.estimate*(1-l.law.backoffRatio)/float64(probe))
+		doublings := (l.calmRounds - 1) / probeDoubling
+		step = max(step, l.estimate*(1-l.law.backoffRatio)/float64(l.law.aimdProbe))
 		step *= float64(uint64(1) << min(doublings, 30))
 		step = max(min(step, l.estimate/4), l.law.aimdIncrease)
 	}
@@ -140,7 +135,13 @@ func (l *Limiter) aimdStep() float64 {
 // before the first decrease when AIMDProbe is set, and
 // pacedSlowStartReach how many times the load the estimate may then be
 // and still grow under PaceGrowth (slowStart without it; see aimdSample).
+// probeDoubling is how many round trips without a drop double AIMDProbe's
+// step (see aimdStep): after a backoff of 5 % the steps of 1, 1, 2 and 2 %
+// win it back in 4 round trips, about as the AIMDProbe 5 of a constant
+// step would, while a capacity that grew, which refuses nothing, is
+// found twice as fast in round trips as with a doubling every 5.
 const (
 	slowStart           = 1.5
 	pacedSlowStartReach = 2
+	probeDoubling       = 2
 )

@@ -199,13 +199,11 @@ type Config struct {
 	// slow start). After it, the increase per round trip
 	// starts at the larger of AIMDIncrease and
 	// estimate·(1 − BackoffRatio)/AIMDProbe, so that AIMDProbe round trips
-	// win back one backoff whatever the scale, and doubles every AIMDProbe
-	// round trips with no drop and no backoff; after k consecutive round
-	// trips with the estimate above the level the last backoff came down
-	// from, k > AIMDProbe, it is also at least 2^(k − AIMDProbe) times its
-	// start, so once that bound overtakes the other it doubles on every
-	// round trip. It is at most a quarter of the estimate per round trip;
-	// a drop or a backoff starts it again. Near the capacity it last hit
+	// at that start would win back one backoff whatever the scale, and
+	// doubles every 2 round trips with no drop and no backoff (a 5 %
+	// backoff under AIMDProbe 5 is won back in 4: 1, 1, 2, 2 %). It is at
+	// most a quarter of the estimate per round trip; a drop or a backoff
+	// starts it again. Near the capacity it last hit
 	// AIMD's probes above it are thus small, and after the capacity grows
 	// it finds the new one in a number of round trips that grows with the
 	// logarithm of the difference, not with the difference itself.
@@ -274,6 +272,10 @@ type Config struct {
 	// The pacing holds only while leases keep settling clean, one at
 	// least every no-load round trip: long requests, such as streams,
 	// carry no such clock, and without one the whole limit is admitted.
+	// Nor does it hold AIMD's slow start (AIMDProbe set, no decrease yet)
+	// under a ceiling: a fleet node's share grows only as the lower median
+	// of the fleet's estimates does, once per heartbeat, and pacing each
+	// such step again held the start back by a round trip per step.
 	// The releases count whatever the weight in flight, so after a spell
 	// of few requests in flight a raise can still go out whole; those
 	// during a recalibration do not count. A burst that arrives just
@@ -461,10 +463,9 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // signal. The law is AIMD on drops alone
 // (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
-// per round trip, doubling every 5 round trips without a drop, and on
-// every round trip once the estimate has stayed above the level the last
-// backoff came down from for more than 5 (see AIMDProbe; a fleet node's
-// grants clock the slow start and that probe too, see ProbeTick); a drop backs
+// per round trip, doubling every 2 round trips without a drop (see
+// AIMDProbe; a fleet node's grants clock the slow start, and the probe
+// above the level the last backoff came down from, too, see ProbeTick); a drop backs
 // off by BackoffRatio 0.95, at most once per round trip, and, under a
 // ceiling that binds, first ends a paced climb at the in-flight when
 // the refusal came with all the paced room in use, then takes a slot off
@@ -477,7 +478,8 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // ahead of what was tried; PaceGrowth lets the in-flight climb to a
 // raised limit only as requests succeed, so that a share or a
 // slow-start step that jumps is taken up over about a round trip and
-// the first 429 comes before most of an excess is sent. Every other
+// the first 429 comes before most of an excess is sent (but for the slow
+// start under a ceiling, see PaceGrowth). Every other
 // field is the zero value, so its default applies; set MaxQueued, the
 // limits and the clock on the result as for any Config.
 // docs/benchmarks.md measures it against a static split.

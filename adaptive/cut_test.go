@@ -336,10 +336,11 @@ func TestAIMDSlowStart(t *testing.T) {
 
 // TestAIMDProbeDoubles: after a drop the step starts at the larger of
 // AIMDIncrease and estimate·(1 − BackoffRatio)/AIMDProbe, doubles every
-// AIMDProbe clean round trips, and is capped at a quarter of the estimate.
+// two clean round trips (probeDoubling, not AIMDProbe's 5), and is capped
+// at a quarter of the estimate.
 func TestAIMDProbeDoubles(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Law: AIMD, InitialLimit: 15, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 2, UtilizationThreshold: 1e-5}
+	cfg := Config{Law: AIMD, InitialLimit: 15, MaxLimit: 100000, AIMDIncrease: 1, AIMDProbe: 5, UtilizationThreshold: 1e-5}
 	l, clk := newTestLimiter(t, cfg)
 	round := func() float64 {
 		before := l.Estimate()
@@ -356,8 +357,8 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	l.SetEstimate(15)
 	drop()
 	require.InDelta(t, 13.5, l.Estimate(), 1e-9)
-	steps := []float64{round(), round(), round(), round()}
-	require.Equal(t, []float64{1, 1, 2, 2}, steps, "a small estimate: AIMDIncrease, doubling every AIMDProbe round trips")
+	steps := []float64{round(), round(), round(), round(), round()}
+	require.Equal(t, []float64{1, 1, 2, 2, 4}, steps, "a small estimate: AIMDIncrease, doubling every two round trips")
 
 	for range 30 {
 		round()
@@ -366,24 +367,25 @@ func TestAIMDProbeDoubles(t *testing.T) {
 	require.InDelta(t, 0.25, d/(l.Estimate()-d), 1e-9, "at most a quarter of the estimate per round trip")
 
 	// At a large estimate the step scales with it: AIMDProbe round trips
-	// win back about one backoff.
+	// at the start would win back one backoff.
 	l.SetEstimate(1000)
 	drop()
 	require.InDelta(t, 900, l.Estimate(), 1e-9)
-	require.InDelta(t, 45, round(), 1e-9)    // 900·0.1/2
-	require.InDelta(t, 47.25, round(), 1e-9) // 945·0.1/2
-	require.InDelta(t, 99.225, round(), 1e-9, "doubled after AIMDProbe round trips")
+	require.InDelta(t, 18, round(), 1e-9)    // 900·0.1/5
+	require.InDelta(t, 18.36, round(), 1e-9) // 918·0.1/5
+	require.InDelta(t, 37.4544, round(), 1e-9, "doubled after two round trips")
 }
 
-// TestAIMDProbeFasterPastTheLastBackoff: after k consecutive round trips
-// with the estimate above the level the last backoff came down from,
-// k > AIMDProbe, the step is at least 2^(k − AIMDProbe) times its start,
-// so from where that overtakes the doubling every AIMDProbe round trips
-// it doubles on every round trip, up to a quarter of the estimate.
-func TestAIMDProbeFasterPastTheLastBackoff(t *testing.T) {
+// TestAIMDProbeFindsAGrownCapacity: under FlatLatency's law a 5 % backoff
+// is won back in 4 round trips (steps of 1, 1, 2 and 2 %), and with no
+// drop since, the step keeps doubling every two round trips up to a
+// quarter of the estimate: a capacity twice the last one refused is
+// reached in 11 round trips, not the 16 of a step doubling every
+// AIMDProbe round trips.
+func TestAIMDProbeFindsAGrownCapacity(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Law: AIMD, InitialLimit: 1000, MaxLimit: 100000, AIMDIncrease: 0.25, AIMDProbe: 5,
-		BackoffRatio: 0.95, UtilizationThreshold: 1e-5}
+	cfg := FlatLatency()
+	cfg.InitialLimit, cfg.MaxLimit, cfg.PaceGrowth = 1000, 100000, false
 	l, clk := newTestLimiter(t, cfg)
 	le, _ := l.TryAcquire()
 	clk.Advance(time.Millisecond)
@@ -391,23 +393,19 @@ func TestAIMDProbeFasterPastTheLastBackoff(t *testing.T) {
 	require.InDelta(t, 950, l.Estimate(), 1e-9, "backed off from 1000")
 
 	var got []float64
-	for range 16 {
+	rounds := 0
+	for l.Estimate() < 2000 {
 		before := l.Estimate()
-		le, _ := l.TryAcquire()
+		// The load that keeps the utilization guard (80 %) open.
+		leases := acquireN(t, l, int(0.8*before)+1)
 		clk.Advance(time.Millisecond)
-		le.Release()
+		releaseAll(leases)
 		got = append(got, (l.Estimate()-before)/before)
+		if rounds++; rounds == 4 {
+			require.Greater(t, l.Estimate(), 1000.0, "the backoff won back in 4 round trips")
+		}
 	}
-	// 1 % of the estimate (its 5 % backoff over 5 round trips); doubled
-	// after 5 round trips and again after 10; from the 7th round trip the
-	// estimate is above 1000, so on the 14th it has been there for 7 and
-	// the step, 2^(7−5) times its start, overtakes the slower doubling:
-	// from there it doubles on each round trip, to the cap of a quarter.
-	want := []float64{
-		0.01, 0.01, 0.01, 0.01, 0.01,
-		0.02, 0.02, 0.02, 0.02, 0.02,
-		0.04, 0.04, 0.04, 0.08, 0.16, 0.25,
-	}
+	want := []float64{0.01, 0.01, 0.02, 0.02, 0.04, 0.04, 0.08, 0.08, 0.16, 0.16, 0.25}
 	require.InDeltaSlice(t, want, got, 1e-9)
 }
 

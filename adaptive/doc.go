@@ -156,10 +156,10 @@
 // signal: Gradient2 can only read its noise, and a round that strays
 // beyond the band cuts the estimate with no queue behind it. FlatLatency returns the configuration for such an
 // upstream: AIMD on drops alone, with a slow start, and a step that
-// scales with the estimate and doubles after every Config.AIMDProbe round
-// trips without a drop; Config.PaceGrowth takes every rise of the limit
-// up as leases settle, so that the first refusal comes before most of an
-// excess is sent. A fleet node also calls ProbeTick at every grant, a
+// scales with the estimate and doubles every 2 round trips without a
+// drop; Config.PaceGrowth takes every rise of the limit up as leases
+// settle, so that the first refusal comes before most of an excess is
+// sent — all but a fleet node's slow start, which its share bounds. A fleet node also calls ProbeTick at every grant, a
 // clock for the slow start and for probes above the last backoff's level
 // that does not wait for round trips as long as a slow request.
 //

@@ -107,7 +107,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	if sinceBackoff && l.soonAfterBackoff(now) {
 		step = 2 // sent after the last backoff's cut, and still refused
 	}
-	l.calmRounds, l.pastRounds = 0, 0
+	l.calmRounds = 0
 	if l.hasCeiling {
 		if rec.seq >= l.cutFrom && rec.seq < l.cutUntil &&
 			(l.cutUntil == math.MaxUint64 || l.round-l.cutClosed <= maxCutWait) {
@@ -427,7 +427,7 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 	}
 	l.backoffEpoch++
 	l.lastBackoff = now
-	l.calmRounds, l.pastRounds = 0, 0
+	l.calmRounds = 0
 	next := l.estimate * ratio
 	if bound < next {
 		// At most half of what BackoffRatio leaves, even when the

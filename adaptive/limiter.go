@@ -59,8 +59,7 @@ type Limiter struct {
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
 	calmRounds   uint64        // AIMD round trips (and calm ProbeTicks) since the last drop or backoff
-	backedFrom   float64       // AIMD: the level the last backoff came down from (see aimdStep)
-	pastRounds   uint64        // consecutive AIMD round trips (and calm ProbeTicks) above backedFrom since the last drop or backoff
+	backedFrom   float64       // AIMD: the level the last backoff came down from (see ProbeTick)
 	round        uint64        // bumped by every law update: one per round trip
 	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
 	queueLast    time.Duration // fastest clean sample of the last round trip, if evidence of queueing for dropRatio; 0 if none or used
@@ -201,9 +200,14 @@ func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 // only while leases keep settling clean, at least one within the last
 // no-load round trip. Without such releases there is no clock to pace
 // by — the leases in flight are long ones, or none has settled yet —
-// and the whole limit is admitted. The caller holds l.mu.
+// and the whole limit is admitted. Nor does it hold AIMD's slow start
+// under a ceiling (see slowStarting): a fleet node's share grows only as
+// the lower median of the fleet's estimates does, each at most three
+// times the load tried, and once per heartbeat; pacing each such step
+// again as leases settle held the start back by a round trip per step
+// where a round trip is longer than a heartbeat. The caller holds l.mu.
 func (l *Limiter) pacing(now time.Time) bool {
-	if !l.law.paceGrowth {
+	if !l.law.paceGrowth || (l.hasCeiling && l.slowStarting()) {
 		return false
 	}
 	noload, ok := l.window.min()

@@ -126,6 +126,62 @@ func TestPacedSlowStartGrowsAtHalfTheEstimate(t *testing.T) {
 	}
 }
 
+// TestPaceGrowthLeavesTheSlowStartToTheCeiling: in AIMD's slow start a
+// raised ceiling — a fleet node's share — is admitted at once, since the
+// share already grows only with the fleet's estimates; once a drop has
+// ended the slow start, a raise is taken up as leases settle again.
+// Without a ceiling the slow start stays paced.
+func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
+	t.Parallel()
+	cfg := FlatLatency()
+	cfg.InitialLimit = 100
+	raise := func(t *testing.T, l *Limiter) bool {
+		t.Helper()
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		l.SetCeiling(20)
+		var more []Lease
+		for range 10 {
+			le, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			more = append(more, le)
+		}
+		releaseAll(append(leases, more...))
+		return len(more) == 10
+	}
+	t.Run("slow start", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newPacedLimiter(t, cfg)
+		require.True(t, raise(t, l), "the whole raise at once")
+	})
+	t.Run("after the first drop", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, cfg)
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Drop()
+		le, ok = l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Release() // a clean release within rttNoload: pacing holds
+		require.False(t, raise(t, l), "the raise waits for releases")
+	})
+	t.Run("no ceiling", func(t *testing.T) {
+		t.Parallel()
+		cfg := cfg
+		cfg.InitialLimit = 10
+		l, _ := newPacedLimiter(t, cfg)
+		leases := acquireN(t, l, 10)
+		l.SetEstimate(20)
+		_, ok := l.TryAcquire()
+		require.False(t, ok, "a raised estimate waits for releases")
+		releaseAll(leases)
+	})
+}
+
 // TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle: queued callers get
 // a raised share as releases let it in — half of it at once, then one
 // more per clean release once the in-flight passes half — and all of it

@@ -277,13 +277,14 @@ request over capacity is refused, not slowed — so the round-trip time
 carries no capacity signal and the 429s are the only one. The preset is
 AIMD on drops alone: until the first 429 a slow start (×1.5 per round
 trip, while the load reached half the estimate); after it a step of 1 %% of the estimate (at least 0.25) per round
-trip, doubling every 5 round trips without a 429, and on every round
-trip once the estimate has stayed above the level the last backoff came
-down from for more than 5, at most a quarter of the estimate; a 429
+trip, doubling every 2 round trips without a 429, at most a quarter of
+the estimate; a 429
 backs off by 0.95 at most once per round trip; the estimate rises only while the load is within 80 %% of it. The in-flight
 climbs to a raised limit only as requests succeed, one more per success
 (PaceGrowth), so a share or a slow-start step that jumps is taken up over
-about a round trip, not sent in one burst. Under a ceiling
+about a round trip, not sent in one burst; but a fleet node's slow start
+is not paced, since its share grows only with the fleet's estimates, once
+a heartbeat. Under a ceiling
 (a fleet node's share) a 429 that comes while the pacing holds the
 in-flight below the share, all its room in use, ends that climb where it
 was refused, and every 429 also takes one slot off the ceiling at

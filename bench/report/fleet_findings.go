@@ -68,11 +68,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      on drops alone has no such ceiling.
   3. **The probe is small near the capacity last hit and grows when there
      is room.** After a 429 the step starts at 1 % of the estimate per
-     round trip (at least 0.25) and doubles every 5 round trips without
-     one, and on every round trip once the estimate has stayed above the
-     level the last backoff came down from for more than 5, so the fleet's
-     probes above C cost a few 429s while a doubling of C is found in
-     about a second. Above that level each heartbeat after requests of the
+     round trip (at least 0.25) and doubles every 2 round trips without
+     one, up to a quarter of the estimate, so a 5 % backoff is won back in
+     4 round trips, the fleet's probes above C cost a few 429s, and a
+     doubling of C is found in about a second. Above that level each heartbeat after requests of the
      node's own and no 429 since the last counts as a round trip too
      (Limiter.ProbeTick), so with requests
      longer than a heartbeat (section 7) the climb is not clocked by the
