@@ -76,8 +76,8 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 // included, and the pacing no longer holds the node below what is left,
 // so a drop while it drains is not another climb's end. The climb found
 // the upstream full there, and each slot more it took would be refused
-// too; where the share runs far ahead of the in-flight (a slow start, a
-// fleet limit that overshot the capacity) that is one refusal per slot
+// too; where the share runs far ahead of the in-flight (a fleet limit
+// that overshot the capacity) that is one refusal per slot
 // before the cut reached the in-flight. A node that leaves paced room
 // unused for want of demand, whose pacing lapsed (no clean release for
 // rttNoload: long requests), or whose estimate binds its limit keeps its
@@ -419,12 +419,13 @@ func (l *Limiter) propose(next float64, load int) {
 // dropRatio gave — half of what FlatLatency's ratio leaves for Auto's
 // drop with a flat upstream's mark (see drop).
 // math.Inf(1) means no cap. The level the estimate came
-// down from, for AIMD's probe (see aimdStep), is the result over ratio:
+// down from, for AIMD's probe (see ProbeTick), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
 	if l.answered(now, rec) {
 		return
 	}
+	l.pace(now) // the last limit of an unpaced slow start, if this ends one
 	l.backoffEpoch++
 	l.lastBackoff = now
 	l.calmRounds = 0

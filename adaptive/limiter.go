@@ -216,10 +216,18 @@ func (l *Limiter) pacing(now time.Time) bool {
 
 // pace lowers paced to the limit at now, so that a later rise of the
 // limit is taken up as leases settle (see Config.PaceGrowth); without
-// PaceGrowth it does nothing, so settling costs no extra limit. The
-// caller holds l.mu and calls it after anything that may lower the limit.
+// PaceGrowth it does nothing, so settling costs no extra limit. While
+// the slow start under a ceiling is not paced (see pacing), paced follows
+// the limit both ways, so that the pacing the first decrease or a cleared
+// ceiling resumes starts from the in-flight the share let in, not from
+// where paced stood before the slow start sent it. The caller holds l.mu
+// and calls it after anything that may move the limit.
 func (l *Limiter) pace(now time.Time) {
-	if l.law.paceGrowth {
+	switch {
+	case !l.law.paceGrowth:
+	case l.hasCeiling && l.slowStarting():
+		l.paced = l.limit(now)
+	default:
 		l.paced = min(l.paced, l.limit(now))
 	}
 }

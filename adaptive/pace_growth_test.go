@@ -128,33 +128,77 @@ func TestPacedSlowStartGrowsAtHalfTheEstimate(t *testing.T) {
 
 // TestPaceGrowthLeavesTheSlowStartToTheCeiling: in AIMD's slow start a
 // raised ceiling — a fleet node's share — is admitted at once, since the
-// share already grows only with the fleet's estimates; once a drop has
-// ended the slow start, a raise is taken up as leases settle again.
-// Without a ceiling the slow start stays paced.
+// share already grows only with the fleet's estimates. The pacing that
+// the first drop or a cleared ceiling resumes starts from the in-flight
+// the share let in: one clean release lets one more in. After the first
+// drop, under another law, and without a ceiling, a raise is paced.
 func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 	t.Parallel()
 	cfg := FlatLatency()
 	cfg.InitialLimit = 100
-	raise := func(t *testing.T, l *Limiter) bool {
+	// raise sets a ceiling of 10, fills it, raises it to share and
+	// returns the leases in flight and how many of the raise went out.
+	raise := func(t *testing.T, l *Limiter, share int) ([]Lease, int) {
 		t.Helper()
 		l.SetCeiling(10)
 		leases := acquireN(t, l, 10)
-		l.SetCeiling(20)
-		var more []Lease
-		for range 10 {
+		l.SetCeiling(share)
+		n := 0
+		for ; n < share-10; n++ {
 			le, ok := l.TryAcquire()
 			if !ok {
 				break
 			}
-			more = append(more, le)
+			leases = append(leases, le)
 		}
-		releaseAll(append(leases, more...))
-		return len(more) == 10
+		return leases, n
+	}
+	// afterRelease releases one lease clean and returns how many it let
+	// in: its own slot and, on a paced climb, one more.
+	afterRelease := func(t *testing.T, l *Limiter, clk *fakeClock, leases []Lease) int {
+		t.Helper()
+		clk.Advance(time.Millisecond)
+		leases[0].Release()
+		leases = leases[1:]
+		n := 0
+		for ; ; n++ {
+			le, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			leases = append(leases, le)
+		}
+		releaseAll(leases)
+		return n
 	}
 	t.Run("slow start", func(t *testing.T) {
 		t.Parallel()
 		l, _ := newPacedLimiter(t, cfg)
-		require.True(t, raise(t, l), "the whole raise at once")
+		leases, n := raise(t, l, 20)
+		require.Equal(t, 10, n, "the whole raise at once")
+		releaseAll(leases)
+	})
+	t.Run("the first drop", func(t *testing.T) {
+		t.Parallel()
+		cfg := cfg
+		cfg.InitialLimit = 1000
+		l, clk := newPacedLimiter(t, cfg)
+		leases, n := raise(t, l, 100)
+		require.Equal(t, 90, n)
+		clk.Advance(time.Millisecond)
+		leases[0].Drop()
+		require.Equal(t, 99, l.Limit(), "one slot cut")
+		require.Equal(t, 1, afterRelease(t, l, clk, leases[1:]), "its slot, up to the limit")
+	})
+	t.Run("ceiling cleared", func(t *testing.T) {
+		t.Parallel()
+		cfg := cfg
+		cfg.InitialLimit = 120
+		l, clk := newPacedLimiter(t, cfg)
+		leases, _ := raise(t, l, 100)
+		l.ClearCeiling()
+		require.Equal(t, 120, l.Limit())
+		require.Equal(t, 2, afterRelease(t, l, clk, leases), "its slot and one more: a climb paced from the share")
 	})
 	t.Run("after the first drop", func(t *testing.T) {
 		t.Parallel()
@@ -167,7 +211,16 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		require.True(t, ok)
 		clk.Advance(time.Millisecond)
 		le.Release() // a clean release within rttNoload: pacing holds
-		require.False(t, raise(t, l), "the raise waits for releases")
+		leases, n := raise(t, l, 20)
+		require.Equal(t, 0, n, "the raise waits for releases")
+		releaseAll(leases)
+	})
+	t.Run("another law", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newPacedLimiter(t, Config{Law: Gradient2, AIMDProbe: 5, InitialLimit: 100})
+		leases, n := raise(t, l, 20)
+		require.Equal(t, 0, n, "only AIMD slow-starts")
+		releaseAll(leases)
 	})
 	t.Run("no ceiling", func(t *testing.T) {
 		t.Parallel()

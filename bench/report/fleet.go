@@ -281,8 +281,8 @@ trip, doubling every 2 round trips without a 429, at most a quarter of
 the estimate; a 429
 backs off by 0.95 at most once per round trip; the estimate rises only while the load is within 80 %% of it. The in-flight
 climbs to a raised limit only as requests succeed, one more per success
-(PaceGrowth), so a share or a slow-start step that jumps is taken up over
-about a round trip, not sent in one burst; but a fleet node's slow start
+(PaceGrowth), so a share that jumps is taken up over about a round trip,
+not sent in one burst — after the first 429: a fleet node's slow start
 is not paced, since its share grows only with the fleet's estimates, once
 a heartbeat. Under a ceiling
 (a fleet node's share) a 429 that comes while the pacing holds the

@@ -71,7 +71,8 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
      round trip (at least 0.25) and doubles every 2 round trips without
      one, up to a quarter of the estimate, so a 5 % backoff is won back in
      4 round trips, the fleet's probes above C cost a few 429s, and a
-     doubling of C is found in about a second. Above that level each heartbeat after requests of the
+     doubling of C is found in about a second. Above the level the last
+     backoff came down from, each heartbeat after requests of the
      node's own and no 429 since the last counts as a round trip too
      (Limiter.ProbeTick), so with requests
      longer than a heartbeat (section 7) the climb is not clocked by the
@@ -95,9 +96,9 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 		fmt.Fprintf(&b, `
 - **Why the outer peak stays above %.2f·C.** Attempted in-flight never
   exceeds what the nodes admitted, so every request above C is a slot
-  granted above C, and the provider refuses it. At the start each
-  slow-start step goes out as requests succeed (PaceGrowth), so the first
-  429s cut it before most of its excess is sent. After the halving the
+  granted above C, and the provider refuses it. At the start a node's
+  slow-start step goes out as its share rises, unpaced, and each of the
+  first 429s cuts one slot of the excess. After the halving the
   shares add up to L_global, which
   stays above the new C until the drops have cut enough slots and the
   lower median has followed: longer than the first heartbeat (see the
