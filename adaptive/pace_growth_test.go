@@ -153,6 +153,13 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		}
 		return leases, n
 	}
+	// from is a paced limiter on cfg starting at initial.
+	from := func(t *testing.T, initial int) (*Limiter, *fakeClock) {
+		t.Helper()
+		cfg := cfg
+		cfg.InitialLimit = initial
+		return newPacedLimiter(t, cfg)
+	}
 	// afterRelease releases one lease clean and returns how many it let
 	// in: its own slot and, on a paced climb, one more.
 	afterRelease := func(t *testing.T, l *Limiter, clk *fakeClock, leases []Lease) int {
@@ -171,18 +178,26 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		releaseAll(leases)
 		return n
 	}
-	t.Run("slow start", func(t *testing.T) {
-		t.Parallel()
-		l, _ := newPacedLimiter(t, cfg)
-		leases, n := raise(t, l, 20)
-		require.Equal(t, 10, n, "the whole raise at once")
-		releaseAll(leases)
-	})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+		why  string
+	}{
+		{"slow start", cfg, 10, "the whole raise at once"},
+		{"another law", Config{Law: Gradient2, AIMDProbe: 5, InitialLimit: 100}, 0, "only AIMD slow-starts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l, _ := newPacedLimiter(t, tc.cfg)
+			leases, n := raise(t, l, 20)
+			require.Equal(t, tc.want, n, tc.why)
+			releaseAll(leases)
+		})
+	}
 	t.Run("the first drop", func(t *testing.T) {
 		t.Parallel()
-		cfg := cfg
-		cfg.InitialLimit = 1000
-		l, clk := newPacedLimiter(t, cfg)
+		l, clk := from(t, 1000)
 		leases, n := raise(t, l, 100)
 		require.Equal(t, 90, n)
 		clk.Advance(time.Millisecond)
@@ -192,9 +207,7 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 	})
 	t.Run("ceiling cleared", func(t *testing.T) {
 		t.Parallel()
-		cfg := cfg
-		cfg.InitialLimit = 120
-		l, clk := newPacedLimiter(t, cfg)
+		l, clk := from(t, 120)
 		leases, _ := raise(t, l, 100)
 		l.ClearCeiling()
 		require.Equal(t, 120, l.Limit())
@@ -215,18 +228,9 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		require.Equal(t, 0, n, "the raise waits for releases")
 		releaseAll(leases)
 	})
-	t.Run("another law", func(t *testing.T) {
-		t.Parallel()
-		l, _ := newPacedLimiter(t, Config{Law: Gradient2, AIMDProbe: 5, InitialLimit: 100})
-		leases, n := raise(t, l, 20)
-		require.Equal(t, 0, n, "only AIMD slow-starts")
-		releaseAll(leases)
-	})
 	t.Run("no ceiling", func(t *testing.T) {
 		t.Parallel()
-		cfg := cfg
-		cfg.InitialLimit = 10
-		l, _ := newPacedLimiter(t, cfg)
+		l, _ := from(t, 10)
 		leases := acquireN(t, l, 10)
 		l.SetEstimate(20)
 		_, ok := l.TryAcquire()
