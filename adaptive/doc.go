@@ -159,9 +159,10 @@
 // scales with the estimate and doubles every 2 round trips without a
 // drop; Config.PaceGrowth takes every rise of the limit up as leases
 // settle, so that the first refusal comes before most of an excess is
-// sent — all but a fleet node's slow start, which its share bounds. A fleet node also calls ProbeTick at every grant, a
-// clock for the slow start and for probes above the last backoff's level
-// that does not wait for round trips as long as a slow request.
+// sent — all but a fleet node's slow start, which its share bounds. A
+// fleet node also calls ProbeTick at every grant, a clock for the slow
+// start and for probes above the last backoff's level that does not wait
+// for round trips as long as a slow request.
 //
 // The default law, Auto, moves from Gradient2 to FlatLatency's law by
 // itself once the upstream shows it is such an upstream: three drops in a

@@ -201,18 +201,23 @@ func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 // no-load round trip. Without such releases there is no clock to pace
 // by — the leases in flight are long ones, or none has settled yet —
 // and the whole limit is admitted. Nor does it hold AIMD's slow start
-// under a ceiling (see slowStarting): a fleet node's share grows only as
+// under a ceiling (unpacedStart): a fleet node's share grows only as
 // the lower median of the fleet's estimates does, each at most three
 // times the load tried, and once per heartbeat; pacing each such step
 // again as leases settle held the start back by a round trip per step
 // where a round trip is longer than a heartbeat. The caller holds l.mu.
 func (l *Limiter) pacing(now time.Time) bool {
-	if !l.law.paceGrowth || (l.hasCeiling && l.slowStarting()) {
+	if !l.law.paceGrowth || l.unpacedStart() {
 		return false
 	}
 	noload, ok := l.window.min()
 	return ok && now.Sub(l.lastClean) < noload
 }
+
+// unpacedStart reports whether the limiter is in AIMD's slow start under
+// a ceiling, which PaceGrowth does not hold (see pacing). The caller
+// holds l.mu.
+func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() }
 
 // pace lowers paced to the limit at now, so that a later rise of the
 // limit is taken up as leases settle (see Config.PaceGrowth); without
@@ -225,7 +230,7 @@ func (l *Limiter) pacing(now time.Time) bool {
 func (l *Limiter) pace(now time.Time) {
 	switch {
 	case !l.law.paceGrowth:
-	case l.hasCeiling && l.slowStarting():
+	case l.unpacedStart():
 		l.paced = l.limit(now)
 	default:
 		l.paced = min(l.paced, l.limit(now))

@@ -143,15 +143,8 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		l.SetCeiling(10)
 		leases := acquireN(t, l, 10)
 		l.SetCeiling(share)
-		n := 0
-		for ; n < share-10; n++ {
-			le, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			leases = append(leases, le)
-		}
-		return leases, n
+		more := acquireAll(l, share-10)
+		return append(leases, more...), len(more)
 	}
 	// from is a paced limiter on cfg starting at initial.
 	from := func(t *testing.T, initial int) (*Limiter, *fakeClock) {
@@ -166,17 +159,9 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 		t.Helper()
 		clk.Advance(time.Millisecond)
 		leases[0].Release()
-		leases = leases[1:]
-		n := 0
-		for ; ; n++ {
-			le, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			leases = append(leases, le)
-		}
-		releaseAll(leases)
-		return n
+		more := acquireAll(l, len(leases))
+		releaseAll(append(leases[1:], more...))
+		return len(more)
 	}
 	for _, tc := range []struct {
 		name string
@@ -275,6 +260,20 @@ func TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle(t *testing.T) {
 	for range 9 {
 		(<-admitted).Release()
 	}
+}
+
+// acquireAll admits leases with TryAcquire until one is refused or most
+// are in, and returns them.
+func acquireAll(l *Limiter, most int) []Lease {
+	var leases []Lease
+	for len(leases) < most {
+		le, ok := l.TryAcquire()
+		if !ok {
+			break
+		}
+		leases = append(leases, le)
+	}
+	return leases
 }
 
 // releaseAll releases every lease, cleanly.
