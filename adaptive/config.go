@@ -278,7 +278,10 @@ type Config struct {
 	// such step again held the start back by a round trip per step.
 	// The releases count whatever the weight in flight, so after a spell
 	// of few requests in flight a raise can still go out whole; those
-	// during a recalibration do not count. A burst that arrives just
+	// during a recalibration do not count. Leases that outlive a hold
+	// admitting nothing — a recalibration given up at MaxPinned, a
+	// ceiling whose deadline passed before the next — are no climb: the
+	// pacing resumes from them, and each release refills its slot. A burst that arrives just
 	// after a raise finds fewer slots than Limit() free, and the rest wait
 	// in the queue (see MaxQueued). Defaults to false: the whole limit is
 	// admitted at once. FlatLatency sets it, and so does Auto once it runs

@@ -237,6 +237,19 @@ func (l *Limiter) pace(now time.Time) {
 	}
 }
 
+// resumePacing raises paced to the weight in flight, up to the limit at
+// now, when a hold that admitted nothing whatever the estimate ends: a
+// recalibration's pin given up with old leases still in flight, or a
+// ceiling whose deadline had passed. The leases that outlived the hold
+// are no climb to pace again, so a clean release lets its slot and one
+// more in at once instead of waiting for the in-flight to fall to half
+// the limit. The caller holds l.mu.
+func (l *Limiter) resumePacing(now time.Time) {
+	if l.law.paceGrowth {
+		l.paced = max(l.paced, min(l.inflight, l.limit(now)))
+	}
+}
+
 // fits reports whether a lease of the given weight may be admitted now,
 // ignoring the queue. The caller holds l.mu.
 func (l *Limiter) fits(now time.Time, weight int) bool {

@@ -224,6 +224,71 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 	})
 }
 
+// TestPaceGrowthResumesFromTheInflightAfterAHold: when a hold that
+// admitted nothing ends with old leases still in flight — a recalibration
+// given up at MaxPinned, a ceiling renewed after its deadline passed — a
+// clean release lets its own slot in, and one more below the limit, as on
+// any paced climb, instead of admitting nothing until the in-flight falls
+// to half the limit.
+func TestPaceGrowthResumesFromTheInflightAfterAHold(t *testing.T) {
+	t.Parallel()
+	// releaseOne releases the first lease clean and returns the others
+	// with those it let in, and how many it let in.
+	releaseOne := func(l *Limiter, clk *fakeClock, leases []Lease) ([]Lease, int) {
+		clk.Advance(time.Millisecond)
+		leases[0].Release()
+		more := acquireAll(l, len(leases))
+		return append(leases[1:], more...), len(more)
+	}
+	t.Run("recalibration given up", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{
+			InitialLimit:  100,
+			MinLimit:      1,
+			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
+		})
+		leases := acquireN(t, l, 100)
+		clk.Advance(10 * time.Second)
+		_, ok := l.TryAcquire()
+		require.False(t, ok, "pinned behind the leases in flight")
+		clk.Advance(3 * time.Second)
+		leases, n := releaseOne(l, clk, leases)
+		require.False(t, l.Snapshot().Recalibrating, "given up at MaxPinned")
+		require.Equal(t, 100, l.Limit())
+		require.Equal(t, 1, n, "its slot: the release that gave the pin up")
+		for i := range 10 {
+			leases, n = releaseOne(l, clk, leases)
+			require.Equal(t, 1, n, "clean release %d: its slot, the limit being in flight", i+1)
+		}
+		releaseAll(leases)
+	})
+	t.Run("ceiling renewed after its deadline", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 200})
+		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+		leases := acquireN(t, l, 100)
+		clk.Advance(time.Second)
+		leases, n := releaseOne(l, clk, leases)
+		require.Equal(t, 0, n, "past the deadline")
+		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+		leases, n = releaseOne(l, clk, leases)
+		require.Equal(t, 2, n, "its slot and one more")
+		releaseAll(leases)
+	})
+	t.Run("expired ceiling cleared", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
+		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+		leases := acquireN(t, l, 100)
+		clk.Advance(time.Second)
+		leases, _ = releaseOne(l, clk, leases)
+		l.ClearCeiling()
+		leases, n := releaseOne(l, clk, leases)
+		require.Equal(t, 2, n, "its slot and one more")
+		releaseAll(leases)
+	})
+}
+
 // TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle: queued callers get
 // a raised share as releases let it in — half of it at once, then one
 // more per clean release once the in-flight passes half — and all of it
