@@ -75,8 +75,7 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	l.mu.Lock()
 	n = max(n, 0)
 	l.pace(now)
-	expired := l.ceilingExpired(now)
-	if n == 0 || expired {
+	if n == 0 || l.ceilingExpired(now) {
 		// Nothing admitted: the level refused before says nothing
 		// of the next share.
 		l.forgetRefused()
@@ -102,9 +101,6 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 	l.absorbed = min(l.absorbed, l.cut)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = n, true, deadline
 	l.pace(now)
-	if expired {
-		l.resumePacing(now)
-	}
 	l.dispatch(now)
 	l.mu.Unlock()
 }
@@ -115,13 +111,10 @@ func (l *Limiter) ClearCeiling() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	l.pace(now)
-	expired := l.ceilingExpired(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
 	l.cut, l.refused, l.absorbed = 0, 0, 0
 	l.restartCutRecovery()
-	if expired {
-		l.resumePacing(now)
-	}
+	l.pace(now)
 	l.dispatch(now)
 	l.mu.Unlock()
 }

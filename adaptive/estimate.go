@@ -25,7 +25,9 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	if l.recal.active() {
 		l.recalObserve(now, rec, o, rtt)
 	} else if o == released {
-		l.paced = addCounts(l.paced, rec.weight)
+		if !l.holding(now) {
+			l.paced = addCounts(l.paced, rec.weight)
+		}
 		l.lastClean = now
 		// The law moves the estimate once per round trip: on the first
 		// clean sample of a request admitted since the last move. Moving

@@ -214,6 +214,20 @@ func (l *Limiter) pacing(now time.Time) bool {
 	return ok && now.Sub(l.lastClean) < noload
 }
 
+// holding reports whether a hold that admits nothing new, whatever the
+// estimate, is in force at now: a recalibration's pin (MinLimit, for its
+// probes), a ceiling past its deadline, or a ceiling of 0 (a fenced
+// node, or a share of nothing). A hold neither lowers paced nor lets a
+// clean release raise it: the leases that outlive it are no climb, so
+// when it ends the pacing resumes as if it had never been — each slot a
+// release freed meanwhile is refilled, and a raise is still taken up as
+// leases settle — rather than from what the hold admitted, which would
+// hold admission until the in-flight fell to half the limit. The caller
+// holds l.mu.
+func (l *Limiter) holding(now time.Time) bool {
+	return l.recal.active() || l.ceilingExpired(now) || l.hasCeiling && l.ceiling == 0
+}
+
 // unpacedStart reports whether the limiter is in AIMD's slow start under
 // a ceiling, which PaceGrowth does not hold (see pacing). The caller
 // holds l.mu.
@@ -221,7 +235,9 @@ func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() 
 
 // pace lowers paced to the limit at now, so that a later rise of the
 // limit is taken up as leases settle (see Config.PaceGrowth); without
-// PaceGrowth it does nothing, so settling costs no extra limit. While
+// PaceGrowth, and during a hold (see holding), it does nothing, so
+// settling costs no extra limit and a hold leaves the pacing where it
+// found it. While
 // the slow start under a ceiling is not paced (see pacing), paced follows
 // the limit both ways, so that the pacing the first decrease or a cleared
 // ceiling resumes starts from the in-flight the share let in, not from
@@ -229,24 +245,11 @@ func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() 
 // and calls it after anything that may move the limit.
 func (l *Limiter) pace(now time.Time) {
 	switch {
-	case !l.law.paceGrowth:
+	case !l.law.paceGrowth || l.holding(now):
 	case l.unpacedStart():
 		l.paced = l.limit(now)
 	default:
 		l.paced = min(l.paced, l.limit(now))
-	}
-}
-
-// resumePacing raises paced to the weight in flight, up to the limit at
-// now, when a hold that admitted nothing whatever the estimate ends: a
-// recalibration's pin given up with old leases still in flight, or a
-// ceiling whose deadline had passed. The leases that outlived the hold
-// are no climb to pace again, so a clean release lets its slot and one
-// more in at once instead of waiting for the in-flight to fall to half
-// the limit. The caller holds l.mu.
-func (l *Limiter) resumePacing(now time.Time) {
-	if l.law.paceGrowth {
-		l.paced = max(l.paced, min(l.inflight, l.limit(now)))
 	}
 }
 

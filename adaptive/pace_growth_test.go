@@ -76,21 +76,21 @@ func TestPaceGrowthAdmitsHalfTheLimitAtOnce(t *testing.T) {
 
 // TestPaceGrowthLapsesWithoutReleases: long requests carry no clock. Once
 // no lease has settled clean for a no-load round trip, the whole limit is
-// admitted, so leases that hold half a regranted share — streams — do not
+// admitted, so leases that hold half a raised share — streams — do not
 // hold admission until one of them ends.
 func TestPaceGrowthLapsesWithoutReleases(t *testing.T) {
 	t.Parallel()
 	l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
-	l.SetCeiling(10)
+	l.SetCeiling(5)
 	streams := acquireN(t, l, 5)
-	l.SetCeiling(0)
-	l.SetCeiling(10)
+	l.SetCeiling(20)
+	streams = append(streams, acquireN(t, l, 5)...)
 	_, ok := l.TryAcquire()
-	require.False(t, ok, "half of 10 is in flight, and a release came within the no-load round trip")
+	require.False(t, ok, "half of 20 is in flight, and a release came within the no-load round trip")
 	clk.Advance(10 * time.Millisecond)
-	leases := acquireN(t, l, 5)
+	leases := acquireN(t, l, 10)
 	_, ok = l.TryAcquire()
-	require.False(t, ok, "the limit, 10, is in flight")
+	require.False(t, ok, "the limit, 20, is in flight")
 	releaseAll(append(streams, leases...))
 }
 
@@ -224,69 +224,158 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 	})
 }
 
-// TestPaceGrowthResumesFromTheInflightAfterAHold: when a hold that
-// admitted nothing ends with old leases still in flight — a recalibration
-// given up at MaxPinned, a ceiling renewed after its deadline passed — a
-// clean release lets its own slot in, and one more below the limit, as on
-// any paced climb, instead of admitting nothing until the in-flight falls
-// to half the limit.
-func TestPaceGrowthResumesFromTheInflightAfterAHold(t *testing.T) {
+// TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt: a hold that admits
+// nothing new — a ceiling past its deadline, a fenced node's ceiling of
+// 0, a share of 0 — neither lowers the paced level nor lets the releases
+// during it raise that level. When it ends, the slots those releases
+// freed are refilled at once, and the climb to a raised share goes on
+// release by release from where the hold found it: not held until the
+// in-flight falls to half the limit, and not sped up by the hold either.
+func TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt(t *testing.T) {
 	t.Parallel()
-	// releaseOne releases the first lease clean and returns the others
-	// with those it let in, and how many it let in.
-	releaseOne := func(l *Limiter, clk *fakeClock, leases []Lease) ([]Lease, int) {
-		clk.Advance(time.Millisecond)
-		leases[0].Release()
-		more := acquireAll(l, len(leases))
-		return append(leases[1:], more...), len(more)
-	}
-	t.Run("recalibration given up", func(t *testing.T) {
-		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{
-			InitialLimit:  100,
-			MinLimit:      1,
-			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
-		})
-		leases := acquireN(t, l, 100)
-		clk.Advance(10 * time.Second)
-		_, ok := l.TryAcquire()
-		require.False(t, ok, "pinned behind the leases in flight")
-		clk.Advance(3 * time.Second)
-		leases, n := releaseOne(l, clk, leases)
-		require.False(t, l.Snapshot().Recalibrating, "given up at MaxPinned")
-		require.Equal(t, 100, l.Limit())
-		require.Equal(t, 1, n, "its slot: the release that gave the pin up")
-		for i := range 10 {
-			leases, n = releaseOne(l, clk, leases)
-			require.Equal(t, 1, n, "clean release %d: its slot, the limit being in flight", i+1)
+	const during = 3 // clean releases while a hold lasts
+	// climb raises a share of 10, full, to 100 — half goes out at once —
+	// then releases n leases clean inside hold (nil: no hold), and
+	// returns how many the end of the hold let in, then how many each of
+	// 70 more clean releases let in.
+	climb := func(t *testing.T, n int, hold, end func(*Limiter, *fakeClock)) []int {
+		t.Helper()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MaxLimit: 100})
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		l.SetCeiling(100)
+		leases = append(leases, acquireAll(l, 100)...)
+		require.Len(t, leases, 50, "half the raise at once")
+		if hold != nil {
+			hold(l, clk)
+		}
+		for range n {
+			var in int
+			leases, in = releaseOne(l, clk, leases)
+			require.Zero(t, in, "nothing admitted during the hold")
+		}
+		if end != nil {
+			end(l, clk)
+		}
+		more := acquireAll(l, 100)
+		leases = append(leases, more...)
+		got := []int{len(more)}
+		for range 70 {
+			var in int
+			leases, in = releaseOne(l, clk, leases)
+			got = append(got, in)
 		}
 		releaseAll(leases)
+		return got
+	}
+	renew := func(l *Limiter, clk *fakeClock) { l.SetCeilingUntil(100, clk.Now().Add(time.Hour)) }
+	want := climb(t, 0, nil, nil)
+	require.Equal(t, []int{0, 1, 1}, want[:3], "without a hold: its slot per release, up to half the limit")
+	require.Equal(t, []int{2, 2}, want[69:71], "then its slot and one more")
+	for _, tc := range []struct {
+		name      string
+		hold, end func(*Limiter, *fakeClock)
+	}{
+		{"deadline passed", func(l *Limiter, clk *fakeClock) { l.SetCeilingUntil(100, clk.Now()) }, renew},
+		{"fenced", func(l *Limiter, _ *fakeClock) { l.SetCeilingUntil(0, time.Time{}) }, renew},
+		{"deadline passed, then fenced", func(l *Limiter, clk *fakeClock) {
+			l.SetCeilingUntil(100, clk.Now())
+			l.SetCeilingUntil(0, time.Time{})
+		}, renew},
+		{"share of 0", func(l *Limiter, _ *fakeClock) { l.SetCeiling(0) }, func(l *Limiter, _ *fakeClock) { l.SetCeiling(100) }},
+		{"cleared after its deadline", func(l *Limiter, clk *fakeClock) { l.SetCeilingUntil(100, clk.Now()) },
+			func(l *Limiter, _ *fakeClock) { l.ClearCeiling() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := climb(t, during, tc.hold, tc.end)
+			require.Equal(t, during, got[0], "the slots freed during the hold, refilled at its end")
+			require.Equal(t, want[1:], got[1:], "then the climb as without the hold")
+		})
+	}
+}
+
+// TestPaceGrowthAfterARecalibrationGivenUp: a recalibration given up at
+// MaxPinned with the limit's worth of leases still in flight leaves the
+// pacing where it found it: each clean release refills its slot, where
+// the pin's MinLimit, taken as the paced level, held admission until the
+// in-flight fell to half the limit.
+func TestPaceGrowthAfterARecalibrationGivenUp(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{
+		InitialLimit:  100,
+		MinLimit:      1,
+		Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
 	})
-	t.Run("ceiling renewed after its deadline", func(t *testing.T) {
-		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{InitialLimit: 200})
-		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
-		leases := acquireN(t, l, 100)
-		clk.Advance(time.Second)
-		leases, n := releaseOne(l, clk, leases)
-		require.Equal(t, 0, n, "past the deadline")
-		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+	leases := acquireN(t, l, 100)
+	clk.Advance(10 * time.Second)
+	_, ok := l.TryAcquire()
+	require.False(t, ok, "pinned behind the leases in flight")
+	clk.Advance(3 * time.Second)
+	leases, n := releaseOne(l, clk, leases)
+	require.False(t, l.Snapshot().Recalibrating, "given up at MaxPinned")
+	require.Equal(t, 100, l.Limit())
+	require.Equal(t, 1, n, "its slot")
+	for i := range 10 {
 		leases, n = releaseOne(l, clk, leases)
-		require.Equal(t, 2, n, "its slot and one more")
-		releaseAll(leases)
-	})
-	t.Run("expired ceiling cleared", func(t *testing.T) {
-		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{InitialLimit: 100})
-		l.SetCeilingUntil(100, clk.Now().Add(time.Second))
-		leases := acquireN(t, l, 100)
-		clk.Advance(time.Second)
-		leases, _ = releaseOne(l, clk, leases)
-		l.ClearCeiling()
-		leases, n := releaseOne(l, clk, leases)
-		require.Equal(t, 2, n, "its slot and one more")
-		releaseAll(leases)
-	})
+		require.Equal(t, 1, n, "clean release %d: its slot, the limit being in flight", i+1)
+	}
+	releaseAll(leases)
+}
+
+// TestPaceGrowthAFullShareFencedAndGrantedAgain: the fleet's outage path
+// — a full share's deadline passes, the fence sets a ceiling of 0, the
+// next grant brings the share back — refills the slots freed meanwhile
+// and then one per clean release, where the fence's 0, taken as the
+// paced level, held admission until the in-flight fell to half the share.
+func TestPaceGrowthAFullShareFencedAndGrantedAgain(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MaxLimit: 100})
+	l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+	leases := acquireN(t, l, 100)
+	clk.Advance(time.Second)
+	leases, n := releaseOne(l, clk, leases)
+	require.Zero(t, n, "past the deadline")
+	l.SetCeilingUntil(0, time.Time{})
+	leases, n = releaseOne(l, clk, leases)
+	require.Zero(t, n, "fenced")
+	l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+	leases = append(leases, acquireAll(l, 100)...)
+	require.Len(t, leases, 100, "the two slots freed meanwhile, refilled")
+	for i := range 10 {
+		leases, n = releaseOne(l, clk, leases)
+		require.Equal(t, 1, n, "clean release %d: its slot, the share being in flight", i+1)
+	}
+	releaseAll(leases)
+}
+
+// TestPaceGrowthARenewalIsNoClimbsEnd: a share renewed higher after its
+// deadline passed, with a slot freed during the lapse, is not a climb
+// that used all its paced room: a refusal then cuts one slot, as it does
+// without the lapse, not the share down to the in-flight.
+func TestPaceGrowthARenewalIsNoClimbsEnd(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{InitialLimit: 1000})
+	l.SetCeilingUntil(100, clk.Now().Add(time.Second))
+	leases := acquireN(t, l, 100)
+	clk.Advance(time.Second)
+	leases, n := releaseOne(l, clk, leases)
+	require.Zero(t, n, "past the deadline")
+	l.SetCeilingUntil(150, clk.Now().Add(time.Second))
+	clk.Advance(time.Millisecond)
+	leases[0].Drop()
+	require.Equal(t, 149, l.Limit(), "one slot cut")
+	releaseAll(leases[1:])
+}
+
+// releaseOne releases the first lease clean a millisecond on — within the
+// no-load round trip of newPacedLimiter, so the pacing holds — admits what
+// it lets in, and returns the leases in flight and how many it let in.
+func releaseOne(l *Limiter, clk *fakeClock, leases []Lease) ([]Lease, int) {
+	clk.Advance(time.Millisecond)
+	leases[0].Release()
+	more := acquireAll(l, 1000)
+	return append(leases[1:], more...), len(more)
 }
 
 // TestPaceGrowthHandsTheRaiseToWaitersAsLeasesSettle: queued callers get

@@ -100,12 +100,10 @@ func (l *Limiter) recalObserve(now time.Time, rec *leaseRecord, o outcome, rtt t
 	}
 }
 
-// endRecalibration unpins the limit, resumes pacing from the in-flight
-// the pin left (see resumePacing) and schedules the next recalibration.
+// endRecalibration unpins the limit and schedules the next recalibration.
 // The caller holds l.mu and dispatches to waiters afterwards.
 func (l *Limiter) endRecalibration(now time.Time) {
 	l.recal.phase = recalIdle
 	l.recal.seq++
 	l.recal.schedule(&l.cfg, now)
-	l.resumePacing(now)
 }
