@@ -316,11 +316,7 @@ func TestPaceGrowthAfterARecalibrationGivenUp(t *testing.T) {
 	require.False(t, l.Snapshot().Recalibrating, "given up at MaxPinned")
 	require.Equal(t, 100, l.Limit())
 	require.Equal(t, 1, n, "its slot")
-	for i := range 10 {
-		leases, n = releaseOne(l, clk, leases)
-		require.Equal(t, 1, n, "clean release %d: its slot, the limit being in flight", i+1)
-	}
-	releaseAll(leases)
+	releaseAll(refillEach(t, l, clk, leases, 10))
 }
 
 // TestPaceGrowthAFullShareFencedAndGrantedAgain: the fleet's outage path
@@ -342,11 +338,7 @@ func TestPaceGrowthAFullShareFencedAndGrantedAgain(t *testing.T) {
 	l.SetCeilingUntil(100, clk.Now().Add(time.Second))
 	leases = append(leases, acquireAll(l, 100)...)
 	require.Len(t, leases, 100, "the two slots freed meanwhile, refilled")
-	for i := range 10 {
-		leases, n = releaseOne(l, clk, leases)
-		require.Equal(t, 1, n, "clean release %d: its slot, the share being in flight", i+1)
-	}
-	releaseAll(leases)
+	releaseAll(refillEach(t, l, clk, leases, 10))
 }
 
 // TestPaceGrowthARenewalIsNoClimbsEnd: a share renewed higher after its
@@ -366,6 +358,19 @@ func TestPaceGrowthARenewalIsNoClimbsEnd(t *testing.T) {
 	leases[0].Drop()
 	require.Equal(t, 149, l.Limit(), "one slot cut")
 	releaseAll(leases[1:])
+}
+
+// refillEach releases n leases clean, one by one, and requires each to
+// let its own slot in and no more — the limit being in flight — and
+// returns the leases in flight.
+func refillEach(t *testing.T, l *Limiter, clk *fakeClock, leases []Lease, n int) []Lease {
+	t.Helper()
+	for i := range n {
+		var in int
+		leases, in = releaseOne(l, clk, leases)
+		require.Equal(t, 1, in, "clean release %d: its slot, the limit being in flight", i+1)
+	}
+	return leases
 }
 
 // releaseOne releases the first lease clean a millisecond on — within the
