@@ -98,8 +98,9 @@ func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) (flat bool) {
 	l.flatRound = l.round
 	if l.flatRefusals >= autoFlatRefusals {
 		l.law = l.flatLaw
-		if !l.holding(now) {
-			l.paced = l.limit(now)
+		l.paced = l.limit(now)
+		if l.holding(now) {
+			l.paced = l.maskedLimit()
 		}
 	}
 	return true

@@ -45,7 +45,7 @@ type Limiter struct {
 	admits       uint64    // leases admitted so far
 	cutLag       int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
 	inflight     int       // Σ weight of the leases not yet settled
-	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit
+	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit (during a hold, the limit it masks)
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
@@ -214,18 +214,30 @@ func (l *Limiter) pacing(now time.Time) bool {
 	return ok && now.Sub(l.lastClean) < noload
 }
 
-// holding reports whether a hold that admits nothing new, whatever the
-// estimate, is in force at now: a recalibration's pin (MinLimit, for its
-// probes), a ceiling past its deadline, or a ceiling of 0 (a fenced
-// node, or a share of nothing). A hold neither lowers paced nor lets a
-// clean release raise it: the leases that outlive it are no climb, so
-// when it ends the pacing resumes as if it had never been — each slot a
-// release freed meanwhile is refilled, and a raise is still taken up as
-// leases settle — rather than from what the hold admitted, which would
-// hold admission until the in-flight fell to half the limit. The caller
-// holds l.mu.
+// holding reports whether a hold masks the limit at now: a
+// recalibration's pin (MinLimit, for its probes only), a ceiling past its
+// deadline, or a ceiling of 0 (a fenced node, or a share of nothing).
+// During a hold, pace lowers paced only to the limit the hold masks
+// (maskedLimit), not to what the hold admits, and clean releases do not
+// raise it: the leases that outlive the hold are no climb, so when it
+// ends each slot a release freed meanwhile is refilled and a raise is
+// taken up as leases settle, from where the pacing stood — rather than
+// from MinLimit or 0, which would hold a node with a full limit in flight
+// until the in-flight fell to half the limit. The caller holds l.mu.
 func (l *Limiter) holding(now time.Time) bool {
 	return l.recal.active() || l.ceilingExpired(now) || l.hasCeiling && l.ceiling == 0
+}
+
+// maskedLimit is the limit a hold masks (see holding): floor(estimate),
+// capped by the ceiling less the cut unless the ceiling is 0, which says
+// nothing of the share to come; neither the pin nor the deadline counts.
+// The caller holds l.mu.
+func (l *Limiter) maskedLimit() int {
+	n := int(l.estimate)
+	if l.hasCeiling && l.ceiling > 0 {
+		n = min(n, max(l.ceiling-l.cut, 0))
+	}
+	return n
 }
 
 // unpacedStart reports whether the limiter is in AIMD's slow start under
@@ -234,10 +246,9 @@ func (l *Limiter) holding(now time.Time) bool {
 func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() }
 
 // pace lowers paced to the limit at now, so that a later rise of the
-// limit is taken up as leases settle (see Config.PaceGrowth); without
-// PaceGrowth, and during a hold (see holding), it does nothing, so
-// settling costs no extra limit and a hold leaves the pacing where it
-// found it. While
+// limit is taken up as leases settle (see Config.PaceGrowth); during a
+// hold, only to the limit the hold masks (see holding). Without
+// PaceGrowth it does nothing, so settling costs no extra limit. While
 // the slow start under a ceiling is not paced (see pacing), paced follows
 // the limit both ways, so that the pacing the first decrease or a cleared
 // ceiling resumes starts from the in-flight the share let in, not from
@@ -245,7 +256,9 @@ func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() 
 // and calls it after anything that may move the limit.
 func (l *Limiter) pace(now time.Time) {
 	switch {
-	case !l.law.paceGrowth || l.holding(now):
+	case !l.law.paceGrowth:
+	case l.holding(now):
+		l.paced = min(l.paced, l.maskedLimit())
 	case l.unpacedStart():
 		l.paced = l.limit(now)
 	default:

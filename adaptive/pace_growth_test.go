@@ -59,18 +59,18 @@ func TestWithoutPaceGrowthARaiseIsAdmittedAtOnce(t *testing.T) {
 }
 
 // TestPaceGrowthAdmitsHalfTheLimitAtOnce: however low the paced level
-// fell — a share of 0 — half of a new limit goes out at once.
+// fell — a share of 1 — half of a new limit goes out at once.
 func TestPaceGrowthAdmitsHalfTheLimitAtOnce(t *testing.T) {
 	t.Parallel()
 	l, _ := newPacedLimiter(t, Config{InitialLimit: 100})
 	l.SetCeiling(4)
 	held, ok := l.TryAcquire()
 	require.True(t, ok)
-	l.SetCeiling(0)
+	l.SetCeiling(1)
 	l.SetCeiling(30)
 	leases := acquireN(t, l, 14)
 	_, ok = l.TryAcquire()
-	require.False(t, ok, "15 in flight: half of 30, and nothing settled since the share was 0")
+	require.False(t, ok, "15 in flight: half of 30, and nothing settled since the share was 1")
 	releaseAll(append(leases, held))
 }
 
@@ -229,8 +229,8 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 // 0, a share of 0 — neither lowers the paced level nor lets the releases
 // during it raise that level. When it ends, the slots those releases
 // freed are refilled at once, and the climb to a raised share goes on
-// release by release from where the hold found it: not held until the
-// in-flight falls to half the limit, and not sped up by the hold either.
+// release by release from where the hold found it: not started again
+// from nothing, and not sped up by the hold either.
 func TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt(t *testing.T) {
 	t.Parallel()
 	const during = 3 // clean releases while a hold lasts
@@ -339,6 +339,70 @@ func TestPaceGrowthAFullShareFencedAndGrantedAgain(t *testing.T) {
 	leases = append(leases, acquireAll(l, 100)...)
 	require.Len(t, leases, 100, "the two slots freed meanwhile, refilled")
 	releaseAll(refillEach(t, l, clk, leases, 10))
+}
+
+// TestPaceGrowthHoldsKeepTheLimitTheyMask: a hold lowers the paced level
+// to the limit it masks, so a share lowered and raised again during a
+// recalibration's pin is climbed back as leases settle, as without the
+// pin, and Auto's move to FlatLatency's law during a lapsed ceiling
+// starts the pacing from the limit then masked, as a move before the
+// lapse does, not from Gradient2's unpaced count of releases.
+func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
+	t.Parallel()
+	t.Run("a share lowered during a pin", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{
+			InitialLimit:  100,
+			MinLimit:      1,
+			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
+		})
+		l.SetCeiling(100)
+		leases := acquireN(t, l, 100)
+		clk.Advance(10 * time.Second)
+		leases, _ = releaseOne(l, clk, leases)
+		require.True(t, l.Snapshot().Recalibrating)
+		l.SetCeiling(10)
+		l.SetCeiling(100)
+		clk.Advance(3 * time.Second)
+		leases, _ = releaseOne(l, clk, leases) // gives the pin up
+		require.False(t, l.Snapshot().Recalibrating)
+		for i := range 5 {
+			var n int
+			leases, n = releaseOne(l, clk, leases)
+			require.Zero(t, n, "clean release %d: the climb from 10 is still under the in-flight", i+1)
+		}
+		releaseAll(leases)
+	})
+	t.Run("Auto's move", func(t *testing.T) {
+		t.Parallel()
+		// moved returns how many a renewal to 100 lets in at once after
+		// Auto moved, during the lapse of a share of 20 or before it.
+		moved := func(t *testing.T, during bool) int {
+			t.Helper()
+			l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+			l.SetCeiling(20)
+			flatRefusal(t, l, clk)
+			flatRefusal(t, l, clk)
+			sampleOne(t, l, clk, 20*time.Millisecond)
+			leases := acquireAll(l, 1000)
+			if during {
+				l.SetCeilingUntil(20, clk.Now())
+			}
+			clk.Advance(time.Millisecond)
+			leases[0].Drop() // the third refusal: Auto moves
+			require.Equal(t, AIMD, l.Snapshot().Law)
+			l.SetCeilingUntil(20, clk.Now())
+			leases, n := releaseOne(l, clk, leases[1:])
+			require.Zero(t, n, "past the deadline")
+			l.SetCeilingUntil(100, clk.Now().Add(time.Hour))
+			more := acquireAll(l, 1000)
+			releaseAll(append(leases, more...))
+			return len(more)
+		}
+		before := moved(t, false)
+		require.Less(t, before, 50, "paced: less than the raise at once")
+		require.Equal(t, before, moved(t, true))
+	})
 }
 
 // TestPaceGrowthARenewalIsNoClimbsEnd: a share renewed higher after its
