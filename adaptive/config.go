@@ -278,11 +278,12 @@ type Config struct {
 	// such step again held the start back by a round trip per step.
 	// The releases count whatever the weight in flight, so after a spell
 	// of few requests in flight a raise can still go out whole; those
-	// during a hold do not count. A hold — a recalibration's pin, a
-	// ceiling past its deadline, a ceiling of 0 — lowers the pacing only
-	// to the limit it masks: when it ends, the slots that releases freed
-	// meanwhile are refilled at once and a climb goes on from where it
-	// stood, not from what the hold admitted. A burst that arrives just
+	// during a hold do not count, though they keep the pacing's clock. A
+	// hold — a recalibration's pin, a ceiling past its deadline, a ceiling
+	// of 0 — lowers the pacing only to the limit it masks: when it ends,
+	// the slots that releases freed meanwhile are refilled at once, up to
+	// that limit, and a climb goes on from where it stood, not from what
+	// the hold admitted. A burst that arrives just
 	// after a raise finds fewer slots than Limit() free, and the rest wait
 	// in the queue (see MaxQueued). Defaults to false: the whole limit is
 	// admitted at once. FlatLatency sets it, and so does Auto once it runs

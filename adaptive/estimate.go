@@ -22,13 +22,15 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	}
 	rtt = max(rtt, time.Nanosecond)
 
+	if o == released {
+		l.lastClean = now // the pacing's clock, a hold's releases included
+	}
 	if l.recal.active() {
 		l.recalObserve(now, rec, o, rtt)
 	} else if o == released {
 		if !l.holding(now) {
 			l.paced = addCounts(l.paced, rec.weight)
 		}
-		l.lastClean = now
 		// The law moves the estimate once per round trip: on the first
 		// clean sample of a request admitted since the last move. Moving
 		// on every sample would compound a round trip's worth of samples,

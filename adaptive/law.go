@@ -98,8 +98,14 @@ func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) (flat bool) {
 	l.flatRound = l.round
 	if l.flatRefusals >= autoFlatRefusals {
 		l.law = l.flatLaw
-		l.paced = l.limit(now)
-		if l.holding(now) {
+		switch {
+		case !l.holding(now):
+			l.paced = l.limit(now)
+		case l.hasCeiling && l.ceiling == 0:
+			// A fence or a share of nothing masks no share: the
+			// pacing starts from what the last one let in.
+			l.paced = min(l.maskedLimit(), l.inflight)
+		default:
 			l.paced = l.maskedLimit()
 		}
 	}

@@ -46,7 +46,7 @@ type Limiter struct {
 	cutLag       int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
 	inflight     int       // Σ weight of the leases not yet settled
 	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit (during a hold, the limit it masks)
-	lastClean    time.Time // PaceGrowth: when a lease last settled clean outside a recalibration
+	lastClean    time.Time // PaceGrowth: when a lease last settled clean
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
 	peerInflight int
@@ -219,11 +219,13 @@ func (l *Limiter) pacing(now time.Time) bool {
 // deadline, or a ceiling of 0 (a fenced node, or a share of nothing).
 // During a hold, pace lowers paced only to the limit the hold masks
 // (maskedLimit), not to what the hold admits, and clean releases do not
-// raise it: the leases that outlive the hold are no climb, so when it
-// ends each slot a release freed meanwhile is refilled and a raise is
-// taken up as leases settle, from where the pacing stood — rather than
-// from MinLimit or 0, which would hold a node with a full limit in flight
-// until the in-flight fell to half the limit. The caller holds l.mu.
+// raise it, though they still keep the pacing's clock: the leases that
+// outlive the hold are no climb, so when it ends each slot a release
+// freed meanwhile is refilled, up to the limit the hold masked, and a
+// raise is taken up as leases settle, from where the pacing stood —
+// rather than from MinLimit or 0, which would hold a node with a full
+// limit in flight until the in-flight fell to half the limit. The
+// caller holds l.mu.
 func (l *Limiter) holding(now time.Time) bool {
 	return l.recal.active() || l.ceilingExpired(now) || l.hasCeiling && l.ceiling == 0
 }
@@ -250,7 +252,7 @@ func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() 
 // hold, only to the limit the hold masks (see holding). Without
 // PaceGrowth it does nothing, so settling costs no extra limit. While
 // the slow start under a ceiling is not paced (see pacing), paced follows
-// the limit both ways, so that the pacing the first decrease or a cleared
+// the limit both ways outside a hold, so that the pacing the first decrease or a cleared
 // ceiling resumes starts from the in-flight the share let in, not from
 // where paced stood before the slow start sent it. The caller holds l.mu
 // and calls it after anything that may move the limit.

@@ -226,8 +226,8 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 
 // TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt: a hold that admits
 // nothing new — a ceiling past its deadline, a fenced node's ceiling of
-// 0, a share of 0 — neither lowers the paced level nor lets the releases
-// during it raise that level. When it ends, the slots those releases
+// 0, a share of 0 — lowers the paced level no further than the limit it
+// masks, nor lets the releases during it raise that level. When it ends, the slots those releases
 // freed are refilled at once, and the climb to a raised share goes on
 // release by release from where the hold found it: not started again
 // from nothing, and not sped up by the hold either.
@@ -344,9 +344,11 @@ func TestPaceGrowthAFullShareFencedAndGrantedAgain(t *testing.T) {
 // TestPaceGrowthHoldsKeepTheLimitTheyMask: a hold lowers the paced level
 // to the limit it masks, so a share lowered and raised again during a
 // recalibration's pin is climbed back as leases settle, as without the
-// pin, and Auto's move to FlatLatency's law during a lapsed ceiling
-// starts the pacing from the limit then masked, as a move before the
-// lapse does, not from Gradient2's unpaced count of releases.
+// pin; the releases during the pin keep the pacing's clock, so a share
+// raised during it is climbed too, not admitted whole when it ends; and
+// Auto's move to FlatLatency's law during a lapsed or fenced share
+// starts the pacing where a move before the hold does, not from
+// Gradient2's unpaced count of releases or the whole estimate.
 func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
 	t.Parallel()
 	t.Run("a share lowered during a pin", func(t *testing.T) {
@@ -373,11 +375,30 @@ func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
 		}
 		releaseAll(leases)
 	})
+	t.Run("a share raised during a pin", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{
+			InitialLimit:  100,
+			MinLimit:      1,
+			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
+		})
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		clk.Advance(10 * time.Second)
+		leases, _ = releaseOne(l, clk, leases)
+		require.True(t, l.Snapshot().Recalibrating)
+		l.SetCeiling(100)
+		clk.Advance(3 * time.Second)
+		leases, _ = releaseOne(l, clk, leases) // gives the pin up
+		require.False(t, l.Snapshot().Recalibrating)
+		require.LessOrEqual(t, l.Inflight(), 50, "paced: half the raise, not all of it")
+		releaseAll(leases)
+	})
 	t.Run("Auto's move", func(t *testing.T) {
 		t.Parallel()
 		// moved returns how many a renewal to 100 lets in at once after
-		// Auto moved, during the lapse of a share of 20 or before it.
-		moved := func(t *testing.T, during bool) int {
+		// Auto moved during hold (nil: before any), with a share of 20.
+		moved := func(t *testing.T, hold func(*Limiter, *fakeClock)) int {
 			t.Helper()
 			l, clk := newTestLimiter(t, Config{InitialLimit: 100})
 			l.SetCeiling(20)
@@ -385,23 +406,24 @@ func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
 			flatRefusal(t, l, clk)
 			sampleOne(t, l, clk, 20*time.Millisecond)
 			leases := acquireAll(l, 1000)
-			if during {
-				l.SetCeilingUntil(20, clk.Now())
+			if hold != nil {
+				hold(l, clk)
 			}
 			clk.Advance(time.Millisecond)
 			leases[0].Drop() // the third refusal: Auto moves
 			require.Equal(t, AIMD, l.Snapshot().Law)
-			l.SetCeilingUntil(20, clk.Now())
+			l.SetCeilingUntil(0, time.Time{})
 			leases, n := releaseOne(l, clk, leases[1:])
-			require.Zero(t, n, "past the deadline")
+			require.Zero(t, n, "fenced")
 			l.SetCeilingUntil(100, clk.Now().Add(time.Hour))
 			more := acquireAll(l, 1000)
 			releaseAll(append(leases, more...))
 			return len(more)
 		}
-		before := moved(t, false)
+		before := moved(t, nil)
 		require.Less(t, before, 50, "paced: less than the raise at once")
-		require.Equal(t, before, moved(t, true))
+		require.Equal(t, before, moved(t, func(l *Limiter, clk *fakeClock) { l.SetCeilingUntil(20, clk.Now()) }), "during a lapse")
+		require.Equal(t, before, moved(t, func(l *Limiter, _ *fakeClock) { l.SetCeilingUntil(0, time.Time{}) }), "while fenced")
 	})
 }
 
