@@ -297,26 +297,42 @@ func TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt(t *testing.T) {
 
 // TestPaceGrowthAfterARecalibrationGivenUp: a recalibration given up at
 // MaxPinned with the limit's worth of leases still in flight leaves the
-// pacing where it found it: each clean release refills its slot, where
-// the pin's MinLimit, taken as the paced level, held admission until the
-// in-flight fell to half the limit.
+// pacing where it found it: the slots freed during the pin are refilled
+// and then each clean release refills its own, where the pin's MinLimit,
+// taken as the paced level, held admission until the in-flight fell to
+// half the limit.
 func TestPaceGrowthAfterARecalibrationGivenUp(t *testing.T) {
 	t.Parallel()
+	l, clk, leases, n := throughAPin(t, 100)
+	require.Equal(t, 100, l.Limit())
+	require.Equal(t, 2, n, "the two slots freed since the pin began")
+	releaseAll(refillEach(t, l, clk, leases, 10))
+}
+
+// throughAPin fills a paced limiter's share of from, starts a
+// recalibration (MaxPinned 3s) with a clean release, sets the shares in
+// turn while the limit is pinned behind the leases in flight, and gives
+// the pin up with another clean release at MaxPinned. It returns the
+// leases in flight and how many that last release let in.
+func throughAPin(t *testing.T, from int, shares ...int) (*Limiter, *fakeClock, []Lease, int) {
+	t.Helper()
 	l, clk := newPacedLimiter(t, Config{
 		InitialLimit:  100,
 		MinLimit:      1,
 		Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
 	})
-	leases := acquireN(t, l, 100)
+	l.SetCeiling(from)
+	leases := acquireN(t, l, from)
 	clk.Advance(10 * time.Second)
-	_, ok := l.TryAcquire()
-	require.False(t, ok, "pinned behind the leases in flight")
+	leases, _ = releaseOne(l, clk, leases)
+	require.True(t, l.Snapshot().Recalibrating, "pinned behind the leases in flight")
+	for _, n := range shares {
+		l.SetCeiling(n)
+	}
 	clk.Advance(3 * time.Second)
 	leases, n := releaseOne(l, clk, leases)
 	require.False(t, l.Snapshot().Recalibrating, "given up at MaxPinned")
-	require.Equal(t, 100, l.Limit())
-	require.Equal(t, 1, n, "its slot")
-	releaseAll(refillEach(t, l, clk, leases, 10))
+	return l, clk, leases, n
 }
 
 // TestPaceGrowthAFullShareFencedAndGrantedAgain: the fleet's outage path
@@ -353,21 +369,7 @@ func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
 	t.Parallel()
 	t.Run("a share lowered during a pin", func(t *testing.T) {
 		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{
-			InitialLimit:  100,
-			MinLimit:      1,
-			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
-		})
-		l.SetCeiling(100)
-		leases := acquireN(t, l, 100)
-		clk.Advance(10 * time.Second)
-		leases, _ = releaseOne(l, clk, leases)
-		require.True(t, l.Snapshot().Recalibrating)
-		l.SetCeiling(10)
-		l.SetCeiling(100)
-		clk.Advance(3 * time.Second)
-		leases, _ = releaseOne(l, clk, leases) // gives the pin up
-		require.False(t, l.Snapshot().Recalibrating)
+		l, clk, leases, _ := throughAPin(t, 100, 10, 100)
 		for i := range 5 {
 			var n int
 			leases, n = releaseOne(l, clk, leases)
@@ -377,20 +379,7 @@ func TestPaceGrowthHoldsKeepTheLimitTheyMask(t *testing.T) {
 	})
 	t.Run("a share raised during a pin", func(t *testing.T) {
 		t.Parallel()
-		l, clk := newPacedLimiter(t, Config{
-			InitialLimit:  100,
-			MinLimit:      1,
-			Recalibration: Recalibration{Interval: 10 * time.Second, MaxPinned: 3 * time.Second},
-		})
-		l.SetCeiling(10)
-		leases := acquireN(t, l, 10)
-		clk.Advance(10 * time.Second)
-		leases, _ = releaseOne(l, clk, leases)
-		require.True(t, l.Snapshot().Recalibrating)
-		l.SetCeiling(100)
-		clk.Advance(3 * time.Second)
-		leases, _ = releaseOne(l, clk, leases) // gives the pin up
-		require.False(t, l.Snapshot().Recalibrating)
+		l, _, leases, _ := throughAPin(t, 10, 100)
 		require.LessOrEqual(t, l.Inflight(), 50, "paced: half the raise, not all of it")
 		releaseAll(leases)
 	})
