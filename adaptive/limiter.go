@@ -200,7 +200,10 @@ func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 // only while leases keep settling clean, at least one within the last
 // no-load round trip. Without such releases there is no clock to pace
 // by — the leases in flight are long ones, or none has settled yet —
-// and the whole limit is admitted. Nor does it hold AIMD's slow start
+// and the whole limit is admitted; what is admitted so raises paced, so
+// that when releases bring the pacing back it climbs on from there
+// rather than holding admission until the in-flight falls to half the
+// limit. Nor does it hold AIMD's slow start
 // under a ceiling (unpacedStart): a fleet node's share grows only as
 // the lower median of the fleet's estimates does, each at most three
 // times the load tried, and once per heartbeat; pacing each such step
@@ -287,6 +290,11 @@ func (l *Limiter) admit(now time.Time, p uint8, weight int) Lease {
 	l.inflight += weight
 	l.leases++
 	l.tickAdmitted = true
+	if l.law.paceGrowth && !l.pacing(now) && !l.holding(now) {
+		// Admitted unpaced: the pacing, when releases bring it back,
+		// climbs on from what was let in.
+		l.paced = max(l.paced, min(l.inflight, l.limit(now)))
+	}
 	c := &l.queue.stats[p]
 	c.admitted++
 	c.admittedWeight += uint64(weight)

@@ -94,6 +94,36 @@ func TestPaceGrowthLapsesWithoutReleases(t *testing.T) {
 	releaseAll(append(streams, leases...))
 }
 
+// TestPaceGrowthClimbsOnFromAnUnpacedSpell: what is admitted while the
+// pacing has lapsed — before the first round trip, or while only long
+// requests are in flight — counts as paced, so when clean releases bring
+// the pacing back each refills its slot, where the paced level of before
+// the spell held admission until the in-flight fell to half the limit.
+func TestPaceGrowthClimbsOnFromAnUnpacedSpell(t *testing.T) {
+	t.Parallel()
+	t.Run("a first grant", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{Law: Gradient2, InitialLimit: 20, PaceGrowth: true})
+		l.SetCeiling(0) // as a fleet node does before its first grant
+		l.SetEstimate(100)
+		l.SetCeilingUntil(100, clk.Now().Add(time.Hour))
+		leases := acquireAll(l, 1000)
+		require.Len(t, leases, 100, "no round trip yet: unpaced")
+		releaseAll(refillEach(t, l, clk, leases, 20))
+	})
+	t.Run("streams", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newPacedLimiter(t, Config{InitialLimit: 100, MaxLimit: 100})
+		l.SetCeiling(10)
+		leases := acquireN(t, l, 10)
+		l.SetCeiling(100)
+		clk.Advance(10 * time.Millisecond) // no clean release for a no-load round trip
+		leases = append(leases, acquireAll(l, 1000)...)
+		require.Len(t, leases, 100, "the pacing lapsed: the whole limit")
+		releaseAll(refillEach(t, l, clk, leases, 20))
+	})
+}
+
 // TestPaceGrowthOnlyCleanReleasesCount: a drop frees its slot but lets
 // nothing more in, and an abandoned lease neither.
 func TestPaceGrowthOnlyCleanReleasesCount(t *testing.T) {
