@@ -271,7 +271,10 @@ type Config struct {
 	// first refusals cut the limit before the rest of the excess is sent.
 	// The pacing holds only while leases keep settling clean, one at
 	// least every no-load round trip: long requests, such as streams,
-	// carry no such clock, and without one the whole limit is admitted.
+	// carry no such clock, and without one the whole limit is admitted;
+	// what goes out so counts as paced when releases bring the pacing
+	// back, so the climb goes on from there — after even a brief lapse,
+	// without waiting for the releases to catch up with half the limit.
 	// Nor does it hold AIMD's slow start (AIMDProbe set, no decrease yet)
 	// under a ceiling: a fleet node's share grows only as the lower median
 	// of the fleet's estimates does, once per heartbeat, and pacing each
@@ -283,11 +286,11 @@ type Config struct {
 	// of 0 — lowers the pacing only to the limit it masks: when it ends,
 	// the slots that releases freed meanwhile are refilled at once, up to
 	// that limit, and a climb goes on from where it stood, not from what
-	// the hold admitted. A burst that arrives just
-	// after a raise finds fewer slots than Limit() free, and the rest wait
-	// in the queue (see MaxQueued). Defaults to false: the whole limit is
-	// admitted at once. FlatLatency sets it, and so does Auto once it runs
-	// FlatLatency's law (choose a Law to keep it off).
+	// the hold admitted. A burst that arrives just after a raise finds
+	// fewer slots than Limit() free, and the rest wait in the queue (see
+	// MaxQueued). Defaults to false: the whole limit is admitted at once.
+	// FlatLatency sets it, and so does Auto once it runs FlatLatency's law
+	// (choose a Law to keep it off).
 	PaceGrowth bool
 
 	// Clock supplies the time. Defaults to the system clock (time.Now).

@@ -103,7 +103,7 @@ func (l *Limiter) autoFlat(now time.Time, rec *leaseRecord) (flat bool) {
 			l.paced = l.limit(now)
 		case l.hasCeiling && l.ceiling == 0:
 			// A fence or a share of nothing masks no share: the
-			// pacing starts from what the last one let in.
+			// pacing starts from the in-flight the last one left.
 			l.paced = min(l.maskedLimit(), l.inflight)
 		default:
 			l.paced = l.maskedLimit()

@@ -45,7 +45,7 @@ type Limiter struct {
 	admits       uint64    // leases admitted so far
 	cutLag       int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
 	inflight     int       // Σ weight of the leases not yet settled
-	paced        int       // PaceGrowth: the most weight clean releases let in flight, at most the limit (during a hold, the limit it masks)
+	paced        int       // PaceGrowth: the most weight clean releases, or a spell unpaced, let in flight; at most the limit (during a hold, the limit it masks)
 	lastClean    time.Time // PaceGrowth: when a lease last settled clean
 	leases       int       // leases not yet settled
 	peak         int64     // most weight in flight + queued since the last TakePeak
@@ -202,15 +202,16 @@ func (l *Limiter) pacedBound(n int) int { return max(l.paced, n/2) }
 // by — the leases in flight are long ones, or none has settled yet —
 // and the whole limit is admitted; what is admitted so raises paced, so
 // that when releases bring the pacing back it climbs on from there
-// rather than holding admission until the in-flight falls to half the
-// limit. Nor does it hold AIMD's slow start
-// under a ceiling (unpacedStart): a fleet node's share grows only as
-// the lower median of the fleet's estimates does, each at most three
-// times the load tried, and once per heartbeat; pacing each such step
-// again as leases settle held the start back by a round trip per step
-// where a round trip is longer than a heartbeat. The caller holds l.mu.
+// rather than holding admission until the in-flight falls to max(paced,
+// half the limit). Nor does it hold AIMD's slow start under a ceiling
+// (unpacedStart): a fleet node's share grows only as the lower median of
+// the fleet's estimates does, each at most three times the load tried,
+// and once per heartbeat; pacing each such step again as leases settle
+// held the start back by a round trip per step where a round trip is
+// longer than a heartbeat. Nor a recalibration's probes, which the pin
+// bounds. The caller holds l.mu.
 func (l *Limiter) pacing(now time.Time) bool {
-	if !l.law.paceGrowth || l.unpacedStart() {
+	if !l.law.paceGrowth || l.unpacedStart() || l.recal.active() {
 		return false
 	}
 	noload, ok := l.window.min()
@@ -255,10 +256,11 @@ func (l *Limiter) unpacedStart() bool { return l.hasCeiling && l.slowStarting() 
 // hold, only to the limit the hold masks (see holding). Without
 // PaceGrowth it does nothing, so settling costs no extra limit. While
 // the slow start under a ceiling is not paced (see pacing), paced follows
-// the limit both ways outside a hold, so that the pacing the first decrease or a cleared
-// ceiling resumes starts from the in-flight the share let in, not from
-// where paced stood before the slow start sent it. The caller holds l.mu
-// and calls it after anything that may move the limit.
+// the limit both ways outside a hold, so that the pacing the first
+// decrease or a cleared ceiling resumes starts from the in-flight the
+// share let in, not from where paced stood before the slow start sent
+// it. The caller holds l.mu and calls it after anything that may move
+// the limit.
 func (l *Limiter) pace(now time.Time) {
 	switch {
 	case !l.law.paceGrowth:

@@ -257,10 +257,11 @@ func TestPaceGrowthLeavesTheSlowStartToTheCeiling(t *testing.T) {
 // TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt: a hold that admits
 // nothing new — a ceiling past its deadline, a fenced node's ceiling of
 // 0, a share of 0 — lowers the paced level no further than the limit it
-// masks, nor lets the releases during it raise that level. When it ends, the slots those releases
-// freed are refilled at once, and the climb to a raised share goes on
-// release by release from where the hold found it: not started again
-// from nothing, and not sped up by the hold either.
+// masks, nor lets the releases during it raise that level. When it ends,
+// the slots those releases freed are refilled at once, and the climb to
+// a raised share goes on release by release from where the hold found
+// it: not started again from nothing, and not sped up by the hold
+// either.
 func TestPaceGrowthHoldsLeaveThePacingWhereTheyFoundIt(t *testing.T) {
 	t.Parallel()
 	const during = 3 // clean releases while a hold lasts
@@ -337,6 +338,28 @@ func TestPaceGrowthAfterARecalibrationGivenUp(t *testing.T) {
 	require.Equal(t, 100, l.Limit())
 	require.Equal(t, 2, n, "the two slots freed since the pin began")
 	releaseAll(refillEach(t, l, clk, leases, 10))
+}
+
+// TestPaceGrowthLeavesARecalibrationsProbesToThePin: the probes of a
+// recalibration go out up to MinLimit, however low the paced level
+// stood when the pin began; their releases keep the pacing's clock for
+// after the pin, but do not hold the probes.
+func TestPaceGrowthLeavesARecalibrationsProbesToThePin(t *testing.T) {
+	t.Parallel()
+	l, clk := newPacedLimiter(t, Config{
+		InitialLimit:  100,
+		MinLimit:      10,
+		Recalibration: Recalibration{Interval: 10 * time.Second, Samples: 40, MaxPinned: 3 * time.Second},
+	})
+	l.SetCeiling(4)
+	clk.Advance(time.Millisecond)
+	releaseAll(acquireN(t, l, 4)) // paced 4, nothing in flight
+	l.SetCeiling(100)
+	clk.Advance(10 * time.Second)
+	probes := acquireAll(l, 1000)
+	require.True(t, l.Snapshot().Recalibrating)
+	require.Len(t, probes, 10, "pinned at MinLimit")
+	releaseAll(refillEach(t, l, clk, probes, 5))
 }
 
 // throughAPin fills a paced limiter's share of from, starts a
