@@ -133,11 +133,17 @@ func (l *Limiter) limit(now time.Time) int {
 	if l.recal.active() {
 		n = l.cfg.MinLimit
 	}
-	if l.hasCeiling && l.ceiling-l.cut < n {
-		n = max(l.ceiling-l.cut, 0)
-	}
 	if l.ceilingExpired(now) {
-		n = 0
+		return 0
+	}
+	return l.underCeiling(n)
+}
+
+// underCeiling caps n at the ceiling less the slots drops have cut from
+// it, when there is a ceiling. The caller holds l.mu.
+func (l *Limiter) underCeiling(n int) int {
+	if l.hasCeiling {
+		n = min(n, max(l.ceiling-l.cut, 0))
 	}
 	return n
 }
@@ -239,11 +245,10 @@ func (l *Limiter) holding(now time.Time) bool {
 // nothing of the share to come; neither the pin nor the deadline counts.
 // The caller holds l.mu.
 func (l *Limiter) maskedLimit() int {
-	n := int(l.estimate)
-	if l.hasCeiling && l.ceiling > 0 {
-		n = min(n, max(l.ceiling-l.cut, 0))
+	if l.hasCeiling && l.ceiling == 0 {
+		return int(l.estimate)
 	}
-	return n
+	return l.underCeiling(int(l.estimate))
 }
 
 // unpacedStart reports whether the limiter is in AIMD's slow start under
