@@ -43,9 +43,12 @@ func TestBadInputLeavesTablesUnchanged(t *testing.T) {
 	raw := newPostgres(t, pool)
 	coord.SetSkipValidation(raw, true)
 
-	// Some state to protect.
+	// Some state to protect, on leases that outlast the test however
+	// slow the machine: an expired lease would let another instance in.
 	for _, id := range []string{"a", "b"} {
-		_, err := p.Heartbeat(ctx, rep(id, 1, 8, 1, 2, 0))
+		r := rep(id, 1, 8, 1, 2, 0)
+		r.LeaseTTL = 10 * time.Minute
+		_, err := p.Heartbeat(ctx, r)
 		require.NoError(t, err)
 	}
 	before := snapshot(t, pool)
