@@ -44,28 +44,35 @@ func (l *Limiter) slowStarting() bool {
 
 // slowStartStep grows the estimate by half if load reached the estimate
 // it grows from (two thirds of it, or half under PaceGrowth) or the whole
-// limit; see aimdSample. The caller holds l.mu.
-func (l *Limiter) slowStartStep(load int) {
+// limit; see aimdSample. It reports whether the estimate grew. The caller
+// holds l.mu.
+func (l *Limiter) slowStartStep(load int) bool {
 	reach := slowStart
 	if l.law.paceGrowth {
 		reach = pacedSlowStartReach
 	}
 	if reach*float64(load) >= l.estimate || load >= int(l.estimate) {
+		before := l.estimate
 		l.estimate = l.clampEstimate(slowStart * l.estimate)
+		return l.estimate > before
 	}
+	return false
 }
 
 // ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
-// node calls it at every grant once its estimate rests on its own
-// samples. Under AIMD with AIMDProbe set, when this limiter admitted a
-// request since the previous call and no drop came since then, the
-// estimate moves as on a clean round trip at the current load (own
-// in-flight plus peers', see SetPeerInflight): during the slow start it
-// grows by half if that load reached the estimate it grows from; after
-// it, it takes one probe step (see AIMDProbe), which counts as a round
-// trip for the step's doublings, but only while the estimate is above
-// the level the last backoff came down from — where the upstream has
-// shown no limit yet. Near the capacity last hit the probes stay clocked
+// node calls it at every grant. Under AIMD with AIMDProbe set, when this
+// limiter admitted a request since the previous call and no drop came
+// since then, the estimate moves as on a clean round trip at the current
+// load (own in-flight plus peers', see SetPeerInflight). During the slow
+// start it grows by half as many times as that load still reaches the
+// estimate it grows from — as the round trips between two calls would
+// where they are shorter than the interval, since a fleet node's share,
+// and so its load, moves only once a heartbeat — so to at most three
+// times the load under PaceGrowth (2.25 times without). After it, it
+// takes one probe step (see AIMDProbe), which counts as a round trip for
+// the step's doublings, but only while the estimate is above the level
+// the last backoff came down from — where the upstream has shown no limit
+// yet. Near the capacity last hit the probes stay clocked
 // by round trips alone. No admission or a drop since the previous call,
 // a pause (PauseUntil), another law, AIMDProbe 0 or a recalibration under
 // way make it move no estimate: only requests this limiter sent, and that
@@ -104,7 +111,8 @@ func (l *Limiter) ProbeTick() {
 	load := addCounts(l.inflight, l.peerInflight)
 	switch {
 	case l.slowStarting():
-		l.slowStartStep(load)
+		for l.slowStartStep(load) {
+		}
 	case l.estimate > l.backedFrom:
 		l.propose(l.estimate+l.aimdStep(), load)
 	}

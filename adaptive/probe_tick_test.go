@@ -19,14 +19,15 @@ func tickWithOneAdmitted(t *testing.T, l *Limiter) {
 
 // TestProbeTickSlowStartGrowsWithoutARoundTrip: during the slow start a
 // tick grows the estimate by half when the load, peers' in-flight
-// included, reached half of it (PaceGrowth), and leaves it alone below.
+// included, reached half of it (PaceGrowth), again while the load still
+// reaches half of the grown estimate, and leaves it alone below.
 func TestProbeTickSlowStartGrowsWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true}
 	for _, tc := range []struct {
 		own, peers int
 		want       float64
-	}{{14, 0, 30}, {15, 0, 45}, {5, 10, 45}, {5, 9, 30}} {
+	}{{14, 0, 30}, {15, 0, 45}, {5, 10, 45}, {5, 9, 30}, {22, 0, 45}, {23, 0, 67.5}, {10, 30, 101.25}} {
 		l, _ := newTestLimiter(t, cfg)
 		l.SetPeerInflight(tc.peers)
 		leases := acquireN(t, l, tc.own)
@@ -83,7 +84,7 @@ func TestProbeTickNeedsARequestOfItsOwn(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true}
 	l, clk := newTestLimiter(t, cfg)
-	l.SetPeerInflight(30)
+	l.SetPeerInflight(20) // with 2 of its own, half of 30 but not of 45
 	l.ProbeTick()
 	require.InDelta(t, 30.0, l.Estimate(), 1e-9, "nothing admitted yet")
 

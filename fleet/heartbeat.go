@@ -632,9 +632,11 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
-	if !warm {
-		n.lim.ProbeTick() // a warm estimate is L_global's, not the node's: nothing to probe from
-	}
+	// The probe's clock, from the first grant: during AIMD's slow start a
+	// grant whose interval admitted requests and met no refusal says the
+	// fleet's limit had room, with or without a round trip of this node's
+	// own to back its estimate.
+	n.lim.ProbeTick()
 	n.applyCeilingLocked()
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {

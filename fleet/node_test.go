@@ -745,6 +745,55 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 	})
 }
 
+// TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip: on the
+// flat-latency law a fresh node's grants take slow-start steps before any
+// request of its own has come back: requests admitted and none refused
+// says the fleet's limit had room, and each grant takes as many ×1.5
+// steps as the load passes the test for (up to three times it, with
+// PaceGrowth), so L_global climbs at once rather than waiting a round
+// trip that may be longer than many heartbeats.
+func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.FlatLatency()
+		cfg.Limiter.MaxQueued = 200
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		synctest.Wait()
+		require.Equal(t, 20, n.State().LGlobal, "the key starts at InitialLimit")
+
+		// 200 requests that take longer than the whole test.
+		ctx, cancel := context.WithCancel(t.Context())
+		held := make(chan Lease, 200)
+		for range cap(held) {
+			go func() {
+				if le, err := n.Acquire(ctx); err == nil {
+					held <- le
+				}
+			}()
+		}
+		var limits []int
+		for range 5 {
+			time.Sleep(cfg.HeartbeatInterval)
+			synctest.Wait()
+			limits = append(limits, n.State().LGlobal)
+		}
+		require.Zero(t, n.lim.Snapshot().Rounds, "no round trip came back")
+		// A grant's steps judge the interval before it, and its vote is
+		// L_global at the next grant, whose share the requests fill after
+		// that grant's steps: so a step every other grant. 20 in flight,
+		// none refused: 20 → 30 → 45; 45 in flight: 45 → 67.5 → 101.25
+		// (each step while the load is at least half the estimate).
+		// Before, L_global stayed at 20 until a round trip.
+		require.Equal(t, []int{20, 45, 45, 101, 101}, limits, "L_global at each heartbeat")
+		require.Len(t, held, 101, "the share let in")
+		cancel()
+		synctest.Wait()
+		for range len(held) {
+			(<-held).Ignore()
+		}
+	})
+}
+
 // hangingCoord passes heartbeats through until hang is set, then holds
 // each until its context ends, as a heartbeat in flight when Stop comes;
 // hung is closed when the first one starts waiting.
