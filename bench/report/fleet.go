@@ -300,9 +300,11 @@ after 5 grants without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut, and its give-backs wait
 for its next grant (SetFleetLimit); and each
-grant after requests of the node's own and no 429 since the last counts
-as a round trip for the slow start, and for the probe while the estimate
-is above the level the last backoff came down from (ProbeTick).
+grant after requests of the node's own and no 429 since the last, from
+the node's first grant on, takes as many slow-start steps as the fleet's
+in-flight passes the test for (up to three times it), and counts as a
+round trip for the probe while the estimate is above the level the last
+backoff came down from (ProbeTick).
 InitialLimit is the library default (20) because neither C nor N is known
 to an adaptive node.
 
