@@ -64,11 +64,14 @@ func (l *Limiter) slowStartStep(load int) bool {
 // limiter admitted a request since the previous call and no drop came
 // since then, the estimate moves as on a clean round trip at the current
 // load (own in-flight plus peers', see SetPeerInflight). During the slow
-// start it grows by half as many times as that load still reaches the
-// estimate it grows from — as the round trips between two calls would
-// where they are shorter than the interval, since a fleet node's share,
-// and so its load, moves only once a heartbeat — so to at most three
-// times the load under PaceGrowth (2.25 times without). After it, it
+// start it grows by half, and by half again if that load still reaches
+// the grown estimate — as the round trips between two calls would where
+// they are shorter than the interval, since a fleet node's share, and so
+// its load, moves only once a heartbeat: with the load at the estimate,
+// the test allows no third step under PaceGrowth, and a load that says
+// more (peers' in-flight still counted for a crashed instance) takes no
+// more than ×2.25 a call. The evidence is the absence of refusals, which
+// an upstream that refuses at once gives before any round trip. After it, it
 // takes one probe step (see AIMDProbe), which counts as a round trip for
 // the step's doublings, but only while the estimate is above the level
 // the last backoff came down from — where the upstream has shown no limit
@@ -111,7 +114,7 @@ func (l *Limiter) ProbeTick() {
 	load := addCounts(l.inflight, l.peerInflight)
 	switch {
 	case l.slowStarting():
-		for l.slowStartStep(load) {
+		for i := 0; i < slowStartTickSteps && l.slowStartStep(load); i++ {
 		}
 	case l.estimate > l.backedFrom:
 		l.propose(l.estimate+l.aimdStep(), load)
@@ -155,3 +158,6 @@ const (
 	pacedSlowStartReach = 2
 	probeDoubling       = 2
 )
+
+// slowStartTickSteps is the most slow-start steps one ProbeTick takes.
+const slowStartTickSteps = 2

@@ -19,15 +19,16 @@ func tickWithOneAdmitted(t *testing.T, l *Limiter) {
 
 // TestProbeTickSlowStartGrowsWithoutARoundTrip: during the slow start a
 // tick grows the estimate by half when the load, peers' in-flight
-// included, reached half of it (PaceGrowth), again while the load still
-// reaches half of the grown estimate, and leaves it alone below.
+// included, reached half of it (PaceGrowth), once more if the load still
+// reaches half of the grown estimate, never a third time, and leaves it
+// alone below.
 func TestProbeTickSlowStartGrowsWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true}
 	for _, tc := range []struct {
 		own, peers int
 		want       float64
-	}{{14, 0, 30}, {15, 0, 45}, {5, 10, 45}, {5, 9, 30}, {22, 0, 45}, {23, 0, 67.5}, {10, 30, 101.25}} {
+	}{{14, 0, 30}, {15, 0, 45}, {5, 10, 45}, {5, 9, 30}, {22, 0, 45}, {23, 0, 67.5}, {10, 30, 67.5}, {1, 1000, 67.5}} {
 		l, _ := newTestLimiter(t, cfg)
 		l.SetPeerInflight(tc.peers)
 		leases := acquireN(t, l, tc.own)

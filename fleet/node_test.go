@@ -748,10 +748,10 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 // TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip: on the
 // flat-latency law a fresh node's grants take slow-start steps before any
 // request of its own has come back: requests admitted and none refused
-// says the fleet's limit had room, and each grant takes as many ×1.5
-// steps as the load passes the test for (up to three times it, with
-// PaceGrowth), so L_global climbs at once rather than waiting a round
-// trip that may be longer than many heartbeats.
+// says the fleet's limit had room, and each grant takes a ×1.5 step and
+// a second if the load still passes the test, so L_global climbs at once
+// rather than waiting a round trip that may be longer than many
+// heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
