@@ -64,14 +64,16 @@ func (l *Limiter) slowStartStep(load int) bool {
 // limiter admitted a request since the previous call and no drop came
 // since then, the estimate moves as on a clean round trip at the current
 // load (own in-flight plus peers', see SetPeerInflight). During the slow
-// start it grows by half, and by half again if that load still reaches
-// the grown estimate — as the round trips between two calls would where
-// they are shorter than the interval, since a fleet node's share, and so
-// its load, moves only once a heartbeat: with the load at the estimate,
-// the test allows no third step under PaceGrowth, and a load that says
-// more (peers' in-flight still counted for a crashed instance) takes no
-// more than ×2.25 a call. The evidence is the absence of refusals, which
-// an upstream that refuses at once gives before any round trip. After it, it
+// start it grows by half as many times as that load still reaches the
+// estimate it grows from — as the round trips between two calls would
+// where they are shorter than the interval, since a fleet node's share,
+// and so its load, moves only once a heartbeat — but to no more than 2.25
+// times the larger of the estimate and the fleet's limit (SetFleetLimit):
+// an estimate below the fleet's limit catches up with the load, and a
+// load that says more than the fleet's limit (peers' in-flight still
+// counted for a crashed instance) takes it no further. The evidence is
+// the absence of refusals, which an upstream that refuses at once gives
+// before any round trip. After it, it
 // takes one probe step (see AIMDProbe), which counts as a round trip for
 // the step's doublings, but only while the estimate is above the level
 // the last backoff came down from — where the upstream has shown no limit
@@ -114,7 +116,8 @@ func (l *Limiter) ProbeTick() {
 	load := addCounts(l.inflight, l.peerInflight)
 	switch {
 	case l.slowStarting():
-		for i := 0; i < slowStartTickSteps && l.slowStartStep(load); i++ {
+		top := slowStart * slowStart * max(l.estimate, float64(l.fleetLimit)) * (1 + 1e-9)
+		for l.estimate*slowStart <= top && l.slowStartStep(load) {
 		}
 	case l.estimate > l.backedFrom:
 		l.propose(l.estimate+l.aimdStep(), load)
@@ -159,5 +162,3 @@ const (
 	probeDoubling       = 2
 )
 
-// slowStartTickSteps is the most slow-start steps one ProbeTick takes.
-const slowStartTickSteps = 2

@@ -19,9 +19,9 @@ func tickWithOneAdmitted(t *testing.T, l *Limiter) {
 
 // TestProbeTickSlowStartGrowsWithoutARoundTrip: during the slow start a
 // tick grows the estimate by half when the load, peers' in-flight
-// included, reached half of it (PaceGrowth), once more if the load still
-// reaches half of the grown estimate, never a third time, and leaves it
-// alone below.
+// included, reached half of it (PaceGrowth), again while the load still
+// reaches half of the grown estimate, up to 2.25 times the larger of the
+// estimate and the fleet's limit, and leaves it alone below.
 func TestProbeTickSlowStartGrowsWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true}
@@ -36,6 +36,16 @@ func TestProbeTickSlowStartGrowsWithoutARoundTrip(t *testing.T) {
 		require.InDelta(t, tc.want, l.Estimate(), 1e-9, "%d in flight here and %d at peers, of 30", tc.own, tc.peers)
 		releaseAll(leases)
 	}
+
+	// Under a fleet limit of 100 an estimate of 30 catches up with a load
+	// of 100: 45, 67.5, 101.25, 151.875, and no further than 2.25·100.
+	l, _ := newTestLimiter(t, cfg)
+	l.SetFleetLimit(100)
+	l.SetPeerInflight(90)
+	leases := acquireN(t, l, 10)
+	l.ProbeTick()
+	require.InDelta(t, 151.875, l.Estimate(), 1e-9)
+	releaseAll(leases)
 }
 
 // TestProbeTickStepsOnlyAboveTheLastBackoffAndAfterACalmTick: after the

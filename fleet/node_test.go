@@ -748,8 +748,8 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 // TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip: on the
 // flat-latency law a fresh node's grants take slow-start steps before any
 // request of its own has come back: requests admitted and none refused
-// says the fleet's limit had room, and each grant takes a ×1.5 step and
-// a second if the load still passes the test, so L_global climbs at once
+// says the fleet's limit had room, and each grant takes ×1.5 steps while
+// the load passes the test, up to 2.25 times L_global, so L_global climbs at once
 // rather than waiting a round trip that may be longer than many
 // heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {

@@ -301,8 +301,9 @@ headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut, and its give-backs wait
 for its next grant (SetFleetLimit); and each
 grant after requests of the node's own and no 429 since the last, from
-the node's first grant on, takes a slow-start step, and a second if the
-fleet's in-flight still passes the test, and counts as a
+the node's first grant on, takes as many slow-start steps as the fleet's
+in-flight passes the test for, up to 2.25 times the larger of its
+estimate and L_global, and counts as a
 round trip for the probe while the estimate is above the level the last
 backoff came down from (ProbeTick).
 InitialLimit is the library default (20) because neither C nor N is known
