@@ -161,4 +161,3 @@ const (
 	pacedSlowStartReach = 2
 	probeDoubling       = 2
 )
-
