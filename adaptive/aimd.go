@@ -73,12 +73,11 @@ func (l *Limiter) slowStartStep(load int) bool {
 // load that says more than the fleet's limit (peers' in-flight still
 // counted for a crashed instance) takes it no further. The evidence is
 // the absence of refusals, which an upstream that refuses at once gives
-// before any round trip. After it, it
-// takes one probe step (see AIMDProbe), which counts as a round trip for
-// the step's doublings, but only while the estimate is above the level
-// the last backoff came down from — where the upstream has shown no limit
-// yet. Near the capacity last hit the probes stay clocked
-// by round trips alone. No admission or a drop since the previous call,
+// before any round trip. After it, it takes one probe step (see
+// AIMDProbe), which counts as a round trip for the step's doublings, but
+// only while the estimate is above the level the last backoff came down
+// from — where the upstream has shown no limit yet. Near the capacity
+// last hit the probes stay clocked by round trips alone. No admission or a drop since the previous call,
 // a pause (PauseUntil), another law, AIMDProbe 0 or a recalibration under
 // way make it move no estimate: only requests this limiter sent, and that
 // were not refused, say there was room. Under any law it also gives back

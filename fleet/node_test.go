@@ -749,8 +749,8 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 // flat-latency law a fresh node's grants take slow-start steps before any
 // request of its own has come back: requests admitted and none refused
 // says the fleet's limit had room, and each grant takes ×1.5 steps while
-// the load passes the test, up to 2.25 times L_global, so L_global climbs at once
-// rather than waiting a round trip that may be longer than many
+// the load passes the test, up to 2.25 times L_global, so L_global climbs
+// at once rather than waiting a round trip that may be longer than many
 // heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
