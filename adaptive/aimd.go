@@ -60,9 +60,12 @@ func (l *Limiter) slowStartStep(load int) bool {
 }
 
 // ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
-// node calls it at every grant. Under AIMD with AIMDProbe set, when this
-// limiter admitted a request since the previous call and no drop came
-// since then, the estimate moves as on a clean round trip at the current
+// node calls it before every report. Under AIMD with AIMDProbe set, when
+// this limiter admitted a request since the previous call, or holds
+// requests in flight while others wait for room (its room all in use and
+// none of it coming back within the interval: the upstream took and
+// holds all it was sent), and no drop came since then, the estimate
+// moves as on a clean round trip at the current
 // load (own in-flight plus peers', see SetPeerInflight). During the slow
 // start it grows by half as many times as that load still reaches the
 // estimate it grows from — as the round trips between two calls would
@@ -77,10 +80,12 @@ func (l *Limiter) slowStartStep(load int) bool {
 // AIMDProbe), which counts as a round trip for the step's doublings, but
 // only while the estimate is above the level the last backoff came down
 // from — where the upstream has shown no limit yet. Near the capacity
-// last hit the probes stay clocked by round trips alone. No admission or a drop since the previous call,
-// a pause (PauseUntil), another law, AIMDProbe 0 or a recalibration under
-// way make it move no estimate: only requests this limiter sent, and that
-// were not refused, say there was room. Under any law it also gives back
+// last hit the probes stay clocked by round trips alone. A drop since the
+// previous call, neither an admission since then nor requests held while
+// others wait, a pause (PauseUntil), another law, AIMDProbe 0 or a
+// recalibration under way make it move no estimate: only requests this
+// limiter sent, and that were not refused, say there was room. Under any
+// law it also gives back
 // the slots of a cut that are due, and a call with no drop since the
 // previous one counts towards forgetting the level last refused (see
 // SetCeiling).
@@ -95,7 +100,8 @@ func (l *Limiter) ProbeTick() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	calm := l.drops == l.tickDrops && l.tickAdmitted
+	held := l.inflight > 0 && l.queue.weight > 0 // room all in use, and none of it came back
+	calm := l.drops == l.tickDrops && (l.tickAdmitted || held)
 	if l.drops == l.tickDrops && l.refused > 0 {
 		if l.refusedCalm++; l.refusedCalm >= cutRecovery {
 			l.forgetRefused() // refused long ago: the fleet may have moved since

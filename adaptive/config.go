@@ -207,7 +207,7 @@ type Config struct {
 	// AIMD's probes above it are thus small, and after the capacity grows
 	// it finds the new one in a number of round trips that grows with the
 	// logarithm of the difference, not with the difference itself.
-	// Limiter.ProbeTick, which a fleet node calls at every grant, is a
+	// Limiter.ProbeTick, which a fleet node calls at every heartbeat, is a
 	// second clock for the slow start and for the probe while the estimate
 	// is above the level the last backoff came down from.
 	// Defaults to 0 (off): a constant AIMDIncrease from the start. Must be

@@ -37,6 +37,7 @@ type Limiter struct {
 	giveDue      bool      // a give-back waits for the next ProbeTick (see recoverCut)
 	giveWaited   int       // round trips it has waited
 	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
+	refusedPeers int       // peers' in-flight (SetPeerInflight) at that drop; refusedLevel adds what they let go since
 	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
 	refusedCalm  int       // ProbeTicks without a drop since then
 	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
@@ -401,6 +402,6 @@ const (
 // giveDueRounds is how many round trips a fleet node's give-back that is
 // due waits for a ProbeTick before it is made at a round trip (see
 // recoverCut): longer than a heartbeat interval at any request rate
-// where round trips are shorter than heartbeats, so that grants, not
+// where round trips are shorter than heartbeats, so that heartbeats, not
 // round trips, time the give-backs.
 const giveDueRounds = 4 * cutRecovery

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -114,6 +115,38 @@ func TestProbeTickNeedsARequestOfItsOwn(t *testing.T) {
 	tickWithOneAdmitted(t, l)
 	require.InDelta(t, 67.5, l.Estimate(), 1e-9, "the pause is over")
 	le.Release()
+	releaseAll(leases)
+}
+
+// TestProbeTickCountsRequestsHeldWhileOthersWait: with its room all in
+// use and a request waiting for it, a limiter admits nothing until one
+// ends — a round trip longer than the interval between ticks — yet the
+// upstream took and holds all it sent: as much evidence of room as an
+// admission, so the tick steps.
+func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true, MaxQueued: 1}
+	l, _ := newTestLimiter(t, cfg)
+	l.SetCeiling(2)
+	l.SetPeerInflight(20) // with 2 of its own, half of 30 but not of 45
+	leases := acquireN(t, l, 2)
+	l.ProbeTick()
+	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "two admitted since the last tick")
+	l.ProbeTick()
+	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "nothing admitted since and nothing waiting")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx)
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.Snapshot().Queued == 1 }, 5*time.Second, time.Millisecond)
+	l.SetPeerInflight(25) // 27 in all: half of 45, not of 67.5
+	l.ProbeTick()
+	require.InDelta(t, 67.5, l.Estimate(), 1e-9, "two held while a third waits")
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
 	releaseAll(leases)
 }
 

@@ -238,3 +238,30 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 	l.SetCeilingUntil(14, clk.Now().Add(time.Second))
 	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
 }
+
+// TestAHigherShareTakesWhatPeersLetGo: the refusal came with the fleet's
+// in-flight at the upstream's limit — the node's 10 and its peers' 30 —
+// so what the peers have let go since is room the upstream had then. A
+// higher share that comes with the peers holding 25 is taken up to one
+// slot under 15 at once; with the peers holding more than then, only to
+// one slot under the node's own 10.
+func TestAHigherShareTakesWhatPeersLetGo(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetPeerInflight(30)
+	for _, le := range refuseAtTen(t, l, clk) {
+		le.Ignore()
+	}
+	l.SetPeerInflight(25)
+	l.SetCeiling(20)
+	require.Equal(t, 14, l.Limit(), "one slot under the 10 refused and the 5 the peers let go")
+
+	l, clk = newTestLimiter(t, Config{InitialLimit: 100})
+	l.SetPeerInflight(30)
+	for _, le := range refuseAtTen(t, l, clk) {
+		le.Ignore()
+	}
+	l.SetPeerInflight(40)
+	l.SetCeiling(20)
+	require.Equal(t, 9, l.Limit(), "the peers hold more than then: one slot under the 10 refused")
+}
