@@ -100,7 +100,10 @@ func (l *Limiter) ProbeTick() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	held := l.inflight > 0 && l.queue.weight > 0 // room all in use, and none of it came back
+	// Room all in use, none of it came back, and a request waits for it;
+	// not under a ceiling of 0 or an expired one, nor behind a waiter too
+	// heavy for the room left.
+	held := l.inflight > 0 && l.queue.weight > 0 && !l.holding(now) && l.room(now) <= 0
 	calm := l.drops == l.tickDrops && (l.tickAdmitted || held)
 	if l.drops == l.tickDrops && l.refused > 0 {
 		if l.refusedCalm++; l.refusedCalm >= cutRecovery {

@@ -472,7 +472,7 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
 // per round trip, doubling every 2 round trips without a drop (see
-// AIMDProbe; a fleet node's grants clock the slow start, and the probe
+// AIMDProbe; a fleet node's heartbeats clock the slow start, and the probe
 // above the level the last backoff came down from, too, see ProbeTick); a drop backs
 // off by BackoffRatio 0.95, at most once per round trip, and, under a
 // ceiling that binds, first ends a paced climb at the in-flight when

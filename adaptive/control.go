@@ -36,12 +36,10 @@ import (
 // lower than the last absorbs as much of the cut as it lowers and sets
 // the wait to 5 again, counted from the last drop. A higher ceiling
 // raises the room, n − cut, no further than one slot under the weight
-// that was in flight at the last drop (the refused request included) and
-// what the peers (SetPeerInflight) have let go of the in-flight they had
-// then, and a give-back takes the room past that level one slot at a
-// time: a fleet node's share rises when the fleet's limit does, whatever
-// the upstream did, and the upstream had just refused the fleet's
-// in-flight of then. The level
+// that was in flight at the last drop (the refused request included),
+// and a give-back takes the room past that level one slot at a time: a
+// fleet node's share rises when the fleet's limit does, whatever the
+// upstream did, and the upstream had just refused that level. The level
 // is forgotten once a give-back to it holds, and — giving back at once
 // the slots the higher ceilings were held back by, since with requests
 // longer than the heartbeat no round trip would — after 5 ProbeTicks with
@@ -89,9 +87,9 @@ func (l *Limiter) SetCeilingUntil(n int, deadline time.Time) {
 		l.restartCutRecovery()
 	case l.hasCeiling && n > l.ceiling && l.refused > 0:
 		// A higher ceiling takes the room no further than one slot
-		// under the level last refused (with what the peers let go
-		// since); the rest comes back by give-backs.
-		room := min(n, max(l.ceiling-l.cut, l.refusedLevel()-1, 1))
+		// under the level last refused; the rest comes back by
+		// give-backs.
+		room := min(n, max(l.ceiling-l.cut, l.refused-1, 1))
 		if l.cutHit >= 0 {
 			l.cutHit += n - l.ceiling // the room it was refused at stays where it was
 		}

@@ -149,7 +149,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		if l.ceiling > 0 {
 			// The slots higher ceilings were held back by are now
 			// the cut of a refusal below them.
-			l.refused, l.refusedPeers, l.refusedCalm, l.absorbed = held, l.peerInflight, 0, 0
+			l.refused, l.refusedCalm, l.absorbed = held, 0, 0
 		}
 		if climbed {
 			// The climb is over: what is left of the limit is the
@@ -289,7 +289,7 @@ func (l *Limiter) recoverCut() {
 			// What was given back held: give back twice as much
 			// next time.
 			l.cutStep = min(2*l.cutStep, maxCutStep)
-			if l.refused > 0 && l.ceiling-l.cut >= l.refusedLevel() {
+			if l.refused > 0 && l.ceiling-l.cut >= l.refused {
 				// The level last refused holds now; what is left
 				// of the cut comes back by give-backs.
 				l.refused, l.absorbed = 0, 0
@@ -319,8 +319,8 @@ func (l *Limiter) recoverCut() {
 		// ProbeTick): the upstream answers the nodes' requests
 		// together, so their round trips end together, and
 		// give-backs made there would all be refused at once. Its
-		// heartbeats come at their own phase. A node that hears no grant for
-		// giveDueRounds round trips gives back anyway.
+		// heartbeats come at their own phase. A node that ticks not
+		// once in giveDueRounds round trips gives back anyway.
 		if !l.giveDue {
 			l.giveDue, l.giveWaited = true, 0
 			return
@@ -346,7 +346,7 @@ func (l *Limiter) giveBack() {
 		give = min(give, max(l.cut-l.cutHit-1, 1))
 	}
 	if l.refused > 0 {
-		give = min(give, max(l.refusedLevel()-1-(l.ceiling-l.cut), 1))
+		give = min(give, max(l.refused-1-(l.ceiling-l.cut), 1))
 	}
 	l.cut = max(l.cut-give, 0)
 	l.absorbed = min(l.absorbed, l.cut)
@@ -370,18 +370,6 @@ func (l *Limiter) closeCutWindow() {
 	if l.cutUntil == math.MaxUint64 {
 		l.cutUntil, l.cutClosed = l.admits+1, l.round
 	}
-}
-
-// refusedLevel is the weight this limiter may hold where the upstream
-// refused it last: what it held then, plus what its peers held then and
-// have let go since (SetPeerInflight), since the refusal came with the
-// fleet's in-flight at the upstream's limit. 0 if no level is kept. The
-// caller holds l.mu.
-func (l *Limiter) refusedLevel() int {
-	if l.refused == 0 {
-		return 0
-	}
-	return addCounts(l.refused, max(l.refusedPeers-l.peerInflight, 0))
 }
 
 // forgetRefused forgets the level last refused (see SetCeiling) and gives

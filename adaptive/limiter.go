@@ -37,7 +37,6 @@ type Limiter struct {
 	giveDue      bool      // a give-back waits for the next ProbeTick (see recoverCut)
 	giveWaited   int       // round trips it has waited
 	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
-	refusedPeers int       // peers' in-flight (SetPeerInflight) at that drop; refusedLevel adds what they let go since
 	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
 	refusedCalm  int       // ProbeTicks without a drop since then
 	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)

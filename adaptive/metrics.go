@@ -54,7 +54,8 @@ type Snapshot struct {
 	// New: about one per round trip, 0 before the first clean sample
 	// (samples taken while recalibrating do not count). With Drops it
 	// tells whether the estimate rests on the limiter's own samples
-	// (ProbeTick can also move it, after this limiter's own admissions).
+	// (ProbeTick can also move it, on this limiter's own admissions or
+	// requests held while others wait).
 	Rounds uint64
 	// PausedUntil is when the latest pause ends; admission is paused while
 	// the clock is before it.

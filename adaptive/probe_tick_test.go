@@ -150,6 +150,45 @@ func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
 	releaseAll(leases)
 }
 
+// TestProbeTickHeldNeedsItsRoomInUse: requests held while another waits
+// are evidence only when the waiter waits for room the held ones use —
+// not under a share of 0 (a fenced or drained node's), where nothing is
+// admitted whatever the upstream holds, nor behind a waiter too heavy
+// for the room left.
+func TestProbeTickHeldNeedsItsRoomInUse(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		what                  string
+		ceiling, held, weight int
+	}{
+		{"a share of 0", 0, 2, 1},
+		{"9 of 10 slots free for a waiter of 10", 10, 1, 10},
+	} {
+		cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true, MaxQueued: 1}
+		l, _ := newTestLimiter(t, cfg)
+		l.SetCeiling(max(tc.ceiling, tc.held))
+		leases := acquireN(t, l, tc.held)
+		l.SetCeiling(tc.ceiling)
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan error, 1)
+		go func() {
+			_, err := l.AcquireRequest(ctx, Request{Weight: tc.weight})
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return l.Snapshot().Queued == 1 }, 5*time.Second, time.Millisecond)
+		l.SetPeerInflight(20)
+		l.ProbeTick()
+		require.InDelta(t, 45.0, l.Estimate(), 1e-9, "%s: the admissions before the first tick", tc.what)
+		l.SetPeerInflight(40) // 41 or 42 in all, half of 67.5
+		l.ProbeTick()
+		est := l.Estimate()
+		cancel()
+		require.ErrorIs(t, <-got, context.Canceled)
+		releaseAll(leases)
+		require.InDelta(t, 45.0, est, 1e-9, "%s: no evidence of room", tc.what)
+	}
+}
+
 // TestProbeTickLeavesOtherLawsAlone: Gradient2, even with AIMDProbe set,
 // and AIMD without AIMDProbe move only on round trips.
 func TestProbeTickLeavesOtherLawsAlone(t *testing.T) {

@@ -76,13 +76,13 @@ func TestAHigherShareBelowTheLevelRefusedIsTakenAtOnce(t *testing.T) {
 	require.Equal(t, 20, l.Limit(), "ClearCeiling forgets the level refused")
 }
 
-// TestAFleetNodeGivesBackAtItsGrant: the upstream answers the fleet's
+// TestAFleetNodeGivesBackAtItsHeartbeat: the upstream answers the fleet's
 // requests together, so the nodes' round trips end together, and
 // give-backs made there were all refused at once. A node under a fleet
-// limit gives back at its next grant (ProbeTick) instead, at its own
-// heartbeat's phase — or, with no grant for giveDueRounds round trips,
-// at a round trip anyway.
-func TestAFleetNodeGivesBackAtItsGrant(t *testing.T) {
+// limit gives back at its next heartbeat (ProbeTick) instead, at its own
+// phase — or, with no tick for giveDueRounds round trips, at a round trip
+// anyway.
+func TestAFleetNodeGivesBackAtItsHeartbeat(t *testing.T) {
 	t.Parallel()
 	for _, tick := range []bool{true, false} {
 		l, clk := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
@@ -91,21 +91,21 @@ func TestAFleetNodeGivesBackAtItsGrant(t *testing.T) {
 		require.Equal(t, 9, l.Limit(), "due, not given back at the round trip")
 		if tick {
 			l.ProbeTick()
-			require.Equal(t, 10, l.Limit(), "given back at the grant")
+			require.Equal(t, 10, l.Limit(), "given back at the heartbeat")
 			continue
 		}
 		cleanRounds(t, l, clk, giveDueRounds-1)
 		require.Equal(t, 9, l.Limit())
 		cleanRounds(t, l, clk, 1)
-		require.Equal(t, 10, l.Limit(), "no grant came: given back at a round trip")
+		require.Equal(t, 10, l.Limit(), "no tick came: given back at a round trip")
 	}
 }
 
-// TestTheLevelRefusedIsForgottenAfterCalmGrants: cutRecovery grants with
-// no drop since the previous one forget the level refused — the fleet's
+// TestTheLevelRefusedIsForgottenAfterCalmHeartbeats: cutRecovery ticks
+// with no drop since the previous one forget the level refused — the fleet's
 // shares may have moved since — and a higher share is then the node's at
 // once.
-func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
+func TestTheLevelRefusedIsForgottenAfterCalmHeartbeats(t *testing.T) {
 	t.Parallel()
 	l, _ := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
@@ -114,17 +114,17 @@ func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
 		l.ProbeTick()
 	}
 	l.SetCeiling(14)
-	require.Equal(t, 9, l.Limit(), "four calm grants: the level holds")
+	require.Equal(t, 9, l.Limit(), "four calm ticks: the level holds")
 	l.SetCeiling(10)
 	l.ProbeTick()
 	l.SetCeiling(14)
 	require.Equal(t, 13, l.Limit(), "five: forgotten, the raise passes (the cut of 1 stays)")
 }
 
-// TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
+// TestEveryGiveBackOfAFleetNodeWaitsForItsHeartbeat: not only the first
 // give-back after a drop, each one after a give-back held (the second
 // returns two slots).
-func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
+func TestEveryGiveBackOfAFleetNodeWaitsForItsHeartbeat(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
@@ -141,7 +141,7 @@ func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 		cleanRounds(t, l, clk, cutRecovery)
 		require.Equal(t, before, l.Limit(), "due at the round trip, not given back there")
 		l.ProbeTick()
-		require.Equal(t, want, l.Limit(), "given back at the grant")
+		require.Equal(t, want, l.Limit(), "given back at the heartbeat")
 	}
 }
 
@@ -237,31 +237,4 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	l.SetCeilingUntil(14, clk.Now().Add(time.Second))
 	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
-}
-
-// TestAHigherShareTakesWhatPeersLetGo: the refusal came with the fleet's
-// in-flight at the upstream's limit — the node's 10 and its peers' 30 —
-// so what the peers have let go since is room the upstream had then. A
-// higher share that comes with the peers holding 25 is taken up to one
-// slot under 15 at once; with the peers holding more than then, only to
-// one slot under the node's own 10.
-func TestAHigherShareTakesWhatPeersLetGo(t *testing.T) {
-	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 100})
-	l.SetPeerInflight(30)
-	for _, le := range refuseAtTen(t, l, clk) {
-		le.Ignore()
-	}
-	l.SetPeerInflight(25)
-	l.SetCeiling(20)
-	require.Equal(t, 14, l.Limit(), "one slot under the 10 refused and the 5 the peers let go")
-
-	l, clk = newTestLimiter(t, Config{InitialLimit: 100})
-	l.SetPeerInflight(30)
-	for _, le := range refuseAtTen(t, l, clk) {
-		le.Ignore()
-	}
-	l.SetPeerInflight(40)
-	l.SetCeiling(20)
-	require.Equal(t, 9, l.Limit(), "the peers hold more than then: one slot under the 10 refused")
 }

@@ -534,7 +534,7 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 
 // tick gives the limiter's probe its second clock (see
 // adaptive.Limiter.ProbeTick) just before each report, once the node has
-// a grant and while the coordinator answers. The interval since the last
+// a grant and while its last heartbeat was answered. The interval since the last
 // report is the evidence: during AIMD's slow start, requests admitted, or
 // held while others wait, and no refusal say the fleet's limit had room,
 // with or without a round trip of this node's own. Ticking before the

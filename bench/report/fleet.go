@@ -294,8 +294,7 @@ holds for 5 more twice as many as the one before, but never past the
 cut a refused give-back last left; the wait doubles each time a
 give-back is refused before it held, 5 again once a give-back to the cut
 last refused holds); a share that rises after a 429 is taken up only to
-one slot under the in-flight the 429 came at, plus what the peers have
-let go since of the in-flight they had then, and past it one give-back
+one slot under the in-flight the 429 came at, and past it one give-back
 slot at a time (the level is forgotten once a give-back there holds, or
 after 5 heartbeats without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
