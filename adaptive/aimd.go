@@ -60,7 +60,7 @@ func (l *Limiter) slowStartStep(load int) bool {
 }
 
 // ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
-// node calls it before every report. Under AIMD with AIMDProbe set, when
+// node calls it at every grant. Under AIMD with AIMDProbe set, when
 // this limiter admitted a request since the previous call, or holds
 // requests in flight while others wait for room (its room all in use and
 // none of it coming back within the interval: the upstream took and

@@ -49,7 +49,7 @@ import (
 // for the next ProbeTick, or for 20 round trips without one: the
 // upstream answers the fleet's requests together, so the nodes' round
 // trips end together, and give-backs made there would be refused
-// together; the nodes' heartbeats come at their own phases. The
+// together; the nodes' grants come at their own heartbeats' phases. The
 // ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
 // flight above it, not even that of a request admitted alone above the

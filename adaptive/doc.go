@@ -144,7 +144,7 @@
 // level one slot at a time, until one there holds (or 5 calm
 // ProbeTicks pass). With SetFleetLimit, the backoff also takes the
 // estimate down to the fleet's limit less the slots cut, and a give-back
-// waits for the node's next heartbeat (ProbeTick), so that nodes whose round
+// waits for the node's next grant (ProbeTick), so that nodes whose round
 // trips the upstream ends together do not give back together. With Config.MaxHealthyRTT set, a released
 // sample slower than it counts as a drop. RetryAfter and PauseUntil
 // refuse all admission until the given time.
@@ -160,7 +160,7 @@
 // drop; Config.PaceGrowth takes every rise of the limit up as leases
 // settle, so that the first refusal comes before most of an excess is
 // sent — all but a fleet node's slow start, which its share bounds. A
-// fleet node also calls ProbeTick at every heartbeat, a clock for the slow
+// fleet node also calls ProbeTick at every grant, a clock for the slow
 // start and for probes above the last backoff's level that does not wait
 // for round trips as long as a slow request.
 //

@@ -315,12 +315,12 @@ func (l *Limiter) recoverCut() {
 		return
 	}
 	if l.fleetLimit > 0 {
-		// A fleet node gives back at its next heartbeat (see
-		// ProbeTick): the upstream answers the nodes' requests
-		// together, so their round trips end together, and
-		// give-backs made there would all be refused at once. Its
-		// heartbeats come at their own phase. A node that ticks not
-		// once in giveDueRounds round trips gives back anyway.
+		// A fleet node gives back at its next grant (see ProbeTick):
+		// the upstream answers the nodes' requests together, so
+		// their round trips end together, and give-backs made there
+		// would all be refused at once. Its grants come at its own
+		// heartbeat's phase. A node that hears no grant for
+		// giveDueRounds round trips gives back anyway.
 		if !l.giveDue {
 			l.giveDue, l.giveWaited = true, 0
 			return

@@ -401,6 +401,6 @@ const (
 // giveDueRounds is how many round trips a fleet node's give-back that is
 // due waits for a ProbeTick before it is made at a round trip (see
 // recoverCut): longer than a heartbeat interval at any request rate
-// where round trips are shorter than heartbeats, so that heartbeats, not
+// where round trips are shorter than heartbeats, so that grants, not
 // round trips, time the give-backs.
 const giveDueRounds = 4 * cutRecovery

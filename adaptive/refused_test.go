@@ -76,13 +76,13 @@ func TestAHigherShareBelowTheLevelRefusedIsTakenAtOnce(t *testing.T) {
 	require.Equal(t, 20, l.Limit(), "ClearCeiling forgets the level refused")
 }
 
-// TestAFleetNodeGivesBackAtItsHeartbeat: the upstream answers the fleet's
+// TestAFleetNodeGivesBackAtItsGrant: the upstream answers the fleet's
 // requests together, so the nodes' round trips end together, and
 // give-backs made there were all refused at once. A node under a fleet
-// limit gives back at its next heartbeat (ProbeTick) instead, at its own
-// phase — or, with no tick for giveDueRounds round trips, at a round trip
-// anyway.
-func TestAFleetNodeGivesBackAtItsHeartbeat(t *testing.T) {
+// limit gives back at its next grant (ProbeTick) instead, at its own
+// heartbeat's phase — or, with no grant for giveDueRounds round trips,
+// at a round trip anyway.
+func TestAFleetNodeGivesBackAtItsGrant(t *testing.T) {
 	t.Parallel()
 	for _, tick := range []bool{true, false} {
 		l, clk := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
@@ -91,21 +91,21 @@ func TestAFleetNodeGivesBackAtItsHeartbeat(t *testing.T) {
 		require.Equal(t, 9, l.Limit(), "due, not given back at the round trip")
 		if tick {
 			l.ProbeTick()
-			require.Equal(t, 10, l.Limit(), "given back at the heartbeat")
+			require.Equal(t, 10, l.Limit(), "given back at the grant")
 			continue
 		}
 		cleanRounds(t, l, clk, giveDueRounds-1)
 		require.Equal(t, 9, l.Limit())
 		cleanRounds(t, l, clk, 1)
-		require.Equal(t, 10, l.Limit(), "no tick came: given back at a round trip")
+		require.Equal(t, 10, l.Limit(), "no grant came: given back at a round trip")
 	}
 }
 
-// TestTheLevelRefusedIsForgottenAfterCalmHeartbeats: cutRecovery ticks
-// with no drop since the previous one forget the level refused — the fleet's
+// TestTheLevelRefusedIsForgottenAfterCalmGrants: cutRecovery grants with
+// no drop since the previous one forget the level refused — the fleet's
 // shares may have moved since — and a higher share is then the node's at
 // once.
-func TestTheLevelRefusedIsForgottenAfterCalmHeartbeats(t *testing.T) {
+func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
 	t.Parallel()
 	l, _ := refusedAtTen(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
@@ -114,17 +114,17 @@ func TestTheLevelRefusedIsForgottenAfterCalmHeartbeats(t *testing.T) {
 		l.ProbeTick()
 	}
 	l.SetCeiling(14)
-	require.Equal(t, 9, l.Limit(), "four calm ticks: the level holds")
+	require.Equal(t, 9, l.Limit(), "four calm grants: the level holds")
 	l.SetCeiling(10)
 	l.ProbeTick()
 	l.SetCeiling(14)
 	require.Equal(t, 13, l.Limit(), "five: forgotten, the raise passes (the cut of 1 stays)")
 }
 
-// TestEveryGiveBackOfAFleetNodeWaitsForItsHeartbeat: not only the first
+// TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
 // give-back after a drop, each one after a give-back held (the second
 // returns two slots).
-func TestEveryGiveBackOfAFleetNodeWaitsForItsHeartbeat(t *testing.T) {
+func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
@@ -141,7 +141,7 @@ func TestEveryGiveBackOfAFleetNodeWaitsForItsHeartbeat(t *testing.T) {
 		cleanRounds(t, l, clk, cutRecovery)
 		require.Equal(t, before, l.Limit(), "due at the round trip, not given back there")
 		l.ProbeTick()
-		require.Equal(t, want, l.Limit(), "given back at the heartbeat")
+		require.Equal(t, want, l.Limit(), "given back at the grant")
 	}
 }
 

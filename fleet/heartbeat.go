@@ -504,7 +504,6 @@ func (n *Node) report(now time.Time) coord.Report {
 // it is not counted as a heartbeat error and leaves the node's state as
 // it is. Any other failure, Start's included, is one.
 func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
-	n.tick()
 	sent := time.Now()
 	r := n.report(sent)
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
@@ -530,24 +529,6 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	n.mu.Unlock()
 	n.apply(sent, g)
 	return nil
-}
-
-// tick gives the limiter's probe its second clock (see
-// adaptive.Limiter.ProbeTick) just before each report, once the node has
-// a grant and while its last heartbeat was answered. The interval since the last
-// report is the evidence: during AIMD's slow start, requests admitted, or
-// held while others wait, and no refusal say the fleet's limit had room,
-// with or without a round trip of this node's own. Ticking before the
-// report rather than after the grant lets the report carry the estimate
-// that evidence left, so the lower median hears of a step one heartbeat
-// sooner.
-func (n *Node) tick() {
-	n.mu.Lock()
-	due := n.joined && !n.outage
-	n.mu.Unlock()
-	if due {
-		n.lim.ProbeTick()
-	}
 }
 
 // setOutage records a failed heartbeat.
@@ -651,6 +632,11 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
+	// The probe's clock, from the first grant: during AIMD's slow start a
+	// grant whose interval admitted requests and met no refusal says the
+	// fleet's limit had room, with or without a round trip of this node's
+	// own to back its estimate.
+	n.lim.ProbeTick()
 	n.applyCeilingLocked()
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {

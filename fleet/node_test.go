@@ -746,12 +746,12 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 }
 
 // TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip: on the
-// flat-latency law a fresh node's heartbeats take slow-start steps before
-// any request of its own has come back: requests admitted and none
-// refused says the fleet's limit had room, and each heartbeat takes ×1.5
-// steps while the load passes the test, up to 2.25 times L_global, so
-// L_global climbs at once rather than waiting a round trip that may be
-// longer than many heartbeats.
+// flat-latency law a fresh node's grants take slow-start steps before any
+// request of its own has come back: requests admitted and none refused
+// says the fleet's limit had room, and each grant takes ×1.5 steps while
+// the load passes the test, up to 2.25 times L_global, so L_global climbs
+// at once rather than waiting a round trip that may be longer than many
+// heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
@@ -778,19 +778,14 @@ func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 			limits = append(limits, n.State().LGlobal)
 		}
 		require.Zero(t, n.lim.Snapshot().Rounds, "no round trip came back")
-		// A heartbeat's steps judge the interval before it and its
-		// report votes what they left, so L_global steps at every
-		// heartbeat, each step while the load is at least half the
-		// estimate, from L_global (a node with no sample of its own
-		// takes it at each grant): 20 in flight, none refused:
-		// 20 → 30 → 45; 45 in flight: 45 → 67.5 → 101.25; 101:
-		// 151.5 → 227.25; 200 (all there are): 227 → 340.5 → 510.75,
-		// 2.25 times 227, and the 200 no longer reach half of it. With
-		// the steps taken after the grant, a step came every other
-		// heartbeat (20, 45, 45, 101, 101); with none before the first
-		// round trip, L_global stayed at 20.
-		require.Equal(t, []int{45, 101, 227, 510, 510}, limits, "L_global at each heartbeat")
-		require.Len(t, held, 200, "the share let in")
+		// A grant's steps judge the interval before it, and its vote is
+		// L_global at the next grant, whose share the requests fill after
+		// that grant's steps: so a step every other grant. 20 in flight,
+		// none refused: 20 → 30 → 45; 45 in flight: 45 → 67.5 → 101.25
+		// (each step while the load is at least half the estimate).
+		// Before, L_global stayed at 20 until a round trip.
+		require.Equal(t, []int{20, 45, 45, 101, 101}, limits, "L_global at each heartbeat")
+		require.Len(t, held, 101, "the share let in")
 		cancel()
 		synctest.Wait()
 		for range len(held) {

@@ -296,13 +296,13 @@ give-back is refused before it held, 5 again once a give-back to the cut
 last refused holds); a share that rises after a 429 is taken up only to
 one slot under the in-flight the 429 came at, and past it one give-back
 slot at a time (the level is forgotten once a give-back there holds, or
-after 5 heartbeats without a 429); a 429 keeps its slot until a served request's
+after 5 grants without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut, and its give-backs wait
-for its next heartbeat (SetFleetLimit); and each
-heartbeat after requests of the node's own (admitted, or held while
-others wait) and no 429 since the last, from the node's first grant on,
-takes before its report as many slow-start steps as the fleet's
+for its next grant (SetFleetLimit); and each
+grant after requests of the node's own (admitted, or held while others
+wait) and no 429 since the last, from the node's first grant on, takes
+as many slow-start steps as the fleet's
 in-flight passes the test for, up to 2.25 times the larger of its
 estimate and L_global, and counts as a
 round trip for the probe while the estimate is above the level the last
