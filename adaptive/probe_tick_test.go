@@ -136,17 +136,12 @@ func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
 	require.InDelta(t, 45.0, l.Estimate(), 1e-9, "nothing admitted since and nothing waiting")
 
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx)
-		got <- err
-	}()
-	require.Eventually(t, func() bool { return l.Snapshot().Queued == 1 }, 5*time.Second, time.Millisecond)
+	got := queueRequest(t, l, ctx, unitRequest)
 	l.SetPeerInflight(25) // 27 in all: half of 45, not of 67.5
 	l.ProbeTick()
 	require.InDelta(t, 67.5, l.Estimate(), 1e-9, "two held while a third waits")
 	cancel()
-	require.ErrorIs(t, <-got, context.Canceled)
+	require.ErrorIs(t, (<-got).err, context.Canceled)
 	releaseAll(leases)
 }
 
@@ -170,12 +165,7 @@ func TestProbeTickHeldNeedsItsRoomInUse(t *testing.T) {
 		leases := acquireN(t, l, tc.held)
 		l.SetCeiling(tc.ceiling)
 		ctx, cancel := context.WithCancel(context.Background())
-		got := make(chan error, 1)
-		go func() {
-			_, err := l.AcquireRequest(ctx, Request{Weight: tc.weight})
-			got <- err
-		}()
-		require.Eventually(t, func() bool { return l.Snapshot().Queued == 1 }, 5*time.Second, time.Millisecond)
+		got := queueRequest(t, l, ctx, Request{Priority: DefaultPriority, Weight: tc.weight})
 		l.SetPeerInflight(20)
 		l.ProbeTick()
 		require.InDelta(t, 45.0, l.Estimate(), 1e-9, "%s: the admissions before the first tick", tc.what)
@@ -183,7 +173,7 @@ func TestProbeTickHeldNeedsItsRoomInUse(t *testing.T) {
 		l.ProbeTick()
 		est := l.Estimate()
 		cancel()
-		require.ErrorIs(t, <-got, context.Canceled)
+		require.ErrorIs(t, (<-got).err, context.Canceled)
 		releaseAll(leases)
 		require.InDelta(t, 45.0, est, 1e-9, "%s: no evidence of room", tc.what)
 	}
