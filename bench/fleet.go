@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -307,6 +308,27 @@ func (r FleetResult) MedianInflightRatio() float64 {
 		}
 	}
 	return Summarize(ratios).Median
+}
+
+// QuotaUsed returns how full the fleet kept the provider's quota over the
+// samples that end in (from, to]: the mean over them of the attempted
+// in-flight, capped at the capacity, ÷ the capacity. A full quota is 1;
+// in-flight above the capacity counts as full, not more. It returns NaN
+// when no sample falls in the window.
+func (r FleetResult) QuotaUsed(from, to time.Duration) float64 {
+	var sum float64
+	n := 0
+	for _, s := range r.Series {
+		if s.At <= from || s.At > to || s.Capacity <= 0 {
+			continue
+		}
+		sum += min(s.Inflight, float64(s.Capacity)) / float64(s.Capacity)
+		n++
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
 }
 
 // RejectedFraction returns 429s ÷ requests sent.

@@ -449,3 +449,20 @@ func TestJitterCeiling(t *testing.T) {
 		prev = v
 	}
 }
+
+// TestQuotaUsed: the window takes the samples that end in (from, to], caps
+// each at the capacity then, and is NaN with no sample.
+func TestQuotaUsed(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	r := FleetResult{Series: []FleetSample{
+		{At: 10 * ms, Capacity: 40, Inflight: 10},
+		{At: 20 * ms, Capacity: 40, Inflight: 30},
+		{At: 30 * ms, Capacity: 20, Inflight: 50}, // above C: full, not 2.5
+		{At: 40 * ms, Capacity: 20, Inflight: 5},
+	}}
+	require.InDelta(t, (0.25+0.75)/2, r.QuotaUsed(0, 20*ms), 1e-12)
+	require.InDelta(t, (0.75+1+0.25)/3, r.QuotaUsed(10*ms, 40*ms), 1e-12)
+	require.InDelta(t, 1.0, r.QuotaUsed(20*ms, 30*ms), 1e-12)
+	require.True(t, math.IsNaN(r.QuotaUsed(40*ms, time.Second)))
+}

@@ -442,6 +442,8 @@ What the columns mean:
 			summarizeConvergence(up), verdict(convergedWithin(up, targetDoubleWithin)))
 	}
 
+	b.WriteString(renderQuotaUse(sc, runs))
+
 	if !fs.full {
 		b.WriteString("\nOne plot per way, of its run with the median goodput, as in section 3.\n\n")
 		for _, r := range runs {
