@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/bench"
+	"github.com/fleetlimit/fleetlimit/internal/sim"
 )
 
 // fleetFindings explains the fleet results by their mechanisms. The
@@ -124,12 +125,21 @@ func phaseOf(sc bench.FleetScenario, at time.Duration) string {
 	for i+1 < len(steps) && at >= steps[i+1].At {
 		i++
 	}
+	if i == 0 {
+		return fmt.Sprintf("%.2f s, after the start", at.Seconds())
+	}
+	return fmt.Sprintf("%.2f s, %.2f s after the %s", at.Seconds(), (at - steps[i].At).Seconds(), stepKind(steps, i))
+}
+
+// stepKind names steps[i] of a schedule: the start, a halving (the
+// capacity fell) or a doubling.
+func stepKind(steps []sim.Step, i int) string {
 	switch {
 	case i == 0:
-		return fmt.Sprintf("%.2f s, after the start", at.Seconds())
+		return "start"
 	case steps[i].Capacity < steps[i-1].Capacity:
-		return fmt.Sprintf("%.2f s, %.2f s after the halving", at.Seconds(), (at - steps[i].At).Seconds())
+		return "halving"
 	default:
-		return fmt.Sprintf("%.2f s, %.2f s after the doubling", at.Seconds(), (at - steps[i].At).Seconds())
+		return "doubling"
 	}
 }

@@ -29,16 +29,8 @@ func quotaWindows(sc bench.FleetScenario) []quotaWindow {
 		if i+1 < len(steps) {
 			end = steps[i+1].At
 		}
-		what := "start"
-		switch {
-		case i == 0:
-		case st.Capacity < steps[i-1].Capacity:
-			what = "halved"
-		default:
-			what = "doubled"
-		}
 		first := min(st.At+quotaFirst, end)
-		ws = append(ws, quotaWindow{fmt.Sprintf("%.0f–%.0f s (%s)", st.At.Seconds(), first.Seconds(), what), st.At, first})
+		ws = append(ws, quotaWindow{fmt.Sprintf("%.0f–%.0f s (%s)", st.At.Seconds(), first.Seconds(), stepKind(steps, i)), st.At, first})
 		if first < end {
 			ws = append(ws, quotaWindow{fmt.Sprintf("%.0f–%.0f s", first.Seconds(), end.Seconds()), first, end})
 		}
@@ -73,7 +65,7 @@ runs; 1.00 is a quota full all the time). A request refused at once
 counts too while it is out, so a way that over-admits reads full: read
 it with the 429s. Goodput follows it, less the HTTP stack's share of each
 round trip. The first %.0f s after the start
-and after each step (start, halved, doubled) shows how fast a way finds
+and after each step (start, halving, doubling) shows how fast a way finds
 the new capacity, the rest of each phase how well it holds it.
 
 `, sc.SampleEvery, quotaFirst.Seconds())

@@ -111,7 +111,7 @@ func TestRenderFleet(t *testing.T) {
 	require.Contains(t, md, "| independent adaptive | 30 of 30 | 10 | 10 | 40.0 → 20.0 after 100 ms (13.5) | 40.0 → 20.0 at 1.00 s (13.5) | 20.0 → 38.2 | 10 |", "the diagnosis table")
 	// Where the quota goes: the in-flight follows each step 100 ms late,
 	// so only the doubling's first 100 ms run at half the quota.
-	require.Contains(t, md, "| way | 0–1 s (start) | 1–2 s (halved) | 2–3 s (doubled) |")
+	require.Contains(t, md, "| way | 0–1 s (start) | 1–2 s (halving) | 2–3 s (doubling) |")
 	require.Contains(t, md, "| static C/N | 1.00 | 1.00 | 0.95 |")
 	require.Contains(t, md, "![static C](img/fleet-static-c.png)")
 	require.NotContains(t, md, "fleet-fleetlimit.png")
