@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,8 +128,10 @@ func servedOnPostgresAt(t *testing.T, key string, limit int, nodes []callers) []
 	warm := time.Now().Add(time.Second)
 	served := make([]atomic.Int64, len(nodes))
 	var wg sync.WaitGroup
+	started := make([]*fleet.Node, len(nodes))
 	for i, nc := range nodes {
 		n := startNode(t, c, nodeConfig(key, fmt.Sprintf("n%d", i), lim))
+		started[i] = n
 		r := adaptive.Request{Priority: adaptive.DefaultPriority, Weight: nc.weight}
 		for range nc.count {
 			wg.Go(func() {
@@ -153,4 +156,31 @@ func servedOnPostgresAt(t *testing.T, key string, limit int, nodes []callers) []
 		out[i] = served[i].Load()
 	}
 	return out
+}
+
+// traceNodes samples every node's state each heartbeat until ctx ends
+// and logs the samples if the test fails: a split that starves a node
+// shows in who held which share, with what in flight and admitting how
+// much, when.
+func traceNodes(ctx context.Context, t *testing.T, nodes []*fleet.Node) {
+	start := time.Now()
+	var lines []string
+	for ctx.Err() == nil {
+		line := fmt.Sprintf("%5.2fs", time.Since(start).Seconds())
+		for _, n := range nodes {
+			s := n.State()
+			line += fmt.Sprintf(" %s{share=%d limit=%d est=%.1f in=%d L=%d waiting=%d}",
+				n.ID(), s.Share, s.Limit, s.Estimate, s.Inflight, s.LGlobal, s.Waiting)
+		}
+		lines = append(lines, line)
+		select {
+		case <-ctx.Done():
+		case <-time.After(heartbeat / 2):
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node states, every %v:\n%s", heartbeat/2, strings.Join(lines, "\n"))
+		}
+	})
 }
