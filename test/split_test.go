@@ -150,7 +150,14 @@ func servedOnPostgresAt(t *testing.T, key string, limit int, nodes []callers) []
 			})
 		}
 	}
+	var trace []string
+	wg.Go(func() { trace = traceNodes(ctx, started) })
 	wg.Wait()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node states, every %v:\n%s", heartbeat/2, strings.Join(trace, "\n"))
+		}
+	})
 	out := make([]int64, len(nodes))
 	for i := range served {
 		out[i] = served[i].Load()
@@ -158,19 +165,20 @@ func servedOnPostgresAt(t *testing.T, key string, limit int, nodes []callers) []
 	return out
 }
 
-// traceNodes samples every node's state each heartbeat until ctx ends
-// and logs the samples if the test fails: a split that starves a node
-// shows in who held which share, with what in flight and admitting how
-// much, when.
-func traceNodes(ctx context.Context, t *testing.T, nodes []*fleet.Node) {
+// traceNodes samples every node's state each half heartbeat until ctx
+// ends, one line per sample: a split that starves a node shows in who
+// held which share, with what in flight and admitting how much, when; a
+// node fenced by late heartbeats shows as such.
+func traceNodes(ctx context.Context, nodes []*fleet.Node) []string {
 	start := time.Now()
 	var lines []string
 	for ctx.Err() == nil {
 		line := fmt.Sprintf("%5.2fs", time.Since(start).Seconds())
 		for _, n := range nodes {
 			s := n.State()
-			line += fmt.Sprintf(" %s{share=%d limit=%d est=%.1f in=%d L=%d waiting=%d}",
-				n.ID(), s.Share, s.Limit, s.Estimate, s.Inflight, s.LGlobal, s.Waiting)
+			line += fmt.Sprintf(" %s{share=%d limit=%d est=%.1f in=%d L=%d waiting=%d fenced=%t outage=%t beat=%v ago}",
+				n.ID(), s.Share, s.Limit, s.Estimate, s.Inflight, s.LGlobal, s.Waiting,
+				s.Fenced, s.Outage, time.Since(s.LastHeartbeat).Round(time.Millisecond))
 		}
 		lines = append(lines, line)
 		select {
@@ -178,9 +186,5 @@ func traceNodes(ctx context.Context, t *testing.T, nodes []*fleet.Node) {
 		case <-time.After(heartbeat / 2):
 		}
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node states, every %v:\n%s", heartbeat/2, strings.Join(lines, "\n"))
-		}
-	})
+	return lines
 }
