@@ -376,9 +376,16 @@ func (n *Node) pressFor(demand *int, blocked bool, heavy int) bool {
 
 // report samples the node's state for one heartbeat and records the send.
 func (n *Node) report(now time.Time) coord.Report {
+	// During the slow start the probe's tick comes here rather than after
+	// the grant (see adaptive.Limiter.SlowStarting).
+	slow := n.lim.SlowStarting()
+	if slow {
+		n.lim.ProbeTick()
+	}
 	snap := n.lim.Snapshot()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.tickedAtReport = slow
 	n.seq++
 	elapsed := n.cfg.HeartbeatInterval
 	if !n.lastSend.IsZero() {
@@ -632,11 +639,14 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.SetEstimate(float64(g.LGlobal))
 	}
 	n.lim.SetFleetLimit(g.LGlobal) // before the share, so a drop never pairs the new cut with the old limit
-	// The probe's clock, from the first grant: during AIMD's slow start a
-	// grant whose interval admitted requests and met no refusal says the
-	// fleet's limit had room, with or without a round trip of this node's
-	// own to back its estimate.
-	n.lim.ProbeTick()
+	// The probe's clock, one tick a heartbeat from the first grant: an
+	// interval that admitted requests and met no refusal says the fleet's
+	// limit had room, with or without a round trip of this node's own to
+	// back its estimate. During AIMD's slow start the report took the
+	// tick, just before it was sent.
+	if !n.tickedAtReport {
+		n.lim.ProbeTick()
+	}
 	n.applyCeilingLocked()
 	n.applyRates(sent, now, g)
 	if g.Status == coord.StatusEvicted {

@@ -112,6 +112,7 @@ type Node struct {
 	heavyAdmits    uint64      // admissions of such callers of the heaviest weight waiting (see endHeavyWait)
 	lowered        bool        // share fell below in-flight; beat once drained
 	ackDue         bool        // a lowered share was applied; beat to ack it
+	tickedAtReport bool        // the last report took the probe's tick (slow start), so its grant does not
 	claimed        bool        // a heartbeat claimed capacity (share or rate) this period
 	left           bool        // an evicted node drained and left on its own
 	evictedAt      time.Time   // when the node learned it was evicted

@@ -746,12 +746,12 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 }
 
 // TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip: on the
-// flat-latency law a fresh node's grants take slow-start steps before any
-// request of its own has come back: requests admitted and none refused
-// says the fleet's limit had room, and each grant takes ×1.5 steps while
-// the load passes the test, up to 2.25 times L_global, so L_global climbs
-// at once rather than waiting a round trip that may be longer than many
-// heartbeats.
+// flat-latency law a fresh node takes slow-start steps at every
+// heartbeat before any request of its own has come back: requests
+// admitted and none refused says the fleet's limit had room, and each
+// report takes ×1.5 steps while the load passes the test, up to 2.25
+// times L_global, so L_global climbs at once rather than waiting a round
+// trip that may be longer than many heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
@@ -778,14 +778,19 @@ func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 			limits = append(limits, n.State().LGlobal)
 		}
 		require.Zero(t, n.lim.Snapshot().Rounds, "no round trip came back")
-		// A grant's steps judge the interval before it, and its vote is
-		// L_global at the next grant, whose share the requests fill after
-		// that grant's steps: so a step every other grant. 20 in flight,
-		// none refused: 20 → 30 → 45; 45 in flight: 45 → 67.5 → 101.25
-		// (each step while the load is at least half the estimate).
-		// Before, L_global stayed at 20 until a round trip.
-		require.Equal(t, []int{20, 45, 45, 101, 101}, limits, "L_global at each heartbeat")
-		require.Len(t, held, 101, "the share let in")
+		// A report's steps judge the interval since the last one, in
+		// which the requests filled the share granted last, and its vote
+		// is L_global at the grant that answers it: so a step every
+		// heartbeat. Each step while the load is at least half the
+		// estimate, the load counted as at least L_global while no
+		// request came back and others wait (it is: the node is the whole
+		// fleet), and no further than 2.25·L_global: 20 → 30 → 45;
+		// 45 → 67.5 → 101.25; 101.25 → 151.9 → 227.8; 227 (the warm start
+		// sets the estimate to L_global until a round trip) → 510.75;
+		// then 200 in flight and none waiting is not half of 510. Before, L_global
+		// stayed at 20 until a round trip.
+		require.Equal(t, []int{45, 101, 227, 510, 510}, limits, "L_global at each heartbeat")
+		require.Len(t, held, 200, "the share let in")
 		cancel()
 		synctest.Wait()
 		for range len(held) {
