@@ -85,15 +85,7 @@ func (l *Limiter) slowStartStep(load int) bool {
 // times the larger of the estimate and the fleet's limit (SetFleetLimit):
 // an estimate below the fleet's limit catches up with the load, and a
 // load that says more than the fleet's limit (peers' in-flight still
-// counted for a crashed instance) takes it no further. Where requests
-// outlast the interval — no round trip of this limiter ended since the
-// previous call, and its room is all in use while a request waits — the
-// load counts as at least the fleet's limit: the limiter's share of it
-// is full, and the peers' in-flight, as last heard, lags the shares
-// granted since by a heartbeat. Where round trips end within the
-// interval, the load they saw is the evidence, and a fleet limit that the
-// peers have not yet filled, which has met no refusal, is not taken for
-// room. The evidence is
+// counted for a crashed instance) takes it no further. The evidence is
 // the absence of refusals, which an upstream that refuses at once gives
 // before any round trip. After it, it takes one probe step (see
 // AIMDProbe), which counts as a round trip for the step's doublings, but
@@ -130,8 +122,7 @@ func (l *Limiter) ProbeTick() {
 			l.dispatch(now)
 		}
 	}
-	outlasted := held && l.round == l.tickRound // no round trip ended since the last call
-	l.tickDrops, l.tickAdmitted, l.tickRound = l.drops, false, l.round
+	l.tickDrops, l.tickAdmitted = l.drops, false
 	if l.giveDue && l.cut > 0 {
 		l.pace(now)
 		l.giveBack()
@@ -144,9 +135,6 @@ func (l *Limiter) ProbeTick() {
 	load := addCounts(l.inflight, l.peerInflight)
 	switch {
 	case l.slowStarting():
-		if outlasted {
-			load = max(load, l.fleetLimit)
-		}
 		top := slowStart * slowStart * max(l.estimate, float64(l.fleetLimit)) * (1 + 1e-9)
 		for l.estimate*slowStart <= top && l.slowStartStep(load) {
 		}

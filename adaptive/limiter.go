@@ -55,7 +55,6 @@ type Limiter struct {
 	pauseErr     *PauseError // ErrPaused with pausedUntil, made once per pause
 	drops        uint64
 	tickDrops    uint64        // drops at the last ProbeTick
-	tickRound    uint64        // l.round at the last ProbeTick
 	tickAdmitted bool          // a lease was admitted since the last ProbeTick
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened

@@ -145,55 +145,6 @@ func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
 	releaseAll(leases)
 }
 
-// TestProbeTickSlowStartCountsTheFleetLimitWhenRequestsOutlastTheTick:
-// with its room all in use, a request waiting and none of its round
-// trips ended since the last tick, a fleet node's share of the fleet's
-// limit is full while its peers' in-flight, as last heard, lags the
-// shares granted since; the slow start counts the load as at least the
-// fleet's limit. Where a round trip ended in the interval, the load it
-// saw is the evidence.
-func TestProbeTickSlowStartCountsTheFleetLimitWhenRequestsOutlastTheTick(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		what     string
-		roundEnd bool
-		want     float64
-	}{
-		// 30 → 45 → 67.5 → 101.25 → 151.875: a load of 100 passes the
-		// test each time, and 2.25·100 stops the next step.
-		{"no round trip ended", false, 151.875},
-		// 2 in flight here and 10 at peers: twice 12 is under 30.
-		{"a round trip ended", true, 30},
-	} {
-		cfg := Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true, MaxQueued: 2}
-		l, clk := newTestLimiter(t, cfg)
-		l.SetFleetLimit(100)
-		l.SetCeiling(2)
-		l.SetPeerInflight(10)
-		leases := acquireN(t, l, 2)
-		l.ProbeTick()
-		require.InDelta(t, 30.0, l.Estimate(), 1e-9, "%s: 12 in flight of 30 at the first tick", tc.what)
-
-		ctx, cancel := context.WithCancel(context.Background())
-		waiters := []<-chan acquired{queueRequest(t, l, ctx, unitRequest), queueRequest(t, l, ctx, unitRequest)}
-		if tc.roundEnd {
-			clk.Advance(20 * time.Millisecond)
-			leases[0].Release() // a waiter takes the slot; the other still waits
-			got := <-waiters[0]
-			require.NoError(t, got.err)
-			leases[0], waiters = got.lease, waiters[1:]
-		}
-		l.ProbeTick()
-		est := l.Estimate()
-		cancel()
-		for _, w := range waiters {
-			require.ErrorIs(t, (<-w).err, context.Canceled)
-		}
-		releaseAll(leases)
-		require.InDelta(t, tc.want, est, 1e-9, tc.what)
-	}
-}
-
 // TestSlowStarting: the slow start is AIMD's with AIMDProbe set, until
 // the first decrease.
 func TestSlowStarting(t *testing.T) {

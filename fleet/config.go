@@ -132,8 +132,9 @@ type Config struct {
 	// starts a new key's L_global; on a key that has one, the node's
 	// estimate starts at L_global instead, and is set to it again at every
 	// grant until the node's own samples (a clean round trip or a drop)
-	// back it; under AIMD's slow start each grant's slow-start steps may
-	// then take it above L_global (see adaptive.Limiter.ProbeTick). Its
+	// back it; under AIMD's slow start the steps taken just before each
+	// report may then take it above L_global (see
+	// adaptive.Limiter.ProbeTick and SlowStarting). Its
 	// Clock must be left nil or be a real clock: the node's heartbeats and
 	// fence run on real time. MaxQueued decides whether
 	// Acquire waits for a slot (see adaptive.Config).

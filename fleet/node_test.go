@@ -781,10 +781,9 @@ func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
 		// A report's steps judge the interval since the last one, in
 		// which the requests filled the share granted last, and its vote
 		// is L_global at the grant that answers it: so a step every
-		// heartbeat. Each step while the load is at least half the
-		// estimate, the load counted as at least L_global while no
-		// request came back and others wait (it is: the node is the whole
-		// fleet), and no further than 2.25·L_global: 20 → 30 → 45;
+		// heartbeat. Each step while the load (the whole share, the node
+		// being the whole fleet) is at least half the estimate, and no
+		// further than 2.25·L_global: 20 → 30 → 45;
 		// 45 → 67.5 → 101.25; 101.25 → 151.9 → 227.8; 227 (the warm start
 		// sets the estimate to L_global until a round trip) → 510.75;
 		// then 200 in flight and none waiting is not half of 510. Before, L_global

@@ -300,15 +300,12 @@ after 5 grants without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut, and its give-backs wait
 for its next grant (SetFleetLimit); and each
-grant after requests of the node's own (admitted, or held while others
-wait) and no 429 since the last, from the node's first grant on, takes
-as many slow-start steps as the fleet's
+heartbeat after requests of the node's own (admitted, or held while
+others wait) and no 429 since the last, from the node's first grant on,
+takes as many slow-start steps as the fleet's
 in-flight passes the test for, up to 2.25 times the larger of its
-estimate and L_global (the slow start's tick comes just before the
-node's report, and counts the fleet's in-flight as at least L_global
-when none of the node's requests ended since the last while its share
-was all in use and others waited: requests longer than the heartbeat),
-and counts as a
+estimate and L_global, just before the node's report, and after the
+slow start counts at the grant as a
 round trip for the probe while the estimate is above the level the last
 backoff came down from (ProbeTick).
 InitialLimit is the library default (20) because neither C nor N is known
