@@ -282,6 +282,10 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
 	resp, err := t.base.RoundTrip(out)
+	if resp == nil && err == nil {
+		// A broken base: http.Client refuses this answer too.
+		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
+	}
 	if err != nil {
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		sent := t.mayHaveSent(req, &way, err)

@@ -148,6 +148,25 @@ func TestTransportNilBodyFromTheBase(t *testing.T) {
 	require.Zero(t, n.State().Inflight)
 }
 
+// TestTransportNilResponseAndNilErrorFromTheBase: a base that breaks
+// the RoundTripper contract with (nil, nil) made RoundTrip dereference
+// the nil response, and the slot was never freed. It is an error now,
+// and the request, which that base may have sent without a trace event,
+// holds its slot for AbandonedHold as any failure after sending does.
+func TestTransportNilResponseAndNilErrorFromTheBase(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 100 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	rt := n.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:1/", nil)
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(req)
+	require.Nil(t, resp)
+	require.ErrorContains(t, err, "returned a nil *http.Response with a nil error")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot is freed after AbandonedHold")
+}
+
 // TestTransportUpgradedConnection: a 101 response's body is the upgraded
 // connection (a WebSocket's), which the caller writes to too. Transport's
 // body hid its Write, and the bound (MaxRequestDuration) freed the slot
