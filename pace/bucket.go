@@ -56,6 +56,16 @@ func checkRate(rate float64) (float64, error) {
 	return min(rate, Unlimited), nil
 }
 
+// checkUnits returns an error naming n, for what, unless n is finite and
+// >= 0: an infinite debit would be a debt no time repays, and its level
+// NaN.
+func checkUnits(what string, n float64) error {
+	if !(n >= 0) || math.IsInf(n, 1) {
+		return fmt.Errorf("pace: %s must be finite and >= 0, got %v", what, n)
+	}
+	return nil
+}
+
 // Bucket is a token bucket for one dimension (requests, or tokens) that
 // reads no clock: every method takes the time now, and a now before an
 // earlier call's is treated as that earlier time. It lends against the
@@ -113,11 +123,11 @@ func NewBucket(cfg BucketConfig, now time.Time) (*Bucket, error) {
 // from now until it may act (0: at once), under the rate and the debts as
 // they stand; see Delay for a later look. Reserve never refuses: a
 // reservation larger than the bucket may act once the bucket is full and
-// leaves it in debt. It returns an error naming n when n is negative or
-// NaN; nothing is debited then.
+// leaves it in debt. It returns an error naming n when n is negative,
+// infinite or NaN; nothing is debited then.
 func (b *Bucket) Reserve(now time.Time, n float64) (Reservation, time.Duration, error) {
-	if !(n >= 0) {
-		return Reservation{}, 0, fmt.Errorf("pace: reserve: units must be >= 0, got %v", n)
+	if err := checkUnits("reserve: units", n); err != nil {
+		return Reservation{}, 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -133,10 +143,10 @@ func (b *Bucket) Reserve(now time.Time, n float64) (Reservation, time.Duration, 
 
 // TryReserve reserves n units at now only if the reservation may act at
 // once, and reports whether it did. It returns an error naming n when n is
-// negative or NaN.
+// negative, infinite or NaN.
 func (b *Bucket) TryReserve(now time.Time, n float64) (Reservation, bool, error) {
-	if !(n >= 0) {
-		return Reservation{}, false, fmt.Errorf("pace: reserve: units must be >= 0, got %v", n)
+	if err := checkUnits("reserve: units", n); err != nil {
+		return Reservation{}, false, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -173,11 +183,11 @@ func (b *Bucket) Delay(now time.Time, r Reservation) time.Duration {
 // under-estimate is charged, taking the level below zero if need be, so
 // that later reservations wait for it. Settle a reservation at most once,
 // and not after Cancel. It returns an error naming actual when it is
-// negative or NaN; nothing is changed then. While the rate is Unlimited,
+// negative, infinite or NaN; nothing is changed then. While the rate is Unlimited,
 // and for a reservation made then, it does nothing.
 func (b *Bucket) Settle(now time.Time, r Reservation, actual float64) error {
-	if !(actual >= 0) {
-		return fmt.Errorf("pace: settle: actual units must be >= 0, got %v", actual)
+	if err := checkUnits("settle: actual units", actual); err != nil {
+		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
