@@ -1,6 +1,9 @@
 package adaptive
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // recalPhase is where the limiter is in a recalibration.
 type recalPhase uint8
@@ -33,11 +36,22 @@ func (r *recalState) schedule(cfg *Config, now time.Time) {
 	if rc.Interval <= 0 {
 		return
 	}
-	d := rc.Interval
-	if rc.Jitter > 0 {
-		d += time.Duration((2*cfg.Rand.Float64() - 1) * float64(rc.Jitter))
+	r.next = now.Add(jittered(rc.Interval, rc.Jitter, cfg.Rand.Float64()))
+}
+
+// jittered returns interval + (2u − 1)·jitter for u in [0, 1), saturated
+// at the longest Duration: an interval near it, meant as "hardly ever",
+// would otherwise wrap to a time in the past and recalibrate at once.
+// jitter is in [0, interval), as validate requires.
+func jittered(interval, jitter time.Duration, u float64) time.Duration {
+	j := (2*u - 1) * float64(jitter)
+	switch {
+	case j >= math.MaxInt64:
+		return math.MaxInt64
+	case j > 0 && time.Duration(j) > math.MaxInt64-interval:
+		return math.MaxInt64
 	}
-	r.next = now.Add(d)
+	return interval + time.Duration(j)
 }
 
 // tick starts a recalibration when one is due, and abandons one that has

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -215,3 +216,31 @@ func TestRecalibrationMaxPinnedValidation(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "%+v", tc.rc)
 	}
 }
+
+// TestRecalibrationIntervalNearTheLongestDuration: an Interval near the
+// longest Duration, meant as "hardly ever", plus a positive jitter wrapped
+// to a time in the past, and the limiter recalibrated at once.
+func TestRecalibrationIntervalNearTheLongestDuration(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{
+		InitialLimit:  20,
+		MinLimit:      1,
+		Recalibration: Recalibration{Interval: math.MaxInt64, Jitter: math.MaxInt64 / 2},
+		Rand:          constRand(0.999),
+	})
+	le, ok := l.TryAcquire()
+	require.True(t, ok)
+	clk.Advance(time.Millisecond)
+	le.Release()
+	s := l.Snapshot()
+	require.False(t, s.Recalibrating, "recalibrating 1ms after New, the limit pinned to %d", s.Limit)
+
+	require.Equal(t, time.Duration(math.MaxInt64), jittered(math.MaxInt64-1, math.MaxInt64-2, 0.75))
+	require.Equal(t, 8*time.Second, jittered(10*time.Second, 4*time.Second, 0.25))
+	require.Equal(t, time.Second, jittered(10*time.Second, 9*time.Second, 0))
+}
+
+// constRand always draws u.
+type constRand float64
+
+func (u constRand) Float64() float64 { return float64(u) }
