@@ -41,9 +41,11 @@ type Admin interface {
 	// ErrInvalidOverride.
 	UpdateLimits(ctx context.Context, key string, c LimitsChange) (minLimit, maxLimit *int, err error)
 	// CreateKey creates the key with an override (nil: no bound), so it
-	// can be capped before any node joins. It returns ErrKeyExists, or
-	// ErrInvalidOverride for a bad name or bound.
-	CreateKey(ctx context.Context, key string, minLimit, maxLimit *int) error
+	// can be capped before any node joins, and with what opts add
+	// (WithRates), all in one step: on any error nothing is created. It
+	// returns ErrKeyExists, or ErrInvalidOverride for a bad name, bound or
+	// rate.
+	CreateKey(ctx context.Context, key string, minLimit, maxLimit *int, opts ...KeyOption) error
 	// SetRates changes the key's operator rates per minute in one step
 	// (see State.SetRates) and returns them: a key's rate when its nodes
 	// learn none, and a cap on what they learn. It returns ErrUnknownKey

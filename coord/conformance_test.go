@@ -239,8 +239,11 @@ func (c *conformance) step() {
 			each(func(impl coordinator) result { return errResult(impl.DeleteKey(ctx, key, force)) })
 		} else {
 			minLimit, maxLimit := c.limit(), c.limit()
-			op = fmt.Sprintf("create key %q %v %v", key, deref(minLimit), deref(maxLimit))
-			each(func(impl coordinator) result { return errResult(impl.CreateKey(ctx, key, minLimit, maxLimit)) })
+			rates := coord.Rates{Requests: []int64{0, 600, -1}[c.rng.IntN(3)], Tokens: []int64{0, 90000}[c.rng.IntN(2)]}
+			op = fmt.Sprintf("create key %q %v %v rates %+v", key, deref(minLimit), deref(maxLimit), rates)
+			each(func(impl coordinator) result {
+				return errResult(impl.CreateKey(ctx, key, minLimit, maxLimit, coord.WithRates(rates)))
+			})
 		}
 	case p < 86: // an operator forcing learning mode, on a key or not
 		key := c.key()

@@ -253,11 +253,15 @@ func (m *Memory) UpdateLimits(_ context.Context, key string, c LimitsChange) (mi
 }
 
 // CreateKey implements Admin.CreateKey.
-func (m *Memory) CreateKey(_ context.Context, key string, minLimit, maxLimit *int) error {
+func (m *Memory) CreateKey(_ context.Context, key string, minLimit, maxLimit *int, opts ...KeyOption) error {
 	if err := checkKeyName(key); err != nil {
 		return fmt.Errorf("coord: create key: %w", err)
 	}
 	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
+	o, err := keyOptionsOf(opts)
+	if err != nil {
 		return fmt.Errorf("coord: create key: %w", err)
 	}
 	m.mu.Lock()
@@ -266,6 +270,7 @@ func (m *Memory) CreateKey(_ context.Context, key string, minLimit, maxLimit *in
 		return fmt.Errorf("coord: create key: %w: %.40q", ErrKeyExists, key)
 	}
 	s, _ := NewState(key, instant(m.clock)).SetLimits(minLimit, maxLimit)
+	s, _ = s.SetRates(o.ratesChange())
 	m.keys[key] = s
 	return nil
 }

@@ -559,16 +559,41 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 	return minLimit, maxLimit, nil
 }
 
-// CreateKey implements Admin.CreateKey.
-func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit *int) error {
+// CreateKey implements Admin.CreateKey: one call of fleetlimit.create_key,
+// and with rates (WithRates) a call of fleetlimit.set_rates in the same
+// transaction.
+func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit *int, opts ...KeyOption) error {
 	if err := checkKeyName(key); err != nil {
 		return fmt.Errorf("coord: create key: %w", err)
 	}
 	if err := validateLimits(minLimit, maxLimit); err != nil {
 		return fmt.Errorf("coord: create key: %w", err)
 	}
+	o, err := keyOptionsOf(opts)
+	if err != nil {
+		return fmt.Errorf("coord: create key: %w", err)
+	}
 	sql, args := p.stmt(sqlCreateKey, key, valueOf(minLimit), valueOf(maxLimit))
-	return p.exec(ctx, "create key", sql, args...)
+	if o.rates.IsZero() {
+		return p.exec(ctx, "create key", sql, args...)
+	}
+	c := o.ratesChange()
+	for attempt := 1; ; attempt++ {
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens)
+			return err
+		})
+		if err == nil || !retryable(err) || attempt == maxAttempts {
+			break
+		}
+	}
+	if err != nil {
+		return pgError("create key", err)
+	}
+	return nil
 }
 
 // DeleteKey implements Admin.DeleteKey.

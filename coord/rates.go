@@ -48,6 +48,31 @@ type RatesChange struct {
 	Requests, Tokens int64
 }
 
+// KeyOption adds a setting to a key that Admin.CreateKey creates.
+type KeyOption func(*keyOptions)
+
+type keyOptions struct{ rates Rates }
+
+// WithRates gives a key that Admin.CreateKey creates operator rates per
+// minute (see Admin.SetRates), each in [0, MaxRate], 0 for none. They are
+// written with the key, so nodes never join it without them.
+func WithRates(r Rates) KeyOption { return func(o *keyOptions) { o.rates = r } }
+
+// keyOptionsOf applies opts and reports a rate outside [0, MaxRate] as
+// ErrInvalidOverride.
+func keyOptionsOf(opts []KeyOption) (keyOptions, error) {
+	var o keyOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o, o.ratesChange().validate()
+}
+
+// ratesChange is the change that gives a new key o's rates.
+func (o keyOptions) ratesChange() RatesChange {
+	return RatesChange{SetRequests: true, Requests: o.rates.Requests, SetTokens: true, Tokens: o.rates.Tokens}
+}
+
 // validate reports a rate outside [0, MaxRate] as ErrInvalidOverride.
 func (c RatesChange) validate() error {
 	for _, f := range []struct {

@@ -163,7 +163,8 @@ func (r *runner) keysCreateCommand() *ucli.Command {
 		ArgsUsage: argsUsage("KEY"),
 		Description: `--min and --max bound L_global; --rpm and --tpm give the key request and
 token rates per minute (see 'fleetctl limits set --help'). Every flag is
-checked before the key is created.`,
+checked before the key is created, and the key is written with its rates
+in one transaction: when the command fails, no key was created.`,
 		Flags: []ucli.Flag{
 			decimalFlag("min", "lower bound of L_global", "none", countRange),
 			decimalFlag("max", "upper bound of L_global", "none", countRange),
@@ -199,8 +200,10 @@ checked before the key is created.`,
 				return err
 			}
 			key := args[0]
+			// A rate left unset is none: the key is new.
+			set := coord.Rates{Requests: rates.Requests, Tokens: rates.Tokens}
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
-				if err := admin.CreateKey(ctx, key, bounds[0], bounds[1]); err != nil {
+				if err := admin.CreateKey(ctx, key, bounds[0], bounds[1], coord.WithRates(set)); err != nil {
 					if errors.Is(err, coord.ErrKeyExists) {
 						return fmt.Errorf("key %q exists (change its limits with 'fleetctl limits set')", key)
 					}
@@ -209,11 +212,6 @@ checked before the key is created.`,
 				if !rates.SetRequests && !rates.SetTokens {
 					r.printf("key %q created (min %s, max %s)\n", key, optInt(bounds[0]), optInt(bounds[1]))
 					return nil
-				}
-				set, err := admin.SetRates(ctx, key, rates)
-				if err != nil {
-					return fmt.Errorf("key %q was created, but its rates were not set (fleetctl limits set %s --rpm N --tpm N): %w",
-						key, quoteArg(key), adminError(err, key, ""))
 				}
 				r.printf("key %q created (min %s, max %s, rpm %s, tpm %s)\n", key, optInt(bounds[0]), optInt(bounds[1]),
 					optInt64(optRate(set.Requests)), optInt64(optRate(set.Tokens)))

@@ -63,6 +63,46 @@ func denied(t *testing.T, err error, what string) {
 	require.Equal(t, "42501", pgErr.Code, "%s: %v", what, err)
 }
 
+// TestCreateKeyWithRatesIsOneStep: a key created with rates is written
+// with them in one transaction. The rates were a second statement: an
+// operator role that may create keys but not set rates (its rights half
+// given back after a rollback, say) created the key and failed, and the
+// key stayed without its rates, for nodes to join uncapped.
+func TestCreateKeyWithRatesIsOneStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := fleettest.DSN(t)
+	admin := connectAs(t, dsn)
+	opDSN := roleDSN(t, admin, dsn, "operator")
+	u, err := url.Parse(opDSN)
+	require.NoError(t, err)
+	op, err := coord.NewPostgres(connectAs(t, opDSN))
+	require.NoError(t, err)
+
+	rates := coord.Rates{Requests: 600, Tokens: 90000}
+	require.NoError(t, op.CreateKey(ctx, "with-rates", nil, new(7), coord.WithRates(rates)))
+	keys, err := op.Keys(ctx)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.Equal(t, rates, keys[0].RateLimit)
+	require.Equal(t, 7, *keys[0].MaxLimit)
+
+	_, err = admin.Exec(ctx, "REVOKE EXECUTE ON FUNCTION fleetlimit.set_rates(text, boolean, bigint, boolean, bigint) FROM "+
+		pgx.Identifier{u.User.Username()}.Sanitize())
+	require.NoError(t, err)
+	err = op.CreateKey(ctx, "half", nil, new(7), coord.WithRates(rates))
+	require.ErrorIs(t, err, coord.ErrPermission)
+	require.ErrorContains(t, err, "coord: create key:")
+	keys, err = op.Keys(ctx)
+	require.NoError(t, err)
+	require.Len(t, keys, 1, "no key was created")
+	require.NoError(t, op.CreateKey(ctx, "plain", nil, nil), "a key without rates needs no right on set_rates")
+
+	err = op.CreateKey(ctx, "bad", nil, nil, coord.WithRates(coord.Rates{Requests: -1}))
+	require.ErrorIs(t, err, coord.ErrInvalidOverride)
+	require.ErrorContains(t, err, "rpm = -1")
+}
+
 // TestRoles: a node role may heartbeat and leave and nothing else; an
 // operator role may read the tables and do the operator's verbs but not
 // heartbeat, write the tables or pass a clock; a role without a grant may
