@@ -257,6 +257,8 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("evict", "api", "node-b")
 	step("undrain", "api", "node-b")
 	step("relearn", "api")
+	step("drain", "api", "node-a")
+	step("undrain", "api", "node-a")
 	step("keys", "create", "quota", "--max", "024", "--rpm", "0600") // leading zeros are decimal
 	step("keys")
 	step("nodes", "api")
@@ -785,11 +787,20 @@ func TestGrant(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT has_function_privilege('public', 'fleetlimit.evict(text, text)', 'EXECUTE')`).Scan(&ok))
 	require.False(t, ok, "PUBLIC got nothing")
 
-	// An operator may not migrate, and is told who may.
-	mustRun(t, dsn, "grant", "operator", role)
+	// A node may not read the migrations, and is told which role may.
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	u.User = url.UserPassword(role, "fl-grant-pw")
+	for _, cmd := range []string{"status", "validate"} {
+		res = run(t, u.String(), "migrate", cmd)
+		require.Equal(t, 1, res.code, res.stderr)
+		require.Contains(t, res.stderr, "permission denied")
+		require.Contains(t, res.stderr, "a role granted operator rights will do (fleetctl grant operator ROLE, as the owner)")
+	}
+
+	// An operator may read them but not migrate, and is told who may.
+	mustRun(t, dsn, "grant", "operator", role)
+	require.Contains(t, mustRun(t, u.String(), "migrate", "validate"), "schema is up to date")
 	before := mustRun(t, dsn, "migrate", "status")
 	res = run(t, u.String(), "migrate", "down", "--force")
 	require.Equal(t, 1, res.code, res.stderr)

@@ -209,7 +209,7 @@ applied_at (null when pending)}.`,
 						r.noteMigrationLock(ctx, pool)
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
-							return migrationHint(err)
+							return readHint(migrationHint(err))
 						}
 						views := newMigrationViews(st)
 						if format == formatJSON {
@@ -234,7 +234,7 @@ applied_at (null when pending)}.`,
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, pending, err := schemaVersion(ctx, pool)
 						if err != nil {
-							return err
+							return readHint(err)
 						}
 						if pending > 0 {
 							return checkFailedf("%d migration(s) pending: schema at version %d; run 'fleetctl migrate up'", pending, current)
@@ -335,6 +335,17 @@ SELECT (SELECT count(*) FROM fleetlimit.keys),
                                 AND greatest(coalesce((r.j->>'rpm_high')::bigint, 0), coalesce((r.j->>'rpm_share')::bigint, 0),
                                              coalesce((r.j->>'tpm_high')::bigint, 0), coalesce((r.j->>'tpm_share')::bigint, 0)) > 0 AS ratesHeld) AS m
  CROSS JOIN LATERAL (SELECT NOT m.member AND (m.slotsHeld OR m.ratesHeld) AS held) AS h`
+
+// readHint adds to the error of a command that only reads the migrations
+// (status, validate), when the role lacked a privilege, that an operator
+// role may read them too.
+func readHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w; to read the migrations only, a role granted operator rights will do (fleetctl grant operator ROLE, as the owner)", err)
+	}
+	return err
+}
 
 // migrationHint adds to a migration's error what to do: when the role lacked
 // a privilege, that migrations run as the schema owner; when the schema

@@ -61,7 +61,7 @@ passed — and fails with exit status 3 if that has not happened within
 				// Whether it was draining is read just before, as undrain
 				// does: a drain of another operator's that lands in between
 				// is reported as this one's.
-				was, err := draining(ctx, admin, key, nodeID)
+				was, _, err := draining(ctx, admin, key, nodeID)
 				if err != nil {
 					return adminError(err, key, nodeID)
 				}
@@ -184,7 +184,7 @@ func (r *runner) undrainCommand() *ucli.Command {
 			// Whether it was draining is read just before: a drain that
 			// lands between the read and the undrain is undone all the
 			// same, and reported as not draining.
-			draining, err := draining(ctx, a, key, nodeID)
+			draining, learningUntil, err := draining(ctx, a, key, nodeID)
 			if err != nil {
 				return "", err
 			}
@@ -211,23 +211,33 @@ func (r *runner) undrainCommand() *ucli.Command {
 					"again; a new process with this node id joins at once", nil
 			case !draining:
 				return said + "; nothing changed", nil
+			case !learningUntil.IsZero():
+				return said + fmt.Sprintf(", but the key is in learning mode until %s: no node is granted more "+
+					"than it holds, so a node that drained may get no share before then",
+					learningUntil.UTC().Format(time.RFC3339)), nil
 			}
 			return said, nil
 		})
 }
 
-// draining reports whether nodeID on key carries a drain mark now.
-func draining(ctx context.Context, a coord.Admin, key, nodeID string) (bool, error) {
+// draining reports whether nodeID on key carries a drain mark now, and
+// when the key's learning mode ends if it is in it (zero if not).
+func draining(ctx context.Context, a coord.Admin, key, nodeID string) (bool, time.Time, error) {
 	keys, err := a.Keys(ctx)
 	if err != nil {
-		return false, err
+		return false, time.Time{}, err
 	}
 	for _, k := range keys {
-		if k.Key == key && slices.Contains(k.Drains, nodeID) {
-			return true, nil
+		if k.Key != key {
+			continue
 		}
+		var until time.Time
+		if k.Learning {
+			until = k.LearningUntil
+		}
+		return slices.Contains(k.Drains, nodeID), until, nil
 	}
-	return false, nil
+	return false, time.Time{}, nil
 }
 
 func (r *runner) evictCommand() *ucli.Command {
@@ -393,8 +403,8 @@ says which were made.
 
 Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxRate),
 		Flags: []ucli.Flag{
-			decimalFlag("min", "lower bound of L_global", "unchanged", countRange),
-			decimalFlag("max", "upper bound of L_global", "unchanged", countRange),
+			decimalFlag("min", "lower bound of L_global, "+countRange, "unchanged", countRange),
+			decimalFlag("max", "upper bound of L_global, "+countRange, "unchanged", countRange),
 			&ucli.BoolFlag{Name: "clear-min", Usage: "remove the lower bound"},
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
 			rpmFlag("unchanged"),
@@ -525,11 +535,11 @@ func readBoundChange(c *ucli.Context, name string) (boundChange, error) {
 
 // rpmFlag and tpmFlag set a key's operator rates per minute.
 func rpmFlag(defaultText string) ucli.Flag {
-	return decimalFlag("rpm", "requests per minute of the key (0 removes the rate)", defaultText, rateRange)
+	return decimalFlag("rpm", "requests per minute of the key, "+rateRange+" (0 removes the rate)", defaultText, rateRange)
 }
 
 func tpmFlag(defaultText string) ucli.Flag {
-	return decimalFlag("tpm", "tokens per minute of the key (0 removes the rate)", defaultText, rateRange)
+	return decimalFlag("tpm", "tokens per minute of the key, "+rateRange+" (0 removes the rate)", defaultText, rateRange)
 }
 
 // rateRange is what --rpm and --tpm accept.

@@ -166,8 +166,8 @@ token rates per minute (see 'fleetctl limits set --help'). Every flag is
 checked before the key is created, and the key is written with its rates
 in one transaction: when the command fails, no key was created.`,
 		Flags: []ucli.Flag{
-			decimalFlag("min", "lower bound of L_global", "none", countRange),
-			decimalFlag("max", "upper bound of L_global", "none", countRange),
+			decimalFlag("min", "lower bound of L_global, "+countRange, "none", countRange),
+			decimalFlag("max", "upper bound of L_global, "+countRange, "none", countRange),
 			rpmFlag("none"),
 			tpmFlag("none"),
 		},
