@@ -173,3 +173,23 @@ func TestRateCells(t *testing.T) {
 	k.RPM, k.RPMLimit, k.SumRPMShare = nil, nil, 0
 	require.NotContains(t, plainLine(frame{Key: k}), "rpm=", "no rate, no rate fields")
 }
+
+// TestTableAlignsWideCharacters: columns are as wide as their cells show
+// on a terminal. They were counted in runes, so a key in CJK script put
+// the cells after it one cell out of line per wide rune.
+func TestTableAlignsWideCharacters(t *testing.T) {
+	var b strings.Builder
+	tb := newTable(&b, "KEY", "L_GLOBAL", "MODE")
+	tb.row("ключ-日本", "20", "normal")
+	tb.row("api", "8", "learning")
+	tb.row("e\u0301t\u00e9", "1", "normal") // a combining accent takes no cell
+	require.NoError(t, tb.flush())
+	require.Equal(t, ""+
+		"KEY        L_GLOBAL  MODE\n"+
+		"ключ-日本  20        normal\n"+
+		"api        8         learning\n"+
+		"e\u0301t\u00e9        1         normal\n", b.String())
+	require.Equal(t, 9, displayWidth("ключ-日本"))
+	require.Equal(t, 4, displayWidth("ＡＢ"), "fullwidth")
+	require.Equal(t, 0, displayWidth("\u200b"), "a zero-width space")
+}
