@@ -177,9 +177,10 @@ func labelsString(labels map[string]string) string {
 // or label is whatever a node's process sent) — or with bytes that are
 // not UTF-8 is shown quoted, with those escaped; so is a value that is
 // empty or starts or ends with white space, so that "api " and "api"
-// differ.
+// differ, and one with two spaces in a row, which would read as the gap
+// between two columns.
 func cell(s string) string {
-	if s == "" || strings.TrimSpace(s) != s || !utf8.ValidString(s) ||
+	if s == "" || strings.TrimSpace(s) != s || strings.Contains(s, "  ") || !utf8.ValidString(s) ||
 		strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(s)
 	}

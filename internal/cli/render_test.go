@@ -141,6 +141,8 @@ func TestLabelsAndCells(t *testing.T) {
 	require.Equal(t, "plain", cell("plain"))
 	require.Equal(t, `"api "`, cell("api "))
 	require.Equal(t, `" "`, cell(" "))
+	require.Equal(t, "mid space", cell("mid space"))
+	require.Equal(t, `"two  spaces"`, cell("two  spaces"), "a gap that reads as a column break")
 	require.Equal(t, "a b", cell("a b"))
 	require.Equal(t, `"x\x1b[31mRED"`, cell("x\x1b[31mRED"), "a terminal escape")
 	require.Equal(t, `"a\x01b"`, cell("a\x01b"))
