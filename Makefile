@@ -36,7 +36,7 @@ bench: ## Run the benchmarks (BENCHTIME=1s).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 .PHONY: report
-report: ## Regenerate docs/benchmarks.md: all eight sections (about 40 minutes on 2 cores).
+report: ## Regenerate docs/benchmarks.md: all eight sections (about 45 minutes on 2 cores).
 	cd bench && $(GO) run ./cmd/report -out ../docs
 
 .PHONY: test-bench

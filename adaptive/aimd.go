@@ -71,7 +71,9 @@ func (l *Limiter) slowStartStep(load int) bool {
 }
 
 // ProbeTick gives AIMD's probe a clock besides the round trip; a fleet
-// node calls it at every grant. Under AIMD with AIMDProbe set, when
+// node calls it once a heartbeat: during the slow start (SlowStarting)
+// just before it builds its report, so the report carries the step, and
+// after it at the grant, where a cut's give-backs wait for it. Under AIMD with AIMDProbe set, when
 // this limiter admitted a request since the previous call, or holds
 // requests in flight while others wait for room (its room all in use and
 // none of it coming back within the interval: the upstream took and

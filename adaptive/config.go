@@ -207,9 +207,10 @@ type Config struct {
 	// AIMD's probes above it are thus small, and after the capacity grows
 	// it finds the new one in a number of round trips that grows with the
 	// logarithm of the difference, not with the difference itself.
-	// Limiter.ProbeTick, which a fleet node calls at every grant, is a
-	// second clock for the slow start and for the probe while the estimate
-	// is above the level the last backoff came down from.
+	// Limiter.ProbeTick, which a fleet node calls once a heartbeat (see
+	// ProbeTick), is a second clock for the slow start and for the probe
+	// while the estimate is above the level the last backoff came down
+	// from.
 	// Defaults to 0 (off): a constant AIMDIncrease from the start. Must be
 	// in [0, 1<<20].
 	AIMDProbe int
@@ -472,7 +473,7 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // (LatencyTarget 0) with AIMDProbe 5: a slow start until the first drop,
 // then a step of at least AIMDIncrease 0.25 and of 1 % of the estimate
 // per round trip, doubling every 2 round trips without a drop (see
-// AIMDProbe; a fleet node's grants clock the slow start, and the probe
+// AIMDProbe; a fleet node's heartbeats clock the slow start, and the probe
 // above the level the last backoff came down from, too, see ProbeTick); a drop backs
 // off by BackoffRatio 0.95, at most once per round trip, and, under a
 // ceiling that binds, first ends a paced climb at the in-flight when

@@ -160,9 +160,10 @@
 // drop; Config.PaceGrowth takes every rise of the limit up as leases
 // settle, so that the first refusal comes before most of an excess is
 // sent — all but a fleet node's slow start, which its share bounds. A
-// fleet node also calls ProbeTick at every grant, a clock for the slow
-// start and for probes above the last backoff's level that does not wait
-// for round trips as long as a slow request.
+// fleet node also calls ProbeTick once a heartbeat (during the slow start
+// just before its report, see SlowStarting; after it at the grant), a
+// clock for the slow start and for probes above the last backoff's level
+// that does not wait for round trips as long as a slow request.
 //
 // The default law, Auto, moves from Gradient2 to FlatLatency's law by
 // itself once the upstream shows it is such an upstream: three drops in a
@@ -175,8 +176,8 @@
 // flat upstream whose latencies spread widely, which rarely shows such
 // evidence — choose FlatLatency for it. Until the move, a drop with that
 // mark backs off by FlatLatency's BackoffRatio already. Snapshot.Law
-// tells which law runs; Config.Law Gradient2 or FlatLatency chooses one
-// for good.
+// tells which law runs; Config.Law Gradient2, or FlatLatency() (whose Law
+// is AIMD), chooses one for good.
 //
 // # Admission
 //

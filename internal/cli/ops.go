@@ -31,7 +31,7 @@ const (
 func (r *runner) drainCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "drain",
-		Usage:     "set NODE's share on KEY to 0 until undrain; --wait blocks until it has nothing in flight",
+		Usage:     "set NODE's share on KEY to 0 until undrain; --wait blocks until it holds no capacity",
 		ArgsUsage: argsUsage("KEY", "NODE"),
 		Description: `The node's grant drops to 0 at once; the requests it has in flight finish.
 The drain belongs to the node id: it survives lease lapses, restarts and
@@ -41,7 +41,7 @@ acknowledged the 0 grant with nothing in flight, or its requests' bound has
 passed — and fails with exit status 3 if that has not happened within
 --timeout.`,
 		Flags: []ucli.Flag{
-			&ucli.BoolFlag{Name: "wait", Usage: "wait until the node reports 0 in flight"},
+			&ucli.BoolFlag{Name: "wait", Usage: "wait until no row of the node holds capacity (0 in flight, the 0 grant acknowledged)"},
 			&ucli.DurationFlag{Name: "timeout", Value: DefaultDrainTimeout, Usage: "how long --wait waits"},
 		},
 		Action: r.action(func(c *ucli.Context) error {
