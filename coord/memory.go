@@ -254,15 +254,9 @@ func (m *Memory) UpdateLimits(_ context.Context, key string, c LimitsChange) (mi
 
 // CreateKey implements Admin.CreateKey.
 func (m *Memory) CreateKey(_ context.Context, key string, minLimit, maxLimit *int, opts ...KeyOption) error {
-	if err := checkKeyName(key); err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
-	}
-	if err := validateLimits(minLimit, maxLimit); err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
-	}
-	o, err := keyOptionsOf(opts)
+	o, err := newKeyOptions(key, minLimit, maxLimit, opts)
 	if err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

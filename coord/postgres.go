@@ -131,18 +131,15 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	if err := p.awaitLate(ctx, node); err != nil {
 		return Grant{}, pgError("heartbeat", err)
 	}
-	for attempt := 1; ; attempt++ {
+	err = retrying(func() error {
 		sql, args := p.stmt(sqlHeartbeat,
 			r.Key, r.NodeID, r.Instance, r.Seq, r.LLocal, r.Inflight, r.Demand, r.Epoch, r.AppliedGen,
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
-		err = p.queryRow(ctx, node, grace, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+		return p.queryRow(ctx, node, grace, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
-		if err == nil || !retryable(err) || attempt == maxAttempts {
-			break
-		}
-	}
+	})
 	if err != nil {
 		return Grant{}, pgError("heartbeat", err)
 	}
@@ -563,33 +560,24 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 // and with rates (WithRates) a call of fleetlimit.set_rates in the same
 // transaction.
 func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit *int, opts ...KeyOption) error {
-	if err := checkKeyName(key); err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
-	}
-	if err := validateLimits(minLimit, maxLimit); err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
-	}
-	o, err := keyOptionsOf(opts)
+	o, err := newKeyOptions(key, minLimit, maxLimit, opts)
 	if err != nil {
-		return fmt.Errorf("coord: create key: %w", err)
+		return err
 	}
 	sql, args := p.stmt(sqlCreateKey, key, valueOf(minLimit), valueOf(maxLimit))
 	if o.rates.IsZero() {
 		return p.exec(ctx, "create key", sql, args...)
 	}
 	c := o.ratesChange()
-	for attempt := 1; ; attempt++ {
-		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = retrying(func() error {
+		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, sql, args...); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens)
 			return err
 		})
-		if err == nil || !retryable(err) || attempt == maxAttempts {
-			break
-		}
-	}
+	})
 	if err != nil {
 		return pgError("create key", err)
 	}
@@ -639,17 +627,22 @@ func (p *Postgres) call(ctx context.Context, sql string, args []any, dest ...any
 // cancel, the connection kept until the statement stops), retrying a
 // transient conflict up to maxAttempts times; op names it in the error.
 func (p *Postgres) exec(ctx context.Context, op, sql string, args ...any) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = p.call(ctx, sql, args)
-		if err == nil || !retryable(err) || attempt == maxAttempts {
-			break
-		}
-	}
-	if err != nil {
+	if err := retrying(func() error { return p.call(ctx, sql, args) }); err != nil {
 		return pgError(op, err)
 	}
 	return nil
+}
+
+// retrying runs fn until it succeeds, fails with an error that is not a
+// transient conflict, or has run maxAttempts times, and returns its last
+// error.
+func retrying(fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !retryable(err) || attempt == maxAttempts {
+			return err
+		}
+	}
 }
 
 // storable reports, as ErrUnknownKey or ErrUnknownNode, a key or node id

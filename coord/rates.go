@@ -58,14 +58,25 @@ type keyOptions struct{ rates Rates }
 // written with the key, so nodes never join it without them.
 func WithRates(r Rates) KeyOption { return func(o *keyOptions) { o.rates = r } }
 
-// keyOptionsOf applies opts and reports a rate outside [0, MaxRate] as
-// ErrInvalidOverride.
-func keyOptionsOf(opts []KeyOption) (keyOptions, error) {
+// newKeyOptions checks what Admin.CreateKey is asked to create — the
+// key's name, its override and the rates opts give — and returns opts
+// applied; an error is "coord: create key: " and ErrInvalidOverride
+// naming the bad value.
+func newKeyOptions(key string, minLimit, maxLimit *int, opts []KeyOption) (keyOptions, error) {
 	var o keyOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return o, o.ratesChange().validate()
+	if err := checkKeyName(key); err != nil {
+		return o, fmt.Errorf("coord: create key: %w", err)
+	}
+	if err := validateLimits(minLimit, maxLimit); err != nil {
+		return o, fmt.Errorf("coord: create key: %w", err)
+	}
+	if err := o.ratesChange().validate(); err != nil {
+		return o, fmt.Errorf("coord: create key: %w", err)
+	}
+	return o, nil
 }
 
 // ratesChange is the change that gives a new key o's rates.
