@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
@@ -307,8 +306,7 @@ type schemaUse struct {
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	var u schemaUse
 	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots, &u.heldSlotRows, &u.heldRated, &u.heldKeys)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined table, schema
+	if code := sqlState(err); code == "42P01" || code == "3F000" { // undefined table, schema
 		return schemaUse{}, nil
 	}
 	if err != nil {
@@ -340,8 +338,7 @@ SELECT (SELECT count(*) FROM fleetlimit.keys),
 // (status, validate), when the role lacked a privilege, that an operator
 // role may read them too.
 func readHint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if sqlState(err) == sqlInsufficientPrivilege {
 		return fmt.Errorf("%w; to read the migrations only, a role granted operator rights will do (fleetctl grant operator ROLE, as the owner)", err)
 	}
 	return err
@@ -355,9 +352,8 @@ func readHint(err error) error {
 // search path to migrate with; when it is stale, or the search path has no
 // schema to keep it in, how to set a search path.
 func migrationHint(err error) error {
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+	case sqlState(err) == sqlInsufficientPrivilege:
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
 	case errors.Is(err, migrations.ErrSchemaGone):
 		return fmt.Errorf("%w: run 'fleetctl migrate reset' to remove the version table, then 'fleetctl migrate up'", err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -735,13 +734,12 @@ owner and public are refused.`,
 // to do: create the missing role (for grant; revoke says there was
 // nothing to take), or run as the schema's owner.
 func roleHint(err error, role, command string) error {
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42704" && command == "revoke": // undefined object
+	switch code := sqlState(err); {
+	case code == "42704" && command == "revoke": // undefined object
 		return fmt.Errorf("%w: a role that does not exist holds no rights; nothing changed", err)
-	case errors.As(err, &pgErr) && pgErr.Code == "42704":
+	case code == "42704":
 		return fmt.Errorf("%w (create the role first: CREATE ROLE %s LOGIN)", err, pgx.Identifier{role}.Sanitize())
-	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient privilege
+	case code == sqlInsufficientPrivilege:
 		return fmt.Errorf("%w (%s is the schema owner's to run: the role that ran 'fleetctl migrate up')", err, command)
 	}
 	return schemaHint(err)

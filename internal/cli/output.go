@@ -97,9 +97,9 @@ func (t *table) flush() error {
 func displayWidth(s string) int {
 	n := 0
 	for _, r := range s {
-		switch {
+		switch kind := width.LookupRune(r).Kind(); {
 		case unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf):
-		case width.LookupRune(r).Kind() == width.EastAsianWide, width.LookupRune(r).Kind() == width.EastAsianFullwidth:
+		case kind == width.EastAsianWide, kind == width.EastAsianFullwidth:
 			n += 2
 		default:
 			n++

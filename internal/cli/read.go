@@ -54,8 +54,7 @@ func adminError(err error, key, nodeID string) error {
 		}
 		return errors.New(msg)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient privilege
+	if sqlState(err) == sqlInsufficientPrivilege {
 		return fmt.Errorf("%w (an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)", err)
 	}
 	return schemaHint(err)
@@ -64,14 +63,24 @@ func adminError(err error, key, nodeID string) error {
 // schemaHint adds a hint to errors that mean the fleetlimit schema is
 // missing or outdated.
 func schemaHint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "42P01", "3F000", "42883": // undefined table, schema, function
-			return fmt.Errorf("%w (is the schema migrated? run 'fleetctl migrate up')", err)
-		}
+	switch sqlState(err) {
+	case "42P01", "3F000", "42883": // undefined table, schema, function
+		return fmt.Errorf("%w (is the schema migrated? run 'fleetctl migrate up')", err)
 	}
 	return err
+}
+
+// sqlInsufficientPrivilege is the SQLSTATE of a statement the role lacked
+// a privilege for.
+const sqlInsufficientPrivilege = "42501"
+
+// sqlState is the SQLSTATE of the database error err wraps, "" if none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // findKey returns the key called key.

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
@@ -236,9 +235,8 @@ func passing(err error) bool {
 	if errors.Is(err, coord.ErrUnknownKey) || errors.Is(err, coord.ErrSchema) {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
-		switch pgErr.Code[:2] {
+	if code := sqlState(err); len(code) == 5 {
+		switch code[:2] {
 		case "28", "3D", "3F", "42":
 			return false
 		}
