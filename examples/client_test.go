@@ -57,6 +57,7 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 			Key:               key,
 			NodeID:            id,
 			HeartbeatInterval: 100 * time.Millisecond,
+			LeaseTTL:          2 * time.Second, // no fence for a heartbeat delayed on a loaded machine
 			Limiter:           adaptive.Config{InitialLimit: 20, MaxQueued: 64},
 		}))
 	}
