@@ -34,7 +34,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 
 // TestTwoNodesShareTheQuota runs two fleet nodes, as two processes of a
 // service would, on a key capped at 8 before either joins. Each node's
-// client keeps 16 requests going for two seconds. Both nodes are granted a
+// client keeps 16 requests going for at least two seconds. Both nodes are granted a
 // share, their shares never add up to more than the cap, and the upstream
 // never serves more than 8 requests at once.
 func TestTwoNodesShareTheQuota(t *testing.T) {
@@ -62,14 +62,19 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 		}))
 	}
 
+	// The load runs for at least 2s, and until the checks below are done
+	// (at most 30s): they watch the shares it brings. Each worker ends
+	// after a request, not in one: a request cancelled once sent keeps its
+	// slot for AbandonedHold.
 	var wg sync.WaitGroup
-	stop := time.Now().Add(2 * time.Second)
+	started := time.Now()
+	var done atomic.Bool
 	var failed atomic.Int64
 	for _, n := range nodes {
 		client := examples.NewClient(n, srv.URL)
 		for range 16 {
 			wg.Go(func() {
-				for time.Now().Before(stop) {
+				for !done.Load() && time.Since(started) < 30*time.Second {
 					if _, err := client.Get(t.Context(), "/"); err != nil {
 						failed.Add(1)
 					}
@@ -91,6 +96,8 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 	if a.Share+b.Share > maxLimit {
 		t.Errorf("shares %d + %d exceed the key's max %d", a.Share, b.Share, maxLimit)
 	}
+	time.Sleep(time.Until(started.Add(2 * time.Second)))
+	done.Store(true)
 	wg.Wait()
 
 	t.Logf("upstream served %d requests, peak %d in flight; %d client errors", u.served.Load(), u.peak.Load(), failed.Load())

@@ -136,29 +136,33 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
+// TestNodeAdmitsOnlyAfterFirstGrant runs in a bubble: the join's grant of
+// 10 lasts only until the next heartbeat, which, with nothing in flight,
+// is granted nothing.
 func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
-	t.Parallel()
-	n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
-	require.NoError(t, err)
-	_, err = n.Acquire(t.Context())
-	require.ErrorIs(t, err, ErrNotStarted)
-	_, ok := n.TryAcquire()
-	require.False(t, ok)
+	synctest.Test(t, func(t *testing.T) {
+		n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
+		require.NoError(t, err)
+		_, err = n.Acquire(t.Context())
+		require.ErrorIs(t, err, ErrNotStarted)
+		_, ok := n.TryAcquire()
+		require.False(t, ok)
 
-	require.NoError(t, n.Start(t.Context()))
-	defer n.Stop(context.Background())
-	st := n.State()
-	require.True(t, st.Joined)
-	require.Equal(t, 10, st.Share)
-	require.Equal(t, 10, st.Limit)
-	le, err := n.Acquire(t.Context())
-	require.NoError(t, err)
-	le.Release()
-	require.ErrorIs(t, n.Start(t.Context()), ErrStarted, "a second Start fails")
-	require.NoError(t, n.Stop(t.Context()))
-	err = n.Start(t.Context())
-	require.ErrorIs(t, err, ErrStopped, "a Start after Stop fails")
-	require.EqualError(t, err, "fleet: node stopped: Start after Stop", "one package prefix")
+		require.NoError(t, n.Start(t.Context()))
+		defer n.Stop(context.Background())
+		st := n.State()
+		require.True(t, st.Joined)
+		require.Equal(t, 10, st.Share)
+		require.Equal(t, 10, st.Limit)
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		le.Release()
+		require.ErrorIs(t, n.Start(t.Context()), ErrStarted, "a second Start fails")
+		require.NoError(t, n.Stop(t.Context()))
+		err = n.Start(t.Context())
+		require.ErrorIs(t, err, ErrStopped, "a Start after Stop fails")
+		require.EqualError(t, err, "fleet: node stopped: Start after Stop", "one package prefix")
+	})
 }
 
 // TestConcurrentStart: a Start while another sends the first heartbeat
@@ -419,6 +423,11 @@ func TestHoldLastShareKeepsAdmittingThroughAnOutage(t *testing.T) {
 	cfg := testConfig("k", "a")
 	cfg.Outage = HoldLastShare
 	a := startNode(t, h, cfg)
+	// A request in flight keeps the share at 10: an idle node's next
+	// heartbeat, before the outage, would be granted nothing.
+	held, err := a.Acquire(t.Context())
+	require.NoError(t, err)
+	defer held.Release()
 	h.setHang(true)
 	eventually(t, func() bool { return a.State().Fenced }, "lease runs out")
 	require.Equal(t, 10, a.State().Limit)
@@ -638,8 +647,8 @@ func eventually10s(t *testing.T, cond func() bool, describe func() string) {
 // during a partition does not come back asking for nothing.
 func TestDemandSurvivesAnOutage(t *testing.T) {
 	t.Parallel()
-	m := coord.NewMemory(nil)
-	h := &hangingCoordinator{Coordinator: m}
+	rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
+	h := &hangingCoordinator{Coordinator: rc}
 	a := startNode(t, h, testConfig("k", "a"))
 	h.setHang(true)
 	var leases []Lease
@@ -654,13 +663,13 @@ func TestDemandSurvivesAnOutage(t *testing.T) {
 		le.Release()
 	}
 	time.Sleep(60 * time.Millisecond) // a failed heartbeat after the releases
-	before := a.State().LastHeartbeat
+	// The first report to arrive carries the outage's demand; the ones
+	// after it, with nothing in flight, ask for 0, so the test reads the
+	// reports, not the row they overwrite.
+	from := rc.reports()
 	h.setHang(false)
-	eventually(t, func() bool { return a.State().LastHeartbeat.After(before) }, "reachable again")
-	nodes, err := m.Nodes(t.Context(), "k")
-	require.NoError(t, err)
-	require.Len(t, nodes, 1)
-	require.GreaterOrEqual(t, nodes[0].Demand, 3, "the outage's demand was lost: %+v", nodes[0].NodeState)
+	eventually(t, func() bool { return rc.reports() > from }, "reachable again")
+	require.GreaterOrEqual(t, rc.demandsSince(from)[0], 3, "the outage's demand was lost")
 }
 
 // TestDropTakesEstimateToFleetLimitLessCut: a node passes its limiter the

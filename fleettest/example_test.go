@@ -27,6 +27,9 @@ func ExampleMemory() {
 			Key:               "partner-api",
 			NodeID:            id,
 			HeartbeatInterval: 100 * time.Millisecond,
+			// A lease of many intervals: a heartbeat late on a busy
+			// machine does not fence the node.
+			LeaseTTL: 2 * time.Second,
 			// The estimate of a node that has measured nothing yet.
 			Limiter: adaptive.Config{InitialLimit: 20, MaxQueued: 100},
 			Logger:  slog.New(slog.DiscardHandler),

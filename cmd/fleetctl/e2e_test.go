@@ -144,10 +144,15 @@ func mustRun(t *testing.T, dsn string, args ...string) string {
 }
 
 // Volatile parts of the output, masked before comparing with golden files:
-// durations (lease remaining, heartbeat age) keep their width with every
-// digit replaced by #, and timestamps become TIME.
+// durations (lease remaining) keep their width with every digit replaced
+// by #, a heartbeat's age becomes "#.#s ago" whatever its length, and
+// timestamps become TIME.
 var (
-	durationRE  = regexp.MustCompile(`\b(\d+h\d{2}m|\d+m\d{2}s|\d+\.\ds|\d+s)\b`)
+	durationRE = regexp.MustCompile(`\b(\d+h\d{2}m|\d+m\d{2}s|\d+\.\ds|\d+s)\b`)
+	// ageRE is a heartbeat's age and its cell's padding: "1.2s ago" under
+	// 10s, "12s ago" from then on (a slow machine gets there between the
+	// seed and the last command).
+	ageRE       = regexp.MustCompile(`\b(\d+\.\ds|\d+s|\d+m\d{2}s) ago( *)`)
 	timestampRE = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})`)
 	digitRE     = regexp.MustCompile(`\d`)
 )
@@ -155,6 +160,9 @@ var (
 func mask(s string) string {
 	s = timestampRE.ReplaceAllStringFunc(s, func(ts string) string {
 		return "TIME" + strings.Repeat(" ", max(0, len(ts)-4))
+	})
+	s = ageRE.ReplaceAllStringFunc(s, func(age string) string {
+		return "#.#s ago" + strings.Repeat(" ", max(0, len(age)-len("#.#s ago")))
 	})
 	return durationRE.ReplaceAllStringFunc(s, func(d string) string { return digitRE.ReplaceAllString(d, "#") })
 }
@@ -219,6 +227,7 @@ func seed(t *testing.T, dsn string) {
 func TestReadCommandsGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
+	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	golden(t, "keys", mustRun(t, dsn, "keys"))
@@ -234,6 +243,7 @@ func TestReadCommandsGolden(t *testing.T) {
 func TestWriteCommandsGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
+	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	var out strings.Builder
@@ -430,6 +440,12 @@ func TestMaskKeepsWidth(t *testing.T) {
 	got := mask(in)
 	require.Equal(t, len(in), len(got))
 	require.Equal(t, "node-a  ##m##s  #.#s ago  x TIME                     ##s #h##m 40", got)
+
+	// An age of 10s or more reads as one under 10s, in the same cell.
+	for _, age := range []string{"12s ago ", "2m05s ago"} {
+		in := "node-a  " + age + "  active"
+		require.Equal(t, "node-a  #.#s ago"+strings.Repeat(" ", len(age)-8)+"  active", mask(in), age)
+	}
 }
 
 // TestMigrateResetRefusesLiveNodes: reset refuses while nodes are live on
@@ -872,6 +888,7 @@ func heartbeatAPI(t *testing.T, dsn string) {
 func TestRatesGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
+	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	var out strings.Builder
