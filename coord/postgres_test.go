@@ -484,7 +484,7 @@ func TestApportionAgrees(t *testing.T) {
 }
 
 // TestPostgresPartitionHealsWithinTheCut: a node beating every 100 ms
-// (timeout 100 ms) through a 5 s partition, on a pool of one connection,
+// (timeout 100 ms; 1 s after the heal) through a 5 s partition, on a pool of one connection,
 // heartbeats again at most a couple of seconds after the heal — once its
 // last late statement has been cut. A pool that destroys a cut connection
 // holds its slot until pgx's cleanup gives up on the database, 15 s: the

@@ -70,6 +70,9 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 	started := time.Now()
 	var done atomic.Bool
 	var failed atomic.Int64
+	// Ends the load whatever the outcome (a failed check stops the test
+	// early), before the nodes' Stop.
+	t.Cleanup(func() { done.Store(true); wg.Wait() })
 	for _, n := range nodes {
 		client := examples.NewClient(n, srv.URL)
 		for range 16 {

@@ -139,8 +139,8 @@ func startFakeOpenAI(t *testing.T, f *fakeOpenAI) string {
 }
 
 // openAINode starts a node on a coordinator of its own, configured by
-// examples.OpenAINodeConfig and then by adjust, and waits until it has
-// joined. It waits for nothing more: the join's grant gives the node a
+// examples.OpenAINodeConfig and then by adjust; Start returns once it has
+// joined. Nothing more is waited for: the join's grant gives the node a
 // share, but the next heartbeat, with no request yet, takes it back (a node
 // without demand holds none), and the first request waits for the share its
 // demand brings.
@@ -157,9 +157,7 @@ func openAINode(t *testing.T, adjust func(*fleet.Config)) *fleet.Node {
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	n := fleettest.StartNode(t, c, cfg)
-	fleettest.WaitFor(t, n, 5*time.Second, func(s fleet.State) bool { return s.Joined })
-	return n
+	return fleettest.StartNode(t, c, cfg)
 }
 
 func chatParams(tokens int) openai.ChatCompletionNewParams {

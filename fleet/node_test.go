@@ -364,6 +364,14 @@ type hangingCoordinator struct {
 	coord.Coordinator
 	mu   sync.Mutex
 	hang bool
+	hung int // heartbeats that hung
+}
+
+// hungCalls returns how many heartbeats have hung so far.
+func (h *hangingCoordinator) hungCalls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.hung
 }
 
 func (h *hangingCoordinator) setHang(v bool) {
@@ -375,6 +383,9 @@ func (h *hangingCoordinator) setHang(v bool) {
 func (h *hangingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
 	h.mu.Lock()
 	hang := h.hang
+	if hang {
+		h.hung++
+	}
 	h.mu.Unlock()
 	if hang {
 		<-ctx.Done()
@@ -662,7 +673,11 @@ func TestDemandSurvivesAnOutage(t *testing.T) {
 	for _, le := range leases {
 		le.Release()
 	}
-	time.Sleep(60 * time.Millisecond) // a failed heartbeat after the releases
+	// Two heartbeats begun after the releases fail: their reports' own
+	// peak is 0, so only the carried demand brings 3 to the first report
+	// that arrives.
+	released := h.hungCalls()
+	eventually(t, func() bool { return h.hungCalls() >= released+2 }, "failed heartbeats after the releases")
 	// The first report to arrive carries the outage's demand; the ones
 	// after it, with nothing in flight, ask for 0, so the test reads the
 	// reports, not the row they overwrite.

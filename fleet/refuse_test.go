@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,8 @@ func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 			le.ReleaseRTT(noload)
 		}
 		require.Equal(t, noload, n.Limiter().RTTNoload())
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		// The waits add up to 26·noload (2.6 s) by design.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		le, err := n.Acquire(ctx)
 		require.NoError(t, err)
@@ -213,4 +215,30 @@ func TestLeaseUnavailableSparesTheLearnedRate(t *testing.T) {
 	require.Less(t, refused.learner().Rate(now), 10.0, "six 429s cut the learned rate")
 	require.Equal(t, 10.0, unavailable.learner().Rate(now), "503s leave it")
 	require.Equal(t, uint64(6), unavailable.State().Drops, "a 503 is still a drop")
+}
+
+// TestRefusalHoldAtLimitZeroKeepsTheSingleHold: at a limit of 0 (a node
+// stopping, fenced, or granted nothing) a refusal holds its slot one
+// no-load round trip, whatever streak of refusals at the last slot came
+// before it; the doubling is for a limit of exactly 1.
+func TestRefusalHoldAtLimitZeroKeepsTheSingleHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const noload = 20 * time.Millisecond
+		n := lastSlotNode(t, true)
+		for range 3 {
+			le, err := n.Acquire(t.Context())
+			require.NoError(t, err)
+			le.ReleaseRTT(noload)
+		}
+		require.Equal(t, 1, n.Limiter().Limit())
+		for k := range 3 { // a streak at the last slot: each refusal admitted after the last came back
+			time.Sleep(time.Millisecond)
+			now := time.Now()
+			require.Equal(t, noload<<k, n.refusalHold(now, 0, now), "refusal %d in a row", k+1)
+		}
+		n.lim.SetCeiling(0)
+		time.Sleep(time.Millisecond)
+		now := time.Now()
+		require.Equal(t, noload, n.refusalHold(now, 0, now), "at a limit of 0, the single hold")
+	})
 }

@@ -603,7 +603,8 @@ func TestTransportStopKeepsTheSingleRefusalHold(t *testing.T) {
 	close(release)
 	wg.Wait()
 	took := (<-stopped).Sub(released)
-	// A hold that doubled at each refusal would take 8·noload.
+	// Room for a loaded machine; the hold at a limit of 0 itself is
+	// TestRefusalHoldAtLimitZeroKeepsTheSingleHold's.
 	require.Less(t, took, 6*noload, "Stop waited %v for refusals at a limit of 0 (RTTNoload %v)", took, noload)
 }
 
@@ -795,8 +796,9 @@ func TestTransportRefusalHoldsItsSlotUntilItsBodyEnds(t *testing.T) {
 // request, after trailers or work after the last byte. The slot is held
 // until that end and freed then, not held for AbandonedHold, also when
 // the caller's context is cancelled as the body closes (http.Client's
-// Timeout). A stream that ends with its body frees the slot by the time
-// Close returns.
+// Timeout). A stream that ends with its body frees the slot at Close or a
+// moment after (Close waits a little for the stream's end to arrive), not
+// after AbandonedHold.
 func TestTransportKnownLengthWaitsForTheStreamsEnd(t *testing.T) {
 	t.Parallel()
 	const work = 300 * time.Millisecond
