@@ -27,12 +27,7 @@ func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 	// next admission waited after it.
 	held := func(t *testing.T, peered bool, settle func(Lease, int)) []time.Duration {
 		n := lastSlotNode(t, peered)
-		for range 3 {
-			le, err := n.Acquire(t.Context())
-			require.NoError(t, err)
-			le.ReleaseRTT(noload)
-		}
-		require.Equal(t, noload, n.Limiter().RTTNoload())
+		measureNoload(t, n, noload)
 		// The waits add up to 26·noload (2.6 s) by design.
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
@@ -97,6 +92,18 @@ func lastSlotNode(t *testing.T, peered bool) *Node {
 		eventually(t, func() bool { return n.State().LiveNodes == 2 }, "b joined: %+v", n.State())
 	}
 	return n
+}
+
+// measureNoload serves three requests of n in noload each, so that
+// noload is its RTTNoload.
+func measureNoload(t *testing.T, n *Node, noload time.Duration) {
+	t.Helper()
+	for range 3 {
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		le.ReleaseRTT(noload)
+	}
+	require.Equal(t, noload, n.Limiter().RTTNoload())
 }
 
 // TestLeaseRefuseRetryAfter: a positive retryAfter pauses the node's
@@ -225,11 +232,7 @@ func TestRefusalHoldAtLimitZeroKeepsTheSingleHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const noload = 20 * time.Millisecond
 		n := lastSlotNode(t, true)
-		for range 3 {
-			le, err := n.Acquire(t.Context())
-			require.NoError(t, err)
-			le.ReleaseRTT(noload)
-		}
+		measureNoload(t, n, noload)
 		require.Equal(t, 1, n.Limiter().Limit())
 		for k := range 3 { // a streak at the last slot: each refusal admitted after the last came back
 			time.Sleep(time.Millisecond)

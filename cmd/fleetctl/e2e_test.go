@@ -196,6 +196,7 @@ func golden(t *testing.T, name, got string) {
 //	batch: worker-2 (l_local 8, demand 1), then worker-1 with a 100ms lease, expired.
 func seed(t *testing.T, dsn string) {
 	t.Helper()
+	fleetctl(t) // built first, so the heartbeats' ages stay short
 	ctx := t.Context()
 	c := coordinator(t, dsn)
 	api := []coord.Report{
@@ -227,7 +228,6 @@ func seed(t *testing.T, dsn string) {
 func TestReadCommandsGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
-	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	golden(t, "keys", mustRun(t, dsn, "keys"))
@@ -243,7 +243,6 @@ func TestReadCommandsGolden(t *testing.T) {
 func TestWriteCommandsGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
-	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	var out strings.Builder
@@ -888,7 +887,6 @@ func heartbeatAPI(t *testing.T, dsn string) {
 func TestRatesGolden(t *testing.T) {
 	t.Parallel()
 	dsn := fleettest.DSN(t)
-	fleetctl(t) // built before the seed, so the heartbeats' ages stay short
 	seed(t, dsn)
 
 	var out strings.Builder
