@@ -87,7 +87,13 @@ func (l *Limiter) slowStartStep(load int) bool {
 // times the larger of the estimate and the fleet's limit (SetFleetLimit):
 // an estimate below the fleet's limit catches up with the load, and a
 // load that says more than the fleet's limit (peers' in-flight still
-// counted for a crashed instance) takes it no further. The evidence is
+// counted for a crashed instance) takes it no further. Where the no-load
+// round trip is at least as long as the time since the previous call, no
+// round trip could take the steps between two calls, and a node held at
+// its share (requests in flight, others waiting) counts its load as at
+// least the fleet's limit: the share, not the demand, held it back, and
+// with every node so held the fleet's in-flight would be that limit; so
+// its estimate grows up to 2.25 times per call. The evidence is
 // the absence of refusals, which an upstream that refuses at once gives
 // before any round trip. After it, it takes one probe step (see
 // AIMDProbe), which counts as a round trip for the step's doublings, but
@@ -125,6 +131,9 @@ func (l *Limiter) ProbeTick() {
 		}
 	}
 	l.tickDrops, l.tickAdmitted = l.drops, false
+	since := now.Sub(l.tickAt)
+	first := l.tickAt.IsZero()
+	l.tickAt = now
 	if l.giveDue && l.cut > 0 {
 		l.pace(now)
 		l.giveBack()
@@ -138,6 +147,13 @@ func (l *Limiter) ProbeTick() {
 	switch {
 	case l.slowStarting():
 		top := slowStart * slowStart * max(l.estimate, float64(l.fleetLimit)) * (1 + 1e-9)
+		if noload, ok := l.window.min(); held && l.fleetLimit > 0 && !first && (!ok || noload >= since) {
+			// Round trips as long as the interval (or none ended
+			// yet): the share, not the demand, holds the node back,
+			// and the fleet's in-flight it would reach is the
+			// fleet's limit.
+			load = max(load, l.fleetLimit)
+		}
 		for l.estimate*slowStart <= top && l.slowStartStep(load) {
 		}
 	case l.estimate > l.backedFrom:

@@ -145,6 +145,62 @@ func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
 	releaseAll(leases)
 }
 
+// TestProbeTickHeldAtItsShareTakesTheFleetLimit: where the no-load round
+// trip is at least as long as the interval between two ticks (or no
+// round trip has ended yet), a node held
+// at its share counts its load as at least the fleet's limit, so its
+// estimate takes the steps a load of the whole limit would: 30 under a
+// limit of 100 grows to 151.875 instead of 67.5. With round trips shorter
+// than the interval, with nothing waiting, or on the first tick, its own
+// load counts, as before.
+func TestProbeTickHeldAtItsShareTakesTheFleetLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		rtt, interval time.Duration
+		waiting       bool
+		want          float64
+	}{
+		{"round trip longer than the interval", 200 * time.Millisecond, 100 * time.Millisecond, true, 151.875},
+		{"round trip as long as the interval", 100 * time.Millisecond, 100 * time.Millisecond, true, 151.875},
+		{"no round trip yet", 0, 100 * time.Millisecond, true, 151.875},
+		{"round trip shorter than the interval", 20 * time.Millisecond, 100 * time.Millisecond, true, 67.5},
+		{"nothing waiting", 200 * time.Millisecond, 100 * time.Millisecond, false, 67.5},
+		{"first tick", 200 * time.Millisecond, 0, true, 67.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, clk := newTestLimiter(t, Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true, MaxQueued: 1})
+			if tc.rtt > 0 {
+				le, ok := l.TryAcquire()
+				require.True(t, ok)
+				clk.Advance(tc.rtt)
+				le.Release() // the no-load round trip; a load of 1 grows nothing
+			}
+			require.InDelta(t, 30.0, l.Estimate(), 1e-9)
+			if tc.interval > 0 {
+				l.ProbeTick() // nothing admitted since: moves nothing, starts the interval
+				clk.Advance(tc.interval)
+			}
+			l.SetFleetLimit(100)
+			l.SetCeiling(10)
+			l.SetPeerInflight(20) // 30 with its own 10: half of 30 and 45, not of 67.5
+			leases := acquireN(t, l, 10)
+			ctx, cancel := context.WithCancel(context.Background())
+			var got <-chan acquired
+			if tc.waiting {
+				got = queueRequest(t, l, ctx, unitRequest)
+			}
+			l.ProbeTick()
+			require.InDelta(t, tc.want, l.Estimate(), 1e-9)
+			cancel()
+			if got != nil {
+				require.ErrorIs(t, (<-got).err, context.Canceled)
+			}
+			releaseAll(leases)
+		})
+	}
+}
+
 // TestSlowStarting: the slow start is AIMD's with AIMDProbe set, until
 // the first decrease.
 func TestSlowStarting(t *testing.T) {

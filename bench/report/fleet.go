@@ -303,7 +303,9 @@ for its next grant (SetFleetLimit); and each
 heartbeat after requests of the node's own (admitted, or held while
 others wait) and no 429 since the last, from the node's first grant on,
 takes as many slow-start steps as the fleet's
-in-flight passes the test for, up to 2.25 times the larger of its
+in-flight passes the test for (L_global, where a round trip lasts a
+heartbeat or more and the node's share holds back requests that wait),
+up to 2.25 times the larger of its
 estimate and L_global, just before the node's report, and after the
 slow start counts at the grant as a
 round trip for the probe while the estimate is above the level the last
