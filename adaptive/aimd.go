@@ -87,13 +87,15 @@ func (l *Limiter) slowStartStep(load int) bool {
 // times the larger of the estimate and the fleet's limit (SetFleetLimit):
 // an estimate below the fleet's limit catches up with the load, and a
 // load that says more than the fleet's limit (peers' in-flight still
-// counted for a crashed instance) takes it no further. Where the no-load
-// round trip is at least as long as the time since the previous call, no
-// round trip could take the steps between two calls, and a node held at
-// its share (requests in flight, others waiting) counts its load as at
-// least the fleet's limit: the share, not the demand, held it back, and
-// with every node so held the fleet's in-flight would be that limit; so
-// its estimate grows up to 2.25 times per call. The evidence is
+// counted for a crashed instance) takes it no further. On a call that is
+// not the first, where the no-load round trip is at least as long as the
+// longer of the last two intervals between calls (or no clean round trip
+// has ended yet), no round trip could take the steps between two calls,
+// and a limiter held (requests in flight, others waiting, its room all
+// in use) counts its load as at least the fleet's limit: its room, not
+// its demand, held it back, and with every node so held the fleet's
+// in-flight would be that limit; so its estimate may reach 2.25 times the
+// larger of the estimate and the fleet's limit in one call. The evidence is
 // the absence of refusals, which an upstream that refuses at once gives
 // before any round trip. After it, it takes one probe step (see
 // AIMDProbe), which counts as a round trip for the step's doublings, but
@@ -131,8 +133,16 @@ func (l *Limiter) ProbeTick() {
 		}
 	}
 	l.tickDrops, l.tickAdmitted = l.drops, false
-	since := now.Sub(l.tickAt)
+	// The interval the steps stand for: the longer of the last two, so
+	// that an early call (a fleet node's early heartbeat) does not make
+	// round trips shorter than the usual interval look as long as it.
+	var gap time.Duration
 	first := l.tickAt.IsZero()
+	if !first {
+		since := now.Sub(l.tickAt)
+		gap = max(since, l.tickGap)
+		l.tickGap = since
+	}
 	l.tickAt = now
 	if l.giveDue && l.cut > 0 {
 		l.pace(now)
@@ -147,10 +157,10 @@ func (l *Limiter) ProbeTick() {
 	switch {
 	case l.slowStarting():
 		top := slowStart * slowStart * max(l.estimate, float64(l.fleetLimit)) * (1 + 1e-9)
-		if noload, ok := l.window.min(); held && l.fleetLimit > 0 && !first && (!ok || noload >= since) {
-			// Round trips as long as the interval (or none ended
-			// yet): the share, not the demand, holds the node back,
-			// and the fleet's in-flight it would reach is the
+		if noload, ok := l.window.min(); held && !first && (!ok || noload >= gap) {
+			// Round trips as long as the interval (or no clean one
+			// ended yet): the room, not the demand, holds the node
+			// back, and the fleet's in-flight it would reach is the
 			// fleet's limit.
 			load = max(load, l.fleetLimit)
 		}

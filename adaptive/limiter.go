@@ -57,6 +57,7 @@ type Limiter struct {
 	tickDrops    uint64        // drops at the last ProbeTick
 	tickAdmitted bool          // a lease was admitted since the last ProbeTick
 	tickAt       time.Time     // when the last ProbeTick came; zero before the first
+	tickGap      time.Duration // the time between the last two ProbeTicks; 0 before the second
 	backoffEpoch uint64        // bumped by every multiplicative decrease
 	lastBackoff  time.Time     // when the last multiplicative decrease happened
 	calmRounds   uint64        // AIMD round trips (and calm ProbeTicks) since the last drop or backoff

@@ -145,28 +145,34 @@ func TestProbeTickCountsRequestsHeldWhileOthersWait(t *testing.T) {
 	releaseAll(leases)
 }
 
-// TestProbeTickHeldAtItsShareTakesTheFleetLimit: where the no-load round
-// trip is at least as long as the interval between two ticks (or no
-// round trip has ended yet), a node held
-// at its share counts its load as at least the fleet's limit, so its
-// estimate takes the steps a load of the whole limit would: 30 under a
-// limit of 100 grows to 151.875 instead of 67.5. With round trips shorter
-// than the interval, with nothing waiting, or on the first tick, its own
-// load counts, as before.
+// TestProbeTickHeldAtItsShareTakesTheFleetLimit: on a tick that is not
+// the first, where the no-load round trip is at least as long as the
+// longer of the last two intervals between ticks (or no clean round trip
+// has ended yet), a limiter held at its room counts its load as at least
+// the fleet's limit, so its estimate takes the steps a load of the whole
+// limit would: 30 under a limit of 100 grows to 151.875 instead of 67.5.
+// With round trips shorter than the interval — an early tick after a
+// usual one included — with nothing waiting, or on the first tick, its
+// own load counts, as before.
 func TestProbeTickHeldAtItsShareTakesTheFleetLimit(t *testing.T) {
 	t.Parallel()
+	const ms = time.Millisecond
 	for _, tc := range []struct {
-		name          string
-		rtt, interval time.Duration
-		waiting       bool
-		want          float64
+		name      string
+		rtt       time.Duration   // the no-load round trip; 0: none ended
+		intervals []time.Duration // between the ticks before the one measured
+		waiting   bool
+		want      float64
 	}{
-		{"round trip longer than the interval", 200 * time.Millisecond, 100 * time.Millisecond, true, 151.875},
-		{"round trip as long as the interval", 100 * time.Millisecond, 100 * time.Millisecond, true, 151.875},
-		{"no round trip yet", 0, 100 * time.Millisecond, true, 151.875},
-		{"round trip shorter than the interval", 20 * time.Millisecond, 100 * time.Millisecond, true, 67.5},
-		{"nothing waiting", 200 * time.Millisecond, 100 * time.Millisecond, false, 67.5},
-		{"first tick", 200 * time.Millisecond, 0, true, 67.5},
+		{"round trip longer than the interval", 200 * ms, []time.Duration{100 * ms}, true, 151.875},
+		{"round trip as long as the interval", 100 * ms, []time.Duration{100 * ms}, true, 151.875},
+		{"no round trip yet", 0, []time.Duration{100 * ms}, true, 151.875},
+		{"round trip shorter than the interval", 20 * ms, []time.Duration{100 * ms}, true, 67.5},
+		{"early tick after a usual interval", 60 * ms, []time.Duration{100 * ms, 25 * ms}, true, 67.5},
+		{"usual intervals", 60 * ms, []time.Duration{50 * ms, 50 * ms}, true, 151.875},
+		{"nothing waiting", 200 * ms, []time.Duration{100 * ms}, false, 67.5},
+		{"first tick", 200 * ms, nil, true, 67.5},
+		{"first tick, no round trip yet", 0, nil, true, 67.5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, clk := newTestLimiter(t, Config{Law: AIMD, AIMDProbe: 5, InitialLimit: 30, PaceGrowth: true, MaxQueued: 1})
@@ -177,10 +183,16 @@ func TestProbeTickHeldAtItsShareTakesTheFleetLimit(t *testing.T) {
 				le.Release() // the no-load round trip; a load of 1 grows nothing
 			}
 			require.InDelta(t, 30.0, l.Estimate(), 1e-9)
-			if tc.interval > 0 {
-				l.ProbeTick() // nothing admitted since: moves nothing, starts the interval
-				clk.Advance(tc.interval)
+			for i, d := range tc.intervals {
+				if i == 0 {
+					l.ProbeTick() // nothing admitted since: moves nothing, starts the intervals
+				}
+				clk.Advance(d)
+				if i < len(tc.intervals)-1 {
+					l.ProbeTick() // nothing admitted since: moves nothing
+				}
 			}
+			require.InDelta(t, 30.0, l.Estimate(), 1e-9)
 			l.SetFleetLimit(100)
 			l.SetCeiling(10)
 			l.SetPeerInflight(20) // 30 with its own 10: half of 30 and 45, not of 67.5

@@ -304,7 +304,7 @@ heartbeat after requests of the node's own (admitted, or held while
 others wait) and no 429 since the last, from the node's first grant on,
 takes as many slow-start steps as the fleet's
 in-flight passes the test for (L_global, where a round trip lasts a
-heartbeat or more and the node's share holds back requests that wait),
+heartbeat interval or more, or none has ended clean yet, and requests wait for the node's room),
 up to 2.25 times the larger of its
 estimate and L_global, just before the node's report, and after the
 slow start counts at the grant as a
