@@ -6,9 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/stretchr/testify/require"
 )
 
@@ -87,7 +87,7 @@ func TestSeed002Burst(t *testing.T) {
 	fixed := Config{InitialLimit: slots, MinLimit: slots, MaxLimit: slots}
 
 	t.Run("gate", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			cfg := fixed
 			cfg.MaxQueued = queue
 			b := runBurst(t, cfg, tasks, task)
@@ -99,7 +99,7 @@ func TestSeed002Burst(t *testing.T) {
 	})
 
 	t.Run("gate rejects beyond running + queued, at once", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			cfg := fixed
 			cfg.MaxQueued = queue
 			b := runBurst(t, cfg, slots+queue+10, task)
@@ -114,7 +114,7 @@ func TestSeed002Burst(t *testing.T) {
 
 	for _, timeout := range []time.Duration{legacy, 2 * time.Second} {
 		t.Run("legacy timeout "+timeout.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				cfg := fixed
 				cfg.MaxQueued = tasks // unbounded waiting, as one semaphore
 				cfg.TimeoutFactor = timeout

@@ -6,9 +6,9 @@ import (
 	"math"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/stretchr/testify/require"
 )
 
@@ -226,7 +226,7 @@ func queueRequestEvicting(t *testing.T, l *Limiter, ctx context.Context, r Reque
 // context's deadline still applies when it is sooner.
 func TestTimeoutFactorBoundsTheWait(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		l, err := New(Config{InitialLimit: 4, MaxLimit: 4, MaxQueued: 8, TimeoutFactor: 100 * time.Millisecond})
 		require.NoError(t, err)
 		held, err := l.TryAcquireRequest(Request{Priority: 1, Weight: 4})

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,7 +112,7 @@ func TestWFQAcceptanceRatioBlocking(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				l, err := New(tc.cfg)
 				require.NoError(t, err)
 				high, low := &blockingClass{req: tc.high}, &blockingClass{req: tc.low}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // TryAcquireRequest admits a Request now or says why not, like the
@@ -206,7 +206,7 @@ func TestHeavyRequestAtStart(t *testing.T) {
 // admitted: its refusal keeps counting as demand for LeaseTTL, so the
 // share it wins is still there at its next try.
 func TestPollingTryAcquireIsServed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
 		time.Sleep(time.Second) // no demand: the share goes back to 0
 		require.Zero(t, n.State().Share)
@@ -226,7 +226,7 @@ func TestPollingTryAcquireIsServed(t *testing.T) {
 // asks for arrives holds that demand as a floor too: its next try, within
 // a lease TTL, finds the share.
 func TestShortDeadlineAcquireIsServed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter.MaxQueued = 16
 		n := startNode(t, coord.NewMemory(nil), cfg)
@@ -250,7 +250,7 @@ func TestShortDeadlineAcquireIsServed(t *testing.T) {
 // refuses a request it cannot queue (MaxQueued 0, the default) with the
 // reason and the fix, and its demand wins a share at its next heartbeat.
 func TestIdleNodeSaysWhyItRefuses(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter.MaxQueued = 0
 		n := startNode(t, coord.NewMemory(nil), cfg)

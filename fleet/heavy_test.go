@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // A request within L_global but heavier than the node's share waits for
@@ -163,7 +164,7 @@ func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
 		{"weight L_global can never reach", 2_000_000, 1_500_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				mem := coord.NewMemory(nil)
 				ten := 10
 				require.NoError(t, mem.CreateKey(t.Context(), "k", &ten, &ten))
@@ -201,7 +202,7 @@ func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
 		})
 	}
 	t.Run("paused", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
 			cfg := testConfig("k", "b")
 			cfg.Limiter = adaptive.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 100, MaxQueued: 100}
@@ -223,7 +224,7 @@ func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
 // falls below its weight (an operator's lower max), as a new one would,
 // instead of waiting for a share that can no longer hold it.
 func TestQueuedHeavierThanAFallenLGlobalFails(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		mem := coord.NewMemory(nil)
 		cfg := testConfig("k", "a")
 		cfg.Limiter = adaptive.Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 16}

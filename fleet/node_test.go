@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -140,7 +141,7 @@ func (realClock) Now() time.Time { return time.Now() }
 // 10 lasts only until the next heartbeat, which, with nothing in flight,
 // is granted nothing.
 func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
 		require.NoError(t, err)
 		_, err = n.Acquire(t.Context())
@@ -693,7 +694,7 @@ func TestDemandSurvivesAnOutage(t *testing.T) {
 // L_global less the cut at once, where the backoff ratio alone would leave
 // it above L_global.
 func TestDropTakesEstimateToFleetLimitLessCut(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter.InitialLimit = 40
 		n := startNode(t, coord.NewMemory(nil), cfg)
@@ -714,7 +715,7 @@ func TestDropTakesEstimateToFleetLimitLessCut(t *testing.T) {
 // round trips: a grant after an admission of its own and no drop takes a
 // probe step (adaptive.Limiter.ProbeTick), and one after a drop does not.
 func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter = adaptive.FlatLatency()
 		cfg.Limiter.PaceGrowth = false
@@ -777,7 +778,7 @@ func TestGrantsClockTheProbeOfLongRequests(t *testing.T) {
 // times L_global, so L_global climbs at once rather than waiting a round
 // trip that may be longer than many heartbeats.
 func TestGrantsClockTheSlowStartBeforeTheFirstRoundTrip(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter = adaptive.FlatLatency()
 		cfg.Limiter.MaxQueued = 200

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/fleetlimit/fleetlimit/pace"
 	"github.com/fleetlimit/fleetlimit/quota"
 )
@@ -50,7 +51,7 @@ func tokensInAMinute(t *testing.T, n *Node, est, actual int64, settles int) (sen
 // tokens a minute: the second settle is refused, not refunded again, so
 // the node sends no more than when it settles once.
 func TestRateSettleTokensOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 0, 6000)
 		n := startNode(t, c, testConfig("k", "a"))
 		_, _ = tokensInAMinute(t, n, 100, 50, 1) // a share
@@ -83,7 +84,7 @@ func TestRateSettleTokensOnceThroughResponse(t *testing.T) {
 // a sentinel for "unknown") is refused with an error naming it, and the
 // token share binds as before.
 func TestRateHugeEstimateRefused(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 0, 6000)
 		n := startNode(t, c, testConfig("k", "a"))
 		_, _ = tokensInAMinute(t, n, 100, 100, 1) // a share
@@ -180,7 +181,7 @@ func (c *failingCoord) reportCount() int {
 // that in learning mode, after a failover that lost a peer's newer grant,
 // the coordinator does not take its old share as held and grant it again.
 func TestRateFencedNodeReportsNoneApplied(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := &failingCoord{Coordinator: rateKey(t, 600, 0)}
 		n := startNode(t, c, testConfig("k", "a"))
 		_, _ = n.TryAcquire()
@@ -219,7 +220,7 @@ func TestRateFencedNodeReportsNoneApplied(t *testing.T) {
 // which has left the minute with its estimate. The 20 requests of 2,000
 // tokens sent in that minute show.
 func TestRateUsedLateSettle(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 6000, 10_000_000)
 		n := startNode(t, c, testConfig("k", "a"))
 		time.Sleep(time.Second)
@@ -250,7 +251,7 @@ func TestRateUsedLateSettle(t *testing.T) {
 // was let go counts at its actual cost, on a key without a token rate as
 // well; a second settle is refused there too.
 func TestRateUsedSettledInTheMinute(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		n := startNode(t, rateKey(t, 6000, 0), testConfig("k", "a"))
 		time.Sleep(time.Second)
 		le, err := n.Acquire(WithTokens(t.Context(), 500))

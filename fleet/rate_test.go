@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/fleetlimit/fleetlimit/pace"
 )
 
@@ -74,7 +75,7 @@ func maxInWindow(ts []time.Time, w time.Duration) int {
 // their requests, the fleet uses most of it, and the busier node gets the
 // larger share.
 func TestRateSharedByDemand(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 600, 0)
 		a := startNode(t, c, testConfig("k", "a"))
 		b := startNode(t, c, testConfig("k", "b"))
@@ -111,7 +112,7 @@ func TestRateSharedByDemand(t *testing.T) {
 // estimated at 10 tokens that cost 100: the settled cost, not the
 // estimate, bounds the pace.
 func TestRateTokensSettled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 0, 6000)
 		n := startNode(t, c, testConfig("k", "a"))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -159,7 +160,7 @@ func TestRateTokensSettled(t *testing.T) {
 // share is spent it refuses with ErrWouldWait, frees the slot, and counts
 // the refusal at the request's priority.
 func TestRateTryAcquire(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 60, 0)
 		n := startNode(t, c, testConfig("k", "a"))
 		// The first grant sees no demand; report some until the node has a
@@ -196,7 +197,7 @@ func TestRateTryAcquire(t *testing.T) {
 // TestRateStopWakesWaiters: a request waiting for a rate share of 0 ends
 // with ErrStopped when the node stops.
 func TestRateStopWakesWaiters(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 60, 0)
 		cfg := testConfig("k", "a")
 		n, err := NewWithCoordinator(c, cfg)
@@ -223,7 +224,7 @@ func TestRateStopWakesWaiters(t *testing.T) {
 // TestRateLearned: a node that learns reports its estimate, the key's
 // rate becomes it, and a second node starts from the key's stored rate.
 func TestRateLearned(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := coord.NewMemory(nil)
 		cfg := testConfig("k", "a")
 		cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 5, MaxRate: 100}}
@@ -332,7 +333,7 @@ func (c *beatCounter) Heartbeat(ctx context.Context, r coord.Report) (coord.Gran
 // but a lowered share that nobody waits for is acknowledged by the next
 // periodic heartbeat, and an early heartbeat moves the period.
 func TestOneHeartbeatPerInterval(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := &beatCounter{Coordinator: rateKey(t, 6000, 0), beats: map[string]int{}}
 		cfgA, cfgB := testConfig("k", "a"), testConfig("k", "b")
 		cfgA.Limiter.InitialLimit, cfgB.Limiter.InitialLimit = 100, 100
@@ -371,7 +372,7 @@ func TestOneHeartbeatPerInterval(t *testing.T) {
 // 429s paces below its share as soon as its learner cuts, without waiting
 // for the heartbeat that brings the key's new rate.
 func TestRateLearnerCutsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := coord.NewMemory(nil)
 		cfg := testConfig("k", "a")
 		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 10*time.Second, 30*time.Second, 5*time.Second
@@ -438,7 +439,7 @@ func TestRateLearnerCutsAtOnce(t *testing.T) {
 // the drain's reason and give their slots back, which the drain waits
 // for; after an undrain they wait for the rate again.
 func TestDrainEndsTheWaitsForTheRate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 60, 0) // one request a second
 		a := startNode(t, c, testConfig("k", "a"))
 		send := func(errs chan<- error) {
@@ -505,7 +506,7 @@ func TestOversizedRequestIdlesTheKeyForAWindowAtMost(t *testing.T) {
 	} {
 		for _, how := range []string{"estimate", "actual"} {
 			t.Run(tc.window.String()+"/"+how, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
+				bubble.Test(t, func(t *testing.T) {
 					c := rateKey(t, 0, 60000)
 					ca, cb := testConfig("k", "a"), testConfig("k", "b")
 					ca.Rate.Window, cb.Rate.Window = tc.window, tc.window
@@ -567,7 +568,7 @@ func TestSettleAtEstimateAfterRateChange(t *testing.T) {
 		from, to int64
 	}{{"raised", 60000, 600000}, {"lowered", 600000, 60000}} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				c := rateKey(t, 0, tc.from)
 				a := startNode(t, c, testConfig("k", "a"))
 				time.Sleep(time.Second)
@@ -595,7 +596,7 @@ func TestSettleAtEstimateAfterRateChange(t *testing.T) {
 // naming the rate and MaxRequestDuration, and nothing is sent. A caller's
 // own deadline still ends it with the caller's error.
 func TestRateWaitEndsAtTheBound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 6, 0) // one request every 10 s
 		cfg := testConfig("k", "a")
 		cfg.MaxRequestDuration = 2 * time.Second
@@ -632,7 +633,7 @@ func TestRateWaitEndsAtTheBound(t *testing.T) {
 // keeps every minute within 600: each process's buckets start empty, so
 // it does not bring a bucket saved before it existed.
 func TestRateRestartsKeepTheRate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 600, 0)
 		var (
 			mu   sync.Mutex
@@ -663,7 +664,7 @@ func TestRateRestartsKeepTheRate(t *testing.T) {
 // holds a whole one, and the nodes, joining 4 s apart, keep every minute
 // within 6 (design §17).
 func TestRateSmallSharesWithABurstThatHoldsARequest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		c := rateKey(t, 6, 0)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()

@@ -3,13 +3,13 @@ package fleet
 import (
 	"context"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/fleetlimit/fleetlimit/pace"
 	"github.com/fleetlimit/fleetlimit/quota"
 )
@@ -229,7 +229,7 @@ func TestLeaseUnavailableSparesTheLearnedRate(t *testing.T) {
 // no-load round trip, whatever streak of refusals at the last slot came
 // before it; the doubling is for a limit of exactly 1.
 func TestRefusalHoldAtLimitZeroKeepsTheSingleHold(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		const noload = 20 * time.Millisecond
 		n := lastSlotNode(t, true)
 		measureNoload(t, n, noload)

@@ -6,13 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // TestEveryNodeWithDemandIsAdmitted: n nodes, each with one caller sending
@@ -24,7 +24,7 @@ func TestEveryNodeWithDemandIsAdmitted(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ l, nodes int }{{10, 6}, {4, 3}} {
 		t.Run(fmt.Sprintf("L%d_nodes%d", tc.l, tc.nodes), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				mem := coord.NewMemory(nil)
 				l := tc.l
 				require.NoError(t, mem.CreateKey(t.Context(), "k", nil, &l))

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,7 +41,7 @@ type waitResult struct {
 // then one every 100ms.
 func TestPacerWaitPaces(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: 10, TokenRate: Unlimited})
 		start := time.Now()
 		for i := range 15 {
@@ -69,7 +70,7 @@ func TestPacerSetRateAppliesToWaiters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				p := newPacer(t, Config{RequestRate: tt.rate, TokenRate: Unlimited})
 				start := time.Now()
 				for range int(tt.rate) { // empty the bucket
@@ -91,7 +92,7 @@ func TestPacerSetRateAppliesToWaiters(t *testing.T) {
 // delays the next request by its debt.
 func TestPacerSettle(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: Unlimited, TokenRate: 100})
 		start := time.Now()
 		first, err := p.Wait(context.Background(), 100)
@@ -106,7 +107,7 @@ func TestPacerSettle(t *testing.T) {
 		_, tokens := p.Levels(time.Now())
 		require.InDelta(t, 40, tokens, 1e-9)
 	})
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: Unlimited, TokenRate: 100})
 		start := time.Now()
 		tk, err := p.Wait(context.Background(), 10)
@@ -123,7 +124,7 @@ func TestPacerSettle(t *testing.T) {
 // gives its reservation back.
 func TestPacerWaitCanceled(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: 1, TokenRate: 1000})
 		_, err := p.Wait(context.Background(), 1000)
 		require.NoError(t, err)
@@ -146,7 +147,7 @@ func TestPacerWaitCanceled(t *testing.T) {
 // TestPacerZeroRate: at rate 0 a Wait blocks until the rate is raised.
 func TestPacerZeroRate(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: 0, TokenRate: Unlimited})
 		start := time.Now()
 		_, d, err := p.Reserve(start, 0)
@@ -225,7 +226,7 @@ func TestPacerConfig(t *testing.T) {
 // admitted, and by when the last is, the rates allowed them.
 func TestPacerConcurrentWaiters(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		p := newPacer(t, Config{RequestRate: 50, TokenRate: 5000})
 		start := time.Now()
 		var wg sync.WaitGroup
