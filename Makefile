@@ -64,9 +64,11 @@ spec-traces: ## Regenerate spec/traces/ from spin's random simulation (replayed 
 	spec/traces.sh
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and synctest only through internal/bubble.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(grep -rn --include='*.go' 'synctest\.Test(' . | grep -v '^\./internal/bubble/'); \
+	  if [ -n "$$out" ]; then echo "call bubble.Test, not synctest.Test (see internal/bubble):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd examples && $(GO) vet ./... && $(STATICCHECK) ./...
