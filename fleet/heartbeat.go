@@ -744,12 +744,6 @@ func (n *Node) ceilingLocked() (int, time.Time) {
 	return n.share, fs.Deadline
 }
 
-// applyCeilingLocked pushes ceilingLocked into the limiter. The caller
-// holds n.mu.
-func (n *Node) applyCeilingLocked() {
-	n.lim.SetCeilingUntil(n.ceilingLocked())
-}
-
 // stopped reports whether Stop was called.
 func (n *Node) stopped() bool {
 	select {

@@ -76,6 +76,7 @@ type Node struct {
 	joined         bool // a first grant arrived
 	measured       bool // the limiter has had a clean round trip or a drop: its estimate is its own
 	share          int
+	ramp           ramp // the limiter's ceiling on its way to the share
 	lGlobal        int
 	epoch          int64 // the epoch of the newest grant applied
 	generation     int64

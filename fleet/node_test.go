@@ -139,7 +139,8 @@ func (realClock) Now() time.Time { return time.Now() }
 
 // TestNodeAdmitsOnlyAfterFirstGrant runs in a bubble: the join's grant of
 // 10 lasts only until the next heartbeat, which, with nothing in flight,
-// is granted nothing.
+// is granted nothing. The limit takes the first slot of the share at once
+// and the rest over half a heartbeat interval (see ramp).
 func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		n, err := NewWithCoordinator(coord.NewMemory(nil), testConfig("k", "a"))
@@ -154,7 +155,9 @@ func TestNodeAdmitsOnlyAfterFirstGrant(t *testing.T) {
 		st := n.State()
 		require.True(t, st.Joined)
 		require.Equal(t, 10, st.Share)
-		require.Equal(t, 10, st.Limit)
+		require.Equal(t, 1, st.Limit, "the share's first slot at once")
+		time.Sleep(testConfig("k", "a").HeartbeatInterval * 3 / 4)
+		require.Equal(t, 10, n.State().Limit, "the whole share before the next heartbeat")
 		le, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		le.Release()
@@ -662,6 +665,7 @@ func TestDemandSurvivesAnOutage(t *testing.T) {
 	rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
 	h := &hangingCoordinator{Coordinator: rc}
 	a := startNode(t, h, testConfig("k", "a"))
+	eventually(t, func() bool { return a.State().Limit >= 3 }, "the share ramped up")
 	h.setHang(true)
 	var leases []Lease
 	for range 3 {
@@ -698,9 +702,10 @@ func TestDropTakesEstimateToFleetLimitLessCut(t *testing.T) {
 		cfg := testConfig("k", "a")
 		cfg.Limiter.InitialLimit = 40
 		n := startNode(t, coord.NewMemory(nil), cfg)
-		synctest.Wait()
+		time.Sleep(cfg.HeartbeatInterval * 3 / 4) // the share ramped up
 		lg := n.State().LGlobal
 		require.Equal(t, 40, lg)
+		require.Equal(t, 40, n.State().Limit)
 		n.lim.SetEstimate(60) // as after probing above the fleet's limit
 		le, err := n.Acquire(t.Context())
 		require.NoError(t, err)

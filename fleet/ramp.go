@@ -1,0 +1,105 @@
+package fleet
+
+import "time"
+
+// ramp is how the limiter's ceiling follows the node's share: a share that
+// rises is taken up in a straight line over rampSpan, its first slot at
+// once; one that falls, a fence and a stop apply at once. A share granted
+// at a heartbeat otherwise goes out as one burst of requests. Against an
+// upstream that answers 429 at once above its capacity, a burst is sent
+// whole before the first refusal comes back, and every node that took a
+// larger share at its grant adds its own: the excess reaches the upstream
+// together. Spread over a round trip, the requests of a rise reach it one
+// after another, and the first refusal stops the node's climb (the
+// limiter's cut, see adaptive.Limiter.SetCeiling) before the rest is sent.
+// The ceiling never exceeds the share, so the ramp only ever admits less
+// than the grant allows. Its fields are guarded by Node.mu.
+type ramp struct {
+	level int       // the ceiling the limiter has now
+	from  int       // the level when the current rise began
+	to    int       // the target of the current rise
+	start time.Time // when it began
+	span  time.Duration
+	timer *time.Timer // the next step, while a rise is under way
+}
+
+// rampTick is the shortest interval between two steps of a rise; a rise
+// faster than one slot per tick takes several slots a step.
+const rampTick = time.Millisecond
+
+// rampSpan is how long a rise takes: the limiter's no-load round trip, so
+// that the requests it admits interleave with the completions of one
+// round, and at most half a heartbeat interval (the whole of it before
+// the first round trip), so that a share is in use well before the next
+// grant. The caller holds n.mu.
+func (n *Node) rampSpan() time.Duration {
+	span := n.cfg.HeartbeatInterval / 2
+	if noload := n.lim.Snapshot().RTTNoload; noload > 0 {
+		span = min(span, noload)
+	}
+	return span
+}
+
+// applyCeilingLocked pushes ceilingLocked into the limiter through the
+// ramp. The caller holds n.mu.
+func (n *Node) applyCeilingLocked() {
+	target, deadline := n.ceilingLocked()
+	r := &n.ramp
+	switch {
+	case target <= r.level:
+		r.stop()
+		r.level = target
+	case r.timer == nil || target != r.to:
+		// A new rise, or a new target for the one under way: from
+		// the level reached, over a whole span again.
+		r.stop()
+		r.from, r.to, r.start, r.span = r.level, target, time.Now(), n.rampSpan()
+		r.level++ // the first slot at once
+		n.armRampLocked()
+	}
+	n.lim.SetCeilingUntil(r.level, deadline)
+}
+
+// armRampLocked sets the timer for the ramp's next step, if the rise has
+// a step left. The caller holds n.mu.
+func (n *Node) armRampLocked() {
+	r := &n.ramp
+	if r.level >= r.to {
+		return
+	}
+	// The level reaches k at start + span·(k − from)/(to − from).
+	next := r.start.Add(time.Duration(float64(r.span) * float64(r.level+1-r.from) / float64(r.to-r.from)))
+	wait := max(time.Until(next), rampTick)
+	r.timer = time.AfterFunc(wait, n.rampStep)
+}
+
+// rampStep takes the ramp's next step: up to the level the straight line
+// has reached, at least one slot.
+func (n *Node) rampStep() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := &n.ramp
+	if r.timer == nil {
+		return // stopped, or replaced by a new rise, after it fired
+	}
+	r.timer = nil
+	target, deadline := n.ceilingLocked()
+	if target <= r.level {
+		r.level = target
+		n.lim.SetCeilingUntil(r.level, deadline)
+		return
+	}
+	to := min(r.to, target)
+	line := r.from + int(float64(r.to-r.from)*float64(time.Since(r.start))/float64(r.span))
+	r.level = min(max(line, r.level+1), to)
+	n.lim.SetCeilingUntil(r.level, deadline)
+	n.armRampLocked()
+}
+
+// stop cancels the rise under way, if any.
+func (r *ramp) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
