@@ -19,9 +19,9 @@ import (
 // taken up over a round trip rather than sent at once, and the first
 // refusal comes before most of it is sent. Under a ceiling the slow
 // start is not paced (see pacing): a fleet node's share rises once a
-// heartbeat, to the lower median of the fleet's estimates, and the rise
-// goes out at once; the first refusals each cut one slot of the excess
-// (see drop). docs/benchmarks.md §7 counts the 429s that costs.
+// heartbeat, to the lower median of the fleet's estimates, and the node
+// raises the ceiling to it over a round trip itself, so the first
+// refusals end the climb (see drop).
 // A warm start (SetEstimate) does not end it: a fresh key's first limit
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {

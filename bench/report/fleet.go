@@ -281,10 +281,11 @@ trip, doubling every 2 round trips without a 429, at most a quarter of
 the estimate; a 429
 backs off by 0.95 at most once per round trip; the estimate rises only while the load is within 80 %% of it. The in-flight
 climbs to a raised limit only as requests succeed, one more per success
-(PaceGrowth), so a share that jumps is taken up over about a round trip,
-not sent in one burst — after the first 429: a fleet node's slow start
-is not paced, since its share grows only with the fleet's estimates, once
-a heartbeat. Under a ceiling
+(PaceGrowth) — after the first 429; and a fleet node takes a share
+that rises in a straight line over one no-load round trip (at most half
+a heartbeat), its first slot at once, so the requests of a rise, in the
+slow start too, reach the provider one after another and the first 429
+ends the climb before the rest is sent. Under a ceiling
 (a fleet node's share) a 429 that comes while the pacing holds the
 in-flight below the share, all its room in use, ends that climb where it
 was refused, and every 429 also takes one slot off the ceiling at

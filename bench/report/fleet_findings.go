@@ -97,9 +97,10 @@ func fleetFindings(sc bench.FleetScenario, runs []fleetRun) string {
 		fmt.Fprintf(&b, `
 - **Why the outer peak stays above %.2f·C.** Attempted in-flight never
   exceeds what the nodes admitted, so every request above C is a slot
-  granted above C, and the provider refuses it. At the start a node's
-  slow-start step goes out as its share rises, unpaced, and each of the
-  first 429s cuts one slot of the excess. After the halving the
+  granted above C, and the provider refuses it. At the start a node
+  takes a share that rises over a round trip, and its first 429 ends the
+  climb, but the nodes that reach C at once each send a slot over it.
+  After the halving the
   shares add up to L_global, which
   stays above the new C until the drops have cut enough slots and the
   lower median has followed: longer than the first heartbeat (see the
