@@ -67,7 +67,7 @@ spec-traces: ## Regenerate spec/traces/ from spin's random simulation (replayed 
 lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and synctest only through internal/bubble.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@out=$$(grep -rn --include='*.go' 'synctest\.Test(' . | grep -v '^\./internal/bubble/'); \
+	@out=$$(git grep --untracked -nE '^[^/]*synctest\.Test\(' -- '*.go' ':!internal/bubble/'); \
 	  if [ -n "$$out" ]; then echo "call bubble.Test, not synctest.Test (see internal/bubble):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...

@@ -1,7 +1,7 @@
 package bubble
 
 import (
-	"flag"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -57,17 +57,18 @@ func TestDueTimersFromManyGoroutines(t *testing.T) {
 
 // TestParallelBubblesShareOneProcessor: under the race detector
 // GOMAXPROCS stays 1 until the last of several overlapping bubbles ends,
-// and is then set back; without it, GOMAXPROCS is left alone. The bubbles
-// meet on channels made outside them, so they all run at once, and end
-// one after another, each checking GOMAXPROCS as it ends.
+// and is then set back; without it, GOMAXPROCS is left alone. Four
+// bubbles run at once (t.Run from four goroutines, which -test.parallel
+// does not limit), meet on channels made outside them, and end one after
+// another: each opens the next one's turn only once its Test call has
+// returned, so the next checks GOMAXPROCS with the one before it over.
 func TestParallelBubblesShareOneProcessor(t *testing.T) {
 	before := atLeastTwoProcs(t)
 	want := before
 	if raceEnabled {
 		want = 1
 	}
-	// As many bubbles as -test.parallel lets run at once, up to 4.
-	n := min(4, flag.Lookup("test.parallel").Value.(flag.Getter).Get().(int))
+	const n = 4
 	var arrived atomic.Int32
 	started := make(chan struct{})
 	turn := make([]chan struct{}, n+1)
@@ -75,21 +76,33 @@ func TestParallelBubblesShareOneProcessor(t *testing.T) {
 		turn[i] = make(chan struct{})
 	}
 	close(turn[0])
-	t.Run("group", func(t *testing.T) {
-		for i := range n {
-			t.Run("bubble", func(t *testing.T) {
-				t.Parallel()
+	// A real deadline: a bubble waiting on a channel made outside it
+	// does not move its own clock, and with -run naming one bubble the
+	// others never arrive.
+	deadline := time.After(10 * time.Second)
+	wait := func(t *testing.T, c <-chan struct{}, what string) {
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("%s did not come within 10s (this test runs its %d bubbles together; -run must select them all)", what, n)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			defer close(turn[i+1])
+			t.Run(fmt.Sprintf("bubble%d", i), func(t *testing.T) {
 				Test(t, func(t *testing.T) {
-					if int(arrived.Add(1)) == n {
+					if arrived.Add(1) == n {
 						close(started)
 					}
-					<-started // every bubble has started
-					<-turn[i] // the bubbles before this one have checked
-					defer close(turn[i+1])
-					require.Equal(t, want, runtime.GOMAXPROCS(0))
+					wait(t, started, "every bubble's start")
+					wait(t, turn[i], "the turn of the bubble before")
+					require.Equal(t, want, runtime.GOMAXPROCS(0), "while %d of %d bubbles run", n-i, n)
 				})
 			})
-		}
-	})
+		})
+	}
+	wg.Wait()
 	require.Equal(t, before, runtime.GOMAXPROCS(0), "GOMAXPROCS is set back")
 }
