@@ -21,6 +21,7 @@ type ramp struct {
 	start time.Time // when it began
 	span  time.Duration
 	timer *time.Timer // the next step, while a rise is under way
+	gen   uint64      // counts the timers set and stopped: a step whose timer is not the current one does nothing
 }
 
 // rampTick is the shortest interval between two steps of a rise; a rise
@@ -70,17 +71,22 @@ func (n *Node) armRampLocked() {
 	// The level reaches k at start + span·(k − from)/(to − from).
 	next := r.start.Add(time.Duration(float64(r.span) * float64(r.level+1-r.from) / float64(r.to-r.from)))
 	wait := max(time.Until(next), rampTick)
-	r.timer = time.AfterFunc(wait, n.rampStep)
+	r.gen++
+	gen := r.gen
+	r.timer = time.AfterFunc(wait, func() { n.rampStep(gen) })
 }
 
-// rampStep takes the ramp's next step: up to the level the straight line
-// has reached, at least one slot.
-func (n *Node) rampStep() {
+// rampStep takes the ramp's next step, for the timer of generation gen:
+// up to the level the straight line has reached, at least one slot.
+func (n *Node) rampStep(gen uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r := &n.ramp
-	if r.timer == nil {
-		return // stopped, or replaced by a new rise, after it fired
+	if r.timer == nil || gen != r.gen {
+		// Stopped, or replaced by a new rise, after it fired: a timer
+		// that fired while the lock was held by the call that stopped
+		// it still runs.
+		return
 	}
 	r.timer = nil
 	target, deadline := n.ceilingLocked()
@@ -101,5 +107,6 @@ func (r *ramp) stop() {
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil
+		r.gen++
 	}
 }
