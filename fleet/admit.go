@@ -40,8 +40,9 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // counted in the node's demand so that its share can grow to it, without
 // holding back the lighter requests the share holds; a weight above the
 // node's inferred limit but within its share runs alone (see
-// adaptive.Limiter.AcquireRequest and WithWeight). Safe for concurrent
-// use.
+// adaptive.Limiter.AcquireRequest and WithWeight), once the limiter's
+// ceiling has reached a share that rose (see docs/design.md §4: a rise is
+// taken up over a round trip). Safe for concurrent use.
 func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, error) {
 	a, err := n.acquire(ctx, r, TokensFrom(ctx), true)
 	if err != nil {
@@ -351,6 +352,13 @@ func (n *Node) noteUnmet(weight int, hold bool) {
 	now := time.Now()
 	weight = min(weight, coord.MaxCount)
 	n.mu.Lock()
+	if n.ramping() && n.lim.Inflight() <= n.share-weight {
+		// Refused by the ramp, not by the share: the share the node
+		// holds takes the weight within a span, and asking for more
+		// would claim what it has.
+		n.mu.Unlock()
+		return
+	}
 	n.unmet = min(n.unmet+weight, coord.MaxCount)
 	if hold && (weight >= n.wanted || !n.floorHeld(now)) {
 		n.wanted = weight

@@ -453,6 +453,10 @@ func (n *Node) report(now time.Time) coord.Report {
 	case now.Before(n.yieldUntil.Add(-n.minEagerGap())) && !n.learning && snap.Inflight == 0 &&
 		(snap.QueuedWeight > 0 || n.floorHeld(now)):
 		demand = 0 // still stepping aside, with nothing admitted meanwhile
+	case n.ramping():
+		// The limiter's ceiling is still on its way to the share: what
+		// waits says nothing yet of whether the share holds it, so the
+		// pressing and the stepping aside stay as they were.
 	case !blocked && !n.waitsForHeavier(snap, now):
 		n.yieldUntil = time.Time{}
 		n.pressed = 0

@@ -4,7 +4,9 @@ import "time"
 
 // ramp is how the limiter's ceiling follows the node's share: a share that
 // rises is taken up in a straight line over rampSpan, its first slot at
-// once; one that falls, a fence and a stop apply at once. A share granted
+// once; one that falls to or below the ceiling reached, a fence (under
+// FailClosed) and a stop apply at once, and after the ceiling's deadline
+// passed the share is taken up from nothing again. A share granted
 // at a heartbeat otherwise goes out as one burst of requests. Against an
 // upstream that answers 429 at once above its capacity, a burst is sent
 // whole before the first refusal comes back, and every node that took a
@@ -20,6 +22,7 @@ type ramp struct {
 	to    int       // the target of the current rise
 	start time.Time // when it began
 	span  time.Duration
+	until time.Time   // the deadline last given with the level
 	timer *time.Timer // the next step, while a rise is under way
 	gen   uint64      // counts the timers set and stopped: a step whose timer is not the current one does nothing
 }
@@ -31,33 +34,53 @@ const rampTick = time.Millisecond
 // rampSpan is how long a rise takes: the limiter's no-load round trip, so
 // that the requests it admits interleave with the completions of one
 // round, and at most half a heartbeat interval (the whole of it before
-// the first round trip), so that a share is in use well before the next
-// grant. The caller holds n.mu.
+// the first round trip), so that a share is in use before the next
+// periodic grant. The caller holds n.mu.
 func (n *Node) rampSpan() time.Duration {
 	span := n.cfg.HeartbeatInterval / 2
-	if noload := n.lim.Snapshot().RTTNoload; noload > 0 {
+	if noload := n.lim.RTTNoload(); noload > 0 {
 		span = min(span, noload)
 	}
 	return span
 }
+
+// ramping reports whether a rise is under way: the limiter's ceiling is
+// still below the share it climbs to. The caller holds n.mu.
+func (n *Node) ramping() bool { return n.ramp.timer != nil }
 
 // applyCeilingLocked pushes ceilingLocked into the limiter through the
 // ramp. The caller holds n.mu.
 func (n *Node) applyCeilingLocked() {
 	target, deadline := n.ceilingLocked()
 	r := &n.ramp
+	now := time.Now()
+	if !r.until.IsZero() && !now.Before(r.until) {
+		// The limiter's ceiling expired at its deadline, whether or
+		// not the fence's timer has run yet: it admitted nothing
+		// since, and a renewal is taken up from nothing.
+		r.stop()
+		r.level = 0
+	}
 	switch {
 	case target <= r.level:
 		r.stop()
 		r.level = target
-	case r.timer == nil || target != r.to:
-		// A new rise, or a new target for the one under way: from
+	case r.timer == nil || target > r.to:
+		// A new rise, or a higher target for the one under way: from
 		// the level reached, over a whole span again.
 		r.stop()
-		r.from, r.to, r.start, r.span = r.level, target, time.Now(), n.rampSpan()
+		r.from, r.to, r.start, r.span = r.level, target, now, n.rampSpan()
 		r.level++ // the first slot at once
 		n.armRampLocked()
+	case target < r.to:
+		// A lower target, still above the level reached: the rise
+		// goes on toward it, over what is left of the span.
+		r.stop()
+		left := max(r.span-now.Sub(r.start), rampTick)
+		r.from, r.to, r.start, r.span = r.level, target, now, left
+		n.armRampLocked()
 	}
+	r.until = deadline
 	n.lim.SetCeilingUntil(r.level, deadline)
 }
 
@@ -91,13 +114,14 @@ func (n *Node) rampStep(gen uint64) {
 	r.timer = nil
 	target, deadline := n.ceilingLocked()
 	if target <= r.level {
-		r.level = target
+		r.level, r.until = target, deadline
 		n.lim.SetCeilingUntil(r.level, deadline)
 		return
 	}
 	to := min(r.to, target)
 	line := r.from + int(float64(r.to-r.from)*float64(time.Since(r.start))/float64(r.span))
 	r.level = min(max(line, r.level+1), to)
+	r.until = deadline
 	n.lim.SetCeilingUntil(r.level, deadline)
 	n.armRampLocked()
 }

@@ -92,3 +92,45 @@ func waitState(t *testing.T, n *Node, cond func(State) bool) State {
 	t.Fatalf("the state never came: %+v", n.State())
 	return State{}
 }
+
+// TestRampRefusalsAreNoDemand: while the limiter's ceiling climbs to a
+// share the node holds, a TryAcquire it refuses within that share asks
+// for no more share: the report after it carries the in-flight peak
+// alone, not the refusals as unmet demand.
+func TestRampRefusalsAreNoDemand(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		rc := &recordingCoordinator{Coordinator: coord.NewMemory(nil)}
+		n := startNode(t, rc, testConfig("k", "a")) // share 10
+		from := rc.reports()
+		le, ok := n.TryAcquire()
+		require.True(t, ok, "the first slot at once")
+		defer le.Release()
+		for range 4 {
+			_, ok := n.TryAcquire()
+			require.False(t, ok, "refused by the ramp")
+		}
+		n.mu.Lock()
+		unmet := n.unmet
+		n.mu.Unlock()
+		require.Zero(t, unmet, "a refusal within the share is no unmet demand")
+		waitState(t, n, func(State) bool { return rc.reports() > from })
+		require.Equal(t, []int{1}, rc.demandsSince(from)[:1], "the peak in flight, no more")
+	})
+}
+
+// TestRampAfterAnExpiredCeiling: a ceiling whose deadline passed admits
+// nothing; a renewal that comes before the fence's timer runs is taken
+// up from nothing, as after a fence.
+func TestRampAfterAnExpiredCeiling(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		time.Sleep(15 * time.Millisecond) // ramped up, before the next heartbeat
+		n.mu.Lock()
+		require.Equal(t, 10, n.ramp.level)
+		n.ramp.until = time.Now() // as if the deadline had just passed
+		n.applyCeilingLocked()
+		level := n.ramp.level
+		n.mu.Unlock()
+		require.Equal(t, 1, level, "taken up from nothing, its first slot at once")
+	})
+}
