@@ -5,8 +5,9 @@
 // A Node is a local adaptive limiter (package adaptive) whose ceiling is the
 // share of the key's global limit that the coordinator (package coord)
 // grants it, renewed by heartbeats and fenced (package fence) before its
-// lease could run out. Wrap outgoing calls with Node.Acquire, or use
-// Node.Transport as an http.RoundTripper.
+// lease could run out; a share that rises is taken up over a round trip,
+// one that falls at once (docs/design.md §4). Wrap outgoing calls with
+// Node.Acquire, or use Node.Transport as an http.RoundTripper.
 //
 // The promise: the nodes on a key never have more requests in flight at the
 // upstream than the key's global limit, counted from admission until each
