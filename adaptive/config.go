@@ -279,7 +279,8 @@ type Config struct {
 	// Nor does it hold AIMD's slow start (AIMDProbe set, no decrease yet)
 	// under a ceiling: a fleet node's share grows only as the lower median
 	// of the fleet's estimates does, once per heartbeat, and pacing each
-	// such step again held the start back by a round trip per step.
+	// such step again held the start back by a round trip per step; the
+	// node raises its ceiling over a round trip itself (package fleet).
 	// The releases count whatever the weight in flight, so after a spell
 	// of few requests in flight a raise can still go out whole; those
 	// during a hold do not count, though they keep the pacing's clock. A
