@@ -484,7 +484,10 @@ func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
 		first0, err := a.Acquire(ctx)
 		require.NoError(t, err)
 		al = append(al, first0)
-		eventually(t, func() bool { s := a.State().Share; return s > 0 && s < 10 }, "a's share is below L_global")
+		eventually(t, func() bool {
+			st := a.State()
+			return st.Share > 0 && st.Share < 10 && st.Limit == st.Share
+		}, "a's share is below L_global, and its ceiling has ramped up to it")
 		for {
 			le, err := a.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
 			if err != nil {
