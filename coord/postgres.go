@@ -198,12 +198,6 @@ const cancelRequestBound = 5 * time.Second
 // (see awaitLate), unless node is "". With no dest the statement's
 // result, whatever it returns, is discarded.
 func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duration, sql string, args []any, dest ...any) error {
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	st := &statement{p: p, node: node, conn: conn, done: make(chan error, 1), stopped: make(chan struct{})}
-	st.qctx, st.cut = context.WithCancel(context.WithoutCancel(ctx))
 	var row []any
 	if len(dest) > 0 {
 		row = make([]any, len(dest))
@@ -211,7 +205,53 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 	for i, d := range dest {
 		row[i] = reflect.New(reflect.TypeOf(d).Elem()).Interface()
 	}
-	go st.run(sql, args, row)
+	err := p.runLate(ctx, node, grace, func(qctx context.Context, conn *pgxpool.Conn) error {
+		if row == nil {
+			_, err := conn.Exec(qctx, sql, args...)
+			return err
+		}
+		return conn.QueryRow(qctx, sql, args...).Scan(row...)
+	})
+	if err != nil {
+		return err
+	}
+	for i, d := range dest {
+		reflect.ValueOf(d).Elem().Set(reflect.ValueOf(row[i]).Elem())
+	}
+	return nil
+}
+
+// queryRows runs one query as queryRow does (a grace, then a cancel; the
+// connection kept until the query stops) and returns its rows, each read
+// by scan: the listings of Keys and Nodes.
+func queryRows[T any](ctx context.Context, p *Postgres, sql string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
+	var out []T
+	err := p.runLate(ctx, "", graceOf(ctx), func(qctx context.Context, conn *pgxpool.Conn) error {
+		rows, err := conn.Query(qctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		got, err := pgx.CollectRows(rows, scan)
+		out = got // read by the caller only once this has returned
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// runLate runs do on a connection of the pool, on a context of its own,
+// with queryRow's handling of a ctx that ends first. do's results must go
+// to memory the caller reads only after runLate has returned nil.
+func (p *Postgres) runLate(ctx context.Context, node string, grace time.Duration, do func(context.Context, *pgxpool.Conn) error) error {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	st := &statement{p: p, node: node, conn: conn, done: make(chan error, 1), stopped: make(chan struct{})}
+	st.qctx, st.cut = context.WithCancel(context.WithoutCancel(ctx))
+	go st.run(do)
 
 	select {
 	case err = <-st.done:
@@ -228,16 +268,10 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (%w)", ctx.Err(), err)
-		}
-		return err
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
-	for i, d := range dest {
-		reflect.ValueOf(d).Elem().Set(reflect.ValueOf(row[i]).Elem())
-	}
-	return nil
+	return err
 }
 
 // awaitLate waits until the statement recorded under node, if any, has
@@ -299,21 +333,16 @@ type statement struct {
 	cancelErr error         // the cancel request's error, once requested is closed
 }
 
-// run runs the statement, scanning its row into row (nil: discarding its
-// result), reports its result on done, then gives the connection back to
-// the pool — or, if a cancel request was sent and the statement did not
+// run runs the statement (do, on the statement's own context and
+// connection), reports its result on done, then gives the connection back
+// to the pool — or, if a cancel request was sent and the statement did not
 // stop with 57014 (or the request failed), takes it out of the pool and
 // closes it.
-func (st *statement) run(sql string, args []any, row []any) {
+func (st *statement) run(do func(context.Context, *pgxpool.Conn) error) {
 	defer st.p.forgetLate(st.node, st.stopped)
 	defer close(st.stopped)
 	defer st.cut()
-	var err error
-	if row == nil {
-		_, err = st.conn.Exec(st.qctx, sql, args...)
-	} else {
-		err = st.conn.QueryRow(st.qctx, sql, args...).Scan(row...)
-	}
+	err := do(st.qctx, st.conn)
 	st.done <- err
 	st.mu.Lock()
 	st.ended = true
@@ -377,8 +406,8 @@ func (st *statement) cancel() {
 // ErrUnknownNode, wrapped. A ctx that ends while the statement runs is
 // handled as Heartbeat's (a grace, then a cancel; the connection is kept
 // until the statement stops), so the call may return up to 1 s after ctx
-// ends; so it is in every other call that writes or reads one row, but
-// not in the listings' queries of Keys and Nodes, which pgx cancels.
+// ends; so it is in every other call, the listings of Keys and Nodes
+// included.
 func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	if !p.skipValidation {
 		if err := d.Validate(); err != nil {
@@ -403,13 +432,11 @@ func valueOf(v *int) *int {
 // micros is d in whole microseconds.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// Keys lists every key, sorted by name (byte order).
+// Keys lists every key, sorted by name (byte order). A ctx that ends while
+// the query runs is handled as Heartbeat's, as in Nodes: a grace, then a
+// cancel, the connection kept until the query stops.
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
-	rows, err := p.pool.Query(ctx, sqlKeys, p.now())
-	if err != nil {
-		return nil, pgError("keys", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (KeyInfo, error) {
+	out, err := queryRows(ctx, p, sqlKeys, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
 			ki                    KeyInfo
 			agg                   string
@@ -442,11 +469,7 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 	if err := storable(key, "-"); err != nil {
 		return nil, fmt.Errorf("coord: nodes: %w", err)
 	}
-	rows, err := p.pool.Query(ctx, sqlNodes, key, p.now())
-	if err != nil {
-		return nil, pgError("nodes", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodeInfo, error) {
+	out, err := queryRows(ctx, p, sqlNodes, []any{key, p.now()}, func(row pgx.CollectableRow) (NodeInfo, error) {
 		var (
 			n   NodeInfo
 			now time.Time

@@ -80,30 +80,48 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 // tipped into heartbeats that all timed out, and stayed there. A
 // departure and an operator's call are handled alike: cut, a node's Stop
 // during a partition held a slot of the pool for up to 15 s while pgx
-// gave up on the connection.
+// gave up on the connection. The listings, which read without the row
+// lock, wait here behind a lock on the nodes table.
 func TestPostgresTimeoutKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	for _, op := range []struct {
-		name string
-		call func(ctx context.Context, p *coord.Postgres) error
+		name  string
+		call  func(ctx context.Context, p *coord.Postgres) error
+		table bool // lock the nodes table rather than the key's row
 	}{
 		{"heartbeat", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Heartbeat(ctx, rep("a", 2, 8, 0, 1, 0))
 			return err
-		}},
+		}, false},
 		{"leave", func(ctx context.Context, p *coord.Postgres) error {
 			return p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"})
-		}},
-		{"drain", func(ctx context.Context, p *coord.Postgres) error { return p.Drain(ctx, "k", "a") }},
+		}, false},
+		{"drain", func(ctx context.Context, p *coord.Postgres) error { return p.Drain(ctx, "k", "a") }, false},
 		{"relearn", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Relearn(ctx, "k")
 			return err
-		}},
+		}, false},
+		{"keys", func(ctx context.Context, p *coord.Postgres) error {
+			_, err := p.Keys(ctx)
+			return err
+		}, true},
+		{"nodes", func(ctx context.Context, p *coord.Postgres) error {
+			_, err := p.Nodes(ctx, "k")
+			return err
+		}, true},
 	} {
 		t.Run(op.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, p, tx := lockedKey(t)
+			if op.table {
+				require.NoError(t, tx.Rollback(ctx))
+				var err error
+				tx, err = pool.Begin(ctx)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, "LOCK TABLE fleetlimit.nodes IN ACCESS EXCLUSIVE MODE")
+				require.NoError(t, err)
+			}
 			// With a timeout of a second, the call gives up and the
 			// statement is cancelled a second after the timeout.
 			octx, cancel := context.WithTimeout(ctx, time.Second)
