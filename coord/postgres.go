@@ -149,7 +149,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
-// graceOf is the grace queryRow gives a statement whose ctx ended: as long
+// graceOf is the grace runLate gives a statement whose ctx ended: as long
 // as ctx gives the call from now, at most maxCancelGrace.
 func graceOf(ctx context.Context) time.Duration {
 	if deadline, ok := ctx.Deadline(); ok {
@@ -160,7 +160,7 @@ func graceOf(ctx context.Context) time.Duration {
 
 // maxCancelGrace is how long after its context ended a statement may run
 // before the database is asked to cancel it, and how long it then has to
-// stop before its connection is cut (see queryRow).
+// stop before its connection is cut (see queryRow and runLate).
 const maxCancelGrace = time.Second
 
 // cancelRequestBound bounds a cancel request's own round trip (a new
@@ -316,7 +316,7 @@ func (p *Postgres) forgetLate(node string, stopped chan struct{}) {
 	p.lateMu.Unlock()
 }
 
-// statement is one statement of queryRow on its connection, which it
+// statement is one statement of runLate on its connection, which it
 // gives back to the pool once the statement has stopped.
 type statement struct {
 	p       *Postgres
@@ -406,8 +406,8 @@ func (st *statement) cancel() {
 // ErrUnknownNode, wrapped. A ctx that ends while the statement runs is
 // handled as Heartbeat's (a grace, then a cancel; the connection is kept
 // until the statement stops), so the call may return up to 1 s after ctx
-// ends; so it is in every other call, the listings of Keys and Nodes
-// included.
+// ends; so it is in every other call: the listings of Keys and Nodes,
+// and CreateKey's transaction with rates, included.
 func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	if !p.skipValidation {
 		if err := d.Validate(); err != nil {
@@ -433,8 +433,9 @@ func valueOf(v *int) *int {
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // Keys lists every key, sorted by name (byte order). A ctx that ends while
-// the query runs is handled as Heartbeat's, as in Nodes: a grace, then a
-// cancel, the connection kept until the query stops.
+// the query runs is handled as Heartbeat's, as in Nodes: a grace, within
+// which the rows may still be returned, then a cancel, the connection
+// kept until the query stops.
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 	out, err := queryRows(ctx, p, sqlKeys, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
@@ -464,7 +465,9 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 }
 
 // Nodes lists every row of key, sorted by node id (byte order). It returns
-// ErrUnknownKey, wrapped, for a key without a row.
+// ErrUnknownKey, wrapped, for a key without a row. A ctx that ends while
+// the query runs is handled as Heartbeat's: the rows may still be
+// returned if the query ends within the grace.
 func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 	if err := storable(key, "-"); err != nil {
 		return nil, fmt.Errorf("coord: nodes: %w", err)
@@ -593,12 +596,14 @@ func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit
 	}
 	c := o.ratesChange()
 	err = retrying(func() error {
-		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return p.runLate(ctx, "", graceOf(ctx), func(qctx context.Context, conn *pgxpool.Conn) error {
+			return pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(qctx, sql, args...); err != nil {
+					return err
+				}
+				_, err := tx.Exec(qctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens)
 				return err
-			}
-			_, err := tx.Exec(ctx, sqlSetRates, key, c.SetRequests, c.Requests, c.SetTokens, c.Tokens)
-			return err
+			})
 		})
 	})
 	if err != nil {

@@ -81,53 +81,61 @@ func TestPostgresHeartbeatBasics(t *testing.T) {
 // departure and an operator's call are handled alike: cut, a node's Stop
 // during a partition held a slot of the pool for up to 15 s while pgx
 // gave up on the connection. The listings, which read without the row
-// lock, wait here behind a lock on the nodes table.
+// lock, wait here behind a lock on the nodes table, and a new key with
+// rates behind one on the keys table.
 func TestPostgresTimeoutKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	for _, op := range []struct {
 		name  string
 		call  func(ctx context.Context, p *coord.Postgres) error
-		table bool // lock the nodes table rather than the key's row
+		table string // the table to lock, rather than the key's row
 	}{
 		{"heartbeat", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Heartbeat(ctx, rep("a", 2, 8, 0, 1, 0))
 			return err
-		}, false},
+		}, ""},
 		{"leave", func(ctx context.Context, p *coord.Postgres) error {
 			return p.Leave(ctx, coord.Departure{Key: "k", NodeID: "a", Instance: "a-1"})
-		}, false},
-		{"drain", func(ctx context.Context, p *coord.Postgres) error { return p.Drain(ctx, "k", "a") }, false},
+		}, ""},
+		{"drain", func(ctx context.Context, p *coord.Postgres) error { return p.Drain(ctx, "k", "a") }, ""},
 		{"relearn", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Relearn(ctx, "k")
 			return err
-		}, false},
+		}, ""},
 		{"keys", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Keys(ctx)
 			return err
-		}, true},
+		}, "fleetlimit.nodes"},
 		{"nodes", func(ctx context.Context, p *coord.Postgres) error {
 			_, err := p.Nodes(ctx, "k")
 			return err
-		}, true},
+		}, "fleetlimit.nodes"},
+		{"create with rates", func(ctx context.Context, p *coord.Postgres) error {
+			return p.CreateKey(ctx, "k2", nil, nil, coord.WithRates(coord.Rates{Requests: 600}))
+		}, "fleetlimit.keys"},
 	} {
 		t.Run(op.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, p, tx := lockedKey(t)
-			if op.table {
+			if op.table != "" {
 				require.NoError(t, tx.Rollback(ctx))
 				var err error
 				tx, err = pool.Begin(ctx)
 				require.NoError(t, err)
-				_, err = tx.Exec(ctx, "LOCK TABLE fleetlimit.nodes IN ACCESS EXCLUSIVE MODE")
+				_, err = tx.Exec(ctx, "LOCK TABLE "+op.table+" IN ACCESS EXCLUSIVE MODE")
 				require.NoError(t, err)
 			}
+			defer func() { _ = tx.Rollback(ctx) }() // a failure must not leave the lock held
 			// With a timeout of a second, the call gives up and the
 			// statement is cancelled a second after the timeout.
 			octx, cancel := context.WithTimeout(ctx, time.Second)
+			start := time.Now()
 			err := op.call(octx, p)
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.ErrorContains(t, err, "the statement was still running")
+			require.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the statement had its grace")
 			// The cancelled statement keeps its connection until it has stopped.
 			require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's
 			require.NoError(t, tx.Rollback(ctx))

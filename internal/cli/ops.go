@@ -86,8 +86,10 @@ passed — and fails with exit status 3 if that has not happened within
 // or its hold has ended), or timeout passes (a failed check). A read that
 // fails for a reason that may pass (see passing: the database restarting,
 // a connection lost) is said on stderr and tried again; each read ends by
-// the deadline, or drainReadMin after it began if that is later. The drain
-// is in place whatever the wait's outcome, and every error says so.
+// the deadline, or drainReadMin after it began if that is later, and the
+// coordinator's grace (on Postgres, at most 1 s; see coord.Postgres.Leave).
+// The drain is in place whatever the wait's outcome, and every error says
+// so.
 func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(drainPollInterval)
