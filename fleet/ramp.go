@@ -24,7 +24,7 @@ type ramp struct {
 	span  time.Duration
 	until time.Time   // the deadline last given with the level
 	timer *time.Timer // the next step, while a rise is under way
-	gen   uint64      // counts the timers set and stopped: a step whose timer is not the current one does nothing
+	gen   uint64      // counts the timers set and stopped: only the current timer's step acts
 }
 
 // rampTick is the shortest interval between two steps of a rise; a rise
@@ -80,8 +80,14 @@ func (n *Node) applyCeilingLocked() {
 		r.from, r.to, r.start, r.span = r.level, target, now, left
 		n.armRampLocked()
 	}
-	r.until = deadline
-	n.lim.SetCeilingUntil(r.level, deadline)
+	n.setRampLevelLocked(r.level, deadline)
+}
+
+// setRampLevelLocked gives the limiter level as its ceiling until
+// deadline, and records both in the ramp. The caller holds n.mu.
+func (n *Node) setRampLevelLocked(level int, deadline time.Time) {
+	n.ramp.level, n.ramp.until = level, deadline
+	n.lim.SetCeilingUntil(level, deadline)
 }
 
 // armRampLocked sets the timer for the ramp's next step, if the rise has
@@ -105,7 +111,7 @@ func (n *Node) rampStep(gen uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r := &n.ramp
-	if r.timer == nil || gen != r.gen {
+	if gen != r.gen {
 		// Stopped, or replaced by a new rise, after it fired: a timer
 		// that fired while the lock was held by the call that stopped
 		// it still runs.
@@ -114,15 +120,11 @@ func (n *Node) rampStep(gen uint64) {
 	r.timer = nil
 	target, deadline := n.ceilingLocked()
 	if target <= r.level {
-		r.level, r.until = target, deadline
-		n.lim.SetCeilingUntil(r.level, deadline)
+		n.setRampLevelLocked(target, deadline)
 		return
 	}
-	to := min(r.to, target)
 	line := r.from + int(float64(r.to-r.from)*float64(time.Since(r.start))/float64(r.span))
-	r.level = min(max(line, r.level+1), to)
-	r.until = deadline
-	n.lim.SetCeilingUntil(r.level, deadline)
+	n.setRampLevelLocked(min(max(line, r.level+1), r.to, target), deadline)
 	n.armRampLocked()
 }
 
