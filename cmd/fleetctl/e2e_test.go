@@ -414,6 +414,13 @@ func TestMigrateCommands(t *testing.T) {
 	step("migrate", "down", "--to", "1")
 	golden(t, "migrate_commands", out.String())
 
+	// Down to version 4 keeps the rights 'fleetctl grant' gave; below it
+	// they go, and the rollback says so.
+	mustRun(t, dsn, "migrate", "up")
+	require.Equal(t, fmt.Sprintf("rolled back from version %d to 4\n", coord.SchemaVersion), mustRun(t, dsn, "migrate", "down", "--to", "4"))
+	require.Contains(t, mustRun(t, dsn, "migrate", "down", "--to", "3"), "run 'fleetctl grant' again for each node and operator role")
+	mustRun(t, dsn, "migrate", "down", "--to", "1")
+
 	// Down never goes to zero: that is reset, which must be confirmed.
 	res = run(t, dsn, "migrate", "down")
 	require.Equal(t, 1, res.code)

@@ -55,7 +55,7 @@ or an evicted node's rate share; the rows are in 'fleetctl nodes KEY'): an
 older schema guards them less (below version 10 its delete_key throws
 them away, below version 3 their holds go). Rolling back drops what the
 newer migrations added, with its data (the operator's rates, for one): a
-later 'migrate up' adds it back empty. Below version 5 that includes rights
+later 'migrate up' adds it back empty. Below version 4 that includes rights
 'fleetctl grant' gave: grant them again after 'migrate up'. 'fleetctl keys'
 and 'fleetctl nodes' read the schemas from version 6 on; 'keys delete'
 refuses any schema older than this fleetctl's.`,
@@ -261,10 +261,13 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 }
 
 // grantsVersion is the oldest migration whose down drops functions that
-// only grant_role grants: 00005_rates adds set_rates, which a later up
-// re-creates without the operators' right to it, and below it
+// only grant_role grants, and which a later up re-creates without them:
 // 00004_least_privilege re-creates every function, dropping all grants.
-const grantsVersion = 5
+// The newer ones that drop functions grant them again on the way up, to
+// the roles that hold the rights they go with (00005_rates, for one,
+// gives set_rates to those that may run set_limits;
+// migrations.TestRollbackKeepsRights).
+const grantsVersion = 4
 
 // appliedVersions returns the applied migration versions, ascending.
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {

@@ -325,6 +325,37 @@ REVOKE ALL ON FUNCTION fleetlimit.heartbeat_rates(text, text, text, bigint, bigi
     bigint, bigint, jsonb, bigint, bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION fleetlimit.set_rates(text, boolean, bigint, boolean, bigint) FROM PUBLIC;
 
+-- +goose StatementBegin
+-- The roles that may already heartbeat (fleetlimit.heartbeat) get the
+-- heartbeat that carries rates, and those that may already set a key's
+-- limits (fleetlimit.set_limits, an operator's) may set its rates: this
+-- migration's down drops both functions, so without this a rollback to
+-- version 4 and a later up would leave the rights grant_role gave short
+-- of what it gives. PUBLIC too, if a deployment opened them to it.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
+                    p.oid = 'fleetlimit.set_limits(text, integer, integer)'::regprocedure AS operator
+               FROM pg_proc AS p CROSS JOIN LATERAL aclexplode(p.proacl) AS a
+              WHERE p.oid IN ('fleetlimit.heartbeat(text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, '
+                              'bigint, bigint, jsonb)'::regprocedure,
+                              'fleetlimit.set_limits(text, integer, integer)'::regprocedure)
+                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner LOOP
+        IF r.operator THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION fleetlimit.set_rates(text, boolean, bigint, boolean, bigint) TO %s',
+                           r.grantee);
+        ELSE
+            EXECUTE format('GRANT EXECUTE ON FUNCTION fleetlimit.heartbeat_rates(text, text, text, bigint, bigint, bigint, '
+                           'bigint, bigint, bigint, bigint, bigint, jsonb, bigint, bigint, bigint, bigint, bigint, bigint) TO %s',
+                           r.grantee);
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 
 -- +goose StatementBegin
