@@ -263,10 +263,10 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 // grantsVersion is the oldest migration whose down drops functions that
 // only grant_role grants, and which a later up re-creates without them:
 // 00004_least_privilege's down drops most of the functions a node's and
-// an operator's rights are on. The newer ones that drop functions grant them again on the way up, to
-// the roles that hold the rights they go with (00005_rates, for one,
-// gives set_rates to those that may run set_limits;
-// migrations.TestRollbackKeepsRights).
+// an operator's rights are on. The newer ones that drop functions grant
+// them again on the way up, to the roles that hold the rights they go
+// with (00005_rates, for one, gives set_rates to those that may run
+// set_limits; migrations.TestRollbackKeepsRights).
 const grantsVersion = 4
 
 // appliedVersions returns the applied migration versions, ascending.
