@@ -76,6 +76,15 @@ type KeyInfo struct {
 	// learning mode at the time of the query, by the coordinator's clock.
 	LearningUntil time.Time
 	Learning      bool
+	// Unchecked is true when the key's next check — a heartbeat, a drain,
+	// an undrain or an eviction — puts it in learning mode: it recorded
+	// another incarnation of the database than the current one (a
+	// failover, a restore or a server restart since its last check), or
+	// never recorded one while the database's own check will enter
+	// learning mode (see State.Unchecked). DeleteKey refuses such a key
+	// (ErrLearning) until then. Always false when the coordinator cannot
+	// tell the database's incarnation (a Postgres server in recovery).
+	Unchecked bool
 	// Drains are the node ids an operator drained, sorted.
 	Drains    []string
 	CreatedAt time.Time

@@ -86,6 +86,8 @@ func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
 				// first: its rows are gone, its incarnation is another.
 				_, err := pool.Exec(context.Background(), `UPDATE fleetlimit.keys SET incarnation = 'before loss' WHERE key = $1`, key)
 				require.NoError(t, err)
+				_, err = pool.Exec(context.Background(), `UPDATE fleetlimit.database_state SET incarnation = 'before loss'`)
+				require.NoError(t, err)
 				_, err = pool.Exec(context.Background(), `DELETE FROM fleetlimit.nodes WHERE key = $1`, key)
 				require.NoError(t, err)
 			}
@@ -101,16 +103,28 @@ func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
 				Inflight: 3, LeaseTTL: 10 * time.Second, MaxRequestDuration: 5 * time.Second})
 			require.NoError(t, err)
 			require.Equal(t, 4, g.Share)
+			require.NoError(t, c.CreateKey(ctx, "k0", nil, nil)) // never checked
+			keys, err := c.Keys(ctx)
+			require.NoError(t, err)
+			require.False(t, keys[0].Unchecked || keys[1].Unchecked, "no loss yet")
 			lose("k")
+			keys, err = c.Keys(ctx)
+			require.NoError(t, err)
+			require.Equal(t, []string{"k", "k0"}, []string{keys[0].Key, keys[1].Key})
+			require.True(t, keys[0].Unchecked, "k recorded another incarnation")
+			require.True(t, keys[1].Unchecked, "k0 recorded none, and the database's check will enter learning mode")
+			require.False(t, keys[0].Learning, "learning starts at the next check")
+			require.NoError(t, c.DeleteKey(ctx, "k0", true))
 
 			for range 2 {
 				err = c.DeleteKey(ctx, "k", false)
 				require.ErrorIs(t, err, coord.ErrLearning)
 				require.Regexp(t, `: key .k. has not been checked since the database's incarnation changed$`, err.Error())
 			}
-			keys, err := c.Keys(ctx)
+			keys, err = c.Keys(ctx)
 			require.NoError(t, err)
 			require.Len(t, keys, 1, "nothing was deleted")
+			require.True(t, keys[0].Unchecked, "a refused delete checks nothing")
 			require.Equal(t, new(4), keys[0].MaxLimit)
 
 			// b's heartbeat sees the change: learning mode for a's
@@ -124,6 +138,7 @@ func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
 			keys, err = c.Keys(ctx)
 			require.NoError(t, err)
 			require.WithinDuration(t, until, keys[0].LearningUntil, 100*time.Millisecond)
+			require.False(t, keys[0].Unchecked, "checked")
 			clock.Advance(10 * time.Second)
 			err = c.DeleteKey(ctx, "k", false)
 			require.ErrorIs(t, err, coord.ErrLearning)

@@ -114,6 +114,25 @@ func (s State) Incarnate(d Database, now time.Time, r Report) State {
 	return next
 }
 
+// Unchecked reports whether the key's next check under the database's
+// incarnation (after Check on d, then Incarnate) puts it in learning mode
+// whatever the time: the key recorded another incarnation, or none while
+// d records another and a lease or request bound, so that Check enters
+// learning mode. A key that recorded none while d, of this incarnation,
+// is still in learning mode takes that too at its first check, and
+// Unchecked leaves it out. An empty incarnation (a coordinator that
+// cannot tell) is never unchecked.
+func (s State) Unchecked(d Database, incarnation string) bool {
+	switch {
+	case incarnation == "":
+		return false
+	case s.Key.Incarnation != "":
+		return s.Key.Incarnation != incarnation
+	default:
+		return d.Incarnation != incarnation && (d.MaxLeaseTTL > 0 || d.MaxRequestDuration > 0)
+	}
+}
+
 // learn puts the key in learning mode at now, after evidence that the
 // database lost state; r is the report that brought the evidence (its
 // lease and request bound count among the key's), or the zero Report.

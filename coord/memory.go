@@ -120,7 +120,9 @@ func (m *Memory) Keys(_ context.Context) ([]KeyInfo, error) {
 	now := instant(m.clock)
 	out := make([]KeyInfo, 0, len(m.keys))
 	for _, k := range slices.Sorted(maps.Keys(m.keys)) {
-		out = append(out, keyInfo(m.keys[k], now))
+		ki := keyInfo(m.keys[k], now)
+		ki.Unchecked = m.keys[k].Unchecked(m.db, m.incarnation)
+		out = append(out, ki)
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -437,7 +438,26 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 // which the rows may still be returned, then a cancel, the connection
 // kept until the query stops.
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
-	out, err := queryRows(ctx, p, sqlKeys, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
+	out, err := p.keys(ctx, sqlKeys)
+	if missingFunction(err, "unchecked_keys") {
+		out, err = p.keys(ctx, sqlKeysBefore14) // an older schema: none is unchecked
+	}
+	if err != nil {
+		return nil, pgError("keys", err)
+	}
+	return out, nil
+}
+
+// missingFunction reports whether err is Postgres's undefined_function
+// for the function named.
+func missingFunction(err error, name string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, name)
+}
+
+// keys runs one form of the key listing.
+func (p *Postgres) keys(ctx context.Context, sql string) ([]KeyInfo, error) {
+	return queryRows(ctx, p, sql, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
 			ki                    KeyInfo
 			agg                   string
@@ -449,7 +469,8 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 		err := row.Scan(&ki.Key, &ki.LGlobal, &ki.MinLimit, &ki.MaxLimit, &agg, &ki.Epoch, &ki.Generation,
 			&learning, &ki.Learning, &ki.CreatedAt, &ki.Drains, &evictions, &live, &share, &inflight, &heldRows, &heldReserve,
 			&ki.RateLimit.Requests, &ki.RateLimit.Tokens, &ki.Rate.Requests, &ki.Rate.Tokens,
-			&ki.SumRateShare.Requests, &ki.SumRateShare.Tokens, &ki.SumRateUsed.Requests, &ki.SumRateUsed.Tokens)
+			&ki.SumRateShare.Requests, &ki.SumRateShare.Tokens, &ki.SumRateUsed.Requests, &ki.SumRateUsed.Tokens,
+			&ki.Unchecked)
 		ki.Aggregate = Aggregate(agg)
 		if learning != nil {
 			ki.LearningUntil = *learning
@@ -458,10 +479,6 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 		ki.HeldRows, ki.HeldReserve, ki.Evictions = int(heldRows), int(heldReserve), int(evictions)
 		return ki, err
 	})
-	if err != nil {
-		return nil, pgError("keys", err)
-	}
-	return out, nil
 }
 
 // Nodes lists every row of key, sorted by node id (byte order). It returns

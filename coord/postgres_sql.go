@@ -1,5 +1,7 @@
 package coord
 
+import "fmt"
+
 // The SQL the Postgres coordinator sends. Every value is a parameter; the
 // protocol itself lives in the fleetlimit.* functions of the migrations.
 //
@@ -37,8 +39,9 @@ const (
 	sqlSetRates     = `SELECT rpm_limit, tpm_limit FROM fleetlimit.set_rates($1, $2, $3, $4, $5)`
 	sqlSchemaVer    = `SELECT fleetlimit.schema_version()`
 
-	// $1: now.
-	sqlKeys = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+	// $1: now. %s: the relation of the keys not checked since the
+	// database lost state (see sqlKeys and sqlKeysBefore14).
+	sqlKeysFrom = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.generation, k.learning_until,
        coalesce(k.learning_until > t.now, false), k.created_at,
        (SELECT coalesce(array_agg(d.node_id ORDER BY d.node_id COLLATE "C"), '{}')
@@ -58,10 +61,12 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
        coalesce(sum(n.rpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
        coalesce(sum(n.tpm_share) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
        coalesce(sum(n.rpm_used) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
-       coalesce(sum(n.tpm_used) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0)
+       coalesce(sum(n.tpm_used) FILTER (WHERE n.lease_expires_at > t.now AND NOT (n.evicted OR n.departed)), 0),
+       u.key IS NOT NULL
   FROM t CROSS JOIN fleetlimit.keys AS k
+  LEFT JOIN %s AS u ON u.key = k.key
   LEFT JOIN fleetlimit.nodes AS n ON n.key = k.key
- GROUP BY k.key, t.now
+ GROUP BY k.key, t.now, u.key
  ORDER BY k.key COLLATE "C"`
 
 	// $1: key, $2: now.
@@ -75,4 +80,13 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`
 
 	sqlKeyExists = `SELECT EXISTS (SELECT 1 FROM fleetlimit.keys WHERE key = $1)`
+)
+
+var (
+	// sqlKeys lists the keys, each with whether it is unchecked
+	// (fleetlimit.unchecked_keys, from schema version 14 on).
+	sqlKeys = fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys()")
+	// sqlKeysBefore14 lists them from an older schema, which cannot tell:
+	// none is unchecked.
+	sqlKeysBefore14 = fmt.Sprintf(sqlKeysFrom, "(SELECT NULL::text AS key WHERE false)")
 )

@@ -34,6 +34,7 @@ func TestRollbackKeepsRights(t *testing.T) {
 			require.NoError(t, migrations.Grant(ctx, pool, operator, "operator"))
 			before := map[string][]string{"node": rights(t, pool, node), "operator": rights(t, pool, operator)}
 			require.Contains(t, before["operator"], "EXECUTE fleetlimit.set_rates(text,boolean,bigint,boolean,bigint)")
+			require.Contains(t, before["operator"], "EXECUTE fleetlimit.unchecked_keys()")
 
 			require.NoError(t, migrations.DownTo(ctx, pool, v))
 			require.NoError(t, migrations.Up(ctx, pool))

@@ -38,6 +38,7 @@ type keyJSON struct {
 	HeldRows      int        `json:"held_rows"`
 	HeldReserve   int        `json:"held_reserve"`
 	LearningUntil *time.Time `json:"learning_until"`
+	Unchecked     bool       `json:"unchecked"`
 	Drains        []string   `json:"drains"`
 	RPM           *int64     `json:"rpm"`
 	TPM           *int64     `json:"tpm"`
@@ -101,6 +102,7 @@ func TestJSONOutput(t *testing.T) {
 	require.Len(t, keys, 2)
 	api, batch := keys[0], keys[1]
 	require.Equal(t, "api", api.Key)
+	require.False(t, api.Unchecked, "checked at its last heartbeat")
 	require.Equal(t, 20, api.LGlobal, "lower median of 40 and 20")
 	require.Nil(t, api.MinLimit)
 	require.Nil(t, api.MaxLimit)

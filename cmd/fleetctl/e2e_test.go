@@ -495,7 +495,7 @@ func TestKeysDeleteRefusesAnOlderSchema(t *testing.T) {
 	res := run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, fmt.Sprintf("run 'fleetctl migrate up' as the schema owner): the database is at version 9, this library needs %d", coord.SchemaVersion))
-	require.Regexp(t, `(?m)^held\s`, mustRun(t, dsn, "keys"), "the key is there, and keys reads schema 9")
+	require.Regexp(t, `(?m)^held\s.*\snormal$`, mustRun(t, dsn, "keys"), "the key is there, and keys reads schema 9")
 	require.Contains(t, mustRun(t, dsn, "nodes", "held"), "departed")
 }
 
@@ -526,14 +526,16 @@ func TestKeysDeleteWaitsAfterALoss(t *testing.T) {
 		`a restore, a server restart), and a node still running under a forgotten grant would re-create the key without `+
 		`its min/max and rates; wait until learning mode ends (it starts at the key's next heartbeat; 'fleetctl keys' `+
 		`shows MODE), or, if no node of the key runs, give --force`+"\n", res.stderr)
-	require.Regexp(t, `(?m)^lost\s.*\s24\s`, mustRun(t, dsn, "keys"), "nothing was deleted")
+	require.Regexp(t, `(?m)^lost\s.*\s24\s.*\sunchecked$`, mustRun(t, dsn, "keys"),
+		"nothing was deleted, and the key's next heartbeat starts learning mode")
+	require.True(t, decodeJSON[[]keyJSON](t, mustRun(t, dsn, "keys", "-o", "json"))[0].Unchecked)
 
 	// Another node's heartbeat sees the change: learning mode, for an
 	// hour (the node's lease).
 	_, err = c.Heartbeat(t.Context(), coord.Report{Key: "lost", NodeID: "m", Instance: "j", Seq: 1, LLocal: 10,
 		Demand: 1, LeaseTTL: time.Hour})
 	require.NoError(t, err)
-	require.Contains(t, mustRun(t, dsn, "keys"), "learning")
+	require.Regexp(t, `(?m)^lost\s.*\slearning$`, mustRun(t, dsn, "keys"))
 	res = run(t, dsn, "keys", "delete", "lost")
 	require.Equal(t, 1, res.code)
 	require.Regexp(t, `^fleetctl: keys delete: key "lost" may have nodes its rows do not show \(key 'lost' is in learning mode until \S+Z\): `, res.stderr)

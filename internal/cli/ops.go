@@ -662,9 +662,9 @@ func (r *runner) grantCommand() *ucli.Command {
 		Usage:     "give ROLE what a fleet node (KIND node) or an operator (KIND operator) needs",
 		ArgsUsage: argsUsage("KIND", "ROLE"),
 		Description: `Run it as the schema's owner, after 'fleetctl migrate up'. A node role may
-heartbeat and leave; an operator role may read the tables and drain,
-undrain, evict, relearn, set limits, rates and the aggregate, create and
-delete keys. Neither may write the tables or pass the coordinator a clock. The
+heartbeat and leave; an operator role may read the tables (and which keys
+a loss left unchecked) and drain, undrain, evict, relearn, set limits,
+rates and the aggregate, create and delete keys. Neither may write the tables or pass the coordinator a clock. The
 role must exist (CREATE ROLE ... LOGIN); public, which Postgres reads as
 every role, is refused.
 

@@ -118,7 +118,10 @@ func (r *runner) keysCommand() *ucli.Command {
 		Usage: "list every key: L_global, override, live nodes, Σ share, Σ in-flight, utilization, rates",
 		Description: `Utilization is Σ in-flight / L_global over the live members. HELD is the
 slots still reserved for instances that are no members (expired,
-departed, evicted); MODE is learning after the database lost state.
+departed, evicted); MODE is learning after the database lost state, and
+unchecked for a key not heartbeat since a loss the database can show (a
+failover, a restore, a server restart): its next heartbeat starts
+learning mode, and 'keys delete' refuses it until then.
 
 When a key has a rate, RPM and TPM show its request and token rates per
 minute as the newest heartbeat computed them, with the operator's in
@@ -129,8 +132,9 @@ rate columns appear, for every key, once a key has a rate or a member
 with a rate share.
 JSON fields: key, l_global, min_limit, max_limit, aggregate, epoch,
 generation, created_at, live_nodes, sum_share, sum_inflight, utilization,
-held_rows, held_reserve, learning_until, drains, rpm, tpm, rpm_limit,
-tpm_limit, sum_rpm_share, sum_tpm_share, sum_rpm_used, sum_tpm_used.
+held_rows, held_reserve, learning_until, unchecked, drains, rpm, tpm,
+rpm_limit, tpm_limit, sum_rpm_share, sum_tpm_share, sum_rpm_used,
+sum_tpm_used.
 
 'keys create KEY [--min N] [--max N] [--rpm N] [--tpm N]' creates a key, so
 that a quota can be capped before any node joins; 'keys delete KEY' deletes

@@ -47,6 +47,8 @@ func plainLine(f frame) string {
 		f.Key.LiveNodes, f.Key.SumShare, f.Key.SumInflight, percent(f.Key.Utilization))
 	if u := f.Key.LearningUntil; u != nil {
 		fmt.Fprintf(&b, " learning_until=%s", u.UTC().Format("2006-01-02T15:04:05.000Z"))
+	} else if f.Key.Unchecked {
+		b.WriteString(" unchecked")
 	}
 	if f.Key.HeldRows > 0 {
 		fmt.Fprintf(&b, " held=%d held_rows=%d", f.Key.HeldReserve, f.Key.HeldRows)
@@ -122,9 +124,12 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	fmt.Fprintf(&b, "key %s  L_global %s (min %s, max %s, %s)  nodes %d  Σ share %d  Σ in-flight %d  util %s\n",
 		strconv.Quote(k.Key), lGlobal(k.LGlobal), optInt(k.MinLimit), optInt(k.MaxLimit), k.Aggregate,
 		k.LiveNodes, k.SumShare, k.SumInflight, percent(k.Utilization))
-	if u := k.LearningUntil; u != nil {
+	switch {
+	case k.LearningUntil != nil:
 		fmt.Fprintf(&b, "learning mode until %s: each node is granted at most what it holds (the database may have lost state, design §10)\n",
-			u.Local().Format("15:04:05"))
+			k.LearningUntil.Local().Format("15:04:05"))
+	case k.Unchecked:
+		fmt.Fprintf(&b, "unchecked: the database may have lost state since the key's last heartbeat; the next one starts learning mode (design §10)\n")
 	}
 	switch {
 	case k.HeldReserve > 0:

@@ -115,6 +115,15 @@ func TestViewsSayLearningAndHeld(t *testing.T) {
 	require.NotContains(t, b.String(), "learning")
 	require.NotContains(t, b.String(), "held:")
 	require.NotContains(t, plainLine(f), "learning_until")
+	require.NotContains(t, plainLine(f), "unchecked")
+
+	// Not checked since a loss: the next heartbeat starts learning mode.
+	f.Key.Unchecked = true
+	require.True(t, strings.HasSuffix(plainLine(f), " util=0.0% unchecked"), plainLine(f))
+	b.Reset()
+	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
+	require.Contains(t, b.String(), "unchecked: the database may have lost state since the key's last heartbeat; the next one starts learning mode")
+	require.Equal(t, "unchecked", f.Key.cells(false)[9])
 }
 
 func TestLGlobalBeforeTheFirstHeartbeat(t *testing.T) {

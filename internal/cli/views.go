@@ -31,7 +31,11 @@ type keyView struct {
 	HeldReserve int `json:"held_reserve"`
 	// LearningUntil is set while the key is in learning mode.
 	LearningUntil *time.Time `json:"learning_until"`
-	Drains        []string   `json:"drains"`
+	// Unchecked is true when the key's next heartbeat puts it in learning
+	// mode: the database lost state since its last check (see
+	// coord.KeyInfo.Unchecked).
+	Unchecked bool     `json:"unchecked"`
+	Drains    []string `json:"drains"`
 	// RPM and TPM are the key's request and token rates per minute as the
 	// newest heartbeat computed them, nil for none; RPMLimit and TPMLimit
 	// the operator's, nil for none; SumRPMShare and SumTPMShare the
@@ -79,6 +83,7 @@ func newKeyView(k coord.KeyInfo) keyView {
 		until := k.LearningUntil.UTC()
 		v.LearningUntil = &until
 	}
+	v.Unchecked = k.Unchecked
 	if k.LGlobal > 0 {
 		u := float64(k.SumInflight) / float64(k.LGlobal)
 		v.Utilization = &u
@@ -105,8 +110,11 @@ func (v keyView) hasRates() bool {
 
 func (v keyView) cells(rates bool) []string {
 	mode := "normal"
-	if v.LearningUntil != nil {
+	switch {
+	case v.LearningUntil != nil:
 		mode = "learning"
+	case v.Unchecked:
+		mode = "unchecked"
 	}
 	out := []string{cell(v.Key), lGlobal(v.LGlobal), optInt(v.MinLimit), optInt(v.MaxLimit),
 		strconv.Itoa(v.LiveNodes), strconv.Itoa(v.SumShare), strconv.Itoa(v.SumInflight), percent(v.Utilization),

@@ -144,6 +144,7 @@ func TestRoles(t *testing.T) {
 		"leave at":          `SELECT fleetlimit.leave_at('k', 'a', 'a-1', 0, 0, $1)`,
 		"waiting at":        `SELECT * FROM fleetlimit.heartbeat_waiting_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', 0, 0, 0, 0, 0, 0, 0, 0, $1)`,
 		"the core function": `SELECT fleetlimit.set_flags('k', 'a', true, NULL, $1)`,
+		"unchecked keys":    `SELECT * FROM fleetlimit.unchecked_keys()`,
 	} {
 		args := []any{}
 		if len(sql) > 0 && containsParam(sql) {
@@ -159,9 +160,21 @@ func TestRoles(t *testing.T) {
 	keys, err := op.Keys(ctx)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
+	require.False(t, keys[0].Unchecked)
 	_, err = op.Nodes(ctx, "k")
 	require.NoError(t, err)
+	// As after a failover: the operator sees that the key's next check
+	// starts learning mode, and a drain is such a check.
+	_, err = admin.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'before a failover' WHERE key = 'k'`)
+	require.NoError(t, err)
+	keys, err = op.Keys(ctx)
+	require.NoError(t, err)
+	require.True(t, keys[0].Unchecked)
 	require.NoError(t, op.Drain(ctx, "k", "a"))
+	keys, err = op.Keys(ctx)
+	require.NoError(t, err)
+	require.False(t, keys[0].Unchecked)
+	require.True(t, keys[0].Learning)
 	require.NoError(t, op.Undrain(ctx, "k", "a"))
 	_, _, err = op.UpdateLimits(ctx, "k", coord.LimitsChange{SetMax: true, Max: ptr(6)})
 	require.NoError(t, err)
@@ -192,9 +205,10 @@ func TestRoles(t *testing.T) {
 
 	// A role without a grant reaches nothing.
 	for what, sql := range map[string]string{
-		"heartbeat": `SELECT * FROM fleetlimit.heartbeat('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0)`,
-		"read keys": `SELECT * FROM fleetlimit.keys`,
-		"drain":     `SELECT fleetlimit.drain('k', 'a')`,
+		"heartbeat":      `SELECT * FROM fleetlimit.heartbeat('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0)`,
+		"read keys":      `SELECT * FROM fleetlimit.keys`,
+		"drain":          `SELECT fleetlimit.drain('k', 'a')`,
+		"unchecked keys": `SELECT * FROM fleetlimit.unchecked_keys()`,
 	} {
 		_, err := noneDB.Exec(ctx, sql)
 		denied(t, err, "no grant: "+what)
