@@ -76,14 +76,16 @@ type KeyInfo struct {
 	// learning mode at the time of the query, by the coordinator's clock.
 	LearningUntil time.Time
 	Learning      bool
-	// Unchecked is true when the key's next check — a heartbeat, a drain,
-	// an undrain or an eviction — puts it in learning mode: it recorded
-	// another incarnation of the database than the current one (a
-	// failover, a restore or a server restart since its last check), or
-	// never recorded one while the database's own check will enter
-	// learning mode (see State.Unchecked). DeleteKey refuses such a key
-	// (ErrLearning) until then. Always false when the coordinator cannot
-	// tell the database's incarnation (a Postgres server in recovery).
+	// Unchecked is true when the key's next heartbeat puts it in learning
+	// mode, and its row does not show it yet: it recorded another
+	// incarnation of the database than the current one (a failover, a
+	// restore or a server restart since its last check), or never
+	// recorded one while the database is, or at its next check will be, in
+	// learning mode (see State.Unchecked). A heartbeat, or a drain,
+	// undrain or eviction of one of its nodes, checks it; DeleteKey
+	// refuses it (ErrLearning) until then. Always false where the
+	// coordinator cannot tell (see Postgres.Keys: an older schema, a role
+	// without the operator's rights, a server in recovery).
 	Unchecked bool
 	// Drains are the node ids an operator drained, sorted.
 	Drains    []string

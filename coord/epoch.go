@@ -114,22 +114,25 @@ func (s State) Incarnate(d Database, now time.Time, r Report) State {
 	return next
 }
 
-// Unchecked reports whether the key's next check under the database's
-// incarnation (after Check on d, then Incarnate) puts it in learning mode
-// whatever the time: the key recorded another incarnation, or none while
-// d records another and a lease or request bound, so that Check enters
-// learning mode. A key that recorded none while d, of this incarnation,
-// is still in learning mode takes that too at its first check, and
-// Unchecked leaves it out. An empty incarnation (a coordinator that
-// cannot tell) is never unchecked.
-func (s State) Unchecked(d Database, incarnation string) bool {
+// Unchecked reports whether the key's next heartbeat at now, whatever its
+// report, puts it in learning mode because of the database's incarnation
+// (after Check on d, then Incarnate): the key recorded another
+// incarnation, or none while the database's check leaves the database in
+// learning mode — d records another incarnation and a lease or request
+// bound, or is in learning mode already. A key that recorded none may
+// also learn for its first heartbeat's own lease and request bound from
+// d.LearningSince; that depends on the report, and Unchecked leaves it
+// out. An empty incarnation (a coordinator that cannot tell) changes
+// nothing in Check, so the key is compared with d's own.
+func (s State) Unchecked(d Database, incarnation string, now time.Time) bool {
+	d = d.Check(incarnation, now)
 	switch {
-	case incarnation == "":
+	case d.Incarnation == "" || d.Incarnation == s.Key.Incarnation:
 		return false
-	case s.Key.Incarnation != "":
-		return s.Key.Incarnation != incarnation
+	case s.Key.Incarnation == "":
+		return d.LearningUntil.After(now)
 	default:
-		return d.Incarnation != incarnation && (d.MaxLeaseTTL > 0 || d.MaxRequestDuration > 0)
+		return true
 	}
 }
 

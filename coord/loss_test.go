@@ -221,3 +221,47 @@ func TestLearningCoversTheReportsOwnBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestUncheckedIsWhatTheNextCheckLearns: State.Unchecked says a key is
+// unchecked exactly when the database's check and the key's, with no
+// report (an operator's action), put it in learning mode, and then a
+// heartbeat's check does too, for every combination of the key's
+// incarnation, the database's record (incarnation, bounds, learning mode)
+// and the current incarnation, empty ones included.
+func TestUncheckedIsWhatTheNextCheckLearns(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	incs := []string{"", "A", "B"}
+	bounds := [][2]time.Duration{{0, 0}, {10 * time.Second, 0}, {0, 5 * time.Second}, {10 * time.Second, 5 * time.Second}}
+	times := []time.Time{{}, now.Add(-time.Second), now.Add(time.Second)}
+	heartbeat := coord.Report{LeaseTTL: time.Second}
+	cases := 0
+	for _, keyInc := range incs {
+		for _, dbInc := range incs {
+			for _, cur := range incs {
+				for _, b := range bounds {
+					for _, until := range times {
+						for _, since := range times[:2] { // a check in the past
+							s := coord.State{Key: coord.KeyState{Key: "k", Incarnation: keyInc}}
+							if keyInc != "" { // a key that recorded one has had a heartbeat
+								s.Key.MaxLeaseTTL, s.Key.MaxRequestDuration = 10*time.Second, 5*time.Second
+							}
+							d := coord.Database{Incarnation: dbInc, MaxLeaseTTL: b[0], MaxRequestDuration: b[1],
+								LearningUntil: until, LearningSince: since}
+							checked := d.Check(cur, now)
+							learns := s.Incarnate(checked, now, coord.Report{}).Key.LearningUntil.After(now)
+							what := fmt.Sprintf("key %q, database %+v, current %q", keyInc, d, cur)
+							got := s.Unchecked(d, cur, now)
+							require.Equal(t, learns, got, what)
+							if got {
+								require.True(t, s.Incarnate(checked, now, heartbeat).Key.LearningUntil.After(now), what)
+							}
+							cases++
+						}
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, 3*3*3*4*3*2, cases)
+}

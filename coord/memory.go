@@ -121,7 +121,7 @@ func (m *Memory) Keys(_ context.Context) ([]KeyInfo, error) {
 	out := make([]KeyInfo, 0, len(m.keys))
 	for _, k := range slices.Sorted(maps.Keys(m.keys)) {
 		ki := keyInfo(m.keys[k], now)
-		ki.Unchecked = m.keys[k].Unchecked(m.db, m.incarnation)
+		ki.Unchecked = m.keys[k].Unchecked(m.db, m.incarnation, now)
 		out = append(out, ki)
 	}
 	return out, nil

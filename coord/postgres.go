@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -436,28 +435,23 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 // Keys lists every key, sorted by name (byte order). A ctx that ends while
 // the query runs is handled as Heartbeat's, as in Nodes: a grace, within
 // which the rows may still be returned, then a cancel, the connection
-// kept until the query stops.
+// kept until the query stops. KeyInfo.Unchecked comes from
+// fleetlimit.unchecked_keys() where this session may run it (schema
+// version 14 on, an operator's rights as grant gives them), which a first
+// statement asks; elsewhere every key reads as checked.
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
-	out, err := p.keys(ctx, sqlKeys)
-	if missingFunction(err, "unchecked_keys") {
-		out, err = p.keys(ctx, sqlKeysBefore14) // an older schema: none is unchecked
-	}
-	if err != nil {
+	var checks bool
+	if err := p.call(ctx, sqlChecksKeys, nil, &checks); err != nil {
 		return nil, pgError("keys", err)
 	}
-	return out, nil
-}
-
-// missingFunction reports whether err is Postgres's undefined_function
-// for the function named.
-func missingFunction(err error, name string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, name)
-}
-
-// keys runs one form of the key listing.
-func (p *Postgres) keys(ctx context.Context, sql string) ([]KeyInfo, error) {
-	return queryRows(ctx, p, sql, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
+	sql := sqlKeysUnknown
+	if checks {
+		sql = sqlKeys.prod
+		if p.clock != nil {
+			sql = sqlKeys.test
+		}
+	}
+	out, err := queryRows(ctx, p, sql, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
 			ki                    KeyInfo
 			agg                   string
@@ -479,6 +473,10 @@ func (p *Postgres) keys(ctx context.Context, sql string) ([]KeyInfo, error) {
 		ki.HeldRows, ki.HeldReserve, ki.Evictions = int(heldRows), int(heldReserve), int(evictions)
 		return ki, err
 	})
+	if err != nil {
+		return nil, pgError("keys", err)
+	}
+	return out, nil
 }
 
 // Nodes lists every row of key, sorted by node id (byte order). It returns

@@ -40,7 +40,7 @@ const (
 	sqlSchemaVer    = `SELECT fleetlimit.schema_version()`
 
 	// $1: now. %s: the relation of the keys not checked since the
-	// database lost state (see sqlKeys and sqlKeysBefore14).
+	// database lost state (see sqlKeys and sqlKeysUnknown).
 	sqlKeysFrom = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.generation, k.learning_until,
        coalesce(k.learning_until > t.now, false), k.created_at,
@@ -80,13 +80,22 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`
 
 	sqlKeyExists = `SELECT EXISTS (SELECT 1 FROM fleetlimit.keys WHERE key = $1)`
+
+	// sqlChecksKeys tells whether this session may run
+	// fleetlimit.unchecked_keys(): false on a schema without it, or for a
+	// role without EXECUTE on it.
+	sqlChecksKeys = `SELECT coalesce(has_function_privilege(to_regprocedure('fleetlimit.unchecked_keys()'), 'EXECUTE'), false)`
 )
 
 var (
 	// sqlKeys lists the keys, each with whether it is unchecked
-	// (fleetlimit.unchecked_keys, from schema version 14 on).
-	sqlKeys = fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys()")
-	// sqlKeysBefore14 lists them from an older schema, which cannot tell:
-	// none is unchecked.
-	sqlKeysBefore14 = fmt.Sprintf(sqlKeysFrom, "(SELECT NULL::text AS key WHERE false)")
+	// (fleetlimit.unchecked_keys, from schema version 14 on); the test form
+	// passes the test clock's now.
+	sqlKeys = timed{
+		prod: fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys()"),
+		test: fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys_at($1::timestamptz)"),
+	}
+	// sqlKeysUnknown lists them where that cannot be told (an older schema,
+	// a role that may not run unchecked_keys): none is unchecked.
+	sqlKeysUnknown = fmt.Sprintf(sqlKeysFrom, "(SELECT NULL::text AS key WHERE false)")
 )

@@ -129,8 +129,10 @@
 //	held_rows     int      rows that are no members but still hold capacity
 //	held_reserve  int      Σ reserve of those rows
 //	learning_until time|null  end of the key's learning mode; null when not learning
-//	unchecked     bool     the database lost state since the key's last check: its next
-//	                       heartbeat starts learning mode
+//	unchecked     bool     the database may have lost state since the key was last checked:
+//	                       its next heartbeat starts learning mode; false also where that
+//	                       cannot be told (a server in recovery, a schema before version 14,
+//	                       a role without the operator's rights)
 //	drains        array    node ids an operator drained, sorted
 //	rpm, tpm      int|null the key's request and token rates per minute as the
 //	                       newest heartbeat computed them; null for none

@@ -664,9 +664,9 @@ func (r *runner) grantCommand() *ucli.Command {
 		Description: `Run it as the schema's owner, after 'fleetctl migrate up'. A node role may
 heartbeat and leave; an operator role may read the tables (and which keys
 a loss left unchecked) and drain, undrain, evict, relearn, set limits,
-rates and the aggregate, create and delete keys. Neither may write the tables or pass the coordinator a clock. The
-role must exist (CREATE ROLE ... LOGIN); public, which Postgres reads as
-every role, is refused.
+rates and the aggregate, create and delete keys. Neither may write the
+tables or pass the coordinator a clock. The role must exist (CREATE ROLE
+... LOGIN); public, which Postgres reads as every role, is refused.
 
 An operator may also read the version table (fleetlimit_schema_version)
 where it is: the one on this connection's search path, or every one when

@@ -122,7 +122,7 @@ func TestViewsSayLearningAndHeld(t *testing.T) {
 	require.True(t, strings.HasSuffix(plainLine(f), " util=0.0% unchecked"), plainLine(f))
 	b.Reset()
 	require.NoError(t, renderLive(&b, "t", f, newHistory(4)))
-	require.Contains(t, b.String(), "unchecked: the database may have lost state since the key's last heartbeat; the next one starts learning mode")
+	require.Contains(t, b.String(), "unchecked: the database may have lost state since the key was last checked; its next heartbeat starts learning mode")
 	require.Equal(t, "unchecked", f.Key.cells(false)[9])
 }
 

@@ -2,11 +2,11 @@
 -- check (docs/design.md §10).
 --
 -- A key learns that the database lost state only when it is checked: at a
--- heartbeat, or an operator's drain, undrain or eviction. Until
--- then the listing read its learning mode from the key's row, which a
--- loss restores as it was, so a key not checked since a failover, a
--- restore or a server restart showed as normal while its next heartbeat
--- would put it in learning mode, and delete_key refused it. Telling needs
+-- heartbeat, or an operator's drain, undrain or eviction of one of its
+-- nodes. Until then the listing read its learning mode from the key's
+-- row, which a loss restores as it was, so a key not checked since a
+-- failover, a restore or a server restart showed as normal while its next
+-- heartbeat would put it in learning mode, and delete_key refused it. Telling needs
 -- the database's incarnation, which only the owner computes
 -- (fleetlimit.incarnation() is not open to operators), and the database's
 -- own record, which operators cannot read. unchecked_keys, run with the
@@ -15,16 +15,20 @@
 -- +goose Up
 
 -- +goose StatementBegin
--- unchecked_keys lists the keys whose next check puts them in learning
--- mode, as fleetlimit.incarnate would (coord.State.Incarnate): a key that
--- recorded another incarnation of the database than the current one, and
--- a key that never recorded one while the database's own record is of
--- another incarnation and holds a lease or request bound (the database's
--- check then enters learning mode, and the key's first check takes it).
--- It lists nothing on a server in recovery, which cannot tell its
--- incarnation (a primary's keys are checked on the primary).
-CREATE FUNCTION fleetlimit.unchecked_keys()
-RETURNS TABLE (key text) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- unchecked_keys_at lists the keys whose next heartbeat at p_now puts
+-- them in learning mode whatever its report, as fleetlimit.incarnate
+-- would (coord.State.Unchecked): a key that recorded another incarnation
+-- of the database than the current one, and a key that recorded none
+-- while the database's own check leaves it in learning mode — its record
+-- is of another incarnation and holds a lease or request bound, or it is
+-- in learning mode already. (A key that recorded none may also learn for
+-- its first heartbeat's own bounds; that depends on the report.) A
+-- missing database_state row counts as incarnate re-creates it: of the
+-- current incarnation, not learning. It lists nothing on a server in
+-- recovery, which cannot tell its incarnation (keys are checked on the
+-- primary).
+CREATE FUNCTION fleetlimit.unchecked_keys_at(p_now timestamptz)
+RETURNS TABLE (key text) LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_inc text;
 BEGIN
@@ -33,34 +37,45 @@ BEGIN
     END IF;
     v_inc := fleetlimit.incarnation();
     RETURN QUERY
-    SELECT k.key FROM fleetlimit.keys AS k CROSS JOIN fleetlimit.database_state AS d
+    SELECT k.key FROM fleetlimit.keys AS k LEFT JOIN fleetlimit.database_state AS d ON true
      WHERE k.incarnation <> v_inc
-        OR k.incarnation IS NULL AND d.incarnation <> v_inc AND (d.max_lease_ttl_us > 0 OR d.max_request_us > 0);
+        OR k.incarnation IS NULL
+           AND (d.incarnation <> v_inc AND d.max_lease_ttl_us + d.max_request_us > 0 OR d.learning_until > p_now);
+END
+$$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION fleetlimit.unchecked_keys_at(timestamptz) FROM PUBLIC;
+
+-- +goose StatementBegin
+-- unchecked_keys is unchecked_keys_at at now(), with the owner's rights.
+CREATE FUNCTION fleetlimit.unchecked_keys()
+RETURNS TABLE (key text) LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM fleetlimit.unchecked_keys_at(now());
 END
 $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION fleetlimit.unchecked_keys() FROM PUBLIC;
 
 -- +goose StatementBegin
--- The roles that may already read the keys (an operator, by grant_role or
--- by hand, directly or through a role they inherit from) get
--- unchecked_keys, so that their key listing keeps working. When PUBLIC
--- may read them (a deployment opened the table to it), PUBLIC gets it.
--- Predefined roles (pg_*) and superusers, who need no grant, are skipped.
+-- The roles granted SELECT on the keys themselves (an operator, by
+-- grant_role or by hand; not a role that only inherits it, which the role
+-- it inherits from covers) get unchecked_keys, so that their key listing
+-- keeps showing which keys are unchecked. When PUBLIC holds it (a
+-- deployment opened the table to it), PUBLIC gets it. Superusers, who need
+-- no grant, are skipped.
 DO $$
 DECLARE
     v_grant text := 'GRANT EXECUTE ON FUNCTION fleetlimit.unchecked_keys() TO %s';
-    r       name;
+    r       text;
 BEGIN
-    IF has_table_privilege('public', 'fleetlimit.keys', 'SELECT') THEN
-        EXECUTE format(v_grant, 'PUBLIC');
-        RETURN;
-    END IF;
-    FOR r IN SELECT a.rolname FROM pg_roles AS a
-              WHERE a.rolname NOT LIKE 'pg\_%' AND NOT a.rolsuper
-                AND has_table_privilege(a.oid, 'fleetlimit.keys', 'SELECT')
-              ORDER BY a.rolname LOOP
-        EXECUTE format(v_grant, quote_ident(r));
+    FOR r IN SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(o.rolname) END
+               FROM pg_class AS c CROSS JOIN aclexplode(c.relacl) AS a
+               LEFT JOIN pg_roles AS o ON o.oid = a.grantee
+              WHERE c.oid = 'fleetlimit.keys'::regclass AND a.privilege_type = 'SELECT'
+                AND a.grantee <> c.relowner AND (a.grantee = 0 OR NOT o.rolsuper)
+              ORDER BY 1 LOOP
+        EXECUTE format(v_grant, r);
     END LOOP;
 END
 $$;
@@ -154,3 +169,4 @@ CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
 RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 13 $$;
 -- +goose StatementEnd
 DROP FUNCTION fleetlimit.unchecked_keys();
+DROP FUNCTION fleetlimit.unchecked_keys_at(timestamptz);

@@ -241,3 +241,38 @@ func containsParam(sql string) bool {
 }
 
 func ptr(v int) *int { return &v }
+
+// TestKeysWithReadRightsGivenByHand: a role given only USAGE and SELECT
+// on the tables, by hand, still lists the keys: without EXECUTE on
+// fleetlimit.unchecked_keys it cannot tell which keys a loss left
+// unchecked, so every key reads as checked, while the owner's listing
+// shows it.
+func TestKeysWithReadRightsGivenByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := fleettest.DSN(t)
+	admin := connectAs(t, dsn)
+	readerDSN := roleDSN(t, admin, dsn, "")
+	u, err := url.Parse(readerDSN)
+	require.NoError(t, err)
+	role := pgx.Identifier{u.User.Username()}.Sanitize()
+	_, err = admin.Exec(ctx, "GRANT USAGE ON SCHEMA fleetlimit TO "+role+"; GRANT SELECT ON ALL TABLES IN SCHEMA fleetlimit TO "+role)
+	require.NoError(t, err)
+	owner, err := coord.NewPostgres(admin)
+	require.NoError(t, err)
+	_, err = owner.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "a", Instance: "a-1", Seq: 1, LLocal: 8, Demand: 1,
+		LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'before a failover' WHERE key = 'k'`)
+	require.NoError(t, err)
+
+	reader, err := coord.NewPostgres(connectAs(t, readerDSN))
+	require.NoError(t, err)
+	keys, err := reader.Keys(ctx)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.False(t, keys[0].Unchecked, "the reader cannot tell")
+	keys, err = owner.Keys(ctx)
+	require.NoError(t, err)
+	require.True(t, keys[0].Unchecked)
+}
