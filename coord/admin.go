@@ -85,7 +85,7 @@ type KeyInfo struct {
 	// undrain or eviction of one of its nodes, checks it; DeleteKey
 	// refuses it (ErrLearning) until then. Always false where the
 	// coordinator cannot tell (see Postgres.Keys: an older schema, a role
-	// without the operator's rights, a server in recovery).
+	// given read rights by hand, a server in recovery).
 	Unchecked bool
 	// Drains are the node ids an operator drained, sorted.
 	Drains    []string

@@ -226,8 +226,10 @@ func TestLearningCoversTheReportsOwnBounds(t *testing.T) {
 // unchecked exactly when the database's check and the key's, with no
 // report (an operator's action), put it in learning mode, and then a
 // heartbeat's check does too, for every combination of the key's
-// incarnation, the database's record (incarnation, bounds, learning mode)
-// and the current incarnation, empty ones included.
+// incarnation, the database's record (incarnation, bounds, learning mode,
+// a past learning_since) and the current incarnation, empty ones
+// included. A key that recorded an incarnation has had a heartbeat, so
+// it has a lease of its own.
 func TestUncheckedIsWhatTheNextCheckLearns(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

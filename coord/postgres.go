@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +29,10 @@ type Postgres struct {
 	// skipValidation sends reports to the database unchecked, so tests can
 	// exercise the function's own checks.
 	skipValidation bool
+
+	// checksKeys caches that this session may run unchecked_keys (see
+	// Keys).
+	checksKeys atomic.Bool
 
 	lateMu sync.Mutex
 	// late holds, per key and node ID, the stopped channel of the node's
@@ -436,22 +442,53 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 // the query runs is handled as Heartbeat's, as in Nodes: a grace, within
 // which the rows may still be returned, then a cancel, the connection
 // kept until the query stops. KeyInfo.Unchecked comes from
-// fleetlimit.unchecked_keys() where this session may run it (schema
-// version 14 on, an operator's rights as grant gives them), which a first
-// statement asks; elsewhere every key reads as checked.
+// fleetlimit.unchecked_keys() where the session may run it (schema
+// version 14 on, an operator's rights as grant gives them); elsewhere
+// every key reads as checked. Until a listing has used it, a first
+// statement asks whether it may; a listing that finds it gone (a
+// rollback, a revoke) lists again without it.
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
-	var checks bool
-	if err := p.call(ctx, sqlChecksKeys, nil, &checks); err != nil {
-		return nil, pgError("keys", err)
-	}
-	sql := sqlKeysUnknown
-	if checks {
-		sql = sqlKeys.prod
-		if p.clock != nil {
-			sql = sqlKeys.test
+	checks := p.checksKeys.Load()
+	if !checks {
+		if err := p.call(ctx, p.form(sqlChecksKeys), nil, &checks); err != nil {
+			return nil, pgError("keys", err)
 		}
 	}
-	out, err := queryRows(ctx, p, sql, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
+	out, err := p.keys(ctx, checks)
+	if checks && uncheckedKeysGone(err) {
+		checks = false
+		out, err = p.keys(ctx, false)
+	}
+	p.checksKeys.Store(checks)
+	if err != nil {
+		return nil, pgError("keys", err)
+	}
+	return out, nil
+}
+
+// uncheckedKeysGone reports whether err says the session may no longer
+// run unchecked_keys: the function is missing, or its right was taken.
+func uncheckedKeysGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42501") &&
+		strings.Contains(pgErr.Message, "unchecked_keys")
+}
+
+// form is t's production form, or its test form under a test clock.
+func (p *Postgres) form(t timed) string {
+	if p.clock == nil {
+		return t.prod
+	}
+	return t.test
+}
+
+// keys runs the key listing, with each key's Unchecked when checks.
+func (p *Postgres) keys(ctx context.Context, checks bool) ([]KeyInfo, error) {
+	sql := sqlKeysUnknown
+	if checks {
+		sql = p.form(sqlKeys)
+	}
+	return queryRows(ctx, p, sql, []any{p.now()}, func(row pgx.CollectableRow) (KeyInfo, error) {
 		var (
 			ki                    KeyInfo
 			agg                   string
@@ -473,10 +510,6 @@ func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 		ki.HeldRows, ki.HeldReserve, ki.Evictions = int(heldRows), int(heldReserve), int(evictions)
 		return ki, err
 	})
-	if err != nil {
-		return nil, pgError("keys", err)
-	}
-	return out, nil
 }
 
 // Nodes lists every row of key, sorted by node id (byte order). It returns

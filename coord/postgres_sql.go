@@ -80,11 +80,6 @@ SELECT k.key, k.l_global, k.min_limit, k.max_limit, k.aggregate, k.epoch, k.gene
  ORDER BY n.node_id COLLATE "C", n.instance COLLATE "C"`
 
 	sqlKeyExists = `SELECT EXISTS (SELECT 1 FROM fleetlimit.keys WHERE key = $1)`
-
-	// sqlChecksKeys tells whether this session may run
-	// fleetlimit.unchecked_keys(): false on a schema without it, or for a
-	// role without EXECUTE on it.
-	sqlChecksKeys = `SELECT coalesce(has_function_privilege(to_regprocedure('fleetlimit.unchecked_keys()'), 'EXECUTE'), false)`
 )
 
 var (
@@ -94,6 +89,12 @@ var (
 	sqlKeys = timed{
 		prod: fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys()"),
 		test: fmt.Sprintf(sqlKeysFrom, "fleetlimit.unchecked_keys_at($1::timestamptz)"),
+	}
+	// sqlChecksKeys tells whether the session may run sqlKeys's function:
+	// false on a schema without it, or for a role without EXECUTE on it.
+	sqlChecksKeys = timed{
+		prod: `SELECT coalesce(has_function_privilege(to_regprocedure('fleetlimit.unchecked_keys()'), 'EXECUTE'), false)`,
+		test: `SELECT coalesce(has_function_privilege(to_regprocedure('fleetlimit.unchecked_keys_at(timestamptz)'), 'EXECUTE'), false)`,
 	}
 	// sqlKeysUnknown lists them where that cannot be told (an older schema,
 	// a role that may not run unchecked_keys): none is unchecked.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleettest"
+	"github.com/fleetlimit/fleetlimit/migrations"
 )
 
 func newPostgres(t testing.TB, pool *pgxpool.Pool, opts ...coord.PostgresOption) *coord.Postgres {
@@ -602,4 +603,37 @@ func partitionProxy(t *testing.T, cc *pgx.ConnConfig) *atomic.Bool {
 	cc.Host, cc.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
 	cc.Fallbacks, cc.TLSConfig = nil, nil
 	return &partitioned
+}
+
+// TestPostgresUncheckedKeys: with the database's record deleted by hand,
+// a key that recorded another incarnation is still unchecked (incarnate
+// re-creates the record and the key learns) and a key that recorded none
+// is not; and a listing that has used unchecked_keys lists on without it
+// once a rollback drops it.
+func TestPostgresUncheckedKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	p := newPostgres(t, pool)
+	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 2, 4, 0))
+	require.NoError(t, err)
+	require.NoError(t, p.CreateKey(ctx, "never", nil, nil))
+	_, err = pool.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'elsewhere' WHERE key = 'k';
+		DELETE FROM fleetlimit.database_state`)
+	require.NoError(t, err)
+	keys, err := p.Keys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"k", "never"}, []string{keys[0].Key, keys[1].Key})
+	require.True(t, keys[0].Unchecked)
+	require.False(t, keys[1].Unchecked, "the re-created record is of this incarnation, not learning")
+	g, err := p.Heartbeat(ctx, rep("a", 2, 8, 2, 4, 0))
+	require.NoError(t, err)
+	require.True(t, g.Learning)
+
+	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1))
+	keys, err = p.Keys(ctx)
+	require.NoError(t, err, "the listing that used unchecked_keys lists without it")
+	require.Len(t, keys, 2)
+	require.False(t, keys[0].Unchecked || keys[1].Unchecked)
+	require.NoError(t, migrations.Up(ctx, pool))
 }

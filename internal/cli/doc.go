@@ -132,7 +132,7 @@
 //	unchecked     bool     the database may have lost state since the key was last checked:
 //	                       its next heartbeat starts learning mode; false also where that
 //	                       cannot be told (a server in recovery, a schema before version 14,
-//	                       a role without the operator's rights)
+//	                       a role given read rights by hand)
 //	drains        array    node ids an operator drained, sorted
 //	rpm, tpm      int|null the key's request and token rates per minute as the
 //	                       newest heartbeat computed them; null for none

@@ -122,8 +122,9 @@ departed, evicted); MODE is learning after the database lost state, and
 unchecked for a key not checked since a loss the database can show (a
 failover, a restore, a server restart): its next heartbeat starts
 learning mode, and 'keys delete' refuses it until then. A server in
-recovery, a schema before version 14 and a role without the operator's
-rights cannot tell: their keys read as normal then.
+recovery, a schema before version 14 and a role given read rights by
+hand (no EXECUTE on fleetlimit.unchecked_keys) cannot tell: their keys
+read as normal then.
 
 When a key has a rate, RPM and TPM show its request and token rates per
 minute as the newest heartbeat computed them, with the operator's in

@@ -1,13 +1,13 @@
--- The key listing shows the keys that will enter learning mode at their next
--- check (docs/design.md §10).
+-- The key listing shows the keys whose next heartbeat will start learning
+-- mode (docs/design.md §10).
 --
 -- A key learns that the database lost state only when it is checked: at a
 -- heartbeat, or an operator's drain, undrain or eviction of one of its
 -- nodes. Until then the listing read its learning mode from the key's
 -- row, which a loss restores as it was, so a key not checked since a
 -- failover, a restore or a server restart showed as normal while its next
--- heartbeat would put it in learning mode, and delete_key refused it. Telling needs
--- the database's incarnation, which only the owner computes
+-- heartbeat would put it in learning mode, and delete_key refused it.
+-- Telling needs the database's incarnation, which only the owner computes
 -- (fleetlimit.incarnation() is not open to operators), and the database's
 -- own record, which operators cannot read. unchecked_keys, run with the
 -- owner's rights, names those keys.
@@ -73,7 +73,7 @@ BEGIN
                FROM pg_class AS c CROSS JOIN aclexplode(c.relacl) AS a
                LEFT JOIN pg_roles AS o ON o.oid = a.grantee
               WHERE c.oid = 'fleetlimit.keys'::regclass AND a.privilege_type = 'SELECT'
-                AND a.grantee <> c.relowner AND (a.grantee = 0 OR NOT o.rolsuper)
+                AND (a.grantee = 0 OR NOT o.rolsuper)
               ORDER BY 1 LOOP
         EXECUTE format(v_grant, r);
     END LOOP;

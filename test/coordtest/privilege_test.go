@@ -187,13 +187,14 @@ func TestRoles(t *testing.T) {
 	require.NoError(t, op.DeleteKey(ctx, "k2", false))
 	require.NoError(t, op.Evict(ctx, "k", "a"))
 	for what, sql := range map[string]string{
-		"heartbeat":   `SELECT * FROM fleetlimit.heartbeat('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0)`,
-		"waiting":     `SELECT * FROM fleetlimit.heartbeat_waiting('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', 0, 0, 0, 0, 0, 0, 0, 0)`,
-		"update":      `UPDATE fleetlimit.nodes SET share = 100`,
-		"delete":      `DELETE FROM fleetlimit.nodes`,
-		"time travel": `SELECT * FROM fleetlimit.heartbeat_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', $1)`,
-		"drain at":    `SELECT fleetlimit.drain_at('k', 'a', $1)`,
-		"grant":       `SELECT fleetlimit.grant_role('someone', 'operator')`,
+		"heartbeat":    `SELECT * FROM fleetlimit.heartbeat('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0)`,
+		"waiting":      `SELECT * FROM fleetlimit.heartbeat_waiting('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', 0, 0, 0, 0, 0, 0, 0, 0)`,
+		"update":       `UPDATE fleetlimit.nodes SET share = 100`,
+		"delete":       `DELETE FROM fleetlimit.nodes`,
+		"time travel":  `SELECT * FROM fleetlimit.heartbeat_at('k', 'c', 'c-1', 1, 8, 0, 1, 0, 0, 60000000, 0, '{}', $1)`,
+		"drain at":     `SELECT fleetlimit.drain_at('k', 'a', $1)`,
+		"grant":        `SELECT fleetlimit.grant_role('someone', 'operator')`,
+		"unchecked at": `SELECT * FROM fleetlimit.unchecked_keys_at($1)`,
 	} {
 		args := []any{}
 		if containsParam(sql) {
