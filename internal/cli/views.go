@@ -32,7 +32,7 @@ type keyView struct {
 	// LearningUntil is set while the key is in learning mode.
 	LearningUntil *time.Time `json:"learning_until"`
 	// Unchecked is true when the key's next heartbeat puts it in learning
-	// mode: the database lost state since its last check (see
+	// mode: the database may have lost state since its last check (see
 	// coord.KeyInfo.Unchecked).
 	Unchecked bool     `json:"unchecked"`
 	Drains    []string `json:"drains"`
