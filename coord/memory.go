@@ -120,8 +120,9 @@ func (m *Memory) Keys(_ context.Context) ([]KeyInfo, error) {
 	now := instant(m.clock)
 	out := make([]KeyInfo, 0, len(m.keys))
 	for _, k := range slices.Sorted(maps.Keys(m.keys)) {
-		ki := keyInfo(m.keys[k], now)
-		ki.Unchecked = m.keys[k].Unchecked(m.db, m.incarnation, now)
+		s := m.keys[k]
+		ki := keyInfo(s, now)
+		ki.Unchecked = s.Unchecked(m.db, m.incarnation, now)
 		out = append(out, ki)
 	}
 	return out, nil

@@ -86,10 +86,18 @@ func NewPostgres(pool *pgxpool.Pool, opts ...PostgresOption) (*Postgres, error) 
 // stmt returns t's form for this coordinator and its arguments: args, and
 // the test clock's time last when one is set.
 func (p *Postgres) stmt(t timed, args ...any) (string, []any) {
-	if p.clock == nil {
-		return t.prod, args
+	if p.clock != nil {
+		args = append(args, p.now())
 	}
-	return t.test, append(args, p.now())
+	return p.form(t), args
+}
+
+// form is t's production form, or its test form under a test clock.
+func (p *Postgres) form(t timed) string {
+	if p.clock == nil {
+		return t.prod
+	}
+	return t.test
 }
 
 // now is the "now" parameter: NULL unless a test clock is set.
@@ -472,14 +480,6 @@ func uncheckedKeysGone(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42501") &&
 		strings.Contains(pgErr.Message, "unchecked_keys")
-}
-
-// form is t's production form, or its test form under a test clock.
-func (p *Postgres) form(t timed) string {
-	if p.clock == nil {
-		return t.prod
-	}
-	return t.test
 }
 
 // keys runs the key listing, with each key's Unchecked when checks.

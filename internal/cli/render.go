@@ -129,7 +129,7 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 		fmt.Fprintf(&b, "learning mode until %s: each node is granted at most what it holds (the database may have lost state, design §10)\n",
 			k.LearningUntil.Local().Format("15:04:05"))
 	case k.Unchecked:
-		fmt.Fprintf(&b, "unchecked: the database may have lost state since the key was last checked; its next heartbeat starts learning mode (design §10)\n")
+		b.WriteString("unchecked: the database may have lost state since the key was last checked; its next heartbeat starts learning mode (design §10)\n")
 	}
 	switch {
 	case k.HeldReserve > 0:
