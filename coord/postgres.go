@@ -348,24 +348,27 @@ type statement struct {
 }
 
 // run runs the statement (do, on the statement's own context and
-// connection), reports its result on done, then gives the connection back
-// to the pool — or, if a cancel request was sent and the statement did not
-// stop with 57014 (or the request failed), takes it out of the pool and
-// closes it.
+// connection) and reports its result on done. A statement no cancel
+// request was sent for gives the connection back to the pool first, so
+// the caller's next statement can take the same one. Otherwise the
+// connection goes back after the result — or, if the statement did not
+// stop with 57014 (or the request failed), is taken out of the pool and
+// closed.
 func (st *statement) run(do func(context.Context, *pgxpool.Conn) error) {
 	defer st.p.forgetLate(st.node, st.stopped)
 	defer close(st.stopped)
 	defer st.cut()
 	err := do(st.qctx, st.conn)
-	st.done <- err
 	st.mu.Lock()
 	st.ended = true
 	requested := st.requested
 	st.mu.Unlock()
 	if requested == nil {
 		st.conn.Release()
+		st.done <- err
 		return
 	}
+	st.done <- err
 	// A statement the cancel stopped waits for the request's answer; one
 	// that ended otherwise, or was cut, leaves the request's effect unknown.
 	var pgErr *pgconn.PgError
