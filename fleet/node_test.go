@@ -398,38 +398,45 @@ func (h *hangingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coo
 	return h.Coordinator.Heartbeat(ctx, r)
 }
 
+// TestPartitionFencesBeforeLeaseEndsAndRecovers runs in a bubble, so the
+// node's clock is the test's: it fences at its last heartbeat + LeaseTTL −
+// FenceMargin, before the 200 ms lease ends, however slow the machine.
 func TestPartitionFencesBeforeLeaseEndsAndRecovers(t *testing.T) {
-	t.Parallel()
-	h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
-	a := startNode(t, h, testConfig("k", "a"))
-	le, err := a.Acquire(t.Context())
-	require.NoError(t, err)
-	defer le.Release()
+	bubble.Test(t, func(t *testing.T) {
+		h := &hangingCoordinator{Coordinator: coord.NewMemory(nil)}
+		cfg := testConfig("k", "a")
+		a := startNode(t, h, cfg)
+		le, err := a.Acquire(t.Context())
+		require.NoError(t, err)
+		defer le.Release()
 
-	h.setHang(true)
-	start := time.Now()
-	eventually(t, func() bool { return a.State().Fenced }, "fenced during the partition")
-	// Fenced by lastBeat + TTL − margin: well before the 200 ms lease ends.
-	require.Less(t, time.Since(start), 200*time.Millisecond+50*time.Millisecond)
-	require.True(t, a.State().Outage)
-	_, ok := a.TryAcquire()
-	require.False(t, ok, "a fenced node admits nothing")
-	// The limiter's ceiling follows the fence a moment later.
-	eventually(t, func() bool { return a.State().Limit == 0 }, "ceiling 0 while fenced")
-	_, err = a.Acquire(t.Context())
-	require.ErrorIs(t, err, ErrFenced, "a fenced node fails fast")
-	require.ErrorContains(t, err, "lease expiring")
-	le.Release()
+		h.setHang(true)
+		start := time.Now()
+		eventually(t, func() bool { return a.State().Fenced }, "fenced during the partition")
+		// Fenced at lastBeat + TTL − margin (150 ms after it), seen within
+		// a poll. The last heartbeat went out at most an interval before
+		// the hang, so its lease ends no sooner than TTL − interval after.
+		require.Less(t, time.Since(start), cfg.LeaseTTL-cfg.HeartbeatInterval, "fenced before the lease could end")
+		require.True(t, a.State().Outage)
+		_, ok := a.TryAcquire()
+		require.False(t, ok, "a fenced node admits nothing")
+		// The limiter's ceiling follows the fence a moment later.
+		eventually(t, func() bool { return a.State().Limit == 0 }, "ceiling 0 while fenced")
+		_, err = a.Acquire(t.Context())
+		require.ErrorIs(t, err, ErrFenced, "a fenced node fails fast")
+		require.ErrorContains(t, err, "lease expiring")
+		le.Release()
 
-	h.setHang(false)
-	eventually(t, func() bool { s := a.State(); return !s.Fenced && !s.Outage }, "recovered")
-	// An idle node's share is 0 one heartbeat after its demand was: the
-	// renewed node shows its share by admitting, which brings the demand.
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	le, err = a.Acquire(ctx)
-	require.NoError(t, err, "admits again")
-	le.Release()
+		h.setHang(false)
+		eventually(t, func() bool { s := a.State(); return !s.Fenced && !s.Outage }, "recovered")
+		// An idle node's share is 0 one heartbeat after its demand was: the
+		// renewed node shows its share by admitting, which brings the demand.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		le, err = a.Acquire(ctx)
+		require.NoError(t, err, "admits again")
+		le.Release()
+	})
 }
 
 func TestHoldLastShareKeepsAdmittingThroughAnOutage(t *testing.T) {
