@@ -80,11 +80,13 @@ func TestTransportRetryAfterPausesAdmission(t *testing.T) {
 
 func TestTransportHoldsLeaseUntilStreamedBodyEnds(t *testing.T) {
 	t.Parallel()
-	// Each stream lasts 300ms, longer than a closed body is read on for
-	// its end, so the stream closed after one byte is cut short.
-	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: 300 * time.Millisecond})
+	// Each stream lasts 1 s, longer than a closed body is read on for its
+	// end, so the stream closed after one byte is cut short. The stream
+	// and the hold are long enough that a loaded machine checks the slot
+	// within them.
+	p := startProvider(t, sim.ProviderConfig{Capacity: sim.Fixed(10), BaseLatency: time.Second})
 	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = 50 * time.Millisecond
+	cfg.AbandonedHold = 500 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
 
@@ -169,12 +171,17 @@ func TestTransportClassifiesResponses(t *testing.T) {
 		case "/500":
 			w.WriteHeader(http.StatusInternalServerError)
 		case "/slow":
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-time.After(5 * time.Second):
+			case <-r.Context().Done():
+			}
 		}
 	}))
 	defer srv.Close()
 	cfg := testConfig("k", "a")
-	cfg.AbandonedHold = 50 * time.Millisecond
+	// Timeout and hold long enough that a loaded machine sends the slow
+	// request before its timeout and checks its slot within the hold.
+	cfg.AbandonedHold = time.Second
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	client := &http.Client{Transport: n.Transport(nil)}
 
@@ -190,7 +197,7 @@ func TestTransportClassifiesResponses(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, uint64(1), n.State().Drops, "503 is a drop")
 
-	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 20 * time.Millisecond}
+	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 300 * time.Millisecond}
 	_, err = get(t, timeoutClient, srv.URL+"/slow")
 	require.Error(t, err)
 	require.Equal(t, uint64(2), n.State().Drops, "a timeout is a drop at once")
@@ -368,7 +375,9 @@ func TestTransportOwnDeadlineBeforeSendingIsNoDrop(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Zero(t, calls.Load(), "not sent")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	// Long enough that the transport calls the base within it on a
+	// loaded machine.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:1/", nil)
 	_, err = client.Do(req)
@@ -659,7 +668,7 @@ func TestTransportCallerCancelAfterHeadersIsNoDrop(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
-		for range 20 {
+		for range 200 { // 4 s, well past the caller's deadline
 			select {
 			case <-r.Context().Done():
 				return
@@ -677,7 +686,9 @@ func TestTransportCallerCancelAfterHeadersIsNoDrop(t *testing.T) {
 	before := n.Limiter().Snapshot().Estimate
 
 	for range 8 {
-		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		// Long enough that the headers come within it on a loaded
+		// machine; the body outlasts it.
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 		require.NoError(t, err)
 		resp, err := client.Do(req)
