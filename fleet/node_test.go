@@ -417,6 +417,8 @@ func TestPartitionFencesBeforeLeaseEndsAndRecovers(t *testing.T) {
 		// a poll. The last heartbeat went out at most an interval before
 		// the hang, so its lease ends no sooner than TTL − interval after.
 		require.Less(t, time.Since(start), cfg.LeaseTTL-cfg.HeartbeatInterval, "fenced before the lease could end")
+		const poll = 5 * time.Millisecond // eventually's
+		require.LessOrEqual(t, time.Since(start), cfg.LeaseTTL-cfg.FenceMargin+poll, "fenced FenceMargin before it")
 		require.True(t, a.State().Outage)
 		_, ok := a.TryAcquire()
 		require.False(t, ok, "a fenced node admits nothing")

@@ -24,19 +24,23 @@ import (
 // whatever the machine's load.
 func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 	t.Parallel()
-	const noload = 100 * time.Millisecond
+	const (
+		noload = 100 * time.Millisecond
+		rtt    = noload / 4 // each request's time at the upstream before it is settled
+	)
 	// held settles each lease with settle(i) and returns how long the
 	// next admission waited after it.
 	held := func(t *testing.T, peered bool, settle func(Lease, int)) []time.Duration {
 		n := lastSlotNode(t, peered)
 		measureNoload(t, n, noload)
-		// The waits add up to 26·noload (2.6 s) by design.
+		// The waits and sends add up to about 26·noload (2.6 s) by design.
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		le, err := n.Acquire(ctx)
 		require.NoError(t, err)
 		var waits []time.Duration
 		for i := range 8 {
+			time.Sleep(rtt) // the hold counts from when the request was sent
 			settled := time.Now()
 			settle(le, i)
 			le, err = n.Acquire(ctx)
@@ -53,10 +57,12 @@ func TestLeaseRefuseHoldsTheSlot(t *testing.T) {
 		}
 		le.Refuse(0)
 	}
+	// in is the waits of holds of mults × RTTNoload, each counted from
+	// when its request was sent, rtt before it was settled; 0 is none.
 	in := func(mults ...time.Duration) []time.Duration {
 		var out []time.Duration
 		for _, m := range mults {
-			out = append(out, m*noload)
+			out = append(out, max(m*noload-rtt, 0))
 		}
 		return out
 	}
