@@ -122,7 +122,8 @@ func LockHolder(ctx context.Context, pool *pgxpool.Pool) (pid int, exclusive boo
 // to call from many processes at once, and with a [Reset] under way. It
 // returns what [Status] returns when the version table and the schema
 // disagree, [ErrNoSchemaOnPath] when the search path has no schema for the
-// version table, and does nothing when nothing is pending.
+// version table, and does nothing when nothing is pending, as on a
+// database a newer build migrated (see [Newer]).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	_, _, err := UpVersions(ctx, pool)
 	return err
@@ -189,7 +190,9 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 }
 
 // DownTo rolls migrations back until version is the newest applied; 0 removes
-// the fleetlimit schema but keeps [VersionTable] (see [Reset]).
+// the fleetlimit schema but keeps [VersionTable] (see [Reset]). It refuses
+// a database at a version this build does not embed with [ErrSchemaNewer]:
+// only the build that has a migration can roll it back.
 //
 // Before goose runs, DownTo reads the state as [Status] does and refuses,
 // rolling nothing back and creating nothing, with the error Status returns
@@ -205,7 +208,11 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // not one step: a state changed by hand, or by a run from another search
 // path, in between is goose's to find.
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
-	if _, err := Status(ctx, pool); err != nil {
+	st, err := Status(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := refuseNewer(st, "roll back with the build that applied the newer migrations"); err != nil {
 		return err
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
@@ -277,6 +284,12 @@ var ErrVersionTableGone = errors.New("migrations: the fleetlimit schema exists, 
 // reaches the one that agrees.
 var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees with the fleetlimit schema")
 
+// ErrSchemaNewer reports a database that a newer build migrated past this
+// build's newest migration: [DownTo] and [Reset] cannot roll back what
+// they do not have, and refuse, changing nothing. The error names both
+// versions.
+var ErrSchemaNewer = errors.New("migrations: the database was migrated by a newer build")
+
 // ErrVersionTableElsewhere reports a version table on the search path but
 // not in its first schema, where goose looks for it (and would create
 // another): migrate as the role that migrated, or with a search path that
@@ -304,6 +317,9 @@ func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 		return dropUnrecordedSchema(ctx, pool)
 	}
 	if err != nil && !errors.Is(err, ErrSchemaGone) {
+		return err
+	}
+	if err := refuseNewer(st, "reset with the build that applied the newer migrations"); err != nil {
 		return err
 	}
 	for _, s := range st { // none after ErrSchemaGone

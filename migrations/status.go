@@ -23,7 +23,9 @@ import (
 // [ErrSchemaUnrecorded] when the schema exists but the table records
 // none ([ErrVersionTableGone] when no schema holds a version table), and
 // [ErrVersionMismatch] when the table's newest version is not the
-// schema's.
+// schema's. A version the table records that this build does not embed
+// (a newer build migrated the database) is listed too, applied, after
+// the embedded ones, with an empty Source.Path: see [Newer].
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	sources, err := sourceList()
 	if err != nil {
@@ -51,9 +53,47 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 		out[i] = &goose.MigrationStatus{Source: src, State: goose.StatePending}
 		if at, ok := applied[src.Version]; ok {
 			out[i].State, out[i].AppliedAt = goose.StateApplied, at
+			delete(applied, src.Version)
 		}
 	}
-	return out, nil
+	unknown := make([]*goose.MigrationStatus, 0, len(applied))
+	for v, at := range applied {
+		unknown = append(unknown, &goose.MigrationStatus{
+			Source: &goose.Source{Type: goose.TypeSQL, Version: v},
+			State:  goose.StateApplied, AppliedAt: at,
+		})
+	}
+	sort.Slice(unknown, func(i, j int) bool { return unknown[i].Source.Version < unknown[j].Source.Version })
+	return append(out, unknown...), nil
+}
+
+// Newer returns the newest version st (from [Status]) lists as applied
+// that this build does not embed, and the newest it embeds; newer is 0
+// when every applied version is embedded. A database a newer build
+// migrated is past what this build can apply or roll back: [Up] leaves it
+// as it is, and [DownTo] and [Reset] refuse it with [ErrSchemaNewer]
+// (fleet nodes of this build still run on it: see coord.CheckSchema).
+func Newer(st []*goose.MigrationStatus) (newer, newest int64) {
+	for _, s := range st {
+		if s.Source.Path == "" {
+			if s.State == goose.StateApplied {
+				newer = max(newer, s.Source.Version)
+			}
+		} else {
+			newest = max(newest, s.Source.Version)
+		}
+	}
+	return newer, newest
+}
+
+// refuseNewer returns [ErrSchemaNewer], naming the versions, when st lists
+// an applied version this build does not embed.
+func refuseNewer(st []*goose.MigrationStatus, what string) error {
+	if newer, newest := Newer(st); newer > 0 {
+		return fmt.Errorf("%w: the database is at version %d, and this build's newest migration is %d: %s",
+			ErrSchemaNewer, newer, newest, what)
+	}
+	return nil
 }
 
 // querier is a pool or one of its connections.

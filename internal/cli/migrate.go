@@ -36,7 +36,7 @@ func (r *runner) migrateCommand() *ucli.Command {
 							return migrationHint(err)
 						}
 						if after == before {
-							r.printf("schema is up to date at version %d\n", after)
+							r.printf("%s\n", upToDate(after))
 						} else {
 							r.printf("migrated from version %d to %d\n", before, after)
 						}
@@ -82,6 +82,9 @@ refuses any schema older than this fleetctl's.`,
 							return nil
 						}
 						before := applied[len(applied)-1]
+						if err := refuseNewer(before, "roll back"); err != nil {
+							return err
+						}
 						if !c.IsSet("to") {
 							if len(applied) == 1 {
 								return fmt.Errorf("version %d is the first migration: rolling it back removes the whole "+
@@ -163,6 +166,9 @@ the same confirmation and checks.`,
 							}
 							return nil
 						}
+						if err := refuseNewer(current, "reset"); err != nil {
+							return err
+						}
 						use, err := refuseLive(ctx, pool, "resetting", c.Bool("force"))
 						if err != nil {
 							return err
@@ -197,7 +203,8 @@ the same confirmation and checks.`,
 				Name:  "status",
 				Usage: "list every migration and whether it is applied",
 				Description: `JSON: an array of {version, name, state ("applied" or "pending"),
-applied_at (null when pending)}.`,
+applied_at (null when pending)}. A version a newer fleetctl applied, which
+this one does not have, is listed last with an empty name.`,
 				Flags: []ucli.Flag{outputFlag()},
 				Action: r.action(func(c *ucli.Context) error {
 					format, err := outputFormat(c)
@@ -205,7 +212,10 @@ applied_at (null when pending)}.`,
 						return err
 					}
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool)
+						// No note of the lock: a status read waits for it
+						// only when its two looks disagree (a migration
+						// committed between them), not whenever a run
+						// holds it.
 						st, err := migrations.Status(ctx, pool)
 						if err != nil {
 							return readHint(migrationHint(err))
@@ -220,7 +230,11 @@ applied_at (null when pending)}.`,
 							if v.AppliedAt != nil {
 								at = v.AppliedAt.Format(time.RFC3339)
 							}
-							t.row(strconv.FormatInt(v.Version, 10), v.State, at, v.Name)
+							name := v.Name
+							if name == "" {
+								name = "(not in this fleetctl: a newer one applied it)"
+							}
+							t.row(strconv.FormatInt(v.Version, 10), v.State, at, name)
 						}
 						return t.flush()
 					})
@@ -238,7 +252,7 @@ applied_at (null when pending)}.`,
 						if pending > 0 {
 							return checkFailedf("%d migration(s) pending: schema at version %d; run 'fleetctl migrate up'", pending, current)
 						}
-						r.printf("schema is up to date at version %d\n", current)
+						r.printf("%s\n", upToDate(current))
 						return nil
 					})
 				}),
@@ -449,6 +463,30 @@ func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pend
 	return current, pending, nil
 }
 
+// upToDate says that nothing is pending at version current, and when a
+// newer build migrated past this one's newest migration, that this build
+// can neither apply nor roll back what it finds.
+func upToDate(current int64) string {
+	if current > coord.SchemaVersion {
+		return fmt.Sprintf("schema is at version %d, newer than this fleetctl's newest migration (%d): nothing to apply; "+
+			"roll back or reset with a fleetctl that has version %d", current, coord.SchemaVersion, current)
+	}
+	return fmt.Sprintf("schema is up to date at version %d", current)
+}
+
+// refuseNewer returns migrations.ErrSchemaNewer, naming the versions, when
+// current is past this fleetctl's newest migration: what is to be
+// rolled back (what: "roll back", "reset") is not in this build. It
+// comes before the checks for live nodes, which could not make it
+// possible.
+func refuseNewer(current int64, what string) error {
+	if current <= coord.SchemaVersion {
+		return nil
+	}
+	return fmt.Errorf("%w: the database is at version %d, and this fleetctl's newest migration is %d: %s with a fleetctl that has version %d",
+		migrations.ErrSchemaNewer, current, coord.SchemaVersion, what, current)
+}
+
 // migrationView is one migration as migrate status prints it. Its JSON form
 // is a stable interface.
 type migrationView struct {
@@ -461,7 +499,10 @@ type migrationView struct {
 func newMigrationViews(st []*goose.MigrationStatus) []migrationView {
 	out := make([]migrationView, len(st))
 	for i, s := range st {
-		v := migrationView{Version: s.Source.Version, Name: path.Base(s.Source.Path), State: "pending"}
+		v := migrationView{Version: s.Source.Version, State: "pending"}
+		if s.Source.Path != "" {
+			v.Name = path.Base(s.Source.Path)
+		}
 		if s.State == goose.StateApplied {
 			v.State = "applied"
 			at := s.AppliedAt.UTC()
@@ -474,8 +515,9 @@ func newMigrationViews(st []*goose.MigrationStatus) []migrationView {
 
 // noteMigrationLock says on stderr that the command is about to wait for
 // the lock migrations take, when another session holds it exclusively: a
-// migration or a rollback, which every migrate command waits for. (A
-// shared holder, a status read, is brief, and only a command that has
+// migration or a rollback, which up, down and reset wait for (status only
+// when a migration commits between its two looks, so it says nothing).
+// (A shared holder, a status read, is brief, and only a command that has
 // migrations to run waits for it.) It only looks; a failed look says
 // nothing.
 func (r *runner) noteMigrationLock(ctx context.Context, pool *pgxpool.Pool) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +200,12 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 	defer holder.Close(context.Background())
 	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, migrations.LockID)
 	require.NoError(t, err)
+	// A status read whose two looks agree waits for no lock, and says
+	// none.
+	stdout, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "status")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Empty(t, stderr, "status waited for nothing")
+	require.Contains(t, stdout, "pending")
 
 	type result struct {
 		stdout, stderr string
@@ -229,7 +237,7 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 		said = append(said, r.stdout)
 	}
 	require.ElementsMatch(t, []string{fmt.Sprintf("migrated from version 0 to %d\n", coord.SchemaVersion), fmt.Sprintf("schema is up to date at version %d\n", coord.SchemaVersion)}, said)
-	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
+	_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Empty(t, stderr, "nothing said when the lock is free")
 
@@ -276,4 +284,55 @@ func TestHeldRefusal(t *testing.T) {
 	} {
 		require.EqualError(t, heldRefusal(tt.u, "resetting"), tt.want)
 	}
+}
+
+// TestMigrateOnASchemaNewerThanThisFleetctl: a database one migration past
+// this fleetctl's newest says so in every migrate command, applies
+// nothing, and refuses to roll back or reset what this fleetctl does not
+// have — before it checks for live nodes — leaving the schema and the
+// key's nodes as they were.
+func TestMigrateOnASchemaNewerThanThisFleetctl(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seedKey(t, dsn) // a live node
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	newer := coord.SchemaVersion + 1
+	_, err = pool.Exec(t.Context(), fmt.Sprintf(`
+		INSERT INTO fleetlimit_schema_version (version_id, is_applied) VALUES (%d, true);
+		CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
+		RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$`, newer, newer))
+	require.NoError(t, err)
+
+	atNewer := fmt.Sprintf("schema is at version %d, newer than this fleetctl's newest migration (%d): nothing to apply; "+
+		"roll back or reset with a fleetctl that has version %d\n", newer, coord.SchemaVersion, newer)
+	require.Equal(t, atNewer, fleetctlOK(t, dsn, "migrate", "up"))
+	require.Equal(t, atNewer, fleetctlOK(t, dsn, "migrate", "validate"))
+	status := fleetctlOK(t, dsn, "migrate", "status")
+	lines := strings.Split(strings.TrimSpace(status), "\n")
+	last := strings.Fields(lines[len(lines)-1])
+	require.Equal(t, []string{strconv.Itoa(newer), "applied"}, last[:2], status)
+	require.Contains(t, lines[len(lines)-1], "(not in this fleetctl: a newer one applied it)")
+	js := fleetctlOK(t, dsn, "migrate", "status", "-o", "json")
+	var views []migrationView
+	require.NoError(t, json.Unmarshal([]byte(js), &views))
+	require.Len(t, views, newer)
+	require.Equal(t, migrationView{Version: int64(newer), State: "applied"}, migrationView{
+		Version: views[newer-1].Version, Name: views[newer-1].Name, State: views[newer-1].State})
+	require.NotNil(t, views[newer-1].AppliedAt)
+
+	env := map[string]string{EnvFleetDatabaseURL: dsn}
+	for _, args := range [][]string{
+		{"migrate", "down"}, {"migrate", "down", "--to", "5", "--force"}, {"migrate", "reset", "--yes", "--force"},
+	} {
+		_, stderr, code := runCLI(t, env, args...)
+		require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, fmt.Sprintf("the database is at version %d, and this fleetctl's newest migration is %d: ",
+			newer, coord.SchemaVersion), args)
+		require.Contains(t, stderr, fmt.Sprintf("with a fleetctl that has version %d", newer), args)
+		require.NotContains(t, stderr, "live", args)
+	}
+	require.Equal(t, atNewer, fleetctlOK(t, dsn, "migrate", "validate"), "nothing was rolled back")
+	require.Contains(t, fleetctlOK(t, dsn, "nodes", "k"), "node-1", "nothing was removed")
 }

@@ -524,3 +524,60 @@ func TestSchemaVersionMatches(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, old.CheckSchema(ctx), coord.ErrSchema, "a schema at version 3")
 }
+
+// TestSchemaNewerThanThisBuild: a database a newer build migrated (one
+// version past coord.SchemaVersion, with the function that says so) is
+// listed with that version, has nothing pending, and is left as it is:
+// Up applies nothing, DownTo and Reset refuse with ErrSchemaNewer naming
+// both versions, and nodes of this build still heartbeat on it.
+func TestSchemaNewerThanThisBuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	newer := int64(coord.SchemaVersion + 1)
+	_, err := pool.Exec(ctx, fmt.Sprintf(`
+		INSERT INTO %s (version_id, is_applied) VALUES (%d, true);
+		CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
+		RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$`, migrations.VersionTable, newer, newer))
+	require.NoError(t, err)
+
+	st, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	last := st[len(st)-1]
+	require.Equal(t, newer, last.Source.Version)
+	require.Equal(t, goose.StateApplied, last.State)
+	require.Empty(t, last.Source.Path, "this build has no file for it")
+	n, newest := migrations.Newer(st)
+	require.Equal(t, newer, n)
+	require.Equal(t, int64(coord.SchemaVersion), newest)
+
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+	before, after, err := migrations.UpVersions(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{newer, newer}, [2]int64{before, after})
+
+	want := fmt.Sprintf("the database is at version %d, and this build's newest migration is %d", newer, coord.SchemaVersion)
+	err = migrations.DownTo(ctx, pool, 5)
+	require.ErrorIs(t, err, migrations.ErrSchemaNewer)
+	require.ErrorContains(t, err, want)
+	err = migrations.Reset(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrSchemaNewer)
+	require.ErrorContains(t, err, want)
+
+	st, err = migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	n, _ = migrations.Newer(st)
+	require.Equal(t, newer, n, "nothing was rolled back")
+	for _, s := range st {
+		require.Equal(t, goose.StateApplied, s.State, "version %d", s.Source.Version)
+	}
+	p, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckSchema(ctx))
+	g, err := p.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "n", Instance: "i", Seq: 1, LLocal: 3, Demand: 1, LeaseTTL: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 3, g.Share)
+}
