@@ -32,6 +32,9 @@ func (r *runner) migrateCommand() *ucli.Command {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						r.noteMigrationLock(ctx, pool)
 						before, after, err := migrations.UpVersions(ctx, pool)
+						if err != nil && ctx.Err() != nil {
+							return interruptedUp(ctx, pool, err)
+						}
 						if err != nil {
 							return migrationHint(err)
 						}
@@ -461,6 +464,26 @@ func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pend
 		}
 	}
 	return current, pending, nil
+}
+
+// interruptedUp is the error of a migrate up that its context ended
+// (Ctrl-C) with err: the version it reached and what is left. Every
+// migration runs in one transaction, so the schema is at one version;
+// when reading it fails too, err stands.
+func interruptedUp(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	current, pending, serr := schemaVersion(rctx, pool)
+	if serr != nil {
+		return err
+	}
+	// Not wrapping context.Canceled, which exitCode would print as a bare
+	// "interrupted".
+	if pending == 0 {
+		return fmt.Errorf("interrupted, after every migration was applied: the schema is at version %d", current)
+	}
+	return fmt.Errorf("interrupted at version %d, with %s pending (each migration is applied whole or not at all): "+
+		"run 'fleetctl migrate up' again to apply the rest", current, plural(pending, "migration", "migrations"))
 }
 
 // upToDate says that nothing is pending at version current, and when a

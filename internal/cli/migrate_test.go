@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -335,4 +336,26 @@ func TestMigrateOnASchemaNewerThanThisFleetctl(t *testing.T) {
 	}
 	require.Equal(t, atNewer, fleetctlOK(t, dsn, "migrate", "validate"), "nothing was rolled back")
 	require.Contains(t, fleetctlOK(t, dsn, "nodes", "k"), "node-1", "nothing was removed")
+}
+
+// TestInterruptedUpSaysWhereItStopped: a migrate up whose context ended
+// says the version the schema is at and how many migrations are left,
+// not a bare "interrupted".
+func TestInterruptedUpSaysWhereItStopped(t *testing.T) {
+	t.Parallel()
+	db := newMigrateDB(t)
+	fleetctlOK(t, db.dsn, "migrate", "up")
+	fleetctlOK(t, db.dsn, "migrate", "down", "--to", "5")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var said bytes.Buffer
+	require.Equal(t, ExitFailure, exitCode(&said, inCommand("migrate up", interruptedUp(ctx, db.pool, ctx.Err()))))
+	require.Equal(t, fmt.Sprintf("fleetctl: migrate up: interrupted at version 5, with %d migrations pending (each migration is "+
+		"applied whole or not at all): run 'fleetctl migrate up' again to apply the rest\n", coord.SchemaVersion-5), said.String())
+
+	fleetctlOK(t, db.dsn, "migrate", "up")
+	said.Reset()
+	exitCode(&said, inCommand("migrate up", interruptedUp(ctx, db.pool, ctx.Err())))
+	require.Equal(t, fmt.Sprintf("fleetctl: migrate up: interrupted, after every migration was applied: the schema is at version %d\n",
+		coord.SchemaVersion), said.String())
 }
