@@ -227,6 +227,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		fenced := n.fence.State().Fenced
 		n.mu.Lock()
 		draining, learning, share, outage := n.status == coord.StatusDraining, n.learning, n.share, n.outage
+		ramping, level, rampTo, span := n.ramping(), n.ramp.level, n.ramp.to, n.ramp.span
 		n.mu.Unlock()
 		switch {
 		case draining:
@@ -241,6 +242,14 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives its share up after an "+
 				"interval without requests, and L_global may be held by other nodes); its demand asks for one "+
 				"at its next heartbeat: %s", err, n.cfg.NodeID, n.cfg.Key, fix)
+		case ramping && !paused && !fenced:
+			fix := "retry"
+			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
+				fix = "set Limiter.MaxQueued so that requests wait for their turn, or retry"
+			}
+			return fmt.Errorf("%w: node %q of key %q is taking up its share of %d over %v and admits %d now (a share "+
+				"that rises is taken up over one no-load round trip, at most half a heartbeat, so that its requests "+
+				"reach the upstream one after another): %s", err, n.cfg.NodeID, n.cfg.Key, rampTo, span, level, fix)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout):
 		n.noteUnmet(weight, true)

@@ -272,3 +272,42 @@ func TestIdleNodeSaysWhyItRefuses(t *testing.T) {
 		le.Release()
 	})
 }
+
+// TestRampingNodeSaysWhyItRefuses: right after Start a node takes its
+// share up over half a heartbeat (no round trip measured yet), its first
+// slot at once. A request it cannot queue meanwhile (MaxQueued 0, the
+// default) is refused with that reason and the fix; once the rise is
+// over the whole share admits at once.
+func TestRampingNodeSaysWhyItRefuses(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval = time.Second
+		cfg.LeaseTTL = 4 * time.Second
+		cfg.FenceMargin = time.Second
+		cfg.Limiter = adaptive.Config{} // InitialLimit 20, MaxQueued 0
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		require.Equal(t, 20, n.State().Share)
+		first, err := n.Acquire(t.Context())
+		require.NoError(t, err, "the first slot at once")
+		_, err = n.Acquire(t.Context())
+		require.ErrorIs(t, err, adaptive.ErrQueueFull)
+		require.ErrorContains(t, err, `node "a" of key "k" is taking up its share of 20 over 500ms and admits 1 now`)
+		require.ErrorContains(t, err, "set Limiter.MaxQueued so that requests wait for their turn, or retry")
+		_, err = n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
+		require.ErrorIs(t, err, adaptive.ErrWouldWait)
+		require.ErrorContains(t, err, "admits 1 now")
+		require.ErrorContains(t, err, "one after another): retry", "TryAcquire never waits")
+		first.Release()
+
+		time.Sleep(cfg.HeartbeatInterval/2 + time.Millisecond) // past the rise's last step
+		var held []Lease
+		for range 20 {
+			le, err := n.Acquire(t.Context())
+			require.NoError(t, err, "after the rise, the whole share")
+			held = append(held, le)
+		}
+		for _, le := range held {
+			le.Release()
+		}
+	})
+}
