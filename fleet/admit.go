@@ -242,7 +242,8 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives its share up after an "+
 				"interval without requests, and L_global may be held by other nodes); its demand asks for one "+
 				"at its next heartbeat: %s", err, n.cfg.NodeID, n.cfg.Key, fix)
-		case ramping && !paused && !fenced:
+		case ramping && !paused && !fenced && n.lim.Limit() >= level:
+			// The rise binds, not the estimate or a refusal's cut.
 			fix := "retry"
 			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
 				fix = "set Limiter.MaxQueued so that requests wait for their turn, or retry"
