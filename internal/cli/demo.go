@@ -44,8 +44,10 @@ func (r *runner) demoCommand() *ucli.Command {
 sending requests as fast as their node admits them to a simulated provider
 on 127.0.0.1. The provider's capacity is hidden from the nodes and moves
 (40 → 20 at a third of --duration → 60 at two thirds); above it, requests
-get 429. Demand (nodes × workers) is far above capacity, so the fleet has
-to find the capacity and share it. While it runs, demo shows the same view
+get 429. With the default flags demand (nodes × workers, 128) is far above
+capacity, so the fleet has to find the capacity and share it; with fewer
+workers in all than the capacity, the summary says the demand bounded the
+goodput. While it runs, demo shows the same view
 as watch (with the provider's capacity); at the end it prints a summary:
 goodput, 429s, the provider's maximum concurrency against its capacity,
 the time spent over capacity, and each node's share and successes.

@@ -96,6 +96,10 @@ func (s demoSummary) write(w io.Writer) {
 	fmt.Fprintf(w, "  capacity          %s (hidden from the nodes; %s per request)\n", strings.Join(sched, " → "), demoBaseLatency)
 	fmt.Fprintf(w, "  goodput           %.1f req/s (%d successful requests; %s of the %.1f req/s the capacity allows)\n",
 		goodput, st.Successes, ratio(goodput, s.idealRate), s.idealRate)
+	if demand := s.cfg.nodes * s.cfg.workers; demand < s.maxCapacity {
+		fmt.Fprintf(w, "  demand            %d workers in all, below the capacity of %d: the goodput is bounded by the demand, not the capacity\n",
+			demand, s.maxCapacity)
+	}
 	fmt.Fprintf(w, "  rate-limited      %d 429s = %s of %d requests sent\n", st.Rejected, ratio(float64(st.Rejected), float64(sent)), sent)
 	fmt.Fprintf(w, "  max concurrency   %d at the provider (capacity at most %d)\n", st.MaxConcurrency, s.maxCapacity)
 	fmt.Fprintf(w, "  over capacity     %.2fs of %.1fs (%s)\n", st.OverCapacity.Seconds(), secs, ratio(st.OverCapacity.Seconds(), secs))

@@ -26,3 +26,17 @@ func TestDemoSummaryShowsTheStepsTheRunSaw(t *testing.T) {
 	newDemoSummary("k", cfg, schedule, 0, 8*time.Second, sim.Stats{}, nil).write(&b)
 	require.Contains(t, b.String(), "  capacity          40 → 20 at 6.7s (hidden from the nodes;")
 }
+
+// TestDemoSummarySaysWhenDemandBoundsTheGoodput: fewer workers in all than
+// the capacity cannot fill it, and the summary says so; the default fleet
+// can, and the line is not there.
+func TestDemoSummarySaysWhenDemandBoundsTheGoodput(t *testing.T) {
+	t.Parallel()
+	schedule := []sim.Step{{Capacity: 40}, {At: 6700 * time.Millisecond, Capacity: 20}, {At: 13300 * time.Millisecond, Capacity: 60}}
+	var b bytes.Buffer
+	newDemoSummary("k", demoConfig{nodes: 2, workers: 8}, schedule, 0, 20*time.Second, sim.Stats{}, nil).write(&b)
+	require.Contains(t, b.String(), "  demand            16 workers in all, below the capacity of 60: the goodput is bounded by the demand, not the capacity\n")
+	b.Reset()
+	newDemoSummary("k", demoConfig{nodes: DefaultDemoNodes, workers: DefaultDemoWorkers}, schedule, 0, 20*time.Second, sim.Stats{}, nil).write(&b)
+	require.NotContains(t, b.String(), "demand")
+}
