@@ -76,6 +76,20 @@ func (db migrateDB) loginRole(t *testing.T) (role, dsn string) {
 	return role, u.String()
 }
 
+// liveKeyDB returns the DSN of a migrated database with a live node on
+// key "k" (seedKey), after running sql on it as the test's superuser.
+func liveKeyDB(t *testing.T, sql string) string {
+	t.Helper()
+	dsn := fleettest.DSN(t)
+	seedKey(t, dsn)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), sql)
+	require.NoError(t, err)
+	return dsn
+}
+
 // fleetctlOK runs fleetctl on dsn and requires success; it returns stdout.
 func fleetctlOK(t *testing.T, dsn string, args ...string) string {
 	t.Helper()
@@ -160,13 +174,7 @@ func TestGrantOperatorReadsTheVersionTableWhereItIs(t *testing.T) {
 // removes the schema; the database migrates again.
 func TestMigrateResetAfterTheVersionTableWasDroppedByHand(t *testing.T) {
 	t.Parallel()
-	dsn := fleettest.DSN(t)
-	seedKey(t, dsn) // a live node
-	pool, err := pgxpool.New(t.Context(), dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = pool.Exec(t.Context(), `DROP TABLE fleetlimit_schema_version`)
-	require.NoError(t, err)
+	dsn := liveKeyDB(t, `DROP TABLE fleetlimit_schema_version`)
 
 	env := map[string]string{EnvFleetDatabaseURL: dsn}
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "status"}, {"migrate", "validate"}, {"migrate", "down"}} {
@@ -294,17 +302,11 @@ func TestHeldRefusal(t *testing.T) {
 // key's nodes as they were.
 func TestMigrateOnASchemaNewerThanThisFleetctl(t *testing.T) {
 	t.Parallel()
-	dsn := fleettest.DSN(t)
-	seedKey(t, dsn) // a live node
-	pool, err := pgxpool.New(t.Context(), dsn)
-	require.NoError(t, err)
-	defer pool.Close()
 	newer := coord.SchemaVersion + 1
-	_, err = pool.Exec(t.Context(), fmt.Sprintf(`
+	dsn := liveKeyDB(t, fmt.Sprintf(`
 		INSERT INTO fleetlimit_schema_version (version_id, is_applied) VALUES (%d, true);
 		CREATE OR REPLACE FUNCTION fleetlimit.schema_version()
 		RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$`, newer, newer))
-	require.NoError(t, err)
 
 	atNewer := fmt.Sprintf("schema is at version %d, newer than this fleetctl's newest migration (%d): nothing to apply; "+
 		"roll back or reset with a fleetctl that has version %d\n", newer, coord.SchemaVersion, newer)
