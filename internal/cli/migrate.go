@@ -30,7 +30,9 @@ func (r *runner) migrateCommand() *ucli.Command {
 				Usage: "apply every pending migration",
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-						r.noteMigrationLock(ctx, pool)
+						if pending, err := migrations.HasPending(ctx, pool); err != nil || pending {
+							r.noteMigrationLock(ctx, pool) // with nothing pending, up takes no lock
+						}
 						before, after, err := migrations.UpVersions(ctx, pool)
 						if err != nil && ctx.Err() != nil {
 							return interruptedUp(ctx, pool, err)

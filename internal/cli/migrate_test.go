@@ -249,6 +249,14 @@ func TestConcurrentMigrateUpsSayWhatEachDid(t *testing.T) {
 	_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Empty(t, stderr, "nothing said when the lock is free")
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, migrations.LockID)
+	require.NoError(t, err)
+	stdout, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: db.dsn}, "migrate", "up")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Empty(t, stderr, "nothing pending: up takes no lock, and says none")
+	require.Equal(t, fmt.Sprintf("schema is up to date at version %d\n", coord.SchemaVersion), stdout)
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, migrations.LockID)
+	require.NoError(t, err)
 
 	// Nothing is said for a lock that nothing here waits for: the same
 	// lock in another database of the cluster (advisory locks are per
