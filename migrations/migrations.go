@@ -8,7 +8,10 @@
 // Postgres session advisory lock (ID [LockID]) so that many processes may call
 // [Up] at boot: one migrates, the others wait and then find nothing to do.
 // [Reset] removes the version table too; [Status] and [HasPending] read
-// it without creating it.
+// it without creating it. A database a newer build migrated is left as it
+// is: Up finds nothing to do (an older process booting in a rolling
+// upgrade runs on the newer schema), while [DownTo] and [Reset] refuse
+// with [ErrSchemaNewer] (see [Newer]).
 package migrations
 
 import (
