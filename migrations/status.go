@@ -68,19 +68,20 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 }
 
 // Newer returns the newest version st (from [Status]) lists as applied
-// that this build does not embed, and the newest it embeds; newer is 0
-// when every applied version is embedded. A database a newer build
+// past the newest this build embeds, and that newest; newer is 0 when no
+// applied version is past it. A database a newer build
 // migrated is past what this build can apply or roll back: [Up] leaves it
 // as it is, and [DownTo] and [Reset] refuse it with [ErrSchemaNewer]
 // (fleet nodes of this build still run on it: see coord.CheckSchema).
 func Newer(st []*goose.MigrationStatus) (newer, newest int64) {
 	for _, s := range st {
-		if s.Source.Path == "" {
-			if s.State == goose.StateApplied {
-				newer = max(newer, s.Source.Version)
-			}
-		} else {
+		if s.Source.Path != "" {
 			newest = max(newest, s.Source.Version)
+		}
+	}
+	for _, s := range st {
+		if s.State == goose.StateApplied && s.Source.Version > newest {
+			newer = max(newer, s.Source.Version)
 		}
 	}
 	return newer, newest
