@@ -109,7 +109,10 @@ import (
 //     limit, longer waits, less time left, more timeouts. Such a
 //     request admitted with less than one RTTNoload left is not sent at
 //     all, nor is any request whose deadline has passed at admission:
-//     they fail with ErrLate. After the headers nothing counts as a
+//     they fail with ErrLate. A caller's own deadline shorter than that
+//     (under twice RTTNoload when the request arrived) is sent, and its
+//     timeout counts as a drop only if it left the request at least one
+//     RTTNoload: a shorter one could not be met with no load at all. After the headers nothing counts as a
 //     drop (a caller's own deadline mid-stream, or a user pressing
 //     stop, is no overload signal). A request that failed before it was
 //     sent counts as a drop only for the base's own timeout (its
@@ -730,8 +733,11 @@ func neverConnected(err error) bool {
 // wrapping ErrLate and context.DeadlineExceeded says not to send it; with
 // less than two, late says that its timeout is no overload signal. A
 // request that arrived with less, or while no round trip is known, is
-// neither — a caller's own short deadline is judged as before — unless
-// its deadline has passed already: that one is never sent either.
+// sent — a caller's own short deadline — unless its deadline has passed
+// already: that one is never sent either. Its timeout counts as a drop
+// if it was sent with at least one RTTNoload left, time the upstream
+// answers in with no load; with less, it could not have been answered in
+// time whatever the load (a probe's tight timeout), and late says so.
 func (t *transport) lateness(ctx context.Context, arrived time.Time) (late bool, err error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -740,7 +746,7 @@ func (t *transport) lateness(ctx context.Context, arrived time.Time) (late bool,
 	left := time.Until(deadline)
 	noload := t.node.lim.RTTNoload()
 	if left > 0 && (noload <= 0 || deadline.Sub(arrived) < 2*noload) {
-		return false, nil
+		return left < noload, nil
 	}
 	if left < noload || left <= 0 {
 		return false, fmt.Errorf("%w: %v of the deadline left after the admission wait, the upstream's no-load round trip is %v; not sent: %w",

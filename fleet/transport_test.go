@@ -221,9 +221,10 @@ func TestTransportClassifiesResponses(t *testing.T) {
 // and stayed there while its share was 12. Such a request still holds
 // its slot (the upstream may serve it); one left less than a no-load
 // round trip is not sent at all. A caller's own short deadline, with no
-// wait, still counts: callers that never give the upstream two round
-// trips must not stop a node from backing off from an upstream that
-// hangs.
+// wait, still counts if it gave the upstream at least one no-load round
+// trip: callers that never give it two must not stop a node from backing
+// off from an upstream that hangs. A deadline shorter than one could not
+// be met with no load, and counts for nothing.
 func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 	t.Parallel()
 	const latency = 100 * time.Millisecond
@@ -302,6 +303,17 @@ func TestTransportTimeoutAfterTheAdmissionWaitIsNoDrop(t *testing.T) {
 	require.Equal(t, int64(1), hung.Load(), "not sent")
 	require.Zero(t, n.State().Drops)
 	require.Zero(t, n.State().Inflight, "its slot is free at once")
+
+	// No wait, and a deadline of half a round trip: it could not be
+	// answered in time with no load at all, so its timeout is no drop.
+	ctx, cancel := context.WithTimeout(t.Context(), noload/2)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/hang", nil)
+	_, err = client.Do(req)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int64(2), hung.Load(), "sent: the caller's own deadline")
+	require.Zero(t, n.State().Drops, "shorter than a no-load round trip")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
 
 	// No wait: a deadline of 1.5 round trips, or of 4, is a drop.
 	for i, d := range []time.Duration{noload * 3 / 2, 4 * noload} {
