@@ -240,8 +240,9 @@ type Config struct {
 	// Size it as the expected burst less the limit. A full queue refuses
 	// the request that would be admitted last: an arrival that would be
 	// admitted before the last waiter evicts it (see
-	// Limiter.AcquireRequest), so under overload the lowest priorities are
-	// refused first.
+	// Limiter.AcquireRequest). The order is weighted fair queueing's, so
+	// under overload low priorities are refused sooner and more often,
+	// but not strictly first (see the package documentation, Admission).
 	MaxQueued int
 
 	// TimeoutFactor bounds each queued request's wait: a request of weight

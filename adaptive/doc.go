@@ -241,8 +241,13 @@
 // in time. A full queue refuses the request that would be admitted last:
 // an arrival that would finish before the last waiter evicts it (the
 // evicted call gets ErrQueueFull at once), otherwise the arrival itself is
-// refused. Under overload the lowest priorities are thus refused first,
-// and fast. A waiting call is bounded by its context and by
+// refused. "Last" is in weighted fair queueing's order, in which each
+// priority gets turns in proportion to its weight: under overload a
+// priority is refused once its turns come after every waiter's, so low
+// priorities are refused sooner and more often, and fast — but a low
+// priority's first request, its turn early, can outrank the tail of a
+// higher one's (with eight priority-200 waiters in a full queue of 8, a
+// priority-0 arrival evicts the eighth). A waiting call is bounded by its context and by
 // Config.TimeoutFactor × its weight (ErrWaitTimeout). A cancelled waiter
 // leaves the queue; a slot handed to it in the same instant is given back,
 // and its flow stays charged for it. A waiter whose wait bound runs out in

@@ -382,3 +382,41 @@ func TestBadWeightRefusalsDoNotAllocate(t *testing.T) {
 		require.Zero(t, acquire, "AcquireRequest, weight %d", w)
 	}
 }
+
+// TestFullQueueEvictsInFairOrderNotStrictPriority: the request a full
+// queue refuses is the one weighted fair queueing would admit last. A low
+// priority's first request takes a turn ahead of a high priority's tail,
+// so it evicts the eighth of eight priority-200 waiters rather than being
+// refused itself, as the package documentation says.
+func TestFullQueueEvictsInFairOrderNotStrictPriority(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{InitialLimit: 1, MaxLimit: 1, MaxQueued: 8})
+	held, _ := l.TryAcquire()
+	ctx := context.Background()
+	var high []<-chan acquired
+	for range 8 {
+		high = append(high, queueRequest(t, l, ctx, Request{Priority: 200, Weight: 1}))
+	}
+	low := make(chan acquired, 1)
+	go func() {
+		le, err := l.AcquireRequest(ctx, Request{Priority: 0, Weight: 1})
+		low <- acquired{le, err}
+	}()
+	r := <-high[7]
+	require.ErrorIs(t, r.err, ErrQueueFull, "the high priority's tail is evicted")
+	waitUntil(t, func() bool { return l.Queued() == 8 })
+
+	// Every waiter left is served, one slot at a time, the low one
+	// among the high ones.
+	held.Release()
+	served := make(chan acquired, 8)
+	for _, ch := range append(high[:7:7], low) {
+		go func() { served <- <-ch }()
+	}
+	for range 8 {
+		r := <-served
+		require.NoError(t, r.err)
+		r.lease.Release()
+	}
+	require.Zero(t, l.Inflight())
+}
