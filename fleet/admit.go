@@ -271,7 +271,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 // loss must have ended. The coordinator keeps the key's longest lease and
 // request bound ever reported, so the mode may outlast this node's own.
 func (n *Node) learningErr(err error) error {
-	return fmt.Errorf("%w: key %q is in learning mode (the database lost state, or an operator ran fleetctl relearn): "+
+	return fmt.Errorf("%w: key %q is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): "+
 		"until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration "+
 		"its nodes reported, at least %v here — node %q is granted no more than it holds",
 		err, n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)

@@ -137,7 +137,13 @@ type Config struct {
 	// adaptive.Limiter.ProbeTick and SlowStarting). Its
 	// Clock must be left nil or be a real clock: the node's heartbeats and
 	// fence run on real time. MaxQueued decides whether
-	// Acquire waits for a slot (see adaptive.Config).
+	// Acquire waits for a slot (see adaptive.Config). With MaxQueued 0, the
+	// default, a request finds no slot free, and is refused with
+	// ErrQueueFull, also while the node holds no share — after a
+	// heartbeat interval without requests, so sparse traffic meets it at
+	// every request — and while a share that rose is being taken up (just
+	// after Start, for one): the error says which. Set MaxQueued to let
+	// such requests wait for the next grant instead.
 	Limiter adaptive.Config
 
 	// Rate configures the node's part in the key's rate budgets: pacing

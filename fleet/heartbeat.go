@@ -676,7 +676,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	}
 	switch {
 	case g.Learning && !wasLearning:
-		n.log.Warn("key in learning mode: the database lost state (or an operator ran fleetctl relearn), and until "+
+		n.log.Warn("key in learning mode: the database may have lost state (a failover, a restore or any server restart) or an operator ran fleetctl relearn, and until "+
 			"the leases and requests of before must have ended (the key's longest lease plus the longest "+
 			"MaxRequestDuration its nodes reported) no node is granted more than it holds",
 			"share", g.Share, "inflight", inflight)

@@ -938,7 +938,7 @@ func TestLearningModeIsSaid(t *testing.T) {
 	eventually(t, func() bool { return a.State().Learning && a.State().Share == 0 }, "learning, idle: no share")
 	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrWouldWait)
-	require.ErrorContains(t, err, `key "k" is in learning mode (the database lost state, or an operator ran fleetctl relearn): `+
+	require.ErrorContains(t, err, `key "k" is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): `+
 		`until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration `+
 		`its nodes reported, at least 500ms here — node "a" is granted no more than it holds`)
 	// A wait the limiter's bound ends says so too; a pause (the upstream's
@@ -950,7 +950,7 @@ func TestLearningModeIsSaid(t *testing.T) {
 	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrPaused)
 	require.NotContains(t, err.Error(), "learning mode")
-	require.Contains(t, logs.String(), `level=WARN msg="key in learning mode: the database lost state (or an operator ran fleetctl relearn)`)
+	require.Contains(t, logs.String(), `level=WARN msg="key in learning mode: the database may have lost state (a failover, a restore or any server restart) or an operator ran fleetctl relearn`)
 	eventually(t, func() bool { return !a.State().Learning }, "learning ends")
 	eventually(t, func() bool { return strings.Contains(logs.String(), `msg="key out of learning mode"`) }, "its end is logged")
 }

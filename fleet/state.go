@@ -9,7 +9,11 @@ import (
 
 // State is a snapshot of a node, for dashboards and tests.
 type State struct {
-	// Limit is what the node admits at once now: min(ceiling, estimate).
+	// Limit is what the node admits at once now (adaptive.Limiter.Limit):
+	// the estimate, capped by the ceiling the node's share sets (taken up
+	// over a round trip when it rises) less the slots recent drops cut
+	// from it (see adaptive.Limiter.SetCeiling), so it can sit below both
+	// Share and Estimate after 429s.
 	Limit int
 	// Estimate is the local limiter's inference of the upstream's capacity.
 	Estimate float64
