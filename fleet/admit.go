@@ -239,18 +239,18 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
 				fix = "set Limiter.MaxQueued so that requests wait for it, or retry"
 			}
-			return fmt.Errorf("%w: node %q of key %q holds no share now (a node gives its share up after an "+
+			return refusal(ErrNoShare, err, "node %q of key %q holds no share now (a node gives its share up after an "+
 				"interval without requests, and L_global may be held by other nodes); its demand asks for one "+
-				"at its next heartbeat: %s", err, n.cfg.NodeID, n.cfg.Key, fix)
+				"at its next heartbeat: %s", n.cfg.NodeID, n.cfg.Key, fix)
 		case ramping && !paused && !fenced && n.lim.Limit() >= level:
 			// The rise binds, not the estimate or a refusal's cut.
 			fix := "retry"
 			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
 				fix = "set Limiter.MaxQueued so that requests wait for their turn, or retry"
 			}
-			return fmt.Errorf("%w: node %q of key %q is taking up its share of %d over %v and admits %d now (a share "+
+			return refusal(ErrShareRising, err, "node %q of key %q is taking up its share of %d over %v and admits %d now (a share "+
 				"that rises is taken up over one no-load round trip, at most half a heartbeat, so that its requests "+
-				"reach the upstream one after another): %s", err, n.cfg.NodeID, n.cfg.Key, rampTo, span, level, fix)
+				"reach the upstream one after another): %s", n.cfg.NodeID, n.cfg.Key, rampTo, span, level, fix)
 		}
 	case errors.Is(err, adaptive.ErrWaitTimeout):
 		n.noteUnmet(weight, true)
@@ -271,18 +271,34 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 // loss must have ended. The coordinator keeps the key's longest lease and
 // request bound ever reported, so the mode may outlast this node's own.
 func (n *Node) learningErr(err error) error {
-	return fmt.Errorf("%w: key %q is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): "+
+	return refusal(ErrLearning, err, "key %q is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): "+
 		"until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration "+
 		"its nodes reported, at least %v here — node %q is granted no more than it holds",
-		err, n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
+		n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
 }
 
 // drainingErr is err with the reason a drained node refuses: its share
 // is 0 until an operator undrains it.
 func (n *Node) drainingErr(err error) error {
-	return fmt.Errorf("%w: node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
-		err, n.cfg.NodeID, n.cfg.Key)
+	return refusal(ErrDraining, err, "node %q of key %q is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)",
+		n.cfg.NodeID, n.cfg.Key)
 }
+
+// refusal is err, the limiter's refusal, with the node's reason for it:
+// its message is err's, then the reason formatted; errors.Is finds both
+// err and kind.
+func refusal(kind, err error, format string, args ...any) error {
+	return &reasonedError{msg: err.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{err, kind}}
+}
+
+// reasonedError is a refusal with its reason (see refusal).
+type reasonedError struct {
+	msg  string
+	errs []error
+}
+
+func (e *reasonedError) Error() string   { return e.msg }
+func (e *reasonedError) Unwrap() []error { return e.errs }
 
 // admissionErr is the error every admission fails with in the node's
 // current state, or nil.

@@ -51,3 +51,28 @@ var ErrLate = errors.New("fleet: too late to send")
 // upstream, so its slot stays held as an abandoned request's
 // (Config.AbandonedHold); a retry takes a slot of its own.
 var ErrNotResent = errors.New("fleet: the connection failed after the request was sent, and it may still run upstream")
+
+// ErrDraining, ErrLearning, ErrNoShare and ErrShareRising say why a node
+// refused a request it could neither admit nor queue: the errors of
+// Node.Acquire, Node.AcquireRequest, Node.TryAcquireRequest and Transport
+// wrap one of them beside the limiter's own refusal
+// (adaptive.ErrQueueFull, adaptive.ErrWouldWait, or for ErrLearning also
+// adaptive.ErrWaitTimeout), so errors.Is finds both, and the message says
+// the rest.
+var (
+	// ErrDraining: an operator drained the node (fleetctl drain); its
+	// share is 0 until fleetctl undrain.
+	ErrDraining = errors.New("fleet: node draining")
+	// ErrLearning: the key is in learning mode, after the database may
+	// have lost state; the node is granted no more than it holds until
+	// every request of before must have ended.
+	ErrLearning = errors.New("fleet: key in learning mode")
+	// ErrNoShare: the node holds no share now (it gave it up after a
+	// heartbeat interval without requests, or L_global is held by other
+	// nodes); its demand asks for one at its next heartbeat.
+	ErrNoShare = errors.New("fleet: node holds no share")
+	// ErrShareRising: the node's share rose and it is taking it up over
+	// a round trip (just after Start, for one); the request would have
+	// needed a slot of the rest.
+	ErrShareRising = errors.New("fleet: node taking up its share")
+)

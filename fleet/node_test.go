@@ -327,6 +327,7 @@ func TestDrainZeroesShareAndUndrainRestores(t *testing.T) {
 	// A request that may not wait is refused with the reason.
 	_, err := a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	require.ErrorIs(t, err, ErrDraining)
 	require.ErrorContains(t, err, `node "a" of key "k" is draining, with no share (an operator's fleetctl drain; fleetctl undrain undoes it)`)
 	require.NoError(t, c.Undrain(t.Context(), "k", "a"))
 	// An idle node's share is 0 one heartbeat after its demand was: the
@@ -938,6 +939,7 @@ func TestLearningModeIsSaid(t *testing.T) {
 	eventually(t, func() bool { return a.State().Learning && a.State().Share == 0 }, "learning, idle: no share")
 	_, err = a.TryAcquireRequest(adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
 	require.ErrorIs(t, err, adaptive.ErrWouldWait)
+	require.ErrorIs(t, err, ErrLearning)
 	require.ErrorContains(t, err, `key "k" is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): `+
 		`until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration `+
 		`its nodes reported, at least 500ms here — node "a" is granted no more than it holds`)

@@ -471,6 +471,7 @@ func TestDrainEndsTheWaitsForTheRate(t *testing.T) {
 			}
 			if err != nil {
 				require.ErrorIs(t, err, adaptive.ErrQueueFull)
+				require.ErrorIs(t, err, ErrDraining)
 				require.ErrorContains(t, err, `while waiting for the rate: node "a" of key "k" is draining, with no share`)
 				drained++
 			}

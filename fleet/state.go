@@ -50,12 +50,14 @@ type State struct {
 	LastHeartbeat time.Time
 }
 
-// State returns a snapshot of the node.
+// State returns a snapshot of the node. The limiter's part is read under
+// the lock a grant applies under, so a snapshot never shows a grant's
+// share beside the limit from before it.
 func (n *Node) State() State {
-	snap := n.lim.Snapshot()
 	fs := n.fence.State()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	snap := n.lim.Snapshot() // n.mu before the limiter's lock, as a grant takes them
 	return State{
 		Limit:         snap.Limit,
 		Estimate:      snap.Estimate,
