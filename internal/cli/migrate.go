@@ -471,13 +471,13 @@ func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pend
 // interruptedUp is the error of a migrate up that its context ended
 // (Ctrl-C) with err: the version it reached and what is left. Every
 // migration runs in one transaction, so the schema is at one version;
-// when reading it fails too, err stands.
+// when reading it fails too, err stands, with migrationHint's advice.
 func interruptedUp(ctx context.Context, pool *pgxpool.Pool, err error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	current, pending, serr := schemaVersion(rctx, pool)
 	if serr != nil {
-		return err
+		return migrationHint(err)
 	}
 	// Not wrapping context.Canceled, which exitCode would print as a bare
 	// "interrupted".
