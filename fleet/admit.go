@@ -229,6 +229,8 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		draining, learning, share, outage := n.status == coord.StatusDraining, n.learning, n.share, n.outage
 		ramping, level, rampTo, span := n.ramping(), n.ramp.level, n.ramp.to, n.ramp.span
 		n.mu.Unlock()
+		// A caller refused only for want of a queue can be told to add one.
+		unqueued := errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0
 		switch {
 		case draining:
 			return n.drainingErr(err)
@@ -236,7 +238,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 			return n.learningErr(err)
 		case share == 0 && !paused && !fenced && !outage:
 			fix := "retry after its next heartbeat"
-			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
+			if unqueued {
 				fix = "set Limiter.MaxQueued so that requests wait for it, or retry"
 			}
 			return refusal(ErrNoShare, err, "node %q of key %q holds no share now (a node gives its share up after an "+
@@ -245,7 +247,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 		case ramping && !paused && !fenced && n.lim.Limit() >= level:
 			// The rise binds, not the estimate or a refusal's cut.
 			fix := "retry"
-			if errors.Is(err, adaptive.ErrQueueFull) && n.cfg.Limiter.MaxQueued == 0 {
+			if unqueued {
 				fix = "set Limiter.MaxQueued so that requests wait for their turn, or retry"
 			}
 			return refusal(ErrShareRising, err, "node %q of key %q is taking up its share of %d over %v and admits %d now (a share "+
