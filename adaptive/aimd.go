@@ -26,7 +26,7 @@ import (
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
 	if l.law.latencyTarget > 0 && rtt > l.law.latencyTarget {
-		l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1))
+		l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1), 0)
 		return
 	}
 	if l.slowStarting() {

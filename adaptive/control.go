@@ -130,7 +130,16 @@ func (l *Limiter) ClearCeiling() {
 // node admits past
 // its share; so the fleet's limit, and this node's estimate of the
 // whole upstream, was too high by at least the cut. Backoffs alone would
-// take one BackoffRatio per round trip to get there. A queued request
+// take one BackoffRatio per round trip to get there. Nor does a drop's
+// backoff take the estimate below its ratio × the fleet's in-flight when
+// the refused request was admitted (its own in-flight, the refused
+// request included, plus the peers' from SetPeerInflight), unless the
+// estimate already is: the refusal says that load was too much, not that
+// the upstream holds less than a backoff from it. A node that joins an
+// upstream its peers fill meets nothing but refusals, and before its
+// first round trip nothing spaces its backoffs; without the floor its
+// estimate fell to MinLimit within a heartbeat and, in the fleet's lower
+// median, took L_global with it. A queued request
 // heavier than n fails with an error wrapping ErrTooHeavy: no share of the
 // fleet's limit can hold it, and that limit grows only with the load the
 // fleet admits. 0, the default, turns all this off, as for a lone

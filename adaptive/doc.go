@@ -143,7 +143,9 @@
 // the in-flight the drop was refused at; give-backs take it past that
 // level one slot at a time, until one there holds (or 5 calm
 // ProbeTicks pass). With SetFleetLimit, the backoff also takes the
-// estimate down to the fleet's limit less the slots cut, and a give-back
+// estimate down to the fleet's limit less the slots cut, but no lower
+// than a backoff from the fleet's in-flight at the refused request's
+// admission, and a give-back
 // waits for the node's next grant (ProbeTick), so that nodes whose round
 // trips the upstream ends together do not give back together. With Config.MaxHealthyRTT set, a released
 // sample slower than it counts as a drop. RetryAfter and PauseUntil

@@ -223,3 +223,34 @@ func TestStaleQueueEvidenceIsIgnored(t *testing.T) {
 	clk.Advance(time.Hour)
 	require.InDelta(t, 0.9, dropRatioOf(t, l, clk), 1e-9)
 }
+
+// A fleet node that joins an upstream its peers already fill meets only
+// refusals, and with no round trip to space its backoffs each one backs
+// off. Each says the fleet's in-flight at the refused request's
+// admission was too much, not that the upstream holds less than a backoff
+// from it: the estimate stops at BackoffRatio × that load, instead of
+// falling to MinLimit and taking the fleet's lower median with it. A
+// lone limiter (no fleet limit) still backs off all the way.
+func TestFleetDropsBackOffNoFurtherThanTheFleetLoad(t *testing.T) {
+	t.Parallel()
+	refuseAll := func(l *Limiter, clk *fakeClock) {
+		for range 60 {
+			le, ok := l.TryAcquire()
+			require.True(t, ok)
+			clk.Advance(time.Millisecond)
+			le.Drop()
+			clk.Advance(20 * time.Millisecond)
+		}
+	}
+	l, clk := newTestLimiter(t, Config{InitialLimit: 32})
+	l.SetFleetLimit(32)
+	l.SetCeiling(16)
+	l.SetPeerInflight(16)
+	refuseAll(l, clk)
+	require.InDelta(t, 0.9*17, l.Estimate(), 1e-9, "16 of the peers' and the refused request")
+	require.Equal(t, 1, l.Limit(), "the cut still keeps the node to one slot")
+
+	lone, clk := newTestLimiter(t, Config{InitialLimit: 32})
+	refuseAll(lone, clk)
+	require.Equal(t, 1.0, lone.Estimate())
+}

@@ -176,7 +176,14 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	case !l.answered(now, rec):
 		ratio = l.dropRatio(now, rec)
 	}
-	l.backoff(now, rec, ratio, bound)
+	floor := 0.0
+	if l.fleetLimit > 0 {
+		// The fleet had rec.load in flight when rec was admitted; the
+		// refusal says that was too much, not that the upstream holds
+		// less than a backoff from it.
+		floor = ratio * float64(rec.load)
+	}
+	l.backoff(now, rec, ratio, bound, floor)
 }
 
 // dropRatio is what the backoff of a drop of rec that backs off
@@ -422,10 +429,13 @@ func (l *Limiter) propose(next float64, load int) {
 // one backoff takes at most half of what BackoffRatio leaves, whatever
 // dropRatio gave — half of what FlatLatency's ratio leaves for Auto's
 // drop with a flat upstream's mark (see drop).
-// math.Inf(1) means no cap. The level the estimate came
+// math.Inf(1) means no cap. Nor does it go below floor, unless the
+// estimate already is: a fleet node's drop passes ratio × the fleet's
+// in-flight when the refused request was admitted (see SetFleetLimit),
+// 0 means none. The level the estimate came
 // down from, for AIMD's probe (see ProbeTick), is the result over ratio:
 // under a bound, the level the bound stands for. The caller holds l.mu.
-func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64) {
+func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound, floor float64) {
 	if l.answered(now, rec) {
 		return
 	}
@@ -439,6 +449,7 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound float64)
 		// queue's ratio (see dropRatio) took more already.
 		next = max(bound, min(next, l.estimate*max(ratio, l.law.backoffRatio)/2))
 	}
+	next = max(next, min(l.estimate, floor))
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio
 }

@@ -276,6 +276,66 @@ func TestUnmeasuredNodeFollowsGlobalLimit(t *testing.T) {
 	require.Equal(t, own, b.State().Estimate, "a measured node keeps its own estimate")
 }
 
+// TestJoinerRefusedByAFullUpstreamKeepsTheFleetLimit: a node that joins
+// an upstream its peer already fills meets only refusals (a 429 at once),
+// and with no round trip of its own to space its backoffs, each backed
+// its estimate off: within a heartbeat it fell to MinLimit, and the lower
+// median of two (the minimum) took L_global, and the peer that held the
+// upstream, down with it. The refusals now take the joiner's estimate no
+// lower than a backoff from what the fleet had in flight, so L_global
+// lands near the upstream's capacity and the two nodes split it.
+func TestJoinerRefusedByAFullUpstreamKeepsTheFleetLimit(t *testing.T) {
+	t.Parallel()
+	const capacity = 16
+	var upstream atomic.Int64 // requests in flight at the upstream
+	served := make([]atomic.Int64, 2)
+	work := func(n *Node, i int) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range capacity {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					le, err := n.Acquire(ctx)
+					if err != nil {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					if upstream.Add(1) > capacity {
+						upstream.Add(-1)
+						le.Drop() // 429 at once
+						time.Sleep(5 * time.Millisecond)
+						continue
+					}
+					time.Sleep(100 * time.Millisecond)
+					upstream.Add(-1)
+					le.Release()
+					served[i].Add(1)
+				}
+			})
+		}
+		return func() { cancel(); wg.Wait() }
+	}
+	c := coord.NewMemory(nil)
+	cfg := testConfig("k", "a")
+	cfg.Limiter.Law = adaptive.AIMD // a alone is never refused: its estimate stays
+	a := startNode(t, c, cfg)
+	a.lim.SetEstimate(2 * capacity)
+	t.Cleanup(work(a, 0))
+	eventually(t, func() bool { s := a.State(); return s.Inflight == capacity && s.LGlobal == 2*capacity },
+		"a fills the upstream under an L_global of 32: %+v", a.State())
+
+	b := startNode(t, c, testConfig("k", "b"))
+	t.Cleanup(work(b, 1))
+	low := 2 * capacity
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		low = min(low, a.State().LGlobal)
+	}
+	served[1].Store(0)
+	time.Sleep(time.Second)
+	require.GreaterOrEqual(t, low, capacity*9/10-1, "L_global fell no lower than a backoff from the fleet's in-flight: a %+v, b %+v", a.State(), b.State())
+	require.Positive(t, served[1].Load(), "b is served once L_global comes down: %+v", b.State())
+}
+
 // busy runs workers on n that acquire, hold for hold, and release, until
 // the returned stop function is called.
 func busy(n *Node, workers int, hold time.Duration) (stop func()) {
