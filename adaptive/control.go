@@ -130,12 +130,13 @@ func (l *Limiter) ClearCeiling() {
 // node admits past
 // its share; so the fleet's limit, and this node's estimate of the
 // whole upstream, was too high by at least the cut. Backoffs alone would
-// take one BackoffRatio per round trip to get there. Nor does a drop's
-// backoff take the estimate below its ratio × the fleet's in-flight when
-// the refused request was admitted (its own in-flight, the refused
-// request included, plus the peers' from SetPeerInflight), unless the
-// estimate already is: the refusal says that load was too much, not that
-// the upstream holds less than a backoff from it. A node that joins an
+// take one BackoffRatio per round trip to get there. Short of that
+// bound, a drop's backoff takes the estimate no lower than its ratio ×
+// the fleet's in-flight when the refused request was admitted (its own
+// in-flight, the refused request included, plus the peers' from
+// SetPeerInflight), and leaves an estimate already at or below that
+// where it is: the refusal says that load was too much, not that the
+// upstream holds less than a backoff from it. A node that joins an
 // upstream its peers fill meets nothing but refusals, and before its
 // first round trip nothing spaces its backoffs; without the floor its
 // estimate fell to MinLimit within a heartbeat and, in the fleet's lower
@@ -158,8 +159,9 @@ func (l *Limiter) SetFleetLimit(n int) {
 // SetPeerInflight tells the limiter how many requests the rest of the
 // fleet has in flight against the same upstream (from the last heartbeat
 // reply). The utilization guard then judges each sample by the fleet's
-// load — own in-flight plus n — rather than by own in-flight alone.
-// It does not change admission. A negative n counts as 0. Defaults to 0,
+// load — own in-flight plus n — rather than by own in-flight alone, and
+// with a fleet limit set a drop backs off no lower than from that load
+// (see SetFleetLimit). It does not change admission. A negative n counts as 0. Defaults to 0,
 // which is right for a lone process.
 func (l *Limiter) SetPeerInflight(n int) {
 	l.mu.Lock()

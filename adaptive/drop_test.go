@@ -254,3 +254,43 @@ func TestFleetDropsBackOffNoFurtherThanTheFleetLoad(t *testing.T) {
 	refuseAll(lone, clk)
 	require.Equal(t, 1.0, lone.Estimate())
 }
+
+// The fleet's bound (L_global less the slots cut, see SetFleetLimit)
+// takes precedence over the floor of the fleet's in-flight: a request
+// admitted after the first backoff with 31 in flight across the fleet,
+// refused only after the rest of the old burst was refused and cut 12
+// slots, takes the estimate to 32 − 12 = 20, not to 0.9 × 31. And an
+// estimate already below the floor stays where it is: the refusal says
+// the fleet's load was too much, not how much less the upstream holds.
+func TestFleetBoundTakesPrecedenceOverTheFloor(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 34})
+	l.SetFleetLimit(32)
+	l.SetCeiling(16)
+	l.SetPeerInflight(16)
+	old := acquireN(t, l, 16)
+	clk.Advance(time.Second)
+	old[15].Drop() // a timeout: 34 → 30.6, one slot cut
+	require.InDelta(t, 30.6, l.Estimate(), 1e-9)
+	old[14].Ignore()
+	x, ok := l.TryAcquire() // 15 of its own and the peers' 16
+	require.True(t, ok)
+	for _, le := range old[:10] {
+		le.Drop() // answered by the first backoff: a slot cut each
+	}
+	clk.Advance(time.Second)
+	x.Drop()
+	require.InDelta(t, 20, l.Estimate(), 1e-9, "the bound, 32 − 12")
+
+	below, clk := newTestLimiter(t, Config{InitialLimit: 10})
+	below.SetFleetLimit(30)
+	below.SetCeiling(15)
+	below.SetPeerInflight(20)
+	for range 20 {
+		le, ok := below.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Second)
+		le.Drop()
+	}
+	require.Equal(t, 10.0, below.Estimate(), "10 is already below 0.9 × 21")
+}

@@ -424,17 +424,18 @@ func (l *Limiter) propose(next float64, load int) {
 // backoff meet the upstream still busy with what was admitted before it,
 // and their fast rejections say nothing yet about the lowered limit.
 //
-// The result is also capped at bound, but never below half of
+// The result goes no lower than floor (0: none), and an estimate already
+// at or below floor stays where it is: a fleet node's drop passes ratio ×
+// the fleet's in-flight when the refused request was admitted (see
+// SetFleetLimit). It is then capped at bound (math.Inf(1): no cap), which
+// takes precedence over floor, but never below half of
 // estimate·max(ratio, BackoffRatio) (or estimate·ratio, if lower), so that
 // one backoff takes at most half of what BackoffRatio leaves, whatever
 // dropRatio gave — half of what FlatLatency's ratio leaves for Auto's
-// drop with a flat upstream's mark (see drop).
-// math.Inf(1) means no cap. Nor does it go below floor, unless the
-// estimate already is: a fleet node's drop passes ratio × the fleet's
-// in-flight when the refused request was admitted (see SetFleetLimit),
-// 0 means none. The level the estimate came
-// down from, for AIMD's probe (see ProbeTick), is the result over ratio:
-// under a bound, the level the bound stands for. The caller holds l.mu.
+// drop with a flat upstream's mark (see drop). The level the estimate
+// came down from, for AIMD's probe (see ProbeTick), is the result over
+// ratio: under a bound or a floor, the level it stands for. The caller
+// holds l.mu.
 func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound, floor float64) {
 	if l.answered(now, rec) {
 		return
@@ -443,13 +444,12 @@ func (l *Limiter) backoff(now time.Time, rec *leaseRecord, ratio, bound, floor f
 	l.backoffEpoch++
 	l.lastBackoff = now
 	l.calmRounds = 0
-	next := l.estimate * ratio
+	next := max(l.estimate*ratio, min(l.estimate, floor))
 	if bound < next {
 		// At most half of what BackoffRatio leaves, even when the
 		// queue's ratio (see dropRatio) took more already.
 		next = max(bound, min(next, l.estimate*max(ratio, l.law.backoffRatio)/2))
 	}
-	next = max(next, min(l.estimate, floor))
 	l.estimate = l.clampEstimate(next)
 	l.backedFrom = l.estimate / ratio
 }

@@ -34,9 +34,11 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 }
 
 // Drop settles the lease as an overload signal (a 429, a 503, a timeout):
-// the estimate is multiplied by Config.BackoffRatio, at most once per
-// round trip — a drop of a request admitted before the last decrease does
-// not decrease it again. Drop is counted in Limiter.Drops either way.
+// the estimate is multiplied by Config.BackoffRatio (or a ratio the law
+// and the evidence of queueing set, see Config), at most once per round
+// trip — a drop of a request admitted before the last decrease does not
+// decrease it again; with a fleet limit, within the bounds
+// Limiter.SetFleetLimit describes. Drop is counted in Limiter.Drops either way.
 func (le Lease) Drop() { le.settle(dropped, -1) }
 
 // Ignore settles the lease without a sample: the slot is freed and the
