@@ -51,7 +51,9 @@ type livenessNode struct {
 	base   *http.Transport
 }
 
-func startLivenessFleet(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario) (*livenessFleet, error) {
+// startLivenessFleet starts the provider and the first running of sc's
+// nodes (all of them when running is sc.Nodes); startNode starts the rest.
+func startLivenessFleet(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, running int) (*livenessFleet, error) {
 	prov, err := sim.StartProvider(sim.ProviderConfig{
 		Capacity:    sim.Fixed(sc.Capacity),
 		BaseLatency: sc.BaseLatency,
@@ -62,7 +64,7 @@ func startLivenessFleet(ctx context.Context, pool *pgxpool.Pool, key string, sc 
 	}
 	f := &livenessFleet{sc: sc, pool: pool, key: key, prov: prov, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	f.nodes = make([]*livenessNode, sc.Nodes)
-	for i := range sc.Nodes {
+	for i := range running {
 		if err := f.startNode(ctx, i); err != nil {
 			f.stop()
 			return nil, err
@@ -161,7 +163,7 @@ type ClimbResult struct {
 // reach target, for at most deadline.
 func MeasureClimb(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, target int, deadline time.Duration) (ClimbResult, error) {
 	start := time.Now()
-	f, err := startLivenessFleet(ctx, pool, key, sc)
+	f, err := startLivenessFleet(ctx, pool, key, sc, sc.Nodes)
 	if err != nil {
 		return ClimbResult{}, err
 	}
@@ -210,7 +212,7 @@ func measureRestarts(ctx context.Context, pool *pgxpool.Pool, key string, sc Liv
 	if warmup < 2*time.Second {
 		return RestartResult{}, errors.New("bench: liveness: warmup must be ≥ 2s")
 	}
-	f, err := startLivenessFleet(ctx, pool, key, sc)
+	f, err := startLivenessFleet(ctx, pool, key, sc, sc.Nodes)
 	if err != nil {
 		return RestartResult{}, err
 	}
@@ -237,6 +239,56 @@ func measureRestarts(ctx context.Context, pool *pgxpool.Pool, key string, sc Liv
 			}
 		}
 		watch(settle)
+	}
+	return res, ctx.Err()
+}
+
+// JoinResult is what MeasureJoin measured.
+type JoinResult struct {
+	// Served is each node's successes over the span after the join, the
+	// first node's first, as the provider counted them.
+	Served [2]int64
+	// Ideal is the most the provider could serve over that span: its
+	// capacity, each request taking BaseLatency.
+	Ideal float64
+	// Before is L_global just before the join; Low the lowest any running
+	// node heard over the span.
+	Before, Low int
+	// Filled is how many requests of the first node the provider held
+	// just before the join: the capacity, when the joiner meets a full
+	// upstream.
+	Filled int
+}
+
+// MeasureJoin runs the first node of sc (which must have 2) alone for
+// warmup, busy enough to fill the provider, then starts the second and
+// counts over span what each node is served: the second meets an
+// upstream the first already fills.
+func MeasureJoin(ctx context.Context, pool *pgxpool.Pool, key string, sc LivenessScenario, warmup, span time.Duration) (JoinResult, error) {
+	if sc.Nodes != 2 {
+		return JoinResult{}, fmt.Errorf("bench: liveness: a join needs 2 nodes, not %d", sc.Nodes)
+	}
+	f, err := startLivenessFleet(ctx, pool, key, sc, 1)
+	if err != nil {
+		return JoinResult{}, err
+	}
+	defer f.stop()
+	sleepCtx(ctx, warmup)
+	res := JoinResult{Before: f.lGlobal(), Ideal: float64(sc.Capacity) * span.Seconds() / sc.BaseLatency.Seconds()}
+	res.Low = res.Before
+	res.Filled = f.prov.Stats().Clients["node-0"].Current
+	if err := f.startNode(ctx, 1); err != nil {
+		return res, err
+	}
+	f.prov.Reset() // the joiner's workers start now
+	for end := time.Now().Add(span); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {
+		if l := f.lGlobal(); l > 0 && l < res.Low {
+			res.Low = l
+		}
+	}
+	clients := f.prov.Stats().Clients
+	for i := range res.Served {
+		res.Served[i] = clients[fmt.Sprintf("node-%d", i)].Successes
 	}
 	return res, ctx.Err()
 }

@@ -40,6 +40,19 @@ func TestLiveness(t *testing.T) {
 	require.LessOrEqual(t, res.Low, res.Before)
 	require.Positive(t, res.Low)
 
+	_, err = MeasureJoin(ctx, pg.Pool, "test-join", LivenessScenario{Nodes: 3}, time.Second, time.Second)
+	require.ErrorContains(t, err, "not 3")
+	jsc := sc
+	jsc.BaseLatency = 100 * time.Millisecond
+	join, err := MeasureJoin(ctx, pg.Pool, "test-join", jsc, 2*time.Second, 2*time.Second)
+	require.NoError(t, err)
+	require.Positive(t, join.Before)
+	require.Positive(t, join.Low)
+	require.Positive(t, join.Served[0])
+	require.GreaterOrEqual(t, join.Filled, jsc.Capacity-1, "the first node fills the provider before the join: %+v", join)
+	require.Greater(t, float64(join.Served[0]+join.Served[1]), join.Ideal/2,
+		"a joiner refused by a full upstream does not take the fleet's limit down: %+v", join)
+
 	hold, err := MeasureHold(ctx, pg.Pool, "test-hold", sc, 2*time.Second, 500*time.Millisecond)
 	require.NoError(t, err)
 	require.Positive(t, hold.Before)

@@ -20,6 +20,9 @@ const (
 	restartNodes, restartWorkers            = 2, 60
 	restartWarmup, restartSettle            = 4 * time.Second, 2 * time.Second
 	restartTarget                           = 0.9 // lowest L_global ÷ before
+	joinCapacity, joinWorkers               = 16, 16
+	joinLatency                             = 200 * time.Millisecond
+	joinWarmup, joinSpan                    = 3 * time.Second, 5 * time.Second
 )
 
 // livenessConfigs are the limiter configurations measured, each starting
@@ -113,6 +116,33 @@ func runLiveness(ctx context.Context, e *env) (string, error) {
 		restarts = append(restarts, row)
 	}
 
+	type joinRow struct {
+		name                         string
+		goodput, joiner, low, filled []float64
+	}
+	var joins []joinRow
+	for _, c := range livenessConfigs() {
+		row := joinRow{name: c.name}
+		for run := range e.opts.FleetRuns {
+			sc := base
+			sc.Capacity, sc.BaseLatency = joinCapacity, joinLatency
+			sc.Nodes, sc.WorkersPerNode, sc.Limiter = 2, joinWorkers, c.cfg
+			sc.Limiter.InitialLimit = 0 // the library's: the first node fills C within the warmup
+			key := fmt.Sprintf("bench-join-%d-%s-%d", start.UnixNano(), strings.Trim(c.name, "()"), run)
+			res, err := bench.MeasureJoin(ctx, pg.Pool, key, sc, joinWarmup, joinSpan)
+			if err != nil {
+				return "", err
+			}
+			total := float64(res.Served[0] + res.Served[1])
+			e.logf("liveness: join %s run %d: first node's in-flight %d, served %v of %.0f, L_global %d before, lowest %d", c.name, run+1, res.Filled, res.Served, res.Ideal, res.Before, res.Low)
+			row.filled = append(row.filled, float64(res.Filled))
+			row.goodput = append(row.goodput, total/res.Ideal)
+			row.joiner = append(row.joiner, float64(res.Served[1])/max(total, 1))
+			row.low = append(row.low, float64(res.Low))
+		}
+		joins = append(joins, row)
+	}
+
 	var b strings.Builder
 	b.WriteString("## 6. Liveness\n\n")
 	fmt.Fprintf(&b, "Measured %s on %s; this section took %v. Each measurement ran %d time(s); medians, ranges in parentheses.\n\n",
@@ -134,6 +164,16 @@ InitialLimit 1. L_global is the lowest value any running node last heard.
   as long, with no restart (`+"`bench.MeasureHold`"+`); its lowest ÷ before is
   how far L_global moves by itself, through the law's own probes and
   backoffs, and a restart's lowest includes that movement too.
+- **Join**: one node × %d busy workers runs alone for %v against C = %d
+  with requests of %v (a request outlasts two heartbeats), both nodes'
+  limiters starting at the library's InitialLimit (20); **first node's
+  in-flight** is how many of its requests the provider held just before a
+  second node, as busy, starts. The second meets an upstream the first
+  fills: it is refused until the fleet makes room. Over the %v after its
+  workers start, **served ÷ ideal**
+  is both nodes' successes ÷ what C allows (C ÷ %v per second),
+  **joiner's part** the second node's part of them (0.5 is an even split),
+  **lowest L_global** the lowest any node heard.
 
 **defaults** is the zero Config but for InitialLimit: law Auto, which
 starts as Gradient2 and moves to FlatLatency's law after three refusals
@@ -143,13 +183,20 @@ refusal already before it moves; a restarted node's limiter starts as
 Gradient2 again.
 
 `, climbCapacity, base.BaseLatency, climbNodes, climbWorkers, 100*climbTarget, int(climbTarget*climbCapacity), climbDeadline,
-		restartNodes, restartWorkers, restartWarmup, restartSettle, restartSettle)
+		restartNodes, restartWorkers, restartWarmup, restartSettle, restartSettle,
+		joinWorkers, joinWarmup, joinCapacity, joinLatency, joinSpan, joinLatency)
 	t := &table{header: []string{"limiter", "climb: time to 0.8·C (s)", "L_global at the end", "restart: before", "lowest", "lowest ÷ before", "no restart: lowest ÷ before"}, align: []byte("lrrrrrr")}
 	for i := range climbs {
 		t.add(climbs[i].name, stat(climbs[i].times, "%.2f"), stat(climbs[i].final, "%.0f"),
 			stat(restarts[i].before, "%.0f"), stat(restarts[i].low, "%.0f"), stat(restarts[i].frac, "%.2f"), stat(restarts[i].hold, "%.2f"))
 	}
 	b.WriteString(t.String())
+	b.WriteString("\n")
+	jt := &table{header: []string{"limiter", "join: first node's in-flight", "served ÷ ideal", "joiner's part", "lowest L_global"}, align: []byte("lrrrr")}
+	for _, j := range joins {
+		jt.add(j.name, stat(j.filled, "%.0f"), stat(j.goodput, "%.2f"), stat(j.joiner, "%.2f"), stat(j.low, "%.0f"))
+	}
+	b.WriteString(jt.String())
 	fmt.Fprintf(&b, "\n**Targets**: L_global ≥ %.1f·C within %v; a rolling restart keeps L_global within %.0f %% of its value before.\n\n",
 		climbTarget, climbDeadline, 100*(1-restartTarget))
 	for i := range climbs {
