@@ -233,26 +233,30 @@ func TestStaleQueueEvidenceIsIgnored(t *testing.T) {
 // lone limiter (no fleet limit) still backs off all the way.
 func TestFleetDropsBackOffNoFurtherThanTheFleetLoad(t *testing.T) {
 	t.Parallel()
-	refuseAll := func(l *Limiter, clk *fakeClock) {
-		for range 60 {
-			le, ok := l.TryAcquire()
-			require.True(t, ok)
-			clk.Advance(time.Millisecond)
-			le.Drop()
-			clk.Advance(20 * time.Millisecond)
-		}
-	}
 	l, clk := newTestLimiter(t, Config{InitialLimit: 32})
 	l.SetFleetLimit(32)
 	l.SetCeiling(16)
 	l.SetPeerInflight(16)
-	refuseAll(l, clk)
+	refuseEach(t, l, clk, 60, 20*time.Millisecond)
 	require.InDelta(t, 0.9*17, l.Estimate(), 1e-9, "16 of the peers' and the refused request")
 	require.Equal(t, 1, l.Limit(), "the cut still keeps the node to one slot")
 
 	lone, clk := newTestLimiter(t, Config{InitialLimit: 32})
-	refuseAll(lone, clk)
+	refuseEach(t, lone, clk, 60, 20*time.Millisecond)
 	require.Equal(t, 1.0, lone.Estimate())
+}
+
+// refuseEach admits n requests one at a time, each refused a millisecond
+// after its admission, the next admitted gap after the refusal.
+func refuseEach(t *testing.T, l *Limiter, clk *fakeClock, n int, gap time.Duration) {
+	t.Helper()
+	for range n {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Drop()
+		clk.Advance(gap)
+	}
 }
 
 // The fleet's bound (L_global less the slots cut, see SetFleetLimit)
@@ -286,11 +290,6 @@ func TestFleetBoundTakesPrecedenceOverTheFloor(t *testing.T) {
 	below.SetFleetLimit(30)
 	below.SetCeiling(15)
 	below.SetPeerInflight(20)
-	for range 20 {
-		le, ok := below.TryAcquire()
-		require.True(t, ok)
-		clk.Advance(time.Second)
-		le.Drop()
-	}
+	refuseEach(t, below, clk, 20, time.Second)
 	require.Equal(t, 10.0, below.Estimate(), "10 is already below 0.9 × 21")
 }

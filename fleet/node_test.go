@@ -290,30 +290,18 @@ func TestJoinerRefusedByAFullUpstreamKeepsTheFleetLimit(t *testing.T) {
 	var upstream atomic.Int64 // requests in flight at the upstream
 	served := make([]atomic.Int64, 2)
 	work := func(n *Node, i int) func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for range capacity {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					le, err := n.Acquire(ctx)
-					if err != nil {
-						time.Sleep(time.Millisecond)
-						continue
-					}
-					if upstream.Add(1) > capacity {
-						upstream.Add(-1)
-						le.Drop() // 429 at once
-						time.Sleep(5 * time.Millisecond)
-						continue
-					}
-					time.Sleep(100 * time.Millisecond)
-					upstream.Add(-1)
-					le.Release()
-					served[i].Add(1)
-				}
-			})
-		}
-		return func() { cancel(); wg.Wait() }
+		return busyWith(n, capacity, func(le Lease) {
+			if upstream.Add(1) > capacity {
+				upstream.Add(-1)
+				le.Drop() // 429 at once
+				time.Sleep(5 * time.Millisecond)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+			upstream.Add(-1)
+			le.Release()
+			served[i].Add(1)
+		})
 	}
 	c := coord.NewMemory(nil)
 	cfg := testConfig("k", "a")
@@ -341,6 +329,15 @@ func TestJoinerRefusedByAFullUpstreamKeepsTheFleetLimit(t *testing.T) {
 // busy runs workers on n that acquire, hold for hold, and release, until
 // the returned stop function is called.
 func busy(n *Node, workers int, hold time.Duration) (stop func()) {
+	return busyWith(n, workers, func(le Lease) {
+		time.Sleep(hold)
+		le.Release()
+	})
+}
+
+// busyWith runs workers on n that acquire and hand each lease to settle,
+// until the returned stop function is called.
+func busyWith(n *Node, workers int, settle func(Lease)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range workers {
@@ -351,8 +348,7 @@ func busy(n *Node, workers int, hold time.Duration) (stop func()) {
 					time.Sleep(time.Millisecond)
 					continue
 				}
-				time.Sleep(hold)
-				le.Release()
+				settle(le)
 			}
 		})
 	}
