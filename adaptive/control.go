@@ -161,8 +161,8 @@ func (l *Limiter) SetFleetLimit(n int) {
 // reply). The utilization guard then judges each sample by the fleet's
 // load — own in-flight plus n — rather than by own in-flight alone, and
 // with a fleet limit set a drop backs off no lower than from that load
-// (see SetFleetLimit). It does not change admission. A negative n counts as 0. Defaults to 0,
-// which is right for a lone process.
+// (see SetFleetLimit). It does not change admission. A negative n
+// counts as 0. Defaults to 0, which is right for a lone process.
 func (l *Limiter) SetPeerInflight(n int) {
 	l.mu.Lock()
 	l.peerInflight = max(n, 0)

@@ -38,7 +38,8 @@ func (le Lease) ReleaseRTT(rtt time.Duration) {
 // and the evidence of queueing set, see Config), at most once per round
 // trip — a drop of a request admitted before the last decrease does not
 // decrease it again; with a fleet limit, within the bounds
-// Limiter.SetFleetLimit describes. Drop is counted in Limiter.Drops either way.
+// Limiter.SetFleetLimit describes. Drop is counted in Limiter.Drops
+// either way.
 func (le Lease) Drop() { le.settle(dropped, -1) }
 
 // Ignore settles the lease without a sample: the slot is freed and the
