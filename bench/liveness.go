@@ -141,6 +141,18 @@ func (f *livenessFleet) lGlobal() int {
 	return low
 }
 
+// lowest watches L_global (see lGlobal) every 5 ms for d, or until ctx
+// ends, and returns the lowest value above 0 it saw, or low if none was
+// lower.
+func (f *livenessFleet) lowest(ctx context.Context, d time.Duration, low int) int {
+	for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {
+		if l := f.lGlobal(); l > 0 && l < low {
+			low = l
+		}
+	}
+	return low
+}
+
 func (f *livenessFleet) stop() {
 	for i := range f.nodes {
 		f.stopNode(i)
@@ -224,13 +236,6 @@ func measureRestarts(ctx context.Context, pool *pgxpool.Pool, key string, sc Liv
 	}
 	res := RestartResult{Before: int(Summarize(before).Median)}
 	res.Low = res.Before
-	watch := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if l := f.lGlobal(); l > 0 && l < res.Low {
-				res.Low = l
-			}
-		}
-	}
 	for i := range sc.Nodes {
 		if restart {
 			f.stopNode(i)
@@ -238,7 +243,7 @@ func measureRestarts(ctx context.Context, pool *pgxpool.Pool, key string, sc Liv
 				return res, err
 			}
 		}
-		watch(settle)
+		res.Low = f.lowest(ctx, settle, res.Low)
 	}
 	return res, ctx.Err()
 }
@@ -281,11 +286,7 @@ func MeasureJoin(ctx context.Context, pool *pgxpool.Pool, key string, sc Livenes
 		return res, err
 	}
 	f.prov.Reset() // the joiner's workers start now
-	for end := time.Now().Add(span); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {
-		if l := f.lGlobal(); l > 0 && l < res.Low {
-			res.Low = l
-		}
-	}
+	res.Low = f.lowest(ctx, span, res.Low)
 	clients := f.prov.Stats().Clients
 	for i := range res.Served {
 		res.Served[i] = clients[fmt.Sprintf("node-%d", i)].Successes
