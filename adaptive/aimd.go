@@ -132,6 +132,9 @@ func (l *Limiter) ProbeTick() {
 			l.dispatch(now)
 		}
 	}
+	if l.drops == l.tickDrops && l.tightTicks > 0 {
+		l.tightTicks--
+	}
 	l.tickDrops, l.tickAdmitted = l.drops, false
 	// The interval the steps stand for: the longer of the last two, so
 	// that an early call (a fleet node's early heartbeat) does not make

@@ -485,9 +485,10 @@ func (globalRand) Float64() float64 { return rand.Float64() }
 // SetFleetLimit).
 // UtilizationThreshold 0.8 lets the estimate rise only
 // while the load is within 80 % of it (during the slow start, half: so
-// at most three times the load tried), so the estimate cannot run far
-// ahead of what was tried; PaceGrowth lets the in-flight climb to a
-// raised limit only as requests succeed, so that a share or a
+// at most three times the load tried; on a fleet node, 90 % from a drop
+// until 5 heartbeats pass without one, see SetFleetLimit), so the
+// estimate cannot run far ahead of what was tried; PaceGrowth lets the
+// in-flight climb to a raised limit only as requests succeed, so that a share or a
 // slow-start step that jumps is taken up over about a round trip and
 // the first 429 comes before most of an excess is sent (but for the slow
 // start under a ceiling, see PaceGrowth). Every other

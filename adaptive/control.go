@@ -143,7 +143,14 @@ func (l *Limiter) ClearCeiling() {
 // median, took L_global with it. A queued request
 // heavier than n fails with an error wrapping ErrTooHeavy: no share of the
 // fleet's limit can hold it, and that limit grows only with the load the
-// fleet admits. 0, the default, turns all this off, as for a lone
+// fleet admits. With n > 0 the utilization guard (see UtilizationThreshold)
+// also holds to at least 0.9 from a drop until 5 ProbeTicks have passed
+// without one: near a capacity the fleet keeps hitting, the estimate, and
+// with it the fleet's limit and the shares, stays within a ninth of the
+// load the upstream served, so slots that several nodes give back at once
+// overshoot it by little; once the refusals stop that long (a capacity
+// that rose), the configured threshold lets the climb run as fast as
+// before. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()

@@ -102,7 +102,10 @@
 // at 0. A fleet node, whose estimate is the capacity of the whole backend
 // while it holds only a share of it, reports the fleet's in-flight from
 // each heartbeat reply; judged by its own in-flight alone it would never
-// grow. Decreases are never blocked: rising latency while this process is
+// grow. A fleet node (SetFleetLimit) holds the threshold to at least 0.9
+// from a drop until 5 ProbeTicks pass without one, so that near a
+// capacity the fleet keeps hitting its estimate stays close to the load
+// served. Decreases are never blocked: rising latency while this process is
 // idle is exactly how it learns that others are loading the backend.
 //
 // # Drops and pauses

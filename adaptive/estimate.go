@@ -106,6 +106,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 	flat := l.autoFlat(now, rec)
 	l.drops++
+	l.tightTicks = cutRecovery
 	sinceBackoff := rec.backoffEpoch == l.backoffEpoch // admitted after the last backoff
 	step := 1
 	if sinceBackoff && l.soonAfterBackoff(now) {
@@ -405,13 +406,24 @@ func (l *Limiter) restartCutRecovery() {
 // an increase counts only when load reached UtilizationThreshold·estimate
 // or the whole limit, floor(estimate): the load of unit requests never
 // exceeds the limit, so a threshold above it would freeze a small
-// estimate for good.
-// Decreases always count. The caller holds l.mu.
+// estimate for good. A fleet node (SetFleetLimit) holds the threshold to
+// at least tightUtilization (0.9) from a drop until cutRecovery
+// ProbeTicks have passed without one: near a capacity the fleet keeps
+// hitting, its estimate, and with it L_global and the shares, stays within
+// a ninth of the load the upstream served, so that slots given back by
+// several nodes at once overshoot the capacity by little; once the
+// refusals stop for that long (a capacity that rose), the configured
+// threshold lets the estimate run ahead of the load again and the climb
+// is as fast as before. Decreases always count. The caller holds l.mu.
 func (l *Limiter) propose(next float64, load int) {
 	if math.IsNaN(next) {
 		return
 	}
-	if next > l.estimate && float64(load) < l.law.utilization*l.estimate && load < int(l.estimate) {
+	utilization := l.law.utilization
+	if l.fleetLimit > 0 && l.tightTicks > 0 {
+		utilization = max(utilization, tightUtilization)
+	}
+	if next > l.estimate && float64(load) < utilization*l.estimate && load < int(l.estimate) {
 		return
 	}
 	l.estimate = l.clampEstimate(next)

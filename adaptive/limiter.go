@@ -39,6 +39,7 @@ type Limiter struct {
 	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
 	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
 	refusedCalm  int       // ProbeTicks without a drop since then
+	tightTicks   int       // calm ProbeTicks left during which the guard holds to tightUtilization (see propose)
 	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
 	cutUntil     uint64    // math.MaxUint64 while they still are
 	cutClosed    uint64    // the round in which they stopped coming back
@@ -395,9 +396,12 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 // the last drop.
 const (
 	cutRecovery = 5
-	maxCutWait  = 64
-	maxCutStep  = 32
-	noneGiven   = 1 << 30
+	// tightUtilization is the least utilization threshold of a fleet
+	// node for cutRecovery calm ProbeTicks after a drop (see propose).
+	tightUtilization = 0.9
+	maxCutWait       = 64
+	maxCutStep       = 32
+	noneGiven        = 1 << 30
 )
 
 // giveDueRounds is how many round trips a fleet node's give-back that is

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -279,5 +280,53 @@ func TestProbeTickLeavesOtherLawsAlone(t *testing.T) {
 		l.ProbeTick()
 		require.InDelta(t, 10.0, l.Estimate(), 1e-9, "%v, AIMDProbe %d", cfg.Law, cfg.AIMDProbe)
 		releaseAll(leases)
+	}
+}
+
+// TestProbeTickFleetGuardTightAfterADrop: from a drop until cutRecovery
+// calm ticks have passed, a fleet node's estimate rises only while the
+// load is within tightUtilization of it, whatever UtilizationThreshold
+// says; a lone limiter keeps the configured threshold throughout.
+func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
+	t.Parallel()
+	for _, fleet := range []bool{false, true} {
+		l, _ := newTestLimiter(t, Config{
+			Law: AIMD, AIMDProbe: 5, AIMDIncrease: 0.25, BackoffRatio: 0.95,
+			UtilizationThreshold: 0.8, InitialLimit: 20,
+		})
+		if fleet {
+			l.SetFleetLimit(1000)
+		}
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		le.Drop() // the backoff came down from 20
+		l.SetEstimate(40)
+		// With one of its own, a load of 33: 0.825 of 40, within the
+		// configured 0.8 but not within tightUtilization.
+		l.SetPeerInflight(32)
+		require.Less(t, 33.0, tightUtilization*40)
+		tickWithOneAdmitted(t, l) // a drop came since the last tick: no step
+		require.InDelta(t, 40.0, l.Estimate(), 1e-9)
+		held := 0
+		for l.Estimate() == 40 && held < 2*cutRecovery {
+			tickWithOneAdmitted(t, l)
+			held++
+		}
+		if !fleet {
+			require.Equal(t, 1, held, "a lone limiter steps on the first calm tick")
+			continue
+		}
+		require.Equal(t, cutRecovery, held, "a fleet node steps on the cutRecovery-th calm tick")
+		require.Greater(t, l.Estimate(), 40.0)
+
+		// A load within tightUtilization passes at once after a drop.
+		le, ok = l.TryAcquire()
+		require.True(t, ok)
+		le.Drop()
+		l.SetEstimate(50) // above the level this backoff came down from
+		l.SetPeerInflight(int(math.Ceil(tightUtilization*50)) - 1)
+		tickWithOneAdmitted(t, l)
+		tickWithOneAdmitted(t, l)
+		require.Greater(t, l.Estimate(), 50.0)
 	}
 }

@@ -279,7 +279,8 @@ AIMD on drops alone: until the first 429 a slow start (×1.5 per round
 trip, while the load reached half the estimate); after it a step of 1 %% of the estimate (at least 0.25) per round
 trip, doubling every 2 round trips without a 429, at most a quarter of
 the estimate; a 429
-backs off by 0.95 at most once per round trip; the estimate rises only while the load is within 80 %% of it. The in-flight
+backs off by 0.95 at most once per round trip; the estimate rises only while the load is within 80 %% of it (90 %% on a
+fleet node from a 429 until 5 heartbeats pass without one). The in-flight
 climbs to a raised limit only as requests succeed, one more per success
 (PaceGrowth) — after the first 429; and a fleet node takes a share
 that rises in a straight line over one no-load round trip (at most half
