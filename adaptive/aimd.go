@@ -109,7 +109,8 @@ func (l *Limiter) slowStartStep(load int) bool {
 // law it also gives back
 // the slots of a cut that are due, and a call with no drop since the
 // previous one counts towards forgetting the level last refused (see
-// SetCeiling).
+// SetCeiling) and towards a fleet node's guard leaving 0.9 after a drop
+// (see SetFleetLimit).
 //
 // The round trip is the only clock of the law otherwise, and it can be
 // long — a request that takes seconds — while an upstream that refuses

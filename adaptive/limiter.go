@@ -39,7 +39,7 @@ type Limiter struct {
 	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
 	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
 	refusedCalm  int       // ProbeTicks without a drop since then
-	tightTicks   int       // calm ProbeTicks left during which the guard holds to tightUtilization (see propose)
+	tightTicks   int       // ProbeTicks without a drop still to pass before the guard leaves tightUtilization (see propose)
 	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
 	cutUntil     uint64    // math.MaxUint64 while they still are
 	cutClosed    uint64    // the round in which they stopped coming back
@@ -397,7 +397,8 @@ func (l *Limiter) settle(le Lease, o outcome, rtt time.Duration) {
 const (
 	cutRecovery = 5
 	// tightUtilization is the least utilization threshold of a fleet
-	// node for cutRecovery calm ProbeTicks after a drop (see propose).
+	// node from a drop until cutRecovery ProbeTicks have passed without
+	// one (see propose).
 	tightUtilization = 0.9
 	maxCutWait       = 64
 	maxCutStep       = 32

@@ -284,49 +284,116 @@ func TestProbeTickLeavesOtherLawsAlone(t *testing.T) {
 }
 
 // TestProbeTickFleetGuardTightAfterADrop: from a drop until cutRecovery
-// calm ticks have passed, a fleet node's estimate rises only while the
-// load is within tightUtilization of it, whatever UtilizationThreshold
-// says; a lone limiter keeps the configured threshold throughout.
+// ProbeTicks have passed without one, a fleet node's estimate rises only
+// while the load is within tightUtilization of it, whatever
+// UtilizationThreshold says; ticks that admit nothing count, a drop in
+// between starts the count again, and a lone limiter — or one whose drop
+// came before it joined a fleet — keeps the configured threshold.
 func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 	t.Parallel()
-	for _, fleet := range []bool{false, true} {
-		l, _ := newTestLimiter(t, Config{
-			Law: AIMD, AIMDProbe: 5, AIMDIncrease: 0.25, BackoffRatio: 0.95,
-			UtilizationThreshold: 0.8, InitialLimit: 20,
-		})
-		if fleet {
-			l.SetFleetLimit(1000)
-		}
+	cfg := Config{
+		Law: AIMD, AIMDProbe: 5, AIMDIncrease: 0.25, BackoffRatio: 0.95,
+		UtilizationThreshold: 0.8, InitialLimit: 20,
+	}
+	// dropAt drops one request and puts the estimate at e with a load
+	// (own 1 + peers) of 0.825·e: within the configured 0.8 but not
+	// within tightUtilization. The backoff comes down from below e, so a
+	// probe step is not held to the round trips.
+	dropAt := func(t *testing.T, l *Limiter, e float64) {
+		t.Helper()
 		le, ok := l.TryAcquire()
 		require.True(t, ok)
-		le.Drop() // the backoff came down from 20
-		l.SetEstimate(40)
-		// With one of its own, a load of 33: 0.825 of 40, within the
-		// configured 0.8 but not within tightUtilization.
-		l.SetPeerInflight(32)
-		require.Less(t, 33.0, tightUtilization*40)
-		tickWithOneAdmitted(t, l) // a drop came since the last tick: no step
-		require.InDelta(t, 40.0, l.Estimate(), 1e-9)
+		le.Drop()
+		l.SetEstimate(e)
+		l.SetPeerInflight(int(0.825*e) - 1)
+		require.Less(t, 0.825*e, tightUtilization*e)
+	}
+	// heldFor ticks with one admitted until the estimate leaves e and
+	// returns how many ticks that took.
+	heldFor := func(t *testing.T, l *Limiter, e float64) int {
+		t.Helper()
 		held := 0
-		for l.Estimate() == 40 && held < 2*cutRecovery {
+		for l.Estimate() == e && held < 4*cutRecovery {
 			tickWithOneAdmitted(t, l)
 			held++
 		}
-		if !fleet {
-			require.Equal(t, 1, held, "a lone limiter steps on the first calm tick")
-			continue
-		}
-		require.Equal(t, cutRecovery, held, "a fleet node steps on the cutRecovery-th calm tick")
-		require.Greater(t, l.Estimate(), 40.0)
+		require.Greater(t, l.Estimate(), e)
+		return held
+	}
 
-		// A load within tightUtilization passes at once after a drop.
-		le, ok = l.TryAcquire()
+	t.Run("lone", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, cfg)
+		dropAt(t, l, 40)
+		tickWithOneAdmitted(t, l) // a drop came since the last tick: no step
+		require.InDelta(t, 40.0, l.Estimate(), 1e-9)
+		require.Equal(t, 1, heldFor(t, l, 40), "steps on the first tick without a drop")
+	})
+	t.Run("fleet", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, cfg)
+		l.SetFleetLimit(1000)
+		dropAt(t, l, 40)
+		tickWithOneAdmitted(t, l)
+		require.Equal(t, cutRecovery, heldFor(t, l, 40), "steps on the cutRecovery-th tick without a drop")
+
+		// A load within tightUtilization passes on the first tick.
+		e := l.Estimate()
+		le, ok := l.TryAcquire()
 		require.True(t, ok)
 		le.Drop()
-		l.SetEstimate(50) // above the level this backoff came down from
-		l.SetPeerInflight(int(math.Ceil(tightUtilization*50)) - 1)
+		l.SetEstimate(e)
+		l.SetPeerInflight(int(math.Ceil(tightUtilization*e)) - 1)
 		tickWithOneAdmitted(t, l)
+		require.Equal(t, 1, heldFor(t, l, e))
+	})
+	t.Run("idle ticks count", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, cfg)
+		l.SetFleetLimit(1000)
+		dropAt(t, l, 40)
+		for range cutRecovery {
+			l.ProbeTick() // the first sees the drop; the rest count
+		}
+		require.Equal(t, 1, heldFor(t, l, 40))
+	})
+	t.Run("a drop starts the count again", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, cfg)
+		l.SetFleetLimit(1000)
+		dropAt(t, l, 40)
 		tickWithOneAdmitted(t, l)
-		require.Greater(t, l.Estimate(), 50.0)
-	}
+		for range cutRecovery - 2 {
+			tickWithOneAdmitted(t, l)
+		}
+		require.InDelta(t, 40.0, l.Estimate(), 1e-9)
+		dropAt(t, l, 60)
+		tickWithOneAdmitted(t, l)
+		require.Equal(t, cutRecovery, heldFor(t, l, 60))
+	})
+	t.Run("drop before joining", func(t *testing.T) {
+		t.Parallel()
+		l, _ := newTestLimiter(t, cfg)
+		dropAt(t, l, 40)
+		tickWithOneAdmitted(t, l)
+		l.SetFleetLimit(1000)
+		require.Equal(t, 1, heldFor(t, l, 40))
+	})
+	t.Run("gradient2", func(t *testing.T) {
+		t.Parallel()
+		l, clk := newTestLimiter(t, Config{InitialLimit: 100})
+		l.SetFleetLimit(1000)
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		le.Drop()
+		l.SetEstimate(100)
+		l.SetPeerInflight(60) // own 1 + 60: within the default 0.5, not within 0.9
+		sampleOne(t, l, clk, 10*time.Millisecond)
+		require.InDelta(t, 100.0, l.Estimate(), 1e-9, "held at 0.9 after a drop")
+		for range cutRecovery + 1 {
+			l.ProbeTick()
+		}
+		sampleOne(t, l, clk, 10*time.Millisecond)
+		require.Greater(t, l.Estimate(), 100.0, "the default 0.5 again")
+	})
 }
