@@ -321,6 +321,12 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 		return held
 	}
 
+	fleetNode := func(t *testing.T) *Limiter {
+		l, _ := newTestLimiter(t, cfg)
+		l.SetFleetLimit(1000)
+		return l
+	}
+
 	t.Run("lone", func(t *testing.T) {
 		t.Parallel()
 		l, _ := newTestLimiter(t, cfg)
@@ -331,8 +337,7 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 	})
 	t.Run("fleet", func(t *testing.T) {
 		t.Parallel()
-		l, _ := newTestLimiter(t, cfg)
-		l.SetFleetLimit(1000)
+		l := fleetNode(t)
 		dropAt(t, l, 40)
 		tickWithOneAdmitted(t, l)
 		require.Equal(t, cutRecovery, heldFor(t, l, 40), "steps on the cutRecovery-th tick without a drop")
@@ -349,8 +354,7 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 	})
 	t.Run("idle ticks count", func(t *testing.T) {
 		t.Parallel()
-		l, _ := newTestLimiter(t, cfg)
-		l.SetFleetLimit(1000)
+		l := fleetNode(t)
 		dropAt(t, l, 40)
 		for range cutRecovery {
 			l.ProbeTick() // the first sees the drop; the rest count
@@ -359,8 +363,7 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 	})
 	t.Run("a drop starts the count again", func(t *testing.T) {
 		t.Parallel()
-		l, _ := newTestLimiter(t, cfg)
-		l.SetFleetLimit(1000)
+		l := fleetNode(t)
 		dropAt(t, l, 40)
 		tickWithOneAdmitted(t, l)
 		for range cutRecovery - 2 {
