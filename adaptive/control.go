@@ -152,8 +152,8 @@ func (l *Limiter) ClearCeiling() {
 // that rose), the configured threshold lets the climb run as fast as
 // before. The count is of ProbeTick calls, which a fleet node makes once
 // per heartbeat (fleet.Node does): without them the guard stays at 0.9
-// after a drop. This holds under every law, and drops from before the
-// first n > 0 do not count. 0, the default, turns all this off, as for a lone
+// after a drop. This holds under every law, and drops from before n last
+// went from 0 to positive do not count. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()
