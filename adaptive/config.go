@@ -260,8 +260,9 @@ type Config struct {
 	// Defaults to 0.5 (0.8 once Auto runs FlatLatency's law). Must be in
 	// (0, 1]. Every sample carries a load of at
 	// least 1, so a value at or below 1/MaxLimit switches the guard off —
-	// except on a fleet node shortly after a drop, whose guard holds to at
-	// least 0.9 whatever this says (see Limiter.SetFleetLimit).
+	// except on a fleet node from a drop until 5 ProbeTicks pass without
+	// one, whose guard holds to at least 0.9 whatever this says (see
+	// Limiter.SetFleetLimit).
 	UtilizationThreshold float64
 
 	// PaceGrowth, when set, lets the weight in flight climb to a raised

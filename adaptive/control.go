@@ -150,8 +150,8 @@ func (l *Limiter) ClearCeiling() {
 // load the upstream served, so slots that several nodes give back at once
 // overshoot it by little; once the refusals stop that long (a capacity
 // that rose), the configured threshold lets the climb run as fast as
-// before. The count is of ProbeTick calls, which a fleet node makes once
-// per heartbeat (fleet.Node does): without them the guard stays at 0.9
+// before. The count is of ProbeTick calls, which fleet.Node makes once
+// per grant: without them the guard stays at 0.9
 // after a drop. This holds under every law, and drops from before n last
 // went from 0 to positive do not count. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
@@ -159,7 +159,7 @@ func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fleetLimit == 0 && n > 0 {
-		l.tightTicks = 0 // drops from before it joined do not tighten its guard
+		l.tightTicks = 0 // drops from before the limit went positive do not tighten its guard
 	}
 	l.fleetLimit = max(n, 0)
 	if n > 0 && l.queue.len > 0 && l.queue.rejectHeavier(n, func(w int) error {

@@ -309,11 +309,18 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 		require.Less(t, 0.825*e, tightUtilization*e)
 	}
 	// heldFor ticks with one admitted until the estimate leaves e and
-	// returns how many ticks that took.
+	// returns how many ticks that took. A fleet node's limit is set again
+	// before each tick, as fleet.Node does at every grant.
 	heldFor := func(t *testing.T, l *Limiter, e float64) int {
 		t.Helper()
 		held := 0
 		for l.Estimate() == e && held < 4*cutRecovery {
+			l.mu.Lock()
+			n := l.fleetLimit
+			l.mu.Unlock()
+			if n > 0 {
+				l.SetFleetLimit(n)
+			}
 			tickWithOneAdmitted(t, l)
 			held++
 		}
@@ -342,11 +349,13 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 		tickWithOneAdmitted(t, l)
 		require.Equal(t, cutRecovery, heldFor(t, l, 40), "steps on the cutRecovery-th tick without a drop")
 
-		// A load within tightUtilization passes on the first tick.
-		e := l.Estimate()
+		// A load within tightUtilization passes on the first tick. The
+		// estimate is put well above the level this backoff came down
+		// from, so a probe step is not held to the round trips.
 		le, ok := l.TryAcquire()
 		require.True(t, ok)
 		le.Drop()
+		e := l.Estimate() + 10
 		l.SetEstimate(e)
 		l.SetPeerInflight(int(math.Ceil(tightUtilization*e)) - 1)
 		tickWithOneAdmitted(t, l)
@@ -379,6 +388,14 @@ func TestProbeTickFleetGuardTightAfterADrop(t *testing.T) {
 		l, _ := newTestLimiter(t, cfg)
 		dropAt(t, l, 40)
 		tickWithOneAdmitted(t, l)
+		l.SetFleetLimit(1000)
+		require.Equal(t, 1, heldFor(t, l, 40))
+
+		// Nor one from while the fleet limit was 0.
+		l = fleetNode(t)
+		dropAt(t, l, 40)
+		tickWithOneAdmitted(t, l)
+		l.SetFleetLimit(0)
 		l.SetFleetLimit(1000)
 		require.Equal(t, 1, heldFor(t, l, 40))
 	})
