@@ -127,7 +127,7 @@ func (l *Limiter) ProbeTick() {
 	// heavy for the room left.
 	held := l.inflight > 0 && l.queue.weight > 0 && !l.holding(now) && l.room(now) <= 0
 	calm := l.drops == l.tickDrops && (l.tickAdmitted || held)
-	if l.drops == l.tickDrops && l.refused > 0 {
+	if l.drops == l.tickDrops && (l.refused > 0 || l.refusedLoad > 0) {
 		if l.refusedCalm++; l.refusedCalm >= cutRecovery {
 			l.forgetRefused() // refused long ago: the fleet may have moved since
 			l.dispatch(now)

@@ -49,7 +49,9 @@ import (
 // for the next ProbeTick, or for 20 round trips without one: the
 // upstream answers the fleet's requests together, so the nodes' round
 // trips end together, and give-backs made there would be refused
-// together; the nodes' grants come at their own heartbeats' phases. The
+// together; the nodes' grants come at their own heartbeats' phases. It
+// also returns one slot at a time past the fleet's load at the last drop
+// (see SetFleetLimit). The
 // ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
 // flight above it, not even that of a request admitted alone above the
@@ -112,7 +114,7 @@ func (l *Limiter) ClearCeiling() {
 	l.mu.Lock()
 	l.pace(now)
 	l.ceiling, l.hasCeiling, l.ceilingUntil = 0, false, time.Time{}
-	l.cut, l.refused, l.absorbed = 0, 0, 0
+	l.cut, l.refused, l.absorbed, l.refusedLoad = 0, 0, 0, 0
 	l.restartCutRecovery()
 	l.pace(now)
 	l.dispatch(now)
@@ -152,14 +154,24 @@ func (l *Limiter) ClearCeiling() {
 // that rose), the configured threshold lets the climb run as fast as
 // before. The count is of ProbeTick calls, which fleet.Node makes once
 // per grant: without them the guard stays at 0.9
-// after a drop. This holds under every law, and drops from before n last
-// went from 0 to positive do not count. 0, the default, turns all this off, as for a lone
+// after a drop. This holds under every law. A give-back (see SetCeiling)
+// then also takes the fleet's load — the room left under the ceiling
+// plus the peers' in-flight — no further than one slot under the fleet's
+// in-flight when the request of the last drop under the ceiling was
+// admitted, and returns one slot at a time past it: give-backs that
+// double as they hold sent several slots at once into an upstream the
+// fleet had just filled, with the other nodes' give-backs on top (at
+// C = 20, 1.2·C in flight). That load is forgotten with the level last
+// refused (see SetCeiling). Drops from before n last went from 0 to
+// positive count for neither rule. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fleetLimit == 0 && n > 0 {
-		l.tightTicks = 0 // drops from before the limit went positive do not tighten its guard
+		// Drops from before the limit went positive neither tighten its
+		// guard nor bound its give-backs.
+		l.tightTicks, l.refusedLoad = 0, 0
 	}
 	l.fleetLimit = max(n, 0)
 	if n > 0 && l.queue.len > 0 && l.queue.rejectHeavier(n, func(w int) error {

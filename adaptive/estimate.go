@@ -151,6 +151,9 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 			// The slots higher ceilings were held back by are now
 			// the cut of a refusal below them.
 			l.refused, l.refusedCalm, l.absorbed = held, 0, 0
+			if l.fleetLimit > 0 {
+				l.refusedLoad = rec.load // the fleet's, for give-backs (see giveBack)
+			}
 		}
 		if climbed {
 			// The climb is over: what is left of the limit is the
@@ -343,10 +346,13 @@ func (l *Limiter) recoverCut() {
 // giveBack returns cutStep slots of the cut (see recoverCut), fewer near
 // the levels last refused: above the cut at which a give-back was last
 // refused (cutHit) it comes back to just above it, then tries it one slot
-// at a time; and it takes the room, ceiling − cut, no further than one
-// slot under the weight in flight at the last drop (refused), or one slot
-// past that at a time. The caller holds l.mu and has checked that
-// cut > 0.
+// at a time; it takes the room, ceiling − cut, no further than one slot
+// under the weight in flight at the last drop (refused), or one slot past
+// that at a time; and with a fleet limit it takes the room plus the
+// peers' in-flight no further than one slot under the fleet's load when
+// the request of the last drop was admitted (refusedLoad), or one slot
+// past that at a time (see SetFleetLimit). The caller holds l.mu and has
+// checked that cut > 0.
 func (l *Limiter) giveBack() {
 	l.giveDue = false
 	give := l.cutStep
@@ -355,6 +361,11 @@ func (l *Limiter) giveBack() {
 	}
 	if l.refused > 0 {
 		give = min(give, max(l.refused-1-(l.ceiling-l.cut), 1))
+	}
+	if l.refusedLoad > 0 && l.fleetLimit > 0 {
+		// Several nodes give back near the same grant: past the load
+		// the fleet was refused at, one slot each is already an excess.
+		give = min(give, max(l.refusedLoad-1-addCounts(l.ceiling-l.cut, l.peerInflight), 1))
 	}
 	l.cut = max(l.cut-give, 0)
 	l.absorbed = min(l.absorbed, l.cut)
@@ -384,7 +395,7 @@ func (l *Limiter) closeCutWindow() {
 // back the slots higher ceilings were held back by. The caller holds l.mu.
 func (l *Limiter) forgetRefused() {
 	l.cut -= l.absorbed
-	l.refused, l.absorbed = 0, 0
+	l.refused, l.absorbed, l.refusedLoad = 0, 0, 0
 }
 
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in

@@ -123,18 +123,15 @@ func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
 
 // TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
 // give-back after a drop, each one after a give-back held (the second
-// returns two slots).
+// returns two slots: the peers' in-flight fell, and the fleet's load stays
+// under the 21 it was refused at).
 func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
 	l.SetCeiling(10)
-	for range 4 {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		clk.Advance(time.Millisecond)
-		le.Drop()
-	}
+	dropAtFleetLoad(t, l, clk, 20, 4)
+	l.SetPeerInflight(10)
 	require.Equal(t, 6, l.Limit())
 	for _, want := range []int{7, 9} {
 		before := l.Limit()
@@ -237,4 +234,55 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	l.SetCeilingUntil(14, clk.Now().Add(time.Second))
 	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
+}
+
+// dropAtFleetLoad drops n requests one after another, each admitted alone
+// while the peers hold peers in flight.
+func dropAtFleetLoad(t *testing.T, l *Limiter, clk *fakeClock, peers, n int) {
+	t.Helper()
+	l.SetPeerInflight(peers)
+	for range n {
+		le, ok := l.TryAcquire()
+		require.True(t, ok)
+		clk.Advance(time.Millisecond)
+		le.Drop()
+	}
+}
+
+// TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad: give-backs
+// double as they hold, and a fleet node whose share is far above the
+// capacity (L_global too high) regulates by its cut; doubling give-backs
+// then sent 4 slots at once into a full upstream, with the other nodes'
+// give-backs on top (benchmarks §4, 1.2·C at C = 20). Past one slot
+// under the fleet's load when the last drop's request was admitted, a
+// give-back returns one slot; under it, up to that slot; and the load is
+// forgotten with the level last refused, after cutRecovery calm grants.
+func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
+	t.Parallel()
+	refused := func() (*Limiter, func() int) {
+		l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+		l.SetFleetLimit(60)
+		l.SetCeiling(30)
+		dropAtFleetLoad(t, l, clk, 30, 8) // refused at a fleet load of 31
+		l.ProbeTick()                      // the drops came since the last tick: not calm
+		require.Equal(t, 22, l.Limit())
+		return l, func() int {
+			cleanRounds(t, l, clk, cutRecovery)
+			l.ProbeTick()
+			return l.Limit()
+		}
+	}
+
+	l, giveBack := refused()
+	require.Equal(t, 23, giveBack())
+	require.Equal(t, 24, giveBack(), "22 + 30 in flight is past 31: one slot, though the last give-back held")
+	l.SetPeerInflight(0)
+	require.Equal(t, 28, giveBack(), "24 + 0 in flight, 6 under the 30 it may reach: the whole step of four")
+	require.Equal(t, 30, giveBack(), "28 + 0: two, up to one slot under 31")
+
+	_, giveBack = refused()
+	for want := 23; want <= 26; want++ {
+		require.Equal(t, want, giveBack(), "four calm grants: the load refused holds")
+	}
+	require.Equal(t, 30, giveBack(), "the fifth forgets it: the rest of the cut comes back")
 }

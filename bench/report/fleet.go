@@ -298,7 +298,10 @@ give-back is refused before it held, 5 again once a give-back to the cut
 last refused holds); a share that rises after a 429 is taken up only to
 one slot under the in-flight the 429 came at, and past it one give-back
 slot at a time (the level is forgotten once a give-back there holds, or
-after 5 grants without a 429); a 429 keeps its slot until a served request's
+after 5 grants without a 429), and a give-back takes the fleet's
+in-flight (the node's room plus its peers') no further than one slot
+under the fleet's in-flight at the node's last 429, and past it gives
+back one slot at a time (forgotten after 5 grants without a 429); a 429 keeps its slot until a served request's
 headers would have come (Transport); a fleet node's 429 also takes its
 estimate down to L_global less the slots cut, and its give-backs wait
 for its next grant (SetFleetLimit); and each
