@@ -50,8 +50,9 @@ import (
 // upstream answers the fleet's requests together, so the nodes' round
 // trips end together, and give-backs made there would be refused
 // together; the nodes' grants come at their own heartbeats' phases. It
-// also returns one slot at a time past the fleet's load at the last drop
-// (see SetFleetLimit). The
+// also stops one slot under the fleet's in-flight when the request of the
+// last drop was admitted, and returns one slot at a time past it (see
+// SetFleetLimit). The
 // ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
 // flight above it, not even that of a request admitted alone above the
@@ -161,9 +162,13 @@ func (l *Limiter) ClearCeiling() {
 // admitted, and returns one slot at a time past it: give-backs that
 // double as they hold sent several slots at once into an upstream the
 // fleet had just filled, with the other nodes' give-backs on top (at
-// C = 20, 1.2·C in flight). That load is forgotten with the level last
-// refused (see SetCeiling). Drops from before n last went from 0 to
-// positive count for neither rule. 0, the default, turns all this off, as for a lone
+// C = 20, 1.2·C in flight). A give-back so held back is where the
+// doubling starts again. That load is forgotten after 5 ProbeTicks
+// without a drop — without them, never — at a ceiling of 0 or an expired
+// one, and at ClearCeiling; a higher ceiling's room is not bound by it
+// (see SetCeiling), since the fleet's limit rises only as the guard above
+// allows. Drops from before n last went from 0 to positive count for
+// neither rule. 0, the default, turns all this off, as for a lone
 // process; a negative n counts as 0. Safe for concurrent use.
 func (l *Limiter) SetFleetLimit(n int) {
 	l.mu.Lock()

@@ -351,8 +351,9 @@ func (l *Limiter) recoverCut() {
 // that at a time; and with a fleet limit it takes the room plus the
 // peers' in-flight no further than one slot under the fleet's load when
 // the request of the last drop was admitted (refusedLoad), or one slot
-// past that at a time (see SetFleetLimit). The caller holds l.mu and has
-// checked that cut > 0.
+// past that at a time (see SetFleetLimit), and a give-back so held back
+// sets cutStep to what it gave. The caller holds l.mu and has checked
+// that cut > 0.
 func (l *Limiter) giveBack() {
 	l.giveDue = false
 	give := l.cutStep
@@ -365,7 +366,11 @@ func (l *Limiter) giveBack() {
 	if l.refusedLoad > 0 && l.fleetLimit > 0 {
 		// Several nodes give back near the same grant: past the load
 		// the fleet was refused at, one slot each is already an excess.
-		give = min(give, max(l.refusedLoad-1-addCounts(l.ceiling-l.cut, l.peerInflight), 1))
+		// The step doubles from what was given, not from what was due,
+		// so the give-back after the load is forgotten is no burst.
+		if bound := max(l.refusedLoad-1-addCounts(l.ceiling-l.cut, l.peerInflight), 1); bound < give {
+			give, l.cutStep = bound, bound
+		}
 	}
 	l.cut = max(l.cut-give, 0)
 	l.absorbed = min(l.absorbed, l.cut)

@@ -255,17 +255,18 @@ func dropAtFleetLoad(t *testing.T, l *Limiter, clk *fakeClock, peers, n int) {
 // then sent 4 slots at once into a full upstream, with the other nodes'
 // give-backs on top (benchmarks §4, 1.2·C at C = 20). Past one slot
 // under the fleet's load when the last drop's request was admitted, a
-// give-back returns one slot; under it, up to that slot; and the load is
-// forgotten with the level last refused, after cutRecovery calm grants.
+// give-back returns one slot; under it, up to that slot; the doubling
+// starts again from what a held-back give-back gave; and after
+// cutRecovery calm grants the load is forgotten.
 func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
 	t.Parallel()
 	refused := func() (*Limiter, func() int) {
 		l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 		l.SetFleetLimit(60)
-		l.SetCeiling(30)
-		dropAtFleetLoad(t, l, clk, 30, 8) // refused at a fleet load of 31
+		l.SetCeiling(40)
+		dropAtFleetLoad(t, l, clk, 30, 16) // refused at a fleet load of 31
 		l.ProbeTick()                      // the drops came since the last tick: not calm
-		require.Equal(t, 22, l.Limit())
+		require.Equal(t, 24, l.Limit())
 		return l, func() int {
 			cleanRounds(t, l, clk, cutRecovery)
 			l.ProbeTick()
@@ -274,15 +275,16 @@ func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
 	}
 
 	l, giveBack := refused()
-	require.Equal(t, 23, giveBack())
-	require.Equal(t, 24, giveBack(), "22 + 30 in flight is past 31: one slot, though the last give-back held")
+	require.Equal(t, 25, giveBack())
+	require.Equal(t, 26, giveBack(), "25 + 30 in flight is past 31: one slot, though the last give-back held")
 	l.SetPeerInflight(0)
-	require.Equal(t, 28, giveBack(), "24 + 0 in flight, 6 under the 30 it may reach: the whole step of four")
-	require.Equal(t, 30, giveBack(), "28 + 0: two, up to one slot under 31")
+	require.Equal(t, 28, giveBack(), "26 + 0, four under 30: the step of two")
+	require.Equal(t, 30, giveBack(), "28 + 0: two of the step of four, up to one slot under 31")
+	require.Equal(t, 34, giveBack(), "the fifth calm grant forgets it; the step doubles from the two given")
 
-	_, giveBack = refused()
-	for want := 23; want <= 26; want++ {
-		require.Equal(t, want, giveBack(), "four calm grants: the load refused holds")
-	}
-	require.Equal(t, 30, giveBack(), "the fifth forgets it: the rest of the cut comes back")
+	l, giveBack = refused()
+	l.SetFleetLimit(0)
+	l.SetFleetLimit(60)
+	require.Equal(t, 25, giveBack())
+	require.Equal(t, 27, giveBack(), "a fleet limit that went to 0 forgets the load refused before")
 }
