@@ -130,7 +130,8 @@ func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 	l.SetFleetLimit(40)
 	l.SetCeiling(10)
-	dropAtFleetLoad(t, l, clk, 20, 4)
+	l.SetPeerInflight(20)
+	refuseEach(t, l, clk, 4, 0)
 	l.SetPeerInflight(10)
 	require.Equal(t, 6, l.Limit())
 	for _, want := range []int{7, 9} {
@@ -236,19 +237,6 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
 }
 
-// dropAtFleetLoad drops n requests one after another, each admitted alone
-// while the peers hold peers in flight.
-func dropAtFleetLoad(t *testing.T, l *Limiter, clk *fakeClock, peers, n int) {
-	t.Helper()
-	l.SetPeerInflight(peers)
-	for range n {
-		le, ok := l.TryAcquire()
-		require.True(t, ok)
-		clk.Advance(time.Millisecond)
-		le.Drop()
-	}
-}
-
 // TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad: give-backs
 // double as they hold, and a fleet node whose share is far above the
 // capacity (L_global too high) regulates by its cut; doubling give-backs
@@ -264,8 +252,9 @@ func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
 		l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 		l.SetFleetLimit(60)
 		l.SetCeiling(40)
-		dropAtFleetLoad(t, l, clk, 30, 16) // refused at a fleet load of 31
-		l.ProbeTick()                      // the drops came since the last tick: not calm
+		l.SetPeerInflight(30)
+		refuseEach(t, l, clk, 16, 0) // refused at a fleet load of 31
+		l.ProbeTick()                // the drops came since the last tick: not calm
 		require.Equal(t, 24, l.Limit())
 		return l, func() int {
 			cleanRounds(t, l, clk, cutRecovery)
