@@ -605,6 +605,33 @@ func partitionProxy(t *testing.T, cc *pgx.ConnConfig) *atomic.Bool {
 	return &partitioned
 }
 
+// TestPostgresIncarnationIgnoresSessionSettings: a session that sets
+// fleetlimit.cluster — the setting an older schema kept the incarnation's
+// first parts in, which any session may set — computes the same
+// incarnation as a clean one, so a value carried over from before a
+// restart or a restore cannot hide the loss from its heartbeats.
+func TestPostgresIncarnationIgnoresSessionSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	p := newPostgres(t, pool)
+	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 2, 4, 0))
+	require.NoError(t, err)
+	var want string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT incarnation FROM fleetlimit.keys WHERE key = 'k'`).Scan(&want))
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET fleetlimit.cluster = 'before-the-restore'`)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT fleetlimit.incarnation()`).Scan(&got))
+	require.Equal(t, want, got, "the session's setting stood in for the database's identity")
+	_, err = conn.Exec(ctx, `RESET fleetlimit.cluster`)
+	require.NoError(t, err)
+}
+
 // TestPostgresUncheckedKeys: with the database's record deleted by hand,
 // a key that recorded another incarnation is still unchecked (incarnate
 // re-creates the record and the key learns) and a key that recorded none
@@ -630,7 +657,7 @@ func TestPostgresUncheckedKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, g.Learning)
 
-	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1))
+	require.NoError(t, migrations.DownTo(ctx, pool, 13)) // before unchecked_keys
 	keys, err = p.Keys(ctx)
 	require.NoError(t, err, "the listing that used unchecked_keys lists without it")
 	require.Len(t, keys, 2)
