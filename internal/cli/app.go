@@ -230,7 +230,24 @@ func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
 	if p := commandPath(c); len(p) > len(command) {
 		command = p
 	}
-	return inCommand(command, &exitError{code: ExitUsage, err: r.flagError(c, err)})
+	ee := &exitError{code: ExitUsage, err: r.flagError(c, err)}
+	if name := badFlagName(err.Error()); name != "" && findFlag(c.App.Flags, name) != nil &&
+		(r.args.cmd == nil || findFlag(r.args.cmd.Flags, name) == nil) {
+		ee.hint = globalHint // the command's help does not list it
+	}
+	return inCommand(command, ee)
+}
+
+// badFlagName returns the name of the defined flag a Go flag package error
+// msg is about (a missing or bad value), or "".
+func badFlagName(msg string) string {
+	if m := goFlagNoValue.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	if m := goFlagBadValue.FindStringSubmatch(msg); m != nil {
+		return m[3]
+	}
+	return ""
 }
 
 // Go's flag package's errors, which urfave/cli passes on. A flag is named
@@ -292,6 +309,9 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 				cause = "out of range: want at most " + time.Duration(math.MaxInt64).String()
 				if strings.HasPrefix(uq, "-") {
 					cause = "out of range: want at least " + time.Duration(math.MinInt64).String()
+				}
+				if name == flagStatementTimeout {
+					cause = "out of range: " + statementTimeoutWant
 				}
 			}
 		case *ucli.BoolFlag:

@@ -151,6 +151,38 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestUsageHintOfGlobalFlags: a usage error about a global flag, or the
+// variable that stands in for --database-url, points to the app's help,
+// which lists the global flags, while one about a command's own flag
+// points to the command's; and a blank variable is refused, not taken as
+// unset (the next source would name another database).
+func TestUsageHintOfGlobalFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env        map[string]string
+		args       []string
+		want, hint string
+	}{
+		{nil, []string{"--statement-timeout", "abc", "keys"}, `fleetctl: keys: invalid value "abc" for --statement-timeout: want a duration such as 500ms, 30s or 1m30s`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"nodes", "k", "--statement-timeout", "9999999h"}, `fleetctl: nodes: invalid value "9999999h" for --statement-timeout: out of range: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"--statement-timeout", "1000h", "keys"}, `fleetctl: keys: invalid value 1000h0m0s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "--connect-timeout", "0s"}, `fleetctl: keys: invalid value 0s for --connect-timeout: want > 0`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "--database-url", " "}, `fleetctl: keys: empty value for --database-url: give a connection string, or leave the flag out`, "Run 'fleetctl --help' for usage."},
+		{map[string]string{EnvFleetDatabaseURL: " ", EnvDatabaseURL: "postgres://127.0.0.1:1/x"}, []string{"keys"}, `fleetctl: keys: blank value " " for $FLEET_DATABASE_URL: give a connection string, or unset it`, "Run 'fleetctl --help' for usage."},
+		{map[string]string{EnvDatabaseURL: "\t"}, []string{"nodes", "k"}, `fleetctl: nodes: blank value "\t" for $DATABASE_URL: give a connection string, or unset it`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "-o", "yaml"}, `fleetctl: keys: invalid value "yaml" for --output: want table or json`, "Run 'fleetctl keys --help' for usage."},
+		{nil, []string{"watch", "k", "--interval", "soon"}, `fleetctl: watch: invalid value "soon" for --interval: want a duration such as 500ms, 30s or 1m30s`, "Run 'fleetctl watch --help' for usage."},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runCLI(t, tt.env, tt.args...)
+			require.Equal(t, ExitUsage, code, stderr)
+			require.Equal(t, tt.want+"\n"+tt.hint+"\n", stderr)
+		})
+	}
+}
+
 // TestEmptyFlagValues gives every flag of every command an empty value
 // ("--flag="): each is a usage error that names the command and the flag,
 // global flags included.

@@ -32,7 +32,8 @@ const (
 
 // resolveDatabaseURL picks the connection string: the flag, else
 // FLEET_DATABASE_URL, else DATABASE_URL, else "" (pgx then reads libpq's PG*
-// variables and defaults). source says which one won.
+// variables and defaults); an empty variable counts as unset, a blank one
+// does not (connSettingsFrom refuses it). source says which one won.
 func resolveDatabaseURL(flagValue string, getenv func(string) string) (url, source string) {
 	if flagValue != "" {
 		return flagValue, sourceFlag
@@ -48,6 +49,10 @@ func resolveDatabaseURL(flagValue string, getenv func(string) string) (url, sour
 // maxStatementTimeout is the longest statement_timeout Postgres accepts:
 // INT_MAX milliseconds.
 const maxStatementTimeout = math.MaxInt32 * time.Millisecond
+
+// statementTimeoutWant is the range of --statement-timeout, as its errors
+// give it.
+var statementTimeoutWant = fmt.Sprintf("want 0 (no timeout) or whole milliseconds in [1ms, %s]", maxStatementTimeout)
 
 // connSettings is what the connection flags say.
 type connSettings struct {
@@ -69,15 +74,19 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 	if c.IsSet(flagDatabaseURL) && strings.TrimSpace(c.String(flagDatabaseURL)) == "" {
 		// An unset variable in a script ("--database-url $URL"): never
 		// fall back to another database than the one meant.
-		return s, usageErrorf("empty value for --%s: give a connection string, or leave the flag out", flagDatabaseURL)
+		return s, globalUsageErrorf("empty value for --%s: give a connection string, or leave the flag out", flagDatabaseURL)
 	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
+	if s.url != "" && strings.TrimSpace(s.url) == "" {
+		// Blank, not empty: a quoting slip, not an unset variable. The
+		// next source would name another database than the one meant.
+		return s, globalUsageErrorf("blank value %q for %s: give a connection string, or unset it", s.url, s.source)
+	}
 	if t := s.statementTimeout; t != 0 && (t < time.Millisecond || t > maxStatementTimeout) || t%time.Millisecond != 0 {
-		return s, usageErrorf("invalid value %s for --%s: want 0 (no timeout) or whole milliseconds in [1ms, %s]",
-			s.statementTimeout, flagStatementTimeout, maxStatementTimeout)
+		return s, globalUsageErrorf("invalid value %s for --%s: %s", s.statementTimeout, flagStatementTimeout, statementTimeoutWant)
 	}
 	if s.connectTimeout <= 0 {
-		return s, usageErrorf("invalid value %s for --%s: want > 0", s.connectTimeout, flagConnectTimeout)
+		return s, globalUsageErrorf("invalid value %s for --%s: want > 0", s.connectTimeout, flagConnectTimeout)
 	}
 	return s, nil
 }

@@ -37,6 +37,17 @@ func usageErrorf(format string, args ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
 }
 
+// globalUsageErrorf returns a usage error about a global flag (or the
+// environment variable standing in for one): its hint points to the app's
+// help, which lists them, rather than the command's.
+func globalUsageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...), hint: globalHint}
+}
+
+// globalHint is the hint of a usage error about a global flag: the app's
+// help lists the global flags, a command's does not.
+var globalHint = fmt.Sprintf("Run '%s --help' for usage.", appName)
+
 // checkFailedf returns a failed check (exit status 3).
 func checkFailedf(format string, args ...any) error {
 	return &exitError{code: ExitCheckFailed, err: fmt.Errorf(format, args...)}
