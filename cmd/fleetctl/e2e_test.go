@@ -255,7 +255,7 @@ func TestWriteCommandsGolden(t *testing.T) {
 	step("limits", "set", "api", "--rpm", "450", "--tpm", "120000")
 	step("limits", "set", "api", "--clear-min")
 	step("limits", "set", "api", "--tpm", "0")
-	step("limits", "set", "api", "--aggregate", "min", "--max", "25")
+	step("limits", "set", "api", "--aggregate", "MIN", "--max", "25") // any case, as --output
 	step("limits", "set", "api", "--aggregate", "lower_median", "--max", "30")
 	step("limits", "get", "api")
 	step("drain", "api", "node-a")

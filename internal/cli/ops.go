@@ -410,7 +410,7 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 			&ucli.BoolFlag{Name: "clear-max", Usage: "remove the upper bound"},
 			rpmFlag("unchanged"),
 			tpmFlag("unchanged"),
-			&ucli.StringFlag{Name: "aggregate", Usage: "how l_local values fold into L_global: lower_median or min", DefaultText: "unchanged"},
+			&ucli.StringFlag{Name: "aggregate", Usage: "how l_local values fold into L_global: lower_median or min (any case)", DefaultText: "unchanged"},
 		},
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "KEY")
@@ -430,7 +430,7 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				return err
 			}
 			setRates := rates.SetRequests || rates.SetTokens
-			aggregate := coord.Aggregate(c.String("aggregate"))
+			aggregate := coord.Aggregate(strings.ToLower(c.String("aggregate"))) // as --output and KIND, any case
 			setAggregate := c.IsSet("aggregate")
 			if setAggregate && aggregate != coord.AggregateLowerMedian && aggregate != coord.AggregateMin {
 				return usageErrorf("invalid value %q for --aggregate: want %s or %s", c.String("aggregate"), coord.AggregateLowerMedian, coord.AggregateMin)
