@@ -409,9 +409,12 @@ func TestLowerMedianAgrees(t *testing.T) {
 }
 
 // TestPostgresIncarnationAndDurability: a key that last saw another
-// incarnation of the database enters learning mode at the next heartbeat,
-// and a heartbeat commits durably even in a session with
-// synchronous_commit off.
+// incarnation of the database enters learning mode at the next heartbeat;
+// a session that sets fleetlimit.cluster — where schemas before 15 kept
+// the incarnation's first parts, and which any session may set — still
+// computes the database's incarnation, so a value carried over from
+// before a restart or a restore cannot hide the loss; and a heartbeat
+// commits durably even in a session with synchronous_commit off.
 func TestPostgresIncarnationAndDurability(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -424,6 +427,18 @@ func TestPostgresIncarnationAndDurability(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT incarnation FROM fleetlimit.keys WHERE key = 'k'`).Scan(&inc))
 	parts := strings.Split(inc, "/")
 	require.Len(t, parts, 5, "system id, database, start time, keys table, timeline: %q", inc)
+
+	func() {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release() // before the pool closes, whatever fails
+		_, err = conn.Exec(ctx, `SET fleetlimit.cluster = 'before-the-restore'`)
+		require.NoError(t, err)
+		defer func() { _, _ = conn.Exec(ctx, `RESET fleetlimit.cluster`) }() // the pool's next user sees no setting
+		var forged string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT fleetlimit.incarnation()`).Scan(&forged))
+		require.Equal(t, inc, forged, "the session's setting stood in for the database's identity")
+	}()
 
 	// As after a failover: the key remembers another incarnation.
 	_, err = pool.Exec(ctx, `UPDATE fleetlimit.keys SET incarnation = 'elsewhere' WHERE key = 'k'`)
@@ -603,33 +618,6 @@ func partitionProxy(t *testing.T, cc *pgx.ConnConfig) *atomic.Bool {
 	cc.Host, cc.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
 	cc.Fallbacks, cc.TLSConfig = nil, nil
 	return &partitioned
-}
-
-// TestPostgresIncarnationIgnoresSessionSettings: a session that sets
-// fleetlimit.cluster — the setting an older schema kept the incarnation's
-// first parts in, which any session may set — computes the same
-// incarnation as a clean one, so a value carried over from before a
-// restart or a restore cannot hide the loss from its heartbeats.
-func TestPostgresIncarnationIgnoresSessionSettings(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := fleettest.Pool(t)
-	p := newPostgres(t, pool)
-	_, err := p.Heartbeat(ctx, rep("a", 1, 8, 2, 4, 0))
-	require.NoError(t, err)
-	var want string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT incarnation FROM fleetlimit.keys WHERE key = 'k'`).Scan(&want))
-
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `SET fleetlimit.cluster = 'before-the-restore'`)
-	require.NoError(t, err)
-	var got string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT fleetlimit.incarnation()`).Scan(&got))
-	require.Equal(t, want, got, "the session's setting stood in for the database's identity")
-	_, err = conn.Exec(ctx, `RESET fleetlimit.cluster`)
-	require.NoError(t, err)
 }
 
 // TestPostgresUncheckedKeys: with the database's record deleted by hand,
