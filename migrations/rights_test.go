@@ -77,3 +77,28 @@ func rights(t *testing.T, pool *pgxpool.Pool, role string) []string {
 	require.NoError(t, err)
 	return list
 }
+
+// TestEveryFunctionHasAFixedSearchPath: at every version from 4 on (the
+// first to fix it) every function of the schema runs with search_path
+// pg_catalog, pg_temp, so an object a caller's session puts first on its
+// path can stand in for none the function names. A migration that
+// replaces a function (CREATE OR REPLACE resets what its command leaves
+// out) must say so again, on the way up and on the way down.
+func TestEveryFunctionHasAFixedSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := fleettest.Pool(t)
+	for v := int64(coord.SchemaVersion); v >= 4; v-- {
+		require.NoError(t, migrations.DownTo(ctx, pool, v))
+		rows, err := pool.Query(ctx, `
+			SELECT p.oid::regprocedure::text FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+			 WHERE n.nspname = 'fleetlimit'
+			   AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+			 ORDER BY 1`)
+		require.NoError(t, err)
+		loose, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Empty(t, loose, "at version %d", v)
+	}
+	require.NoError(t, migrations.Up(ctx, pool))
+}

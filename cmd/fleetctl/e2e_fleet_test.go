@@ -195,7 +195,9 @@ func TestDemoNamedDatabase(t *testing.T) {
 
 // TestDemoIgnoresDatabaseURL: with $DATABASE_URL (and $FLEET_DATABASE_URL)
 // set but no --database-url, the demo uses a throwaway cluster and never
-// touches that database: it stays without a fleetlimit schema.
+// touches that database: it stays without a fleetlimit schema. A blank
+// $FLEET_DATABASE_URL, which the other commands refuse, does not stop it
+// either.
 func TestDemoIgnoresDatabaseURL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo runs for several seconds")
@@ -203,10 +205,12 @@ func TestDemoIgnoresDatabaseURL(t *testing.T) {
 	requireThrowawayPostgres(t)
 	t.Parallel()
 	dsn := fleettest.EmptyDSN(t)
-	res := runEnv(t, []string{"DATABASE_URL=" + dsn, "FLEET_DATABASE_URL=" + dsn}, "demo", "--duration", "3s",
-		"--nodes", "2", "--workers", "4")
-	checkSummary(t, res)
-	require.True(t, strings.HasPrefix(res.stderr, "demo database: a throwaway Postgres cluster"), res.stderr)
+	for _, fleetURL := range []string{dsn, " "} {
+		res := runEnv(t, []string{"DATABASE_URL=" + dsn, "FLEET_DATABASE_URL=" + fleetURL}, "demo", "--duration", "3s",
+			"--nodes", "2", "--workers", "4")
+		checkSummary(t, res)
+		require.True(t, strings.HasPrefix(res.stderr, "demo database: a throwaway Postgres cluster"), res.stderr)
+	}
 	out := run(t, dsn, "migrate", "status")
 	require.Equal(t, 0, out.code, out.stderr)
 	require.NotContains(t, out.stdout, "applied", "the demo migrated $DATABASE_URL")

@@ -310,8 +310,11 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 				if strings.HasPrefix(uq, "-") {
 					cause = "out of range: want at least " + time.Duration(math.MinInt64).String()
 				}
-				if name == flagStatementTimeout {
+				switch name {
+				case flagStatementTimeout:
 					cause = "out of range: " + statementTimeoutWant
+				case flagConnectTimeout:
+					cause = "out of range: want > 0"
 				}
 			}
 		case *ucli.BoolFlag:

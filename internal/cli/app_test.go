@@ -170,7 +170,12 @@ func TestUsageHintOfGlobalFlags(t *testing.T) {
 		{nil, []string{"keys", "--database-url", " "}, `fleetctl: keys: empty value for --database-url: give a connection string, or leave the flag out`, "Run 'fleetctl --help' for usage."},
 		{map[string]string{EnvFleetDatabaseURL: " ", EnvDatabaseURL: "postgres://127.0.0.1:1/x"}, []string{"keys"}, `fleetctl: keys: blank value " " for $FLEET_DATABASE_URL: give a connection string, or unset it`, "Run 'fleetctl --help' for usage."},
 		{map[string]string{EnvDatabaseURL: "\t"}, []string{"nodes", "k"}, `fleetctl: nodes: blank value "\t" for $DATABASE_URL: give a connection string, or unset it`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "--connect-timeout", "-9999999h"}, `fleetctl: keys: invalid value "-9999999h" for --connect-timeout: out of range: want > 0`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "--statement-timeout"}, `fleetctl: keys: flag needs an argument: --statement-timeout`, "Run 'fleetctl --help' for usage."},
+		{nil, []string{"keys", "--database-url", "--output", "json"}, `fleetctl: keys: flag needs an argument: --database-url`, "Run 'fleetctl --help' for usage."},
+		{map[string]string{EnvFleetDatabaseURL: "postgres://%zz"}, []string{"keys"}, "fleetctl: keys: invalid database URL from $FLEET_DATABASE_URL: cannot parse `postgres://%zz`: failed to parse as URL (invalid percent-encoded token: \"%zz\")", "Run 'fleetctl --help' for usage."},
 		{nil, []string{"keys", "-o", "yaml"}, `fleetctl: keys: invalid value "yaml" for --output: want table or json`, "Run 'fleetctl keys --help' for usage."},
+		{nil, []string{"drain", "k", "n", "--timeout"}, `fleetctl: drain: flag needs an argument: --timeout`, "Run 'fleetctl drain --help' for usage."},
 		{nil, []string{"watch", "k", "--interval", "soon"}, `fleetctl: watch: invalid value "soon" for --interval: want a duration such as 500ms, 30s or 1m30s`, "Run 'fleetctl watch --help' for usage."},
 	}
 	for _, tt := range tests {

@@ -91,9 +91,10 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 	}
 	path := func() string { return pathTo(len(levels)) }
 	var positional []string
-	var valueless string  // the first value flag given no value
-	var parentFlag string // the first flag given to a command whose subcommand then follows
-	parentAt := 0         // the level it was given to
+	var valueless string     // the first value flag given no value
+	var valuelessGlobal bool // whether it is a global flag
+	var parentFlag string    // the first flag given to a command whose subcommand then follows
+	parentAt := 0            // the level it was given to
 	// parentErr reports the first such flag; a request for help, at any
 	// level, wins over it ("keys -o json create --help").
 	var parentErr error
@@ -169,7 +170,7 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 			case takesValue(f) && !hasValue:
 				if i+1 == len(rest) && len(levels) > 1 || i+1 < len(rest) && isKnownFlag(app, cur.cmd, rest[i+1]) {
 					if valueless == "" {
-						valueless = a
+						valueless, valuelessGlobal = a, target == levels[0]
 					}
 				} else if i+1 < len(rest) {
 					i++
@@ -191,7 +192,11 @@ func normalizeArgs(app *ucli.App, args []string) (normalized, error) {
 		return normalized{}, parentErr
 	}
 	if valueless != "" {
-		return normalized{}, inCommand(path(), usageErrorf("flag needs an argument: %s", valueless))
+		errorf := usageErrorf
+		if valuelessGlobal {
+			errorf = globalUsageErrorf
+		}
+		return normalized{}, inCommand(path(), errorf("flag needs an argument: %s", valueless))
 	}
 	n := normalized{args: make([]string, 0, len(args)), command: path(), cmd: levels[len(levels)-1].cmd, unknown: unknown}
 	help := false

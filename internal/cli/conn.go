@@ -33,7 +33,7 @@ const (
 // resolveDatabaseURL picks the connection string: the flag, else
 // FLEET_DATABASE_URL, else DATABASE_URL, else "" (pgx then reads libpq's PG*
 // variables and defaults); an empty variable counts as unset, a blank one
-// does not (connSettingsFrom refuses it). source says which one won.
+// does not (openPool refuses it). source says which one won.
 func resolveDatabaseURL(flagValue string, getenv func(string) string) (url, source string) {
 	if flagValue != "" {
 		return flagValue, sourceFlag
@@ -77,11 +77,6 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 		return s, globalUsageErrorf("empty value for --%s: give a connection string, or leave the flag out", flagDatabaseURL)
 	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
-	if s.url != "" && strings.TrimSpace(s.url) == "" {
-		// Blank, not empty: a quoting slip, not an unset variable. The
-		// next source would name another database than the one meant.
-		return s, globalUsageErrorf("blank value %q for %s: give a connection string, or unset it", s.url, s.source)
-	}
 	if t := s.statementTimeout; t != 0 && (t < time.Millisecond || t > maxStatementTimeout) || t%time.Millisecond != 0 {
 		return s, globalUsageErrorf("invalid value %s for --%s: %s", s.statementTimeout, flagStatementTimeout, statementTimeoutWant)
 	}
@@ -100,7 +95,7 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 func poolConfig(s connSettings) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(s.url)
 	if err != nil {
-		return nil, usageErrorf("invalid database URL from %s: %v", s.source, err)
+		return nil, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
 	if params["application_name"] == "" {
@@ -124,6 +119,12 @@ func (r *runner) openPool(c *ucli.Context) (*pgxpool.Pool, error) {
 	s, err := r.connSettingsFrom(c)
 	if err != nil {
 		return nil, err
+	}
+	if s.url != "" && strings.TrimSpace(s.url) == "" {
+		// Blank, not empty: a quoting slip, not an unset variable. The
+		// next source would name another database than the one meant.
+		// (demo, which uses no variable, does not ask.)
+		return nil, globalUsageErrorf("blank value %q for %s: give a connection string, or unset it", s.url, s.source)
 	}
 	cfg, err := poolConfig(s)
 	if err != nil {

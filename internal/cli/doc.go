@@ -58,7 +58,8 @@
 //     PGSSLMODE, ...) and its defaults, as pgx reads them.
 //
 // An empty variable counts as unset; a blank one (white space only), like an
-// empty --database-url, is a usage error, never a fall-through to the next.
+// empty --database-url, is a usage error, never a fall-through to the next
+// (demo, which reads neither variable, ignores it).
 //
 // A URL or keyword/value string from 1–3 is still completed by the PG*
 // variables for the parts it leaves out, as in libpq. Every session sets

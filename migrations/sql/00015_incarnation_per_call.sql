@@ -24,7 +24,7 @@
 -- replica or a point-in-time restore starts a new one), all read at the
 -- call: no session state can stand in for them.
 CREATE OR REPLACE FUNCTION fleetlimit.incarnation()
-RETURNS text LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN concat_ws('/',
         (SELECT system_identifier FROM pg_control_system()),
@@ -44,9 +44,9 @@ RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS 
 -- +goose Down
 
 -- +goose StatementBegin
--- incarnation as in 00003.
+-- incarnation as in 00003, with the search_path 00004 fixed.
 CREATE OR REPLACE FUNCTION fleetlimit.incarnation()
-RETURNS text LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_cluster text := current_setting('fleetlimit.cluster', true);
 BEGIN
