@@ -230,24 +230,12 @@ func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
 	if p := commandPath(c); len(p) > len(command) {
 		command = p
 	}
-	ee := &exitError{code: ExitUsage, err: r.flagError(c, err)}
-	if name := badFlagName(err.Error()); name != "" && findFlag(c.App.Flags, name) != nil &&
-		(r.args.cmd == nil || findFlag(r.args.cmd.Flags, name) == nil) {
+	flag, msg := r.flagError(c, err)
+	ee := &exitError{code: ExitUsage, err: msg}
+	if flag != "" && findFlag(c.App.Flags, flag) != nil && (r.args.cmd == nil || findFlag(r.args.cmd.Flags, flag) == nil) {
 		ee.hint = globalHint // the command's help does not list it
 	}
 	return inCommand(command, ee)
-}
-
-// badFlagName returns the name of the defined flag a Go flag package error
-// msg is about (a missing or bad value), or "".
-func badFlagName(msg string) string {
-	if m := goFlagNoValue.FindStringSubmatch(msg); m != nil {
-		return m[1]
-	}
-	if m := goFlagBadValue.FindStringSubmatch(msg); m != nil {
-		return m[3]
-	}
-	return ""
 }
 
 // Go's flag package's errors, which urfave/cli passes on. A flag is named
@@ -269,8 +257,9 @@ var (
 // wanted rather than "parse error" (integer flags are decimalFlags, which
 // say it themselves). A flag of the command's written before the
 // command's name, where the parser finds no such flag, is reported as
-// misplaced.
-func (r *runner) flagError(c *ucli.Context, err error) error {
+// misplaced. flag names the defined flag whose value was missing or bad,
+// as the parser wrote it; "" for any other error.
+func (r *runner) flagError(c *ucli.Context, err error) (flag string, _ error) {
 	msg := err.Error()
 	var flags []ucli.Flag
 	if c.Command != nil {
@@ -286,19 +275,19 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 	if m := goFlagUndefined.FindStringSubmatch(msg); m != nil {
 		typed := r.args.typed(m[1])
 		if commandPath(c) != r.args.command && r.args.cmd != nil && findFlag(r.args.cmd.Flags, m[1]) != nil {
-			return fmt.Errorf("flag %s must come after %q, the command it belongs to", typed, r.args.command)
+			return "", fmt.Errorf("flag %s must come after %q, the command it belongs to", typed, r.args.command)
 		}
 		if owner := groupOwning(c.App, r.args.command, m[1]); owner != "" {
-			return fmt.Errorf("flag %s belongs to %q, not to %q", typed, owner, r.args.command)
+			return "", fmt.Errorf("flag %s belongs to %q, not to %q", typed, owner, r.args.command)
 		}
-		return fmt.Errorf("flag provided but not defined: %s", typed)
+		return "", fmt.Errorf("flag provided but not defined: %s", typed)
 	}
 	if m := goFlagNoValue.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("flag needs an argument: %s", canonical(m[1]))
+		return m[1], fmt.Errorf("flag needs an argument: %s", canonical(m[1]))
 	}
 	m := goFlagBadValue.FindStringSubmatch(msg)
 	if m == nil {
-		return err
+		return "", err
 	}
 	boolean, value, name, cause := m[1] != "", m[2], m[3], m[4]
 	if cause == "parse error" {
@@ -322,9 +311,9 @@ func (r *runner) flagError(c *ucli.Context, err error) error {
 		}
 	}
 	if boolean {
-		return fmt.Errorf("invalid boolean value %s for %s: %s", value, canonical(name), cause)
+		return name, fmt.Errorf("invalid boolean value %s for %s: %s", value, canonical(name), cause)
 	}
-	return fmt.Errorf("invalid value %s for %s: %s", value, canonical(name), cause)
+	return name, fmt.Errorf("invalid value %s for %s: %s", value, canonical(name), cause)
 }
 
 // unknownCommand is the action of the app and of every command group: with
