@@ -162,7 +162,11 @@ type Config struct {
 	// Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in [1, 1e6].
 	Tolerance float64
 	// Smoothing is the weight of each new Gradient2 target in the
-	// estimate's moving average. Defaults to 0.2. Must be in (0, 1].
+	// estimate's moving average. Defaults to 0.2, or 0.4 when a
+	// LatencyTarget is in force (set, or derived from MaxHealthyRTT): a
+	// round trip over the target backs off whatever the gradient says, so
+	// the estimate can climb faster without its overshoots turning into
+	// failures. Must be in (0, 1].
 	Smoothing float64
 	// RTTWindow is the number of most recent round trips over which
 	// rttNoload is the minimum; each round trip contributes its fastest
@@ -214,12 +218,20 @@ type Config struct {
 	// Defaults to 0 (off): a constant AIMDIncrease from the start. Must be
 	// in [0, 1<<20].
 	AIMDProbe int
-	// LatencyTarget is the round-trip time above which AIMD backs off.
-	// Defaults to 0: AIMD then reacts to drops only. Must be ≥ 0.
+	// LatencyTarget is the round-trip time above which the limiter backs
+	// off by AIMDBackoff, at most once per round trip, under every law: a
+	// round trip whose closing sample is slower backs off instead of
+	// moving the estimate as the law would (Gradient2's gradient, AIMD's
+	// step). Defaults to 0 (off: the laws react to drops and, under
+	// Gradient2, to the gradient alone), or to 4/5 of MaxHealthyRTT when
+	// that is set: requests slower than MaxHealthyRTT count as failures,
+	// so the limiter backs off while they still succeed rather than
+	// once they fail. Must be ≥ 0.
 	LatencyTarget time.Duration
 
 	// MaxHealthyRTT, when positive, makes every released sample slower than
-	// it count as a drop, under every law. Defaults to 0 (off). Must be ≥ 0.
+	// it count as a drop, under every law, and LatencyTarget default to 4/5
+	// of it. Defaults to 0 (off). Must be ≥ 0.
 	MaxHealthyRTT time.Duration
 
 	// Recalibration configures periodic refreshes of rttNoload.
@@ -311,6 +323,7 @@ const (
 	defaultMinLimit             = 1
 	defaultMaxLimit             = 1000
 	defaultSmoothing            = 0.2
+	targetSmoothing             = 0.4
 	defaultRTTWindow            = 600
 	defaultBackoffRatio         = 0.9
 	defaultAIMDIncrease         = 1.0
@@ -336,8 +349,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.InitialLimit == 0 {
 		cfg.InitialLimit = min(max(defaultInitialLimit, cfg.MinLimit), cfg.MaxLimit)
 	}
+	cfg.LatencyTarget = cfg.latencyTarget()
 	if cfg.Smoothing == 0 {
 		cfg.Smoothing = defaultSmoothing
+		if cfg.LatencyTarget > 0 {
+			cfg.Smoothing = targetSmoothing
+		}
 	}
 	if cfg.RTTWindow == 0 {
 		cfg.RTTWindow = defaultRTTWindow
@@ -370,6 +387,15 @@ func (cfg Config) withDefaults() Config {
 		cfg.Rand = globalRand{}
 	}
 	return cfg
+}
+
+// latencyTarget returns LatencyTarget, or its default when it is 0: 4/5
+// of MaxHealthyRTT, or 0 when that is not positive either.
+func (cfg Config) latencyTarget() time.Duration {
+	if cfg.LatencyTarget != 0 || cfg.MaxHealthyRTT <= 0 {
+		return cfg.LatencyTarget
+	}
+	return cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5 // 4/5, without overflow
 }
 
 // validate reports every out-of-range field of a defaulted Config, but a

@@ -91,6 +91,13 @@
 // Config.AIMDIncrease on every clean sample, back off by
 // Config.AIMDBackoff on a sample slower than Config.LatencyTarget.
 //
+// Config.LatencyTarget holds under every law: a round trip slower than it
+// backs off by Config.AIMDBackoff instead of moving as the law would. Left
+// 0, it is 4/5 of Config.MaxHealthyRTT when that is set, so a limiter told
+// when a request fails backs off while its requests still succeed; with a
+// target in force, Gradient2's Config.Smoothing defaults to 0.4 instead of
+// 0.2.
+//
 // # The utilization guard
 //
 // A clean sample shows that the upstream handled the load it was under,

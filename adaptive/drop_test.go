@@ -49,7 +49,9 @@ func TestDropNotFedToWindow(t *testing.T) {
 
 func TestMaxHealthyRTTCountsSlowSamplesAsDrops(t *testing.T) {
 	t.Parallel()
-	l, clk := newTestLimiter(t, Config{InitialLimit: 50, MaxHealthyRTT: time.Second})
+	// The latency target at MaxHealthyRTT: a round trip backs off only
+	// once it fails.
+	l, clk := newTestLimiter(t, Config{InitialLimit: 50, MaxHealthyRTT: time.Second, LatencyTarget: time.Second})
 	le, _ := l.TryAcquire()
 	clk.Advance(time.Second) // at the limit: healthy
 	le.Release()

@@ -55,7 +55,7 @@ func flatParams(raw Config) lawParams {
 	if raw.UtilizationThreshold != 0 {
 		f.UtilizationThreshold = raw.UtilizationThreshold
 	}
-	f.LatencyTarget = raw.LatencyTarget
+	f.LatencyTarget = raw.latencyTarget()
 	f.PaceGrowth = f.PaceGrowth || raw.PaceGrowth
 	return paramsOf(f.withDefaults())
 }

@@ -47,7 +47,8 @@ func ModelBaseConfig() adaptive.Config {
 }
 
 // ModelDefaultsConfig returns the limiter with the library's defaults
-// (law Auto, the measured tolerance, smoothing 0.2, backoff 0.9) plus ModelBaseConfig:
+// (law Auto, the measured tolerance, backoff 0.9; with MaxHealthyRTT set,
+// a latency target of 4/5 of it, 1.2s, and smoothing 0.4) plus ModelBaseConfig:
 // what a user gets without tuning. Auto stays Gradient2 on the model: its
 // failures are steps slower than the success threshold, not refusals
 // answered at once.
@@ -66,25 +67,31 @@ func ModelFixedToleranceConfig() adaptive.Config {
 // latent-capacity model. The limiter moves its estimate once per round
 // trip, and a model step is one round trip, so each parameter is per step:
 //
-//   - Tolerance 1.15: requests fail at 1.5 times the base latency, so a
+//   - Tolerance 1.2: requests fail at 1.5 times the base latency, so a
 //     fixed tolerance of 2 (Netflix's default) never sees a gradient below
-//     1 before they fail. rttNoload, the minimum of the steps' noisy latencies (σ = 0.1s)
-//     over the window, sits 0.2s–0.25s under the 1s base, so the gradient
-//     falls below 1 once a step is slower than about 0.85s–0.9s.
-//   - Smoothing 0.75: a step moves the estimate three quarters of the way
-//     to estimate·gradient + √estimate.
+//     1 before they fail. rttNoload, the minimum of the steps' noisy
+//     latencies (σ = 0.1s) over the window, sits under the 1s base, so
+//     the gradient falls below 1 once a step is slower than about 1.2
+//     times that minimum.
+//   - Smoothing 0.5: a step moves the estimate half of the way to
+//     estimate·gradient + √estimate.
 //   - BackoffRatio 0.5 on a rate-limited step: a drop is the only signal
 //     that arrives after the damage, and overload also drags the model's
 //     capacity down.
-//   - RTTWindow 100 steps: long enough for a low baseline, short enough
-//     to follow the run (the default 600 spans the whole 300-step run).
+//   - RTTWindow 10 steps: the baseline is the fastest of the last ten
+//     steps, so one lucky draw of the noise holds it down for ten steps,
+//     not for the run (the default 600 spans the whole 300-step run).
+//
+// Like every configuration here it sets MaxHealthyRTT, so the latency
+// target in force is the default 4/5 of it, 1.2s: a step slower than
+// that backs off by AIMDBackoff (0.9) before the model's 1.5s rate-limits.
 func ModelGradient2Config() adaptive.Config {
 	cfg := ModelBaseConfig()
 	cfg.Law = adaptive.Gradient2
-	cfg.Tolerance = 1.15
-	cfg.Smoothing = 0.75
+	cfg.Tolerance = 1.2
+	cfg.Smoothing = 0.5
 	cfg.BackoffRatio = 0.5
-	cfg.RTTWindow = 100
+	cfg.RTTWindow = 10
 	return cfg
 }
 

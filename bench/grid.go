@@ -67,20 +67,27 @@ func AIMDGrid() []Candidate {
 // ConfigLabel describes the law parameters of cfg that the grids vary,
 // for tables.
 func ConfigLabel(cfg adaptive.Config) string {
+	// The latency target in force: LatencyTarget, or 4/5 of
+	// MaxHealthyRTT when that is set (adaptive's default).
+	target := cfg.LatencyTarget
+	if target == 0 && cfg.MaxHealthyRTT > 0 {
+		target = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5
+	}
 	switch cfg.Law {
 	case adaptive.AIMD:
 		return fmt.Sprintf("aimd increase=%g target=%v aimd-backoff=%g backoff=%g",
-			cfg.AIMDIncrease, cfg.LatencyTarget, cfg.AIMDBackoff, cfg.BackoffRatio)
+			cfg.AIMDIncrease, target, cfg.AIMDBackoff, cfg.BackoffRatio)
 	default:
 		tol, sm, bo, w := cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow
-		if cfg.Law == adaptive.Auto && tol == 0 && sm == 0 && bo == 0 && w == 0 {
-			return "defaults (law auto: gradient2 tolerance measured smoothing=0.2 backoff=0.9 window=600)"
-		}
+		defaults := cfg.Law == adaptive.Auto && tol == 0 && sm == 0 && bo == 0 && w == 0
 		if w == 0 {
 			w = 600
 		}
 		if sm == 0 {
 			sm = 0.2
+			if target > 0 {
+				sm = 0.4
+			}
 		}
 		if bo == 0 {
 			bo = 0.9
@@ -89,7 +96,14 @@ func ConfigLabel(cfg adaptive.Config) string {
 		if tol != 0 {
 			tolerance = fmt.Sprintf("%g", tol)
 		}
-		return fmt.Sprintf("gradient2 tolerance=%s smoothing=%g backoff=%g window=%d", tolerance, sm, bo, w)
+		label := fmt.Sprintf("gradient2 tolerance=%s smoothing=%g backoff=%g window=%d", tolerance, sm, bo, w)
+		if target > 0 {
+			label += fmt.Sprintf(" target=%v", target)
+		}
+		if defaults {
+			return "defaults (law auto: " + label + ")"
+		}
+		return label
 	}
 }
 

@@ -286,7 +286,8 @@ func renderConfigs(r *modelResults) string {
 All four set ` + "`MinLimit: 1, InitialLimit: 20, MaxLimit: 1000, MaxHealthyRTT: 1500ms`" + `:
 the model's initial capacity and its rate-limit threshold (a success slower
 than 1.5 s would have been rate-limited; under this model no success is, so
-it never fires). No parameter is tuned per seed.
+it never fires as a drop, but it sets the default latency target, below).
+No parameter is tuned per seed.
 
 | strategy | law parameters |
 |---|---|
@@ -305,16 +306,22 @@ so every law parameter below is per step, whatever k is.
 
 Why these values (see ` + "`bench/configs.go`" + `):
 
-- **Tolerance 1.15** (gradient2): requests fail at 1.5× the base latency, so
+- **LatencyTarget 1.2 s** (every row but the AIMD law's): not set, it is
+  the library's default once MaxHealthyRTT is, 4/5 of it; a step slower
+  than that backs off by AIMDBackoff (0.9) while its requests still
+  succeed, and with a target in force Smoothing defaults to 0.4 rather
+  than 0.2.
+- **Tolerance 1.2** (gradient2): requests fail at 1.5× the base latency, so
   a fixed tolerance of 2 (Netflix's default) never sees a gradient below 1
   before they fail;
   and rttNoload, the minimum of the steps' noisy latencies over the window,
-  sits 0.2–0.25 s under the 1 s base, so the gradient falls below 1 once a
-  step is slower than about 0.9 s.
-- **Smoothing 0.75** (gradient2): a step moves the estimate three quarters
-  of the way to estimate·gradient + √estimate.
-- **RTTWindow 100** (gradient2): 100 steps. The default 600 round trips
-  spans the whole 300-step run.
+  sits under the 1 s base, so the gradient falls below 1 once a step is
+  slower than about 1.2 times that minimum.
+- **Smoothing 0.5** (gradient2): a step moves the estimate half of the way
+  to estimate·gradient + √estimate.
+- **RTTWindow 10** (gradient2): 10 steps, so one lucky draw of the noise
+  holds the baseline down for ten steps, not for the run. The default 600
+  round trips spans the whole 300-step run.
 - **AIMDIncrease 2** (AIMD law): a clean step adds 2, about a tenth of the
   model's mean capacity; **LatencyTarget 1.25 s** and **AIMDBackoff 0.75**
   are the published AIMD's target and β.
@@ -433,38 +440,42 @@ const modelFindings = `### What the numbers say
   to tame it. Now a step is one move, the parameters read per round trip,
   and the same search meets the target with both laws (gradient2
   narrowly).
-- **The defaults turn at the noise band, which this model does not
-  reward.** The model draws one noise value per step, so a round's
-  fastest sample is the step's latency, spread by σ = 0.1 s around a base
-  of 1 s, and the band the defaults measure is wide. Two steps in a row
-  slower than it — slowed by load above the capacity — shrink the
-  estimate even when they succeeded. Here every request of a step counts
-  whatever its latency up to the 1.5 s threshold, so riding latency up
-  to it pays, and the row with a fixed Tolerance of 2 does just that:
-  every successful step has a gradient of 1 and adds 0.2·√estimate until
-  one is rate-limited, and the drop backs the estimate off by rttNoload
-  over the queued step's latency (down to 0.5). On a provider whose
-  latency grows with its load while its throughput does not (section 5)
-  the same riding makes every request twice as slow for nothing, which
-  is what the band is for: a default must pick one of the two, and the
-  defaults pick the provider on which latency costs. Both rows climb by
-  gradient2's 0.2·√estimate per step, slower than the AIMD law's 2.
-- **Gradient2 has a capacity-independent ceiling.** This is a flaw in the
-  law, visible in the scale check. Gradient2 settles where
-  estimate·(1 − gradient) = QueueSize(estimate). With the √estimate
-  headroom that is estimate = 1/(1 − gradient)², so the ceiling depends on
-  the latency ratio tolerance·rttNoload/rtt alone. rttNoload is the minimum
-  over the window of noisy latencies, so it sits under the typical no-load
-  latency by about 2.5σ, and the gradient stays below 1 with no queueing at
-  all: about 1.15 × 0.75 s / 1 s ≈ 0.86 here, a ceiling near 50. One low
-  outlier in the window lowers the ceiling further for the window's length.
-  At capacity 20 the ceiling sits above the capacity, so it never binds; at
-  capacity 200 it binds, and the model configuration gets about a third of
-  the oracle with almost nothing rate-limited. The diagnostic row changes
-  only the headroom to 0.2·estimate, which makes the equilibrium
-  gradient = 0.8 whatever the estimate: it keeps the same fraction of the
-  oracle at both scales, trading some throughput at capacity 20 (it was not
-  tuned).
+- **The defaults turn at the noise band, and back off at the latency
+  target.** The model draws one noise value per step, so a round's
+  fastest sample is the step's latency, spread around a base of 1 s, and
+  the band the defaults measure is wide: two steps in a row slower than it
+  — slowed by load above the capacity — shrink the estimate even when they
+  succeeded. Here every request of a step counts whatever its latency up
+  to the 1.5 s threshold, so riding latency up to it pays, and the row with
+  a fixed Tolerance of 2 does just that: every successful step has a
+  gradient of 1 until one is rate-limited or slower than the target. On a
+  provider whose latency grows with its load while its throughput does not
+  (section 5) the same riding makes every request twice as slow for
+  nothing, which is what the band is for: a default must pick one of the
+  two, and the defaults pick the provider on which latency costs. What
+  lifts the defaults here is MaxHealthyRTT: set, it gives the latency
+  target its default of 4/5 of it (1.2 s), so a step that slows towards
+  failing backs off by 0.9 while its requests still succeed, and with that
+  backstop Smoothing defaults to 0.4, a climb of 0.4·√estimate per step
+  instead of 0.2·√estimate. Without MaxHealthyRTT (section 5) neither
+  changes.
+- **Gradient2's ceiling comes from the window's noise.** Gradient2 with a
+  fixed tolerance settles where estimate·(1 − gradient) =
+  QueueSize(estimate). With the √estimate headroom that is estimate =
+  1/(1 − gradient)², so the ceiling depends on the latency ratio
+  tolerance·rttNoload/rtt alone. rttNoload is the minimum over the window
+  of noisy latencies, so it sits under the typical no-load latency, the
+  further the longer the window: over 100 steps about 2.5σ (0.25 s), and
+  a tolerance of 1.15 then gives a gradient of about 0.86 with no queueing
+  at all, a ceiling near 50 that binds at capacity 200. The model
+  configuration's window of 10 steps keeps the minimum about 1.5σ
+  (0.15 s) under the base, and with Tolerance 1.2, tolerance·rttNoload is
+  about the base itself: a step at the base latency has a gradient of 1,
+  and the scale check shows it keeping about as large a share of the
+  oracle at capacity 200 as the defaults. The diagnostic row changes only
+  the headroom to 0.2·estimate, which makes the equilibrium gradient = 0.8
+  whatever the estimate: it keeps the same fraction of the oracle at both
+  scales (it was not tuned).
 - **The AIMD law is now additive per round trip.** A clean step adds a
   constant 2 whatever the capacity, as TCP Reno does. At capacity 200 a
   backoff to half takes about 50 steps to recover, hence its lower fraction
