@@ -1,10 +1,13 @@
 package adaptive
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
-// aimdSample applies one clean sample under AIMD that was not slower than
-// LatencyTarget (see observe): add the step (subject to the utilization
-// guard). With AIMDProbe set, until the first decrease (a
+// aimdSample applies one clean sample under AIMD: back off when it was
+// slower than LatencyTarget, otherwise add the step (subject to the
+// utilization guard). With AIMDProbe set, until the first decrease (a
 // drop's or a slow sample's backoff) the estimate grows by half instead,
 // whenever the load reached the estimate it grew from — two thirds of
 // the estimate, so at most 1.5 times the load tried — or the whole limit
@@ -22,6 +25,10 @@ import "time"
 // A warm start (SetEstimate) does not end it: a fresh key's first limit
 // is a node's InitialLimit. The caller holds l.mu.
 func (l *Limiter) aimdSample(now time.Time, rec *leaseRecord, rtt time.Duration, load int) {
+	if l.law.latencyTarget > 0 && rtt > l.law.latencyTarget {
+		l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1), 0)
+		return
+	}
 	if l.slowStarting() {
 		l.slowStartStep(load)
 		return

@@ -162,11 +162,13 @@ type Config struct {
 	// Netflix's Gradient2; 2 is Netflix's default. Must be 0 or in [1, 1e6].
 	Tolerance float64
 	// Smoothing is the weight of each new Gradient2 target in the
-	// estimate's moving average. Defaults to 0.2, or 0.4 when a
-	// LatencyTarget is in force (set, or derived from MaxHealthyRTT): a
-	// round trip over the target backs off whatever the gradient says, so
-	// the estimate can climb faster without its overshoots turning into
-	// failures. Must be in (0, 1].
+	// estimate's moving average. Defaults to 0.2; left 0, it is 0.4 for a
+	// round trip while Gradient2 has a LatencyTarget (set, or derived from
+	// MaxHealthyRTT) no more than twice rttNoload: a queue no longer than
+	// the flight then reaches the target, which brings the estimate down
+	// whatever the gradient says, so the climb can be twice as fast. A
+	// target further above the round trip leaves the default at 0.2.
+	// Must be in (0, 1].
 	Smoothing float64
 	// RTTWindow is the number of most recent round trips over which
 	// rttNoload is the minimum; each round trip contributes its fastest
@@ -192,8 +194,9 @@ type Config struct {
 	// AIMDIncrease is what AIMD adds to the estimate on each clean,
 	// utilized sample. Defaults to 1. Must be in (0, MaxLimit].
 	AIMDIncrease float64
-	// AIMDBackoff multiplies the estimate, under AIMD, when a sample is
-	// slower than LatencyTarget, at most once per round trip.
+	// AIMDBackoff multiplies the estimate when a round trip is slower than
+	// LatencyTarget: under AIMD a backoff, at most once per round trip;
+	// under Gradient2 the round trip's move (see LatencyTarget).
 	// Defaults to 0.9. Must be in (0, 1).
 	AIMDBackoff float64
 	// AIMDProbe, when positive, makes AIMD start fast and probe faster the
@@ -218,20 +221,27 @@ type Config struct {
 	// Defaults to 0 (off): a constant AIMDIncrease from the start. Must be
 	// in [0, 1<<20].
 	AIMDProbe int
-	// LatencyTarget is the round-trip time above which the limiter backs
-	// off by AIMDBackoff, at most once per round trip, under every law: a
-	// round trip whose closing sample is slower backs off instead of
-	// moving the estimate as the law would (Gradient2's gradient, AIMD's
-	// step). Defaults to 0 (off: the laws react to drops and, under
-	// Gradient2, to the gradient alone), or to 4/5 of MaxHealthyRTT when
-	// that is set: requests slower than MaxHealthyRTT count as failures,
-	// so the limiter backs off while they still succeed rather than
-	// once they fail. Must be ≥ 0.
+	// LatencyTarget is the round-trip time above which the estimate comes
+	// down by AIMDBackoff. Under AIMD a sample slower than it backs off (at
+	// most once per round trip). Under Gradient2 a round trip closed by a
+	// sample slower than it, at a load that reached UtilizationThreshold of
+	// the estimate, moves the estimate to AIMDBackoff times itself instead
+	// of by the gradient: a move, as the gradient's are, not a backoff, so
+	// the drops that may follow still back off in full; a slow round at a
+	// lighter load is the gradient's to judge (the upstream is slow; this
+	// load did not make it so).
+	// Defaults to 0 (off: the laws react to drops and, under Gradient2, to
+	// the gradient alone); under Gradient2 (and Auto until it moves to
+	// FlatLatency's law, which reads no latency), to 4/5 of MaxHealthyRTT
+	// when that is set: requests slower than MaxHealthyRTT count as
+	// failures, so the limiter comes down while they still succeed rather
+	// than once they fail. A target at or above MaxHealthyRTT is no target:
+	// slower samples are drops already. Must be ≥ 0.
 	LatencyTarget time.Duration
 
 	// MaxHealthyRTT, when positive, makes every released sample slower than
-	// it count as a drop, under every law, and LatencyTarget default to 4/5
-	// of it. Defaults to 0 (off). Must be ≥ 0.
+	// it count as a drop, under every law, and Gradient2's LatencyTarget
+	// default to 4/5 of it. Defaults to 0 (off). Must be ≥ 0.
 	MaxHealthyRTT time.Duration
 
 	// Recalibration configures periodic refreshes of rttNoload.
@@ -323,7 +333,6 @@ const (
 	defaultMinLimit             = 1
 	defaultMaxLimit             = 1000
 	defaultSmoothing            = 0.2
-	targetSmoothing             = 0.4
 	defaultRTTWindow            = 600
 	defaultBackoffRatio         = 0.9
 	defaultAIMDIncrease         = 1.0
@@ -349,12 +358,8 @@ func (cfg Config) withDefaults() Config {
 	if cfg.InitialLimit == 0 {
 		cfg.InitialLimit = min(max(defaultInitialLimit, cfg.MinLimit), cfg.MaxLimit)
 	}
-	cfg.LatencyTarget = cfg.latencyTarget()
 	if cfg.Smoothing == 0 {
 		cfg.Smoothing = defaultSmoothing
-		if cfg.LatencyTarget > 0 {
-			cfg.Smoothing = targetSmoothing
-		}
 	}
 	if cfg.RTTWindow == 0 {
 		cfg.RTTWindow = defaultRTTWindow
@@ -389,13 +394,18 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// latencyTarget returns LatencyTarget, or its default when it is 0: 4/5
-// of MaxHealthyRTT, or 0 when that is not positive either.
-func (cfg Config) latencyTarget() time.Duration {
-	if cfg.LatencyTarget != 0 || cfg.MaxHealthyRTT <= 0 {
-		return cfg.LatencyTarget
+// gradientTarget returns the latency target Gradient2 applies:
+// LatencyTarget, or 4/5 of MaxHealthyRTT when LatencyTarget is 0; 0 (none)
+// when that leaves none, or one at or above MaxHealthyRTT.
+func (cfg Config) gradientTarget() time.Duration {
+	t := cfg.LatencyTarget
+	if t == 0 {
+		t = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5 // 4/5, without overflow
 	}
-	return cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5 // 4/5, without overflow
+	if t <= 0 || cfg.MaxHealthyRTT > 0 && t >= cfg.MaxHealthyRTT {
+		return 0
+	}
+	return t
 }
 
 // validate reports every out-of-range field of a defaulted Config, but a
@@ -445,7 +455,7 @@ func (cfg Config) validate() error {
 		bad("AIMDProbe", cfg.AIMDProbe, fmt.Sprintf("[0, %d] (0 = off)", maxRTTWindow))
 	}
 	if cfg.LatencyTarget < 0 {
-		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off)")
+		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off, or under Gradient2 4/5 of MaxHealthyRTT)")
 	}
 	if cfg.MaxHealthyRTT < 0 {
 		bad("MaxHealthyRTT", cfg.MaxHealthyRTT, "≥ 0 (0 = off)")

@@ -91,12 +91,14 @@
 // Config.AIMDIncrease on every clean sample, back off by
 // Config.AIMDBackoff on a sample slower than Config.LatencyTarget.
 //
-// Config.LatencyTarget holds under every law: a round trip slower than it
-// backs off by Config.AIMDBackoff instead of moving as the law would. Left
-// 0, it is 4/5 of Config.MaxHealthyRTT when that is set, so a limiter told
-// when a request fails backs off while its requests still succeed; with a
-// target in force, Gradient2's Config.Smoothing defaults to 0.4 instead of
-// 0.2.
+// Gradient2 reads Config.LatencyTarget too: a round trip slower than it, at
+// a load that reached the utilization threshold, moves the estimate down
+// by Config.AIMDBackoff instead of by the gradient. Left 0, Gradient2's
+// target is 4/5 of Config.MaxHealthyRTT when that is set, so a limiter
+// told when a request fails comes down while its requests still succeed;
+// while that target is within twice rttNoload, a Config.Smoothing left 0
+// is 0.4 instead of 0.2, since the target catches the overshoots of a
+// faster climb. FlatLatency's law reads no latency and derives no target.
 //
 // # The utilization guard
 //

@@ -49,9 +49,7 @@ func TestDropNotFedToWindow(t *testing.T) {
 
 func TestMaxHealthyRTTCountsSlowSamplesAsDrops(t *testing.T) {
 	t.Parallel()
-	// The latency target at MaxHealthyRTT: a round trip backs off only
-	// once it fails.
-	l, clk := newTestLimiter(t, Config{InitialLimit: 50, MaxHealthyRTT: time.Second, LatencyTarget: time.Second})
+	l, clk := newTestLimiter(t, Config{InitialLimit: 50, MaxHealthyRTT: time.Second})
 	le, _ := l.TryAcquire()
 	clk.Advance(time.Second) // at the limit: healthy
 	le.Release()

@@ -55,13 +55,8 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			l.autoRound(fastest)
 			l.roundMin = 0
 			l.recoverCut()
-			switch {
-			case l.law.latencyTarget > 0 && rtt > l.law.latencyTarget:
-				// Over the target, under every law: the round trip
-				// still succeeded, but the upstream is slowing towards
-				// where its requests fail (see Config.LatencyTarget).
-				l.backoff(now, rec, l.law.aimdBackoff, math.Inf(1), 0)
-			case l.law.law == AIMD:
+			switch l.law.law {
+			case AIMD:
 				l.aimdSample(now, rec, rtt, load)
 			default:
 				l.gradientSample(rtt, fastest, load)

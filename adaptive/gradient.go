@@ -23,18 +23,24 @@ import (
 func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	noload, _ := l.window.min()
 	if l.cfg.Tolerance != 0 {
-		l.propose(gradient2(l.estimate, rtt, noload, l.cfg.Tolerance, &l.cfg), load)
+		if !l.overTarget(rtt, load) {
+			l.propose(gradient2(l.estimate, rtt, noload, l.cfg.Tolerance, l.smoothing(noload), &l.cfg), load)
+		}
 		return
 	}
 	noload = l.band.lowest(fastest, noload)
 	l.band.add(fastest, noload)
+	if l.overTarget(rtt, load) {
+		return
+	}
+	smoothing := l.smoothing(noload)
 	tolerance := l.band.tolerance()
 	if float64(load) < l.law.utilization*l.estimate {
 		tolerance = max(tolerance, noiseStart)
 	}
 	if float64(fastest) <= tolerance*float64(noload) {
 		l.band.within()
-		l.propose(gradient2(l.estimate, noload, noload, 1, &l.cfg), load)
+		l.propose(gradient2(l.estimate, noload, noload, 1, smoothing, &l.cfg), load)
 		return
 	}
 	if first, rebase := l.band.beyond(load, fastest, tolerance); first {
@@ -45,7 +51,34 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 		l.window.push(fastest)
 		return
 	}
-	l.propose(queueGradient(l.estimate, fastest, noload, &l.cfg), load)
+	l.propose(queueGradient(l.estimate, fastest, noload, smoothing), load)
+}
+
+// overTarget moves the estimate to AIMDBackoff times itself when rtt, the
+// sample closing the round, was slower than the law's latency target (see
+// Config.LatencyTarget) and the round's load reached the utilization
+// threshold, and reports whether it did. A slow round at a lower load says
+// the upstream is slow, not that this load made it so: it is left to the
+// gradient, which holds such a round to a tolerance of at least
+// noiseStart. The move is one, as the gradient's are, not a backoff: the
+// drops that may follow still back off in full. The caller holds l.mu.
+func (l *Limiter) overTarget(rtt time.Duration, load int) bool {
+	if l.law.latencyTarget <= 0 || rtt <= l.law.latencyTarget || float64(load) < l.law.utilization*l.estimate {
+		return false
+	}
+	l.propose(l.estimate*l.law.aimdBackoff, load)
+	return true
+}
+
+// smoothing returns the weight of a new Gradient2 target for a round
+// measured against noload: Config.Smoothing, or targetSmoothing when the
+// Config left it 0 and the latency target is at most twice noload (see
+// Config.Smoothing). The caller holds l.mu.
+func (l *Limiter) smoothing(noload time.Duration) float64 {
+	if t := l.law.latencyTarget; l.climbFast && t > 0 && noload > 0 && t/2 <= noload {
+		return targetSmoothing
+	}
+	return l.cfg.Smoothing
 }
 
 // tolerance is the tolerance Gradient2 applies: Config.Tolerance, or the
@@ -72,15 +105,20 @@ func (l *Limiter) tolerance() float64 {
 // instead of settling above it by the headroom. (Within the band the
 // round counts as gradient 1: gradient2 with rtt = noload.) The result is
 // not yet guarded or clamped to [MinLimit, MaxLimit].
-func queueGradient(estimate float64, fastest, noload time.Duration, cfg *Config) float64 {
+func queueGradient(estimate float64, fastest, noload time.Duration, smoothing float64) float64 {
 	ratio := float64(noload) / float64(fastest)
 	gradient := max(ratio*ratio, minGradient)
-	return estimate*(1-cfg.Smoothing) + estimate*gradient*cfg.Smoothing
+	return estimate*(1-smoothing) + estimate*gradient*smoothing
 }
 
 // minGradient is the least gradient: one round trip at most halves the
 // Gradient2 target.
 const minGradient = 0.5
+
+// targetSmoothing is Gradient2's Smoothing, left 0, while its latency
+// target is close enough to the round trip to catch an overshoot (see
+// Config.Smoothing).
+const targetSmoothing = 0.4
 
 // gradient2 returns the Gradient2 successor of estimate for a sample of
 // rtt against a windowed minimum of noload (both positive):
@@ -90,12 +128,12 @@ const minGradient = 0.5
 //	next     = estimate·(1−smoothing) + target·smoothing
 //
 // The result is not yet guarded or clamped to [MinLimit, MaxLimit].
-func gradient2(estimate float64, rtt, noload time.Duration, tolerance float64, cfg *Config) float64 {
+func gradient2(estimate float64, rtt, noload time.Duration, tolerance, smoothing float64, cfg *Config) float64 {
 	gradient := min(max(tolerance*float64(noload)/float64(rtt), minGradient), 1.0)
 	queue := cfg.QueueSize(estimate)
 	if !(queue >= 0) || math.IsInf(queue, 1) {
 		queue = 0
 	}
 	target := estimate*gradient + queue
-	return estimate*(1-cfg.Smoothing) + target*cfg.Smoothing
+	return estimate*(1-smoothing) + target*smoothing
 }

@@ -1,85 +1,177 @@
 package adaptive
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestLatencyTargetDefaults: MaxHealthyRTT sets LatencyTarget to 4/5 of
-// itself when LatencyTarget is left 0, and a target in force, set or
-// derived, doubles Smoothing's default; fields set keep their values.
-func TestLatencyTargetDefaults(t *testing.T) {
+// TestLatencyTargetOfEachLaw: Gradient2 (and Auto) take a LatencyTarget
+// left 0 as 4/5 of MaxHealthyRTT, and no target at or above
+// MaxHealthyRTT; AIMD reads LatencyTarget as set, as before. Smoothing's
+// default stays 0.2 in the Config either way.
+func TestLatencyTargetOfEachLaw(t *testing.T) {
 	t.Parallel()
+	const maxDuration = time.Duration(math.MaxInt64)
 	for _, tc := range []struct {
-		name      string
-		cfg       Config
-		target    time.Duration
-		smoothing float64
+		name   string
+		cfg    Config
+		target time.Duration
 	}{
-		{"neither", Config{}, 0, 0.2},
-		{"MaxHealthyRTT", Config{MaxHealthyRTT: time.Second}, 800 * time.Millisecond, 0.4},
-		{"LatencyTarget", Config{LatencyTarget: 50 * time.Millisecond}, 50 * time.Millisecond, 0.4},
-		{"both", Config{MaxHealthyRTT: time.Second, LatencyTarget: time.Second}, time.Second, 0.4},
-		{"Smoothing set", Config{MaxHealthyRTT: time.Second, Smoothing: 0.2}, 800 * time.Millisecond, 0.2},
-		{"longest MaxHealthyRTT", Config{MaxHealthyRTT: 1<<63 - 1}, (1<<63 - 1) - (1<<63-1)/5, 0.4},
+		{"neither", Config{}, 0},
+		{"MaxHealthyRTT", Config{MaxHealthyRTT: time.Second}, 800 * time.Millisecond},
+		{"LatencyTarget", Config{LatencyTarget: 50 * time.Millisecond}, 50 * time.Millisecond},
+		{"under MaxHealthyRTT", Config{MaxHealthyRTT: time.Second, LatencyTarget: 900 * time.Millisecond}, 900 * time.Millisecond},
+		{"at MaxHealthyRTT", Config{MaxHealthyRTT: time.Second, LatencyTarget: time.Second}, 0},
+		{"above MaxHealthyRTT", Config{MaxHealthyRTT: time.Second, LatencyTarget: 2 * time.Second}, 0},
+		{"Gradient2", Config{Law: Gradient2, MaxHealthyRTT: time.Second}, 800 * time.Millisecond},
+		{"AIMD with MaxHealthyRTT", Config{Law: AIMD, MaxHealthyRTT: time.Second}, 0},
+		{"AIMD with both", Config{Law: AIMD, MaxHealthyRTT: time.Second, LatencyTarget: 2 * time.Second}, 2 * time.Second},
+		{"longest MaxHealthyRTT", Config{MaxHealthyRTT: maxDuration}, maxDuration - maxDuration/5},
 	} {
 		l, err := New(tc.cfg)
 		require.NoError(t, err, tc.name)
-		require.Equal(t, tc.target, l.cfg.LatencyTarget, tc.name)
 		require.Equal(t, tc.target, l.law.latencyTarget, tc.name)
-		require.Equal(t, tc.smoothing, l.cfg.Smoothing, tc.name)
+		require.Equal(t, tc.cfg.LatencyTarget, l.cfg.LatencyTarget, tc.name)
+		require.Equal(t, 0.2, l.cfg.Smoothing, tc.name)
 	}
 }
 
-// TestGradient2BacksOffOverLatencyTarget: under Gradient2 a round trip
-// slower than LatencyTarget backs off by AIMDBackoff, once per round trip,
-// and counts no drop; without a target the same round trip grows the
-// estimate (the first round is its own baseline).
-func TestGradient2BacksOffOverLatencyTarget(t *testing.T) {
+// fullFlight admits the whole limit and releases it after rtt, each
+// request its own sample.
+func fullFlight(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration) {
+	t.Helper()
+	leases := acquireN(t, l, l.Limit())
+	clk.Advance(rtt)
+	for _, le := range leases {
+		le.Release()
+	}
+}
+
+// TestGradient2MovesDownOverLatencyTarget: under Gradient2 a full round
+// trip slower than LatencyTarget moves the estimate to AIMDBackoff times
+// itself, once per round trip, and counts no drop; without a target the
+// same round trip grows the estimate (the first round is its own
+// baseline).
+func TestGradient2MovesDownOverLatencyTarget(t *testing.T) {
 	t.Parallel()
-	slowRound := func(cfg Config) *Limiter {
-		l, clk := newTestLimiter(t, cfg)
-		leases := acquireN(t, l, 10)
-		clk.Advance(60 * time.Millisecond)
-		for _, le := range leases {
-			le.Release()
-		}
+	for _, tol := range []float64{0, 2} {
+		l, clk := newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol, LatencyTarget: 50 * time.Millisecond})
+		fullFlight(t, l, clk, 60*time.Millisecond)
+		require.InDelta(t, 20*0.9, l.Estimate(), 1e-9, "Tolerance %v: twenty slow samples of one round trip move it once", tol)
 		require.Zero(t, l.Drops(), "a slow round trip that succeeded is not a drop")
-		return l
+
+		l, clk = newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol})
+		fullFlight(t, l, clk, 60*time.Millisecond)
+		require.Greater(t, l.Estimate(), 20.0, "Tolerance %v", tol)
 	}
-	l := slowRound(Config{Law: Gradient2, LatencyTarget: 50 * time.Millisecond})
-	require.InDelta(t, 20*0.9, l.Estimate(), 1e-9, "ten slow samples of one round trip back off once")
-	require.Greater(t, slowRound(Config{Law: Gradient2}).Estimate(), 20.0)
 }
 
-// TestMaxHealthyRTTBacksOffBeforeFailures: with MaxHealthyRTT alone, a
-// round trip between 4/5 of it and it backs off under the default law
-// without a drop; one past it is a drop.
-func TestMaxHealthyRTTBacksOffBeforeFailures(t *testing.T) {
+// TestMaxHealthyRTTMovesDownBeforeFailures: with MaxHealthyRTT alone, the
+// default law comes down on a full round trip between 4/5 of it and it,
+// with no drop; one past it is a drop.
+func TestMaxHealthyRTTMovesDownBeforeFailures(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{MaxHealthyRTT: time.Second})
-	le, _ := l.TryAcquire()
-	clk.Advance(900 * time.Millisecond)
-	le.Release()
+	fullFlight(t, l, clk, 900*time.Millisecond)
 	require.Zero(t, l.Drops())
 	require.InDelta(t, 20*0.9, l.Estimate(), 1e-9)
 
-	le, _ = l.TryAcquire()
-	clk.Advance(1100 * time.Millisecond)
-	le.Release()
-	require.EqualValues(t, 1, l.Drops())
+	fullFlight(t, l, clk, 1100*time.Millisecond)
+	require.Positive(t, l.Drops())
+	require.Less(t, l.Estimate(), 20*0.9*0.9+1e-9, "the failures back off")
 }
 
-// TestAutoKeepsTheDerivedLatencyTarget: Auto's move to FlatLatency's law
-// keeps the target MaxHealthyRTT gave it.
-func TestAutoKeepsTheDerivedLatencyTarget(t *testing.T) {
+// TestLatencyTargetIgnoresALightLoad: a round trip over the target at a
+// load under the utilization threshold does not move the estimate: the
+// upstream is slow, and this load did not make it so. Requests one at a
+// time, every other one slower than the target, used to take the estimate
+// from 20 to a few.
+func TestLatencyTargetIgnoresALightLoad(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{MaxHealthyRTT: time.Second})
-	for range 3 {
-		flatRefusal(t, l, clk)
+	for i := range 40 {
+		rtt := 300 * time.Millisecond
+		if i%2 == 1 {
+			rtt = 850 * time.Millisecond
+		}
+		sampleOne(t, l, clk, rtt)
 	}
-	require.Equal(t, AIMD, l.Snapshot().Law)
-	require.Equal(t, 800*time.Millisecond, l.law.latencyTarget)
+	require.Zero(t, l.Drops())
+	require.InDelta(t, 20, l.Estimate(), 1e-9)
+}
+
+// TestDropsAfterATargetMoveBackOff: the target's move is not a backoff, so
+// the refusals of requests admitted before it still back off.
+func TestDropsAfterATargetMoveBackOff(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{Law: Gradient2, MaxHealthyRTT: time.Second})
+	leases := acquireN(t, l, 20)
+	clk.Advance(900 * time.Millisecond)
+	leases[0].Release()
+	require.InDelta(t, 20*0.9, l.Estimate(), 1e-9)
+	clk.Advance(300 * time.Millisecond)
+	for _, le := range leases[1:] {
+		le.Release() // past MaxHealthyRTT: drops
+	}
+	require.EqualValues(t, 19, l.Drops())
+	require.Less(t, l.Estimate(), 20*0.9*0.9+1e-9)
+}
+
+// TestAFarTargetLeavesGradient2Alone: a MaxHealthyRTT far above the round
+// trip, as a timeout would be, changes nothing: its target never fires
+// and Smoothing stays 0.2. On an upstream whose latency grows with its
+// load the defaults settle where they do without it.
+func TestAFarTargetLeavesGradient2Alone(t *testing.T) {
+	t.Parallel()
+	const c = 50
+	shared := func(load int, rng *rand.Rand) time.Duration {
+		base := 20 * time.Millisecond * time.Duration(max(load, c)) / c
+		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
+	}
+	without := flatRounds(t, Config{MaxLimit: 400}, 1500, shared)
+	far := flatRounds(t, Config{MaxLimit: 400, MaxHealthyRTT: 30 * time.Second}, 1500, shared)
+	require.Equal(t, without, far)
+}
+
+// TestANearTargetDoublesTheClimb: Smoothing left 0 is 0.4 for a round
+// whose target is at most twice rttNoload, 0.2 for one further away or
+// when Smoothing is set.
+func TestANearTargetDoublesTheClimb(t *testing.T) {
+	t.Parallel()
+	climb := func(cfg Config) float64 {
+		l, clk := newTestLimiter(t, cfg)
+		fullFlight(t, l, clk, 20*time.Millisecond)
+		return l.Estimate() - 20
+	}
+	step := math.Sqrt(20)
+	require.InDelta(t, 0.4*step, climb(Config{MaxHealthyRTT: 50 * time.Millisecond}), 1e-9, "target 40ms, twice the 20ms round trip")
+	require.InDelta(t, 0.2*step, climb(Config{MaxHealthyRTT: 51 * time.Millisecond}), 1e-9, "target 40.8ms")
+	require.InDelta(t, 0.2*step, climb(Config{MaxHealthyRTT: 50 * time.Millisecond, Smoothing: 0.2}), 1e-9, "Smoothing set")
+	require.InDelta(t, 0.2*step, climb(Config{}), 1e-9, "no target")
+}
+
+// TestFlatLatencyLawTakesNoDerivedTarget: Auto's move to FlatLatency's
+// law, which reads no latency, leaves MaxHealthyRTT's target behind; a
+// target the Config sets goes with it.
+func TestFlatLatencyLawTakesNoDerivedTarget(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg    Config
+		target time.Duration
+	}{
+		{Config{MaxHealthyRTT: time.Second}, 0},
+		{Config{MaxHealthyRTT: time.Second, LatencyTarget: 900 * time.Millisecond}, 900 * time.Millisecond},
+	} {
+		l, clk := newTestLimiter(t, tc.cfg)
+		require.Positive(t, l.law.latencyTarget)
+		for range 3 {
+			flatRefusal(t, l, clk)
+		}
+		require.Equal(t, AIMD, l.Snapshot().Law)
+		require.Equal(t, tc.target, l.law.latencyTarget)
+	}
 }

@@ -17,11 +17,13 @@ type lawParams struct {
 }
 
 // paramsOf returns the law fields of a defaulted cfg; Auto starts as
-// Gradient2.
+// Gradient2, whose latency target may come from MaxHealthyRTT (see
+// Config.LatencyTarget).
 func paramsOf(cfg Config) lawParams {
 	law := cfg.Law
-	if law == Auto {
-		law = Gradient2
+	target := cfg.LatencyTarget
+	if law != AIMD {
+		law, target = Gradient2, cfg.gradientTarget()
 	}
 	return lawParams{
 		law:           law,
@@ -29,7 +31,7 @@ func paramsOf(cfg Config) lawParams {
 		aimdIncrease:  cfg.AIMDIncrease,
 		aimdBackoff:   cfg.AIMDBackoff,
 		aimdProbe:     cfg.AIMDProbe,
-		latencyTarget: cfg.LatencyTarget,
+		latencyTarget: target,
 		utilization:   cfg.UtilizationThreshold,
 		paceGrowth:    cfg.PaceGrowth,
 	}
@@ -55,7 +57,7 @@ func flatParams(raw Config) lawParams {
 	if raw.UtilizationThreshold != 0 {
 		f.UtilizationThreshold = raw.UtilizationThreshold
 	}
-	f.LatencyTarget = raw.latencyTarget()
+	f.LatencyTarget = raw.LatencyTarget
 	f.PaceGrowth = f.PaceGrowth || raw.PaceGrowth
 	return paramsOf(f.withDefaults())
 }

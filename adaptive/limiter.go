@@ -21,6 +21,7 @@ type Limiter struct {
 	mu           sync.Mutex
 	law          lawParams // the running law's fields of cfg (see Auto)
 	flatLaw      lawParams // under Auto, the law it moves to
+	climbFast    bool      // Config.Smoothing was left 0: Gradient2 may climb at targetSmoothing (see smoothing)
 	flatRefusals int       // under Auto, the refusals in a row that showed no queueing
 	flatFirst    uint64    // under Auto, the round of the first of them
 	flatRound    uint64    // under Auto, the round of the last of them
@@ -106,6 +107,7 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Law == Auto {
 		l.flatLaw = flatParams(raw)
 	}
+	l.climbFast = raw.Smoothing == 0
 	l.restartCutRecovery()
 	l.queue.heads = make([]head, 0, len(l.queue.flows))
 	l.waiters.New = newWaiter

@@ -145,14 +145,14 @@ func TestQueueGradientAimsUnderTheQueue(t *testing.T) {
 	cfg := Config{}.withDefaults()
 	// Within the band (gradientSample's other branch): gradient 1 and the
 	// headroom.
-	within := gradient2(100, 10*time.Millisecond, 10*time.Millisecond, 1, &cfg)
+	within := gradient2(100, 10*time.Millisecond, 10*time.Millisecond, 1, cfg.Smoothing, &cfg)
 	require.InDelta(t, 100*0.8+(100+10)*0.2, within, 1e-9)
 	// Beyond it, 1.25 times rttNoload: the target is 100·(1/1.25)² = 64,
 	// with no headroom.
-	beyond := queueGradient(100, 12500*time.Microsecond, 10*time.Millisecond, &cfg)
+	beyond := queueGradient(100, 12500*time.Microsecond, 10*time.Millisecond, cfg.Smoothing)
 	require.InDelta(t, 100*0.8+64*0.2, beyond, 1e-9)
 	// Far beyond, the target is at least half the estimate.
-	far := queueGradient(100, 40*time.Millisecond, 10*time.Millisecond, &cfg)
+	far := queueGradient(100, 40*time.Millisecond, 10*time.Millisecond, cfg.Smoothing)
 	require.InDelta(t, 100*0.8+50*0.2, far, 1e-9)
 }
 

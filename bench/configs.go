@@ -12,8 +12,9 @@ import (
 //   - MaxHealthyRTT = 1.5s, the model's rate-limit threshold
 //     (sim.ModelConfig.SuccessLatency): a success slower than that would
 //     have been rate-limited. Under the model every success is at or under
-//     1.5s, so it never fires here; it is set because a user who knows the
-//     threshold would set it.
+//     1.5s, so it never fires as a drop; it is set because a user who
+//     knows the threshold would set it, and under Gradient2 it sets the
+//     default latency target, 4/5 of it (1.2s).
 //   - MinLimit = 1 and InitialLimit = 20, the model's initial capacity, so
 //     no strategy starts with an advantage; MaxLimit = 1000 (the default)
 //     never binds.
@@ -48,7 +49,8 @@ func ModelBaseConfig() adaptive.Config {
 
 // ModelDefaultsConfig returns the limiter with the library's defaults
 // (law Auto, the measured tolerance, backoff 0.9; with MaxHealthyRTT set,
-// a latency target of 4/5 of it, 1.2s, and smoothing 0.4) plus ModelBaseConfig:
+// a latency target of 4/5 of it, 1.2s, and smoothing 0.4 while that
+// target is within twice rttNoload, as it is here) plus ModelBaseConfig:
 // what a user gets without tuning. Auto stays Gradient2 on the model: its
 // failures are steps slower than the success threshold, not refusals
 // answered at once.
@@ -82,9 +84,10 @@ func ModelFixedToleranceConfig() adaptive.Config {
 //     steps, so one lucky draw of the noise holds it down for ten steps,
 //     not for the run (the default 600 spans the whole 300-step run).
 //
-// Like every configuration here it sets MaxHealthyRTT, so the latency
-// target in force is the default 4/5 of it, 1.2s: a step slower than
-// that backs off by AIMDBackoff (0.9) before the model's 1.5s rate-limits.
+// Like every configuration here it sets MaxHealthyRTT, so its latency
+// target is the default 4/5 of it, 1.2s: a full step slower than that
+// moves the estimate down by AIMDBackoff (0.9) before the model's 1.5s
+// rate-limits.
 func ModelGradient2Config() adaptive.Config {
 	cfg := ModelBaseConfig()
 	cfg.Law = adaptive.Gradient2

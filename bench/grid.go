@@ -20,15 +20,15 @@ type Candidate struct {
 // AIMDIncrease is what a clean step adds, and RTTWindow counts steps.
 
 // Gradient2Grid returns the Gradient2 candidates: every combination of
-// Tolerance in {1.05, 1.1, 1.15, 1.2}, Smoothing in {0.2, 0.35, 0.5, 0.75,
-// 1}, BackoffRatio in {0.5, 0.75, 0.9} and RTTWindow in {10, 30, 100, 600}
-// round trips over ModelBaseConfig (240 candidates).
+// Tolerance in {1.05, 1.1, 1.15, 1.2, 1.3, 1.5}, Smoothing in {0.2, 0.35,
+// 0.5, 0.75, 1}, BackoffRatio in {0.5, 0.75, 0.9} and RTTWindow in {3, 10,
+// 30, 100, 600} round trips over ModelBaseConfig (450 candidates).
 func Gradient2Grid() []Candidate {
 	var out []Candidate
-	for _, tol := range []float64{1.05, 1.1, 1.15, 1.2} {
+	for _, tol := range []float64{1.05, 1.1, 1.15, 1.2, 1.3, 1.5} {
 		for _, sm := range []float64{0.2, 0.35, 0.5, 0.75, 1} {
 			for _, bo := range []float64{0.5, 0.75, 0.9} {
-				for _, w := range []int{10, 30, 100, 600} {
+				for _, w := range []int{3, 10, 30, 100, 600} {
 					cfg := ModelBaseConfig()
 					cfg.Law = adaptive.Gradient2
 					cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow = tol, sm, bo, w
@@ -67,27 +67,33 @@ func AIMDGrid() []Candidate {
 // ConfigLabel describes the law parameters of cfg that the grids vary,
 // for tables.
 func ConfigLabel(cfg adaptive.Config) string {
-	// The latency target in force: LatencyTarget, or 4/5 of
-	// MaxHealthyRTT when that is set (adaptive's default).
-	target := cfg.LatencyTarget
-	if target == 0 && cfg.MaxHealthyRTT > 0 {
-		target = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5
-	}
 	switch cfg.Law {
 	case adaptive.AIMD:
 		return fmt.Sprintf("aimd increase=%g target=%v aimd-backoff=%g backoff=%g",
-			cfg.AIMDIncrease, target, cfg.AIMDBackoff, cfg.BackoffRatio)
+			cfg.AIMDIncrease, cfg.LatencyTarget, cfg.AIMDBackoff, cfg.BackoffRatio)
 	default:
-		tol, sm, bo, w := cfg.Tolerance, cfg.Smoothing, cfg.BackoffRatio, cfg.RTTWindow
-		defaults := cfg.Law == adaptive.Auto && tol == 0 && sm == 0 && bo == 0 && w == 0
+		// Gradient2's latency target: LatencyTarget, or 4/5 of
+		// MaxHealthyRTT when that is set, and none at or above it
+		// (adaptive.Config.LatencyTarget).
+		target := cfg.LatencyTarget
+		if target == 0 {
+			target = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5
+		}
+		if cfg.MaxHealthyRTT > 0 && target >= cfg.MaxHealthyRTT {
+			target = 0
+		}
+		tol, bo, w := cfg.Tolerance, cfg.BackoffRatio, cfg.RTTWindow
+		defaults := cfg.Law == adaptive.Auto && tol == 0 && cfg.Smoothing == 0 && bo == 0 && w == 0
 		if w == 0 {
 			w = 600
 		}
-		if sm == 0 {
-			sm = 0.2
-			if target > 0 {
-				sm = 0.4
-			}
+		smoothing := fmt.Sprintf("%g", cfg.Smoothing)
+		switch {
+		case cfg.Smoothing != 0:
+		case target > 0:
+			smoothing = "0.2/0.4" // 0.4 while the target is within twice rttNoload
+		default:
+			smoothing = "0.2"
 		}
 		if bo == 0 {
 			bo = 0.9
@@ -96,7 +102,7 @@ func ConfigLabel(cfg adaptive.Config) string {
 		if tol != 0 {
 			tolerance = fmt.Sprintf("%g", tol)
 		}
-		label := fmt.Sprintf("gradient2 tolerance=%s smoothing=%g backoff=%g window=%d", tolerance, sm, bo, w)
+		label := fmt.Sprintf("gradient2 tolerance=%s smoothing=%s backoff=%g window=%d", tolerance, smoothing, bo, w)
 		if target > 0 {
 			label += fmt.Sprintf(" target=%v", target)
 		}

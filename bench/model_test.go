@@ -120,7 +120,7 @@ func TestGridsHoldTheReportedConfigs(t *testing.T) {
 		return m
 	}
 	g2, aimd := labels(Gradient2Grid()), labels(AIMDGrid())
-	require.Len(t, g2, 240)
+	require.Len(t, g2, 450)
 	require.Len(t, aimd, 150)
 	require.True(t, g2[ConfigLabel(ModelGradient2Config())])
 	require.True(t, aimd[ConfigLabel(ModelAIMDConfig())])

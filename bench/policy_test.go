@@ -20,9 +20,9 @@ import (
 // Gradient2 drop after a queueing round trip began to back off by the
 // queue, and when the defaults' tolerance became the measured noise band
 // (the fixed tolerance of 2 keeps the numbers the defaults had); every
-// gradient2 row when MaxHealthyRTT began to set a latency target that
-// every law backs off at (and Smoothing 0.4 with it), and the gradient2
-// model configuration was re-chosen by the grid for it.
+// gradient2 row when MaxHealthyRTT began to set Gradient2's latency target
+// (and Smoothing 0.4 near it), and the gradient2 model configuration was
+// re-chosen by the grid for it.
 func TestLimiterPolicyGolden(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -34,7 +34,7 @@ func TestLimiterPolicyGolden(t *testing.T) {
 		{"gradient2 model config, seed 0", ModelGradient2Config(), 0, 4946, 4566, 380},
 		{"gradient2 model config, seed 7", ModelGradient2Config(), 7, 6792, 6429, 363},
 		{"AIMD law model config, seed 0", ModelAIMDConfig(), 0, 5081, 4649, 432},
-		{"defaults, seed 0", ModelDefaultsConfig(), 0, 5123, 4465, 658},
+		{"defaults, seed 0", ModelDefaultsConfig(), 0, 5061, 4550, 511},
 		{"defaults but Tolerance 2, seed 0", ModelFixedToleranceConfig(), 0, 5132, 4622, 510},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

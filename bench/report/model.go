@@ -306,11 +306,11 @@ so every law parameter below is per step, whatever k is.
 
 Why these values (see ` + "`bench/configs.go`" + `):
 
-- **LatencyTarget 1.2 s** (every row but the AIMD law's): not set, it is
-  the library's default once MaxHealthyRTT is, 4/5 of it; a step slower
-  than that backs off by AIMDBackoff (0.9) while its requests still
-  succeed, and with a target in force Smoothing defaults to 0.4 rather
-  than 0.2.
+- **LatencyTarget 1.2 s** (the gradient2 rows): not set, it is Gradient2's
+  default once MaxHealthyRTT is, 4/5 of it; a step slower than that moves
+  the estimate down by AIMDBackoff (0.9) while its requests still succeed,
+  and with a target within twice rttNoload, as here, Smoothing left 0 is
+  0.4 rather than 0.2.
 - **Tolerance 1.2** (gradient2): requests fail at 1.5× the base latency, so
   a fixed tolerance of 2 (Netflix's default) never sees a gradient below 1
   before they fail;
@@ -438,8 +438,7 @@ const modelFindings = `### What the numbers say
   requests applied the law k times: the gain grew with the limit itself,
   and the previous report had to pick Smoothing 0.05 and AIMDIncrease 0.1
   to tame it. Now a step is one move, the parameters read per round trip,
-  and the same search meets the target with both laws (gradient2
-  narrowly).
+  and the same search meets the target with both laws.
 - **The defaults turn at the noise band, and back off at the latency
   target.** The model draws one noise value per step, so a round's
   fastest sample is the step's latency, spread around a base of 1 s, and
@@ -453,12 +452,13 @@ const modelFindings = `### What the numbers say
   (section 5) the same riding makes every request twice as slow for
   nothing, which is what the band is for: a default must pick one of the
   two, and the defaults pick the provider on which latency costs. What
-  lifts the defaults here is MaxHealthyRTT: set, it gives the latency
-  target its default of 4/5 of it (1.2 s), so a step that slows towards
-  failing backs off by 0.9 while its requests still succeed, and with that
-  backstop Smoothing defaults to 0.4, a climb of 0.4·√estimate per step
-  instead of 0.2·√estimate. Without MaxHealthyRTT (section 5) neither
-  changes.
+  lifts the defaults here is MaxHealthyRTT: set, it gives Gradient2's
+  latency target its default of 4/5 of it (1.2 s), so a full step that
+  slows towards failing moves the estimate down by 0.9 while its requests
+  still succeed, and with that backstop within twice rttNoload Smoothing
+  is 0.4, a climb of 0.4·√estimate per step instead of 0.2·√estimate.
+  Without MaxHealthyRTT (section 5), or with one far above the round trip,
+  neither changes.
 - **Gradient2's ceiling comes from the window's noise.** Gradient2 with a
   fixed tolerance settles where estimate·(1 − gradient) =
   QueueSize(estimate). With the √estimate headroom that is estimate =
