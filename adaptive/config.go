@@ -224,19 +224,22 @@ type Config struct {
 	// LatencyTarget is the round-trip time above which the estimate comes
 	// down by AIMDBackoff. Under AIMD a sample slower than it backs off (at
 	// most once per round trip). Under Gradient2 a round trip closed by a
-	// sample slower than it, at a load that reached UtilizationThreshold of
-	// the estimate, moves the estimate to AIMDBackoff times itself instead
-	// of by the gradient: a move, as the gradient's are, not a backoff, so
-	// the drops that may follow still back off in full; a slow round at a
-	// lighter load is the gradient's to judge (the upstream is slow; this
-	// load did not make it so).
+	// sample slower than it, over a baseline (rttNoload) under it, at a load
+	// that reached UtilizationThreshold of the estimate or the whole limit,
+	// moves the estimate to AIMDBackoff times itself instead of by the
+	// gradient: a move, as the gradient's are, not a backoff, so the drops
+	// that may follow still back off in full. A slow round at a lighter
+	// load (the upstream is slow; this load did not make it so), or over a
+	// baseline at or above the target (no load would meet it), is the
+	// gradient's to judge.
 	// Defaults to 0 (off: the laws react to drops and, under Gradient2, to
 	// the gradient alone); under Gradient2 (and Auto until it moves to
-	// FlatLatency's law, which reads no latency), to 4/5 of MaxHealthyRTT
-	// when that is set: requests slower than MaxHealthyRTT count as
-	// failures, so the limiter comes down while they still succeed rather
-	// than once they fail. A target at or above MaxHealthyRTT is no target:
-	// slower samples are drops already. Must be ≥ 0.
+	// FlatLatency's law, which derives none but keeps one the Config sets),
+	// to 4/5 of MaxHealthyRTT when that is set: requests slower than
+	// MaxHealthyRTT count as failures, so the limiter comes down while they
+	// still succeed rather than once they fail. A target at or above
+	// MaxHealthyRTT is no target: slower samples are drops already. Must be
+	// ≥ 0.
 	LatencyTarget time.Duration
 
 	// MaxHealthyRTT, when positive, makes every released sample slower than

@@ -91,14 +91,16 @@
 // Config.AIMDIncrease on every clean sample, back off by
 // Config.AIMDBackoff on a sample slower than Config.LatencyTarget.
 //
-// Gradient2 reads Config.LatencyTarget too: a round trip slower than it, at
-// a load that reached the utilization threshold, moves the estimate down
-// by Config.AIMDBackoff instead of by the gradient. Left 0, Gradient2's
+// Gradient2 reads Config.LatencyTarget too: a round trip slower than it,
+// over a baseline under it, at a load that reached the utilization
+// threshold, moves the estimate down by Config.AIMDBackoff instead of by
+// the gradient. Left 0, Gradient2's
 // target is 4/5 of Config.MaxHealthyRTT when that is set, so a limiter
 // told when a request fails comes down while its requests still succeed;
 // while that target is within twice rttNoload, a Config.Smoothing left 0
 // is 0.4 instead of 0.2, since the target catches the overshoots of a
-// faster climb. FlatLatency's law reads no latency and derives no target.
+// faster climb. FlatLatency's law derives no target (one the Config sets
+// carries over to it under Auto).
 //
 // # The utilization guard
 //

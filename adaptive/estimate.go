@@ -439,10 +439,17 @@ func (l *Limiter) propose(next float64, load int) {
 	if l.fleetLimit > 0 && l.tightTicks > 0 {
 		utilization = max(utilization, tightUtilization)
 	}
-	if next > l.estimate && float64(load) < utilization*l.estimate && load < int(l.estimate) {
+	if next > l.estimate && !l.utilized(utilization, load) {
 		return
 	}
 	l.estimate = l.clampEstimate(next)
+}
+
+// utilized reports whether load reached the fraction u of the estimate or
+// the whole limit, floor(estimate): the load of unit requests never
+// exceeds the limit (see propose). The caller holds l.mu.
+func (l *Limiter) utilized(u float64, load int) bool {
+	return float64(load) >= u*l.estimate || load >= int(l.estimate)
 }
 
 // backoff multiplies the estimate by ratio at most once per round trip: not

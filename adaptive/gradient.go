@@ -23,14 +23,14 @@ import (
 func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 	noload, _ := l.window.min()
 	if l.cfg.Tolerance != 0 {
-		if !l.overTarget(rtt, load) {
+		if !l.overTarget(rtt, noload, load) {
 			l.propose(gradient2(l.estimate, rtt, noload, l.cfg.Tolerance, l.smoothing(noload), &l.cfg), load)
 		}
 		return
 	}
 	noload = l.band.lowest(fastest, noload)
 	l.band.add(fastest, noload)
-	if l.overTarget(rtt, load) {
+	if l.overTarget(rtt, noload, load) {
 		return
 	}
 	smoothing := l.smoothing(noload)
@@ -56,14 +56,20 @@ func (l *Limiter) gradientSample(rtt, fastest time.Duration, load int) {
 
 // overTarget moves the estimate to AIMDBackoff times itself when rtt, the
 // sample closing the round, was slower than the law's latency target (see
-// Config.LatencyTarget) and the round's load reached the utilization
-// threshold, and reports whether it did. A slow round at a lower load says
-// the upstream is slow, not that this load made it so: it is left to the
-// gradient, which holds such a round to a tolerance of at least
-// noiseStart. The move is one, as the gradient's are, not a backoff: the
-// drops that may follow still back off in full. The caller holds l.mu.
-func (l *Limiter) overTarget(rtt time.Duration, load int) bool {
-	if l.law.latencyTarget <= 0 || rtt <= l.law.latencyTarget || float64(load) < l.law.utilization*l.estimate {
+// Config.LatencyTarget), the baseline noload was under it, and the round's
+// load reached the utilization threshold or the whole limit, and reports
+// whether it did. A slow round at a lighter load says the upstream is slow,
+// not that this load made it so (with the measured tolerance the gradient
+// then holds the round to a tolerance of at least noiseStart), and a
+// baseline at or over the target says no load would meet it: both are
+// left to the gradient (without the second
+// rule every round trip of an upstream slower than the target, all
+// succeeding, took the estimate to MinLimit). The move is one, as the
+// gradient's are, not a backoff: the drops that may follow still back off
+// in full. The caller holds l.mu.
+func (l *Limiter) overTarget(rtt, noload time.Duration, load int) bool {
+	t := l.law.latencyTarget
+	if t <= 0 || rtt <= t || noload >= t || !l.utilized(l.law.utilization, load) {
 		return false
 	}
 	l.propose(l.estimate*l.law.aimdBackoff, load)

@@ -52,22 +52,47 @@ func fullFlight(t *testing.T, l *Limiter, clk *fakeClock, rtt time.Duration) {
 }
 
 // TestGradient2MovesDownOverLatencyTarget: under Gradient2 a full round
-// trip slower than LatencyTarget moves the estimate to AIMDBackoff times
-// itself, once per round trip, and counts no drop; without a target the
-// same round trip grows the estimate (the first round is its own
-// baseline).
+// trip slower than LatencyTarget, over a baseline under it, moves the
+// estimate to AIMDBackoff times itself, once per round trip, and counts no
+// drop.
 func TestGradient2MovesDownOverLatencyTarget(t *testing.T) {
 	t.Parallel()
 	for _, tol := range []float64{0, 2} {
 		l, clk := newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol, LatencyTarget: 50 * time.Millisecond})
+		fullFlight(t, l, clk, 20*time.Millisecond) // the baseline
+		before := l.Estimate()
 		fullFlight(t, l, clk, 60*time.Millisecond)
-		require.InDelta(t, 20*0.9, l.Estimate(), 1e-9, "Tolerance %v: twenty slow samples of one round trip move it once", tol)
+		require.InDelta(t, before*0.9, l.Estimate(), 1e-9, "Tolerance %v: the slow samples of one round trip move it once", tol)
 		require.Zero(t, l.Drops(), "a slow round trip that succeeded is not a drop")
-
-		l, clk = newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol})
-		fullFlight(t, l, clk, 60*time.Millisecond)
-		require.Greater(t, l.Estimate(), 20.0, "Tolerance %v", tol)
 	}
+}
+
+// TestLatencyTargetCountsTheWholeLimitAsFull: as the utilization guard
+// does, the target takes a round that filled the whole limit,
+// floor(estimate), as loaded, whatever UtilizationThreshold says: with
+// unit requests the load never exceeds the limit.
+func TestLatencyTargetCountsTheWholeLimitAsFull(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{Law: Gradient2, LatencyTarget: 50 * time.Millisecond, UtilizationThreshold: 1})
+	fullFlight(t, l, clk, 20*time.Millisecond)
+	before := l.Estimate()
+	require.Greater(t, before, float64(l.Limit()), "a fractional estimate")
+	fullFlight(t, l, clk, 60*time.Millisecond)
+	require.InDelta(t, before*0.9, l.Estimate(), 1e-9)
+}
+
+// TestATargetUnderTheBaselineIsNoTarget: an upstream whose round trips
+// are all slower than the target, and all succeed, is not walked down to
+// MinLimit: with the baseline over the target no load would meet it, and
+// the gradient judges the rounds.
+func TestATargetUnderTheBaselineIsNoTarget(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{MaxHealthyRTT: time.Second})
+	for range 60 {
+		fullFlight(t, l, clk, 850*time.Millisecond)
+	}
+	require.Zero(t, l.Drops())
+	require.Greater(t, l.Estimate(), 20.0)
 }
 
 // TestMaxHealthyRTTMovesDownBeforeFailures: with MaxHealthyRTT alone, the
@@ -76,13 +101,15 @@ func TestGradient2MovesDownOverLatencyTarget(t *testing.T) {
 func TestMaxHealthyRTTMovesDownBeforeFailures(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{MaxHealthyRTT: time.Second})
+	fullFlight(t, l, clk, 100*time.Millisecond) // the baseline
+	before := l.Estimate()
 	fullFlight(t, l, clk, 900*time.Millisecond)
 	require.Zero(t, l.Drops())
-	require.InDelta(t, 20*0.9, l.Estimate(), 1e-9)
+	require.InDelta(t, before*0.9, l.Estimate(), 1e-9)
 
 	fullFlight(t, l, clk, 1100*time.Millisecond)
 	require.Positive(t, l.Drops())
-	require.Less(t, l.Estimate(), 20*0.9*0.9+1e-9, "the failures back off")
+	require.Less(t, l.Estimate(), before*0.9*0.9+1e-9, "the failures back off")
 }
 
 // TestLatencyTargetIgnoresALightLoad: a round trip over the target at a
@@ -109,16 +136,18 @@ func TestLatencyTargetIgnoresALightLoad(t *testing.T) {
 func TestDropsAfterATargetMoveBackOff(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{Law: Gradient2, MaxHealthyRTT: time.Second})
-	leases := acquireN(t, l, 20)
+	fullFlight(t, l, clk, 100*time.Millisecond) // the baseline
+	before := l.Estimate()
+	leases := acquireN(t, l, l.Limit())
 	clk.Advance(900 * time.Millisecond)
 	leases[0].Release()
-	require.InDelta(t, 20*0.9, l.Estimate(), 1e-9)
+	require.InDelta(t, before*0.9, l.Estimate(), 1e-9)
 	clk.Advance(300 * time.Millisecond)
 	for _, le := range leases[1:] {
 		le.Release() // past MaxHealthyRTT: drops
 	}
-	require.EqualValues(t, 19, l.Drops())
-	require.Less(t, l.Estimate(), 20*0.9*0.9+1e-9)
+	require.EqualValues(t, len(leases)-1, l.Drops())
+	require.Less(t, l.Estimate(), before*0.9*0.9+1e-9)
 }
 
 // TestAFarTargetLeavesGradient2Alone: a MaxHealthyRTT far above the round
