@@ -2,7 +2,6 @@ package adaptive
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -156,11 +155,7 @@ func TestDropsAfterATargetMoveBackOff(t *testing.T) {
 // load the defaults settle where they do without it.
 func TestAFarTargetLeavesGradient2Alone(t *testing.T) {
 	t.Parallel()
-	const c = 50
-	shared := func(load int, rng *rand.Rand) time.Duration {
-		base := 20 * time.Millisecond * time.Duration(max(load, c)) / c
-		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
-	}
+	shared := sharedAbove(50)
 	without := flatRounds(t, Config{MaxLimit: 400}, 1500, shared)
 	far := flatRounds(t, Config{MaxLimit: 400, MaxHealthyRTT: 30 * time.Second}, 1500, shared)
 	require.Equal(t, without, far)

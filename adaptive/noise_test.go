@@ -200,6 +200,15 @@ func TestDefaultsHoldOnRequestsOfUnequalSize(t *testing.T) {
 	require.Greater(t, band, 180.0)
 }
 
+// sharedAbove returns the round trips of processor sharing above a
+// capacity c: 20 ms·load/c, at least 20 ms, with 1 % jitter.
+func sharedAbove(c int) func(load int, rng *rand.Rand) time.Duration {
+	return func(load int, rng *rand.Rand) time.Duration {
+		base := 20 * time.Millisecond * time.Duration(max(load, c)) / time.Duration(c)
+		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
+	}
+}
+
 func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
 	t.Parallel()
 	// Processor sharing above C = 50: a round trip takes 20 ms·load/C,
@@ -208,10 +217,7 @@ func TestDefaultsSettleNearACapacityThatSlowsDown(t *testing.T) {
 	// climbs to MaxLimit. The band turns a tenth or so above the baseline
 	// and settles within a fifth or so above C.
 	const c = 50
-	shared := func(load int, rng *rand.Rand) time.Duration {
-		base := 20 * time.Millisecond * time.Duration(max(load, c)) / c
-		return time.Duration(float64(base) * (1 + 0.01*math.Abs(rng.NormFloat64())))
-	}
+	shared := sharedAbove(c)
 	fixed := flatRounds(t, Config{MaxLimit: 400, Tolerance: 2}, 1500, shared)
 	band := flatRounds(t, Config{MaxLimit: 400}, 1500, shared)
 	t.Logf("estimate ÷ C: Tolerance 2 %.2f, measured band %.2f", fixed/c, band/c)
