@@ -235,6 +235,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
+		callerDone(req.Context())
 		return nil, &unsentError{err: err}
 	}
 	if t.admitted != nil {
@@ -252,6 +253,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
+		callerDone(req.Context()) // ErrLate may find the deadline passed before its timer fires
 		return nil, &unsentError{err: err}
 	}
 	cfg := &t.node.cfg

@@ -1079,6 +1079,30 @@ func TestTransportDeadlineErrorsComeAfterTheCallersContext(t *testing.T) {
 	}
 }
 
+// TestTransportLateErrorWaitsForTheCallersContext: a deadline passes a
+// little before its context's timer ends the context, longer on a busy
+// machine. Transport's ErrLate, found in that gap, came back while the
+// caller's context still ran; the caller then took a deadline of its own
+// for a failure. The context here reports a deadline already passed and
+// ends 50 ms later.
+func TestTransportLateErrorWaitsForTheCallersContext(t *testing.T) {
+	t.Parallel()
+	url, client := hangingUpstream(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	timer := time.AfterFunc(50*time.Millisecond, cancel)
+	defer timer.Stop()
+	req, _ := http.NewRequestWithContext(slowDeadline{ctx}, http.MethodGet, url+"/", nil)
+	_, err := client.Do(req)
+	require.ErrorIs(t, err, ErrLate)
+	require.Error(t, ctx.Err(), "the caller's context is done when its request fails")
+}
+
+// slowDeadline is a context whose deadline has passed while it runs.
+type slowDeadline struct{ context.Context }
+
+func (slowDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
 // hangingUpstream is an upstream whose requests run until their client
 // ends them, the ones to /body after sending their headers and one byte,
 // and a client through a node's Transport to it.
