@@ -11,7 +11,8 @@ import (
 // TestLatencyTargetOfEachLaw: Gradient2 (and Auto) take a LatencyTarget
 // left 0 as 4/5 of MaxHealthyRTT, and no target at or above
 // MaxHealthyRTT; AIMD reads LatencyTarget as set, as before. Smoothing's
-// default stays 0.2 in the Config either way.
+// default stays 0.2 in the Config either way. Snapshot reports the
+// target in force.
 func TestLatencyTargetOfEachLaw(t *testing.T) {
 	t.Parallel()
 	const maxDuration = time.Duration(math.MaxInt64)
@@ -34,6 +35,7 @@ func TestLatencyTargetOfEachLaw(t *testing.T) {
 		l, err := New(tc.cfg)
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.target, l.law.latencyTarget, tc.name)
+		require.Equal(t, tc.target, l.Snapshot().LatencyTarget, tc.name)
 		require.Equal(t, tc.cfg.LatencyTarget, l.cfg.LatencyTarget, tc.name)
 		require.Equal(t, 0.2, l.cfg.Smoothing, tc.name)
 	}

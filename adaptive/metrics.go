@@ -66,6 +66,10 @@ type Snapshot struct {
 	// it is Gradient2 until the upstream shows it refuses without
 	// queueing, AIMD (FlatLatency's law) from then on.
 	Law Law
+	// LatencyTarget is the latency target Law applies, 0 if none:
+	// Config.LatencyTarget, or under Gradient2 the one derived from
+	// MaxHealthyRTT (see Config.LatencyTarget).
+	LatencyTarget time.Duration
 }
 
 // Snapshot returns the limiter's state at one instant.
@@ -92,6 +96,7 @@ func (l *Limiter) Snapshot() Snapshot {
 		PausedUntil:   l.pausedUntil,
 		Recalibrating: l.recal.active(),
 		Law:           l.law.law,
+		LatencyTarget: l.law.latencyTarget,
 	}
 }
 

@@ -67,21 +67,16 @@ func AIMDGrid() []Candidate {
 // ConfigLabel describes the law parameters of cfg that the grids vary,
 // for tables.
 func ConfigLabel(cfg adaptive.Config) string {
+	// The latency target in force, as the library derives it.
+	target := cfg.LatencyTarget
+	if l, err := adaptive.New(cfg); err == nil {
+		target = l.Snapshot().LatencyTarget
+	}
 	switch cfg.Law {
 	case adaptive.AIMD:
 		return fmt.Sprintf("aimd increase=%g target=%v aimd-backoff=%g backoff=%g",
-			cfg.AIMDIncrease, cfg.LatencyTarget, cfg.AIMDBackoff, cfg.BackoffRatio)
+			cfg.AIMDIncrease, target, cfg.AIMDBackoff, cfg.BackoffRatio)
 	default:
-		// Gradient2's latency target: LatencyTarget, or 4/5 of
-		// MaxHealthyRTT when that is set, and none at or above it
-		// (adaptive.Config.LatencyTarget).
-		target := cfg.LatencyTarget
-		if target == 0 {
-			target = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5
-		}
-		if cfg.MaxHealthyRTT > 0 && target >= cfg.MaxHealthyRTT {
-			target = 0
-		}
 		tol, bo, w := cfg.Tolerance, cfg.BackoffRatio, cfg.RTTWindow
 		defaults := cfg.Law == adaptive.Auto && tol == 0 && cfg.Smoothing == 0 && bo == 0 && w == 0
 		if w == 0 {
