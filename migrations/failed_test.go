@@ -60,3 +60,38 @@ func TestEveryMigrationIsOneTransaction(t *testing.T) {
 		require.NotContains(t, strings.ToUpper(string(b)), "+GOOSE NO TRANSACTION", f)
 	}
 }
+
+// TestGapRowsKeepTheIdOrder: the rows that put back deleted versions
+// take ids between their neighbours', a run of them one after another,
+// or none when there is no room: goose rolls back in the order of the
+// ids.
+func TestGapRowsKeepTheIdOrder(t *testing.T) {
+	t.Parallel()
+	// Versions 0..6 at ids 1..7 with versions 3 and 4 deleted (ids 4
+	// and 5 free), and version 6 at id 9.
+	ids := map[int64]int64{0: 1, 1: 2, 2: 3, 5: 6, 6: 9}
+	neighbours := func(v int64) (below, above int64) {
+		below, above = -1, -1
+		for w := v - 1; w >= 0 && below < 0; w-- {
+			if id, ok := ids[w]; ok {
+				below = id
+			}
+		}
+		for w := v + 1; w <= 6 && above < 0; w++ {
+			if id, ok := ids[w]; ok {
+				above = id
+			}
+		}
+		return below, above
+	}
+	values, ok := gapRows([]int64{3, 4}, neighbours)
+	require.True(t, ok)
+	require.Equal(t, []string{"(4, 3, true)", "(5, 4, true)"}, values)
+
+	ids[5] = 5 // version 5 took id 5: room for one row only
+	_, ok = gapRows([]int64{3, 4}, neighbours)
+	require.False(t, ok)
+	values, ok = gapRows([]int64{3}, neighbours)
+	require.True(t, ok)
+	require.Equal(t, []string{"(4, 3, true)"}, values)
+}

@@ -125,7 +125,8 @@ func LockHolder(ctx context.Context, pool *pgxpool.Pool) (pid int, exclusive boo
 // to call from many processes at once, and with a [Reset] under way. It
 // returns what [Status] returns when the version table and the schema
 // disagree, [ErrNoSchemaOnPath] when the search path has no schema for the
-// version table, and does nothing when nothing is pending, as on a
+// version table, [ErrVersionGap] when it records a migration as applied
+// but not an older one, and does nothing when nothing is pending, as on a
 // database a newer build migrated (see [Newer]).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	_, _, err := UpVersions(ctx, pool)
@@ -155,6 +156,9 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 	current, pending := newestApplied(st)
 	if pending == 0 {
 		return current, current, nil
+	}
+	if err := refuseGap(ctx, pool, st); err != nil {
+		return 0, 0, err
 	}
 	var applied []*goose.MigrationResult
 	err = withProvider(ctx, pool, func(p *goose.Provider) error {
@@ -195,7 +199,9 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // DownTo rolls migrations back until version is the newest applied; 0 removes
 // the fleetlimit schema but keeps [VersionTable] (see [Reset]). It refuses
 // a database at a version this build does not embed with [ErrSchemaNewer]:
-// only the build that has a migration can roll it back.
+// only the build that has a migration can roll it back; and one whose
+// version table records a migration as applied but not an older one with
+// [ErrVersionGap].
 //
 // Before goose runs, DownTo reads the state as [Status] does and refuses,
 // rolling nothing back and creating nothing, with the error Status returns
@@ -216,6 +222,9 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 		return err
 	}
 	if err := refuseNewer(st, "roll back with the build that applied the newer migrations"); err != nil {
+		return err
+	}
+	if err := refuseGap(ctx, pool, st); err != nil {
 		return err
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
@@ -292,6 +301,15 @@ var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees 
 // they do not have, and refuse, changing nothing. The error names both
 // versions.
 var ErrSchemaNewer = errors.New("migrations: the database was migrated by a newer build")
+
+// ErrVersionGap reports a version table that records a migration as
+// applied while it records an older one as not: a row deleted by hand.
+// The schema holds what the older migration made, most likely, so [Up]
+// does not run it again over newer ones (which would put back the
+// functions it defined as they were then), and [DownTo] does not roll
+// back around it; both refuse, changing nothing, and the error names the
+// versions and the row that records one as applied.
+var ErrVersionGap = errors.New("migrations: " + VersionTable + " records a migration as applied but not an older one")
 
 // ErrVersionTableElsewhere reports a version table on the search path but
 // not in its first schema, where goose looks for it (and would create

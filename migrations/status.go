@@ -97,6 +97,80 @@ func refuseNewer(st []*goose.MigrationStatus, what string) error {
 	return nil
 }
 
+// refuseGap returns [ErrVersionGap], naming the versions, when st lists
+// a pending migration older than an applied one. goose rolls back in the
+// order of the table's ids, so a row put back must take an id between
+// its neighbours': the error gives the INSERT that does, with the ids
+// the table leaves free there (a row deleted by hand left its own), or
+// says that none is.
+func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus) error {
+	newest, _ := newestApplied(st)
+	var gaps []int64
+	for _, s := range st {
+		if s.State != goose.StateApplied && s.Source.Version < newest {
+			gaps = append(gaps, s.Source.Version)
+		}
+	}
+	if len(gaps) == 0 {
+		return nil
+	}
+	names := make([]string, len(gaps))
+	for i, v := range gaps {
+		names[i] = fmt.Sprintf("%05d", v)
+	}
+	err := fmt.Errorf("%w: %05d is applied, and not %s (a row deleted by hand?)", ErrVersionGap, newest, strings.Join(names, ", "))
+	rows, qerr := q.Query(ctx, sqlVersionRows)
+	if qerr != nil {
+		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
+	}
+	type row struct{ id, version int64 }
+	table, qerr := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.id, &x.version)
+	})
+	if qerr != nil {
+		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
+	}
+	values, ok := gapRows(gaps, func(v int64) (below, above int64) {
+		below, above = -1, -1
+		for _, r := range table {
+			if r.version < v {
+				below = r.id
+			} else if above < 0 {
+				above = r.id
+			}
+		}
+		return below, above
+	})
+	if !ok {
+		return fmt.Errorf("%w; the ids between the neighbouring rows are taken, so a row put back would be rolled back out of "+
+			"order (goose rolls back in the order of the ids): restore %s from a backup", err, VersionTable)
+	}
+	return fmt.Errorf("%w; if the fleetlimit schema holds what the missing migrations made, put their rows back, "+
+		"at ids between their neighbours' (goose rolls back in the order of the ids): INSERT INTO %s (id, version_id, is_applied) VALUES %s",
+		err, VersionTable, strings.Join(values, ", "))
+}
+
+// gapRows returns the rows that put back the versions gaps (ascending),
+// each at the first id after the row below it (the one for the version
+// before, put back too), and short of the row above it, as neighbours
+// gives them; false when there is no room.
+func gapRows(gaps []int64, neighbours func(v int64) (below, above int64)) ([]string, bool) {
+	var values []string
+	last := int64(-1)
+	for _, v := range gaps {
+		below, above := neighbours(v)
+		below = max(below, last) // the gap before may be put back just below
+		id := below + 1
+		if below < 0 || (above >= 0 && id >= above) {
+			return nil, false
+		}
+		values = append(values, fmt.Sprintf("(%d, %d, true)", id, v))
+		last = id
+	}
+	return values, true
+}
+
 // querier is a pool or one of its connections.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -581,3 +581,55 @@ func TestSchemaNewerThanThisBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, g.Share)
 }
+
+// TestAVersionGapIsRefused: a version table that lost the row of an old
+// migration (deleted by hand) while newer ones stay recorded. goose would
+// refuse to go up with its own words, and would roll down past the gap,
+// leaving what the old migration made in a schema the table says is
+// older. Up and DownTo now refuse with ErrVersionGap, changing nothing,
+// and the rows the error gives, at the ids the deleted ones left free
+// (goose rolls back in the order of the ids), restore the table: a
+// rollback past them then runs in order.
+func TestAVersionGapIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	var id3, id5 int
+	require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT
+	    (SELECT id FROM %[1]s WHERE version_id = 3), (SELECT id FROM %[1]s WHERE version_id = 5)`, migrations.VersionTable)).Scan(&id3, &id5))
+	_, err := pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE version_id IN (3, 5)`, migrations.VersionTable))
+	require.NoError(t, err)
+
+	want := fmt.Sprintf("%05d is applied, and not 00003, 00005 (a row deleted by hand?)", coord.SchemaVersion)
+	fix := fmt.Sprintf("INSERT INTO %s (id, version_id, is_applied) VALUES (%d, 3, true), (%d, 5, true)", migrations.VersionTable, id3, id5)
+	err = migrations.Up(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionGap)
+	require.ErrorContains(t, err, want)
+	require.ErrorContains(t, err, fix)
+	err = migrations.DownTo(ctx, pool, 2)
+	require.ErrorIs(t, err, migrations.ErrVersionGap)
+	require.ErrorContains(t, err, want)
+
+	st, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	for _, s := range st {
+		want := goose.StateApplied
+		if s.Source.Version == 3 || s.Source.Version == 5 {
+			want = goose.StatePending
+		}
+		require.Equal(t, want, s.State, "version %d: nothing was applied or rolled back", s.Source.Version)
+	}
+
+	_, err = pool.Exec(ctx, fix)
+	require.NoError(t, err)
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.DownTo(ctx, pool, 2))
+	require.NoError(t, migrations.Up(ctx, pool))
+	p, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckSchema(ctx))
+}
