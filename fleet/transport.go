@@ -531,15 +531,28 @@ func (b *leaseBody) ended(read int64, err error) bool {
 }
 
 // callerDone waits, when the deadline of the caller's context ctx has
-// passed, for ctx to be done: the request's context ends at that
-// deadline by a timer of its own, which may fire first, and a caller that
-// finds an error looks at its own context to tell its deadline from a
-// failure.
+// passed, for ctx to be done, for at most callerGrace: the request's
+// context ends at that deadline by a timer of its own, which may fire
+// first, and a caller that finds an error looks at its own context to
+// tell its deadline from a failure. A context that reports a deadline
+// but never ends is not waited for longer.
 func callerDone(ctx context.Context) {
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-ctx.Done()
+	d, ok := ctx.Deadline()
+	done := ctx.Done()
+	if !ok || done == nil || time.Now().Before(d) {
+		return
+	}
+	grace := time.NewTimer(callerGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
 	}
 }
+
+// callerGrace bounds callerDone's wait: a deadline's timer fires late on
+// a loaded machine, by far less than this.
+const callerGrace = time.Second
 
 // errReadAfterClose is a Read's error once Close has begun.
 var errReadAfterClose = errors.New("fleet: read on closed response body")

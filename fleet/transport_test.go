@@ -1098,6 +1098,46 @@ func TestTransportLateErrorWaitsForTheCallersContext(t *testing.T) {
 	require.Error(t, ctx.Err(), "the caller's context is done when its request fails")
 }
 
+// TestTransportRefusalWaitsForTheCallersContext: as
+// TestTransportLateErrorWaitsForTheCallersContext, for a request the
+// node refuses at admission (it has stopped).
+func TestTransportRefusalWaitsForTheCallersContext(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	require.NoError(t, n.Stop(t.Context()))
+	client := &http.Client{Transport: n.Transport(http.DefaultTransport)}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	timer := time.AfterFunc(50*time.Millisecond, cancel)
+	defer timer.Stop()
+	req, _ := http.NewRequestWithContext(slowDeadline{ctx}, http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, err := client.Do(req)
+	require.ErrorIs(t, err, ErrStopped)
+	require.Error(t, ctx.Err(), "the caller's context is done when its request fails")
+}
+
+// TestTransportDoesNotWaitForAContextThatNeverEnds: a context may report
+// a deadline that has passed and never end (its Done is nil, or never
+// closes). A refused request fails at once, or within callerGrace.
+func TestTransportDoesNotWaitForAContextThatNeverEnds(t *testing.T) {
+	t.Parallel()
+	url, client := hangingUpstream(t)
+	for _, ctx := range []context.Context{slowDeadline{context.Background()}, slowDeadline{t.Context()}} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
+		failed := make(chan error, 1)
+		go func() {
+			_, err := client.Do(req)
+			failed <- err
+		}()
+		select {
+		case err := <-failed:
+			require.ErrorIs(t, err, ErrLate)
+		case <-time.After(15 * time.Second):
+			t.Fatal("the request waited for a context that never ends")
+		}
+	}
+}
+
 // slowDeadline is a context whose deadline has passed while it runs.
 type slowDeadline struct{ context.Context }
 
