@@ -397,10 +397,12 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// gradientTarget returns the latency target Gradient2 applies:
-// LatencyTarget, or 4/5 of MaxHealthyRTT when LatencyTarget is 0; 0 (none)
-// when that leaves none, or one at or above MaxHealthyRTT.
-func (cfg Config) gradientTarget() time.Duration {
+// GradientLatencyTarget returns the latency target Gradient2 (and Auto
+// until its move to FlatLatency's law) applies under cfg: LatencyTarget,
+// or 4/5 of MaxHealthyRTT when LatencyTarget is 0; 0 (none) when that
+// leaves none, or one at or above MaxHealthyRTT. Snapshot.LatencyTarget
+// reports the target of the law that runs.
+func (cfg Config) GradientLatencyTarget() time.Duration {
 	t := cfg.LatencyTarget
 	if t == 0 {
 		t = cfg.MaxHealthyRTT - cfg.MaxHealthyRTT/5 // 4/5, without overflow

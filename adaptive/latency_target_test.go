@@ -12,7 +12,7 @@ import (
 // left 0 as 4/5 of MaxHealthyRTT, and no target at or above
 // MaxHealthyRTT; AIMD reads LatencyTarget as set, as before. Smoothing's
 // default stays 0.2 in the Config either way. Snapshot reports the
-// target in force.
+// target in force, and Config.GradientLatencyTarget Gradient2's.
 func TestLatencyTargetOfEachLaw(t *testing.T) {
 	t.Parallel()
 	const maxDuration = time.Duration(math.MaxInt64)
@@ -36,6 +36,9 @@ func TestLatencyTargetOfEachLaw(t *testing.T) {
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.target, l.law.latencyTarget, tc.name)
 		require.Equal(t, tc.target, l.Snapshot().LatencyTarget, tc.name)
+		if tc.cfg.Law != AIMD {
+			require.Equal(t, tc.target, tc.cfg.GradientLatencyTarget(), tc.name)
+		}
 		require.Equal(t, tc.cfg.LatencyTarget, l.cfg.LatencyTarget, tc.name)
 		require.Equal(t, 0.2, l.cfg.Smoothing, tc.name)
 	}

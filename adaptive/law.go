@@ -23,7 +23,7 @@ func paramsOf(cfg Config) lawParams {
 	law := cfg.Law
 	target := cfg.LatencyTarget
 	if law != AIMD {
-		law, target = Gradient2, cfg.gradientTarget()
+		law, target = Gradient2, cfg.GradientLatencyTarget()
 	}
 	return lawParams{
 		law:           law,

@@ -67,16 +67,12 @@ func AIMDGrid() []Candidate {
 // ConfigLabel describes the law parameters of cfg that the grids vary,
 // for tables.
 func ConfigLabel(cfg adaptive.Config) string {
-	// The latency target in force, as the library derives it.
-	target := cfg.LatencyTarget
-	if l, err := adaptive.New(cfg); err == nil {
-		target = l.Snapshot().LatencyTarget
-	}
 	switch cfg.Law {
 	case adaptive.AIMD:
 		return fmt.Sprintf("aimd increase=%g target=%v aimd-backoff=%g backoff=%g",
-			cfg.AIMDIncrease, target, cfg.AIMDBackoff, cfg.BackoffRatio)
+			cfg.AIMDIncrease, cfg.LatencyTarget, cfg.AIMDBackoff, cfg.BackoffRatio)
 	default:
+		target := cfg.GradientLatencyTarget()
 		tol, bo, w := cfg.Tolerance, cfg.BackoffRatio, cfg.RTTWindow
 		defaults := cfg.Law == adaptive.Auto && tol == 0 && cfg.Smoothing == 0 && bo == 0 && w == 0
 		if w == 0 {
