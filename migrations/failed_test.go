@@ -69,29 +69,23 @@ func TestGapRowsKeepTheIdOrder(t *testing.T) {
 	t.Parallel()
 	// Versions 0..6 at ids 1..7 with versions 3 and 4 deleted (ids 4
 	// and 5 free), and version 6 at id 9.
-	ids := map[int64]int64{0: 1, 1: 2, 2: 3, 5: 6, 6: 9}
-	neighbours := func(v int64) (below, above int64) {
-		below, above = -1, -1
-		for w := v - 1; w >= 0 && below < 0; w-- {
-			if id, ok := ids[w]; ok {
-				below = id
-			}
-		}
-		for w := v + 1; w <= 6 && above < 0; w++ {
-			if id, ok := ids[w]; ok {
-				above = id
-			}
-		}
-		return below, above
-	}
-	values, ok := gapRows([]int64{3, 4}, neighbours)
+	table := []versionRow{{1, 0}, {2, 1}, {3, 2}, {6, 5}, {9, 6}}
+	values, ok := gapRows([]int64{3, 4}, table)
 	require.True(t, ok)
 	require.Equal(t, []string{"(4, 3, true)", "(5, 4, true)"}, values)
 
-	ids[5] = 5 // version 5 took id 5: room for one row only
-	_, ok = gapRows([]int64{3, 4}, neighbours)
+	table[3].id = 5 // version 5 took id 5: room for one row only
+	_, ok = gapRows([]int64{3, 4}, table)
 	require.False(t, ok)
-	values, ok = gapRows([]int64{3}, neighbours)
+	values, ok = gapRows([]int64{3}, table)
 	require.True(t, ok)
 	require.Equal(t, []string{"(4, 3, true)"}, values)
+
+	// Versions 0 and 1 deleted: version 1 goes back at the first id.
+	values, ok = gapRows([]int64{1}, []versionRow{{3, 2}, {4, 3}})
+	require.True(t, ok)
+	require.Equal(t, []string{"(1, 1, true)"}, values)
+	// A newer version's row at a lower id bounds the room too.
+	_, ok = gapRows([]int64{3}, []versionRow{{1, 0}, {2, 2}, {3, 4}, {4, 5}, {0, 6}})
+	require.False(t, ok)
 }

@@ -157,7 +157,7 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 	if pending == 0 {
 		return current, current, nil
 	}
-	if err := refuseGap(ctx, pool, st); err != nil {
+	if err := refuseGap(ctx, pool, st, 0); err != nil {
 		return 0, 0, err
 	}
 	var applied []*goose.MigrationResult
@@ -199,9 +199,9 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // DownTo rolls migrations back until version is the newest applied; 0 removes
 // the fleetlimit schema but keeps [VersionTable] (see [Reset]). It refuses
 // a database at a version this build does not embed with [ErrSchemaNewer]:
-// only the build that has a migration can roll it back; and one whose
-// version table records a migration as applied but not an older one with
-// [ErrVersionGap].
+// only the build that has a migration can roll it back; and, with
+// [ErrVersionGap], one whose version table records a migration as applied
+// but not an older one above version: goose would roll back past it.
 //
 // Before goose runs, DownTo reads the state as [Status] does and refuses,
 // rolling nothing back and creating nothing, with the error Status returns
@@ -224,7 +224,7 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	if err := refuseNewer(st, "roll back with the build that applied the newer migrations"); err != nil {
 		return err
 	}
-	if err := refuseGap(ctx, pool, st); err != nil {
+	if err := refuseGap(ctx, pool, st, version); err != nil {
 		return err
 	}
 	return withProvider(ctx, pool, func(p *goose.Provider) error {
@@ -331,7 +331,9 @@ var ErrNoSchemaOnPath = errors.New("migrations: no schema on this role's search 
 // an [Up] that ran meanwhile keeps it. After [ErrVersionTableGone] it
 // drops the fleetlimit schema with all its data (as rolling back
 // migration 1 does) under that lock, unless a version table is there by
-// then.
+// then. A version table with a gap ([ErrVersionGap]) is refused, as
+// [DownTo] refuses it, changing nothing: the rollback would skip the
+// missing migrations' own.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 	st, err := Status(ctx, pool)
 	if errors.Is(err, ErrVersionTableGone) {

@@ -37,9 +37,9 @@ const (
 	sqlVersionTables = `SELECT n.nspname, quote_ident(n.nspname), coalesce(c.oid = to_regclass($1::text)::oid, false)
 	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 	 WHERE c.relname = $1::text AND c.relkind = 'r' ORDER BY n.nspname`
-	// sqlVersionRows reads the rows of the version table, in the order
-	// of their versions: goose rolls back in the order of their ids.
-	sqlVersionRows = `SELECT id, version_id FROM ` + VersionTable + ` ORDER BY version_id, id`
+	// sqlVersionRows reads the ids and versions of the version table's
+	// rows: goose rolls back in the order of the ids.
+	sqlVersionRows = `SELECT id, version_id FROM ` + VersionTable + ` ORDER BY id`
 	// sqlNewestIn takes a version table quoted by pgx.Identifier, and
 	// reads its newest applied version (see sqlApplied).
 	sqlNewestIn = `SELECT coalesce(max(version_id), 0) FROM %s WHERE version_id > 0`

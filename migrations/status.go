@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -97,13 +98,26 @@ func refuseNewer(st []*goose.MigrationStatus, what string) error {
 	return nil
 }
 
-// refuseGap returns [ErrVersionGap], naming the versions, when st lists
-// a pending migration older than an applied one. goose rolls back in the
-// order of the table's ids, so a row put back must take an id between
-// its neighbours': the error gives the INSERT that does, with the ids
-// the table leaves free there (a row deleted by hand left its own), or
-// says that none is.
-func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus) error {
+// CheckGap returns [ErrVersionGap], naming the versions and how to put
+// their rows back, when the version table records a migration as applied
+// but not an older one; [Up] and [DownTo] refuse such a table. It returns
+// what [Status] returns when that fails.
+func CheckGap(ctx context.Context, pool *pgxpool.Pool) error {
+	st, err := Status(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return refuseGap(ctx, pool, st, 0)
+}
+
+// refuseGap returns [ErrVersionGap], naming every such version, when st
+// lists a pending migration newer than past and older than an applied
+// one.
+// goose rolls back in the order of the table's ids, so a row put back
+// must take an id between its neighbours': the error gives the INSERT
+// that does, with the ids the table leaves free there (a row deleted by
+// hand left its own), or says that none is.
+func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, past int64) error {
 	newest, _ := newestApplied(st)
 	var gaps []int64
 	for _, s := range st {
@@ -111,7 +125,7 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus) erro
 			gaps = append(gaps, s.Source.Version)
 		}
 	}
-	if len(gaps) == 0 {
+	if len(gaps) == 0 || slices.Max(gaps) <= past {
 		return nil
 	}
 	names := make([]string, len(gaps))
@@ -123,25 +137,14 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus) erro
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
-	type row struct{ id, version int64 }
-	table, qerr := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-		var x row
+	table, qerr := pgx.CollectRows(rows, func(r pgx.CollectableRow) (versionRow, error) {
+		var x versionRow
 		return x, r.Scan(&x.id, &x.version)
 	})
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
-	values, ok := gapRows(gaps, func(v int64) (below, above int64) {
-		below, above = -1, -1
-		for _, r := range table {
-			if r.version < v {
-				below = r.id
-			} else if above < 0 {
-				above = r.id
-			}
-		}
-		return below, above
-	})
+	values, ok := gapRows(gaps, table)
 	if !ok {
 		return fmt.Errorf("%w; the ids between the neighbouring rows are taken, so a row put back would be rolled back out of "+
 			"order (goose rolls back in the order of the ids): restore %s from a backup", err, VersionTable)
@@ -151,18 +154,27 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus) erro
 		err, VersionTable, strings.Join(values, ", "))
 }
 
-// gapRows returns the rows that put back the versions gaps (ascending),
-// each at the first id after the row below it (the one for the version
-// before, put back too), and short of the row above it, as neighbours
-// gives them; false when there is no room.
-func gapRows(gaps []int64, neighbours func(v int64) (below, above int64)) ([]string, bool) {
+// versionRow is a row of the version table: its id and version.
+type versionRow struct{ id, version int64 }
+
+// gapRows returns the rows that put back the versions gaps (ascending)
+// in table: each at the first id after every older version's row (and
+// the one put back before it; the table's ids start at 1), and short of
+// every newer version's row; false when there is no room.
+func gapRows(gaps []int64, table []versionRow) ([]string, bool) {
 	var values []string
-	last := int64(-1)
+	last := int64(0)
 	for _, v := range gaps {
-		below, above := neighbours(v)
-		below = max(below, last) // the gap before may be put back just below
+		below, above := last, int64(-1)
+		for _, r := range table {
+			if r.version < v {
+				below = max(below, r.id)
+			} else if r.version > v && (above < 0 || r.id < above) {
+				above = r.id
+			}
+		}
 		id := below + 1
-		if below < 0 || (above >= 0 && id >= above) {
+		if above >= 0 && id >= above {
 			return nil, false
 		}
 		values = append(values, fmt.Sprintf("(%d, %d, true)", id, v))

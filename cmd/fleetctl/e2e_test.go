@@ -912,3 +912,32 @@ func TestRatesGolden(t *testing.T) {
 	step("limits", "get", "api")
 	golden(t, "rates", out.String())
 }
+
+// TestMigrateRefusesAVersionGap: a version table that lost an old
+// migration's row (deleted by hand). validate, up and down say so and
+// give the rows that restore it, instead of sending the user to an up
+// that refuses; once restored, all run.
+func TestMigrateRefusesAVersionGap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := fleettest.EmptyDSN(t)
+	mustRun(t, dsn, "migrate", "up")
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	var id int
+	require.NoError(t, pool.QueryRow(ctx, `DELETE FROM fleetlimit_schema_version WHERE version_id = 3 RETURNING id`).Scan(&id))
+
+	fix := fmt.Sprintf("INSERT INTO fleetlimit_schema_version (id, version_id, is_applied) VALUES (%d, 3, true)", id)
+	for _, args := range [][]string{{"migrate", "validate"}, {"migrate", "up"}, {"migrate", "down", "--to", "2"}} {
+		res := run(t, dsn, args...)
+		require.Equal(t, 1, res.code, "%v: %s", args, res.stderr)
+		require.Contains(t, res.stderr, fmt.Sprintf("%05d is applied, and not 00003", coord.SchemaVersion), args)
+		require.Contains(t, res.stderr, fix, args)
+	}
+	_, err = pool.Exec(ctx, fix)
+	require.NoError(t, err)
+	mustRun(t, dsn, "migrate", "validate")
+	mustRun(t, dsn, "migrate", "down", "--to", "2")
+	mustRun(t, dsn, "migrate", "up")
+}

@@ -255,6 +255,9 @@ this one does not have, is listed last with an empty name.`,
 							return readHint(err)
 						}
 						if pending > 0 {
+							if err := migrations.CheckGap(ctx, pool); err != nil {
+								return readHint(err) // up would refuse it
+							}
 							return checkFailedf("%d migration(s) pending: schema at version %d; run 'fleetctl migrate up'", pending, current)
 						}
 						r.printf("%s\n", upToDate(current))

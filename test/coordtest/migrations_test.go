@@ -586,10 +586,11 @@ func TestSchemaNewerThanThisBuild(t *testing.T) {
 // migration (deleted by hand) while newer ones stay recorded. goose would
 // refuse to go up with its own words, and would roll down past the gap,
 // leaving what the old migration made in a schema the table says is
-// older. Up and DownTo now refuse with ErrVersionGap, changing nothing,
-// and the rows the error gives, at the ids the deleted ones left free
-// (goose rolls back in the order of the ids), restore the table: a
-// rollback past them then runs in order.
+// older. Up, Reset and DownTo past the gap now refuse with ErrVersionGap,
+// changing nothing; a rollback that stops above the gap runs. The rows
+// the error gives, at the ids the deleted ones left free (goose rolls
+// back in the order of the ids), restore the table: a rollback past them
+// then runs in order.
 func TestAVersionGapIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -607,15 +608,24 @@ func TestAVersionGapIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, migrations.ErrVersionGap)
 	require.ErrorContains(t, err, want)
 	require.ErrorContains(t, err, fix)
-	err = migrations.DownTo(ctx, pool, 2)
+	require.ErrorIs(t, migrations.CheckGap(ctx, pool), migrations.ErrVersionGap)
+	for _, to := range []int64{2, 4} {
+		err = migrations.DownTo(ctx, pool, to)
+		require.ErrorIs(t, err, migrations.ErrVersionGap, "down to %d", to)
+		require.ErrorContains(t, err, want)
+	}
+	require.ErrorIs(t, migrations.Reset(ctx, pool), migrations.ErrVersionGap)
+	// A rollback that stops above the gaps does not pass them.
+	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1))
+	err = migrations.Up(ctx, pool)
 	require.ErrorIs(t, err, migrations.ErrVersionGap)
-	require.ErrorContains(t, err, want)
+	require.ErrorContains(t, err, fmt.Sprintf("%05d is applied, and not 00003, 00005", coord.SchemaVersion-1))
 
 	st, err := migrations.Status(ctx, pool)
 	require.NoError(t, err)
 	for _, s := range st {
 		want := goose.StateApplied
-		if s.Source.Version == 3 || s.Source.Version == 5 {
+		if s.Source.Version == 3 || s.Source.Version == 5 || s.Source.Version == coord.SchemaVersion {
 			want = goose.StatePending
 		}
 		require.Equal(t, want, s.State, "version %d: nothing was applied or rolled back", s.Source.Version)
@@ -623,10 +633,11 @@ func TestAVersionGapIsRefused(t *testing.T) {
 
 	_, err = pool.Exec(ctx, fix)
 	require.NoError(t, err)
+	require.NoError(t, migrations.CheckGap(ctx, pool))
+	require.NoError(t, migrations.Up(ctx, pool))
 	pending, err := migrations.HasPending(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, pending)
-	require.NoError(t, migrations.Up(ctx, pool))
 	require.NoError(t, migrations.DownTo(ctx, pool, 2))
 	require.NoError(t, migrations.Up(ctx, pool))
 	p, err := coord.NewPostgres(pool)
