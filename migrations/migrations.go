@@ -201,7 +201,8 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // a database at a version this build does not embed with [ErrSchemaNewer]:
 // only the build that has a migration can roll it back; and, with
 // [ErrVersionGap], one whose version table records a migration as applied
-// but not an older one above version: goose would roll back past it.
+// but not an older one at or above version: goose would roll back past it,
+// or stop at the version below it, leaving what it made.
 //
 // Before goose runs, DownTo reads the state as [Status] does and refuses,
 // rolling nothing back and creating nothing, with the error Status returns

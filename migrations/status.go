@@ -100,24 +100,27 @@ func refuseNewer(st []*goose.MigrationStatus, what string) error {
 
 // CheckGap returns [ErrVersionGap], naming the versions and how to put
 // their rows back, when the version table records a migration as applied
-// but not an older one; [Up] and [DownTo] refuse such a table. It returns
-// what [Status] returns when that fails.
-func CheckGap(ctx context.Context, pool *pgxpool.Pool) error {
+// but not an older one, at version to or above it (0: anywhere): [Up]
+// refuses any such gap, [DownTo] one at or above its version, and
+// [Reset] any. It returns what [Status] returns when that fails.
+func CheckGap(ctx context.Context, pool *pgxpool.Pool, to int64) error {
 	st, err := Status(ctx, pool)
 	if err != nil {
 		return err
 	}
-	return refuseGap(ctx, pool, st, 0)
+	return refuseGap(ctx, pool, st, to)
 }
 
 // refuseGap returns [ErrVersionGap], naming every such version, when st
-// lists a pending migration newer than past and older than an applied
-// one.
+// lists a pending migration at or above to and older than an applied
+// one: goose rolls back down to the first row at or below its target,
+// so a rollback to a missing version leaves what it made behind a table
+// that says the schema is older.
 // goose rolls back in the order of the table's ids, so a row put back
 // must take an id between its neighbours': the error gives the INSERT
 // that does, with the ids the table leaves free there (a row deleted by
 // hand left its own), or says that none is.
-func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, past int64) error {
+func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to int64) error {
 	newest, _ := newestApplied(st)
 	var gaps []int64
 	for _, s := range st {
@@ -125,7 +128,7 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, past
 			gaps = append(gaps, s.Source.Version)
 		}
 	}
-	if len(gaps) == 0 || slices.Max(gaps) <= past {
+	if len(gaps) == 0 || slices.Max(gaps) < to {
 		return nil
 	}
 	names := make([]string, len(gaps))

@@ -914,9 +914,9 @@ func TestRatesGolden(t *testing.T) {
 }
 
 // TestMigrateRefusesAVersionGap: a version table that lost an old
-// migration's row (deleted by hand). validate, up and down say so and
-// give the rows that restore it, instead of sending the user to an up
-// that refuses; once restored, all run.
+// migration's row (deleted by hand). validate, up, reset and a down to or
+// past it say so and give the rows that restore it, instead of sending
+// the user to an up that refuses; once restored, all run.
 func TestMigrateRefusesAVersionGap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -929,7 +929,8 @@ func TestMigrateRefusesAVersionGap(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `DELETE FROM fleetlimit_schema_version WHERE version_id = 3 RETURNING id`).Scan(&id))
 
 	fix := fmt.Sprintf("INSERT INTO fleetlimit_schema_version (id, version_id, is_applied) VALUES (%d, 3, true)", id)
-	for _, args := range [][]string{{"migrate", "validate"}, {"migrate", "up"}, {"migrate", "down", "--to", "2"}} {
+	for _, args := range [][]string{{"migrate", "validate"}, {"migrate", "up"}, {"migrate", "down", "--to", "2"},
+		{"migrate", "down", "--to", "3"}, {"migrate", "reset", "--yes"}} {
 		res := run(t, dsn, args...)
 		require.Equal(t, 1, res.code, "%v: %s", args, res.stderr)
 		require.Contains(t, res.stderr, fmt.Sprintf("%05d is applied, and not 00003", coord.SchemaVersion), args)

@@ -98,6 +98,9 @@ refuses any schema older than this fleetctl's.`,
 							to = applied[len(applied)-2]
 						}
 						if to < before {
+							if err := migrations.CheckGap(ctx, pool, to); err != nil {
+								return migrationHint(err)
+							}
 							if _, err := refuseLive(ctx, pool, "rolling the schema back", c.Bool("force")); err != nil {
 								return err
 							}
@@ -174,6 +177,11 @@ the same confirmation and checks.`,
 						if err := refuseNewer(current, "reset"); err != nil {
 							return err
 						}
+						if !unrecorded {
+							if err := migrations.CheckGap(ctx, pool, 0); err != nil {
+								return migrationHint(err)
+							}
+						}
 						use, err := refuseLive(ctx, pool, "resetting", c.Bool("force"))
 						if err != nil {
 							return err
@@ -247,7 +255,7 @@ this one does not have, is listed last with an empty name.`,
 			},
 			{
 				Name:  "validate",
-				Usage: "exit with status 3 when migrations are pending, 0 when the schema is up to date",
+				Usage: "exit with status 3 when migrations are pending, 0 when the schema is up to date (1 on an error: a version table missing an older migration's row, for one)",
 				Action: r.action(func(c *ucli.Context) error {
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, pending, err := schemaVersion(ctx, pool)
@@ -255,7 +263,7 @@ this one does not have, is listed last with an empty name.`,
 							return readHint(err)
 						}
 						if pending > 0 {
-							if err := migrations.CheckGap(ctx, pool); err != nil {
+							if err := migrations.CheckGap(ctx, pool, 0); err != nil {
 								return readHint(err) // up would refuse it
 							}
 							return checkFailedf("%d migration(s) pending: schema at version %d; run 'fleetctl migrate up'", pending, current)
