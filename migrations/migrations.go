@@ -307,9 +307,11 @@ var ErrSchemaNewer = errors.New("migrations: the database was migrated by a newe
 // applied while it records an older one as not: a row deleted by hand.
 // The schema holds what the older migration made, most likely, so [Up]
 // does not run it again over newer ones (which would put back the
-// functions it defined as they were then), and [DownTo] does not roll
-// back around it; both refuse, changing nothing, and the error names the
-// versions and the row that records one as applied.
+// functions it defined as they were then), and [DownTo] (and [Reset])
+// does not roll back past it or to it, which would leave what it made
+// behind a table that says the schema is older; they refuse, changing
+// nothing, and the error names the versions and the rows that put them
+// back (see [CheckGap]).
 var ErrVersionGap = errors.New("migrations: " + VersionTable + " records a migration as applied but not an older one")
 
 // ErrVersionTableElsewhere reports a version table on the search path but

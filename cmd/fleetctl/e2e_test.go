@@ -941,4 +941,12 @@ func TestMigrateRefusesAVersionGap(t *testing.T) {
 	mustRun(t, dsn, "migrate", "validate")
 	mustRun(t, dsn, "migrate", "down", "--to", "2")
 	mustRun(t, dsn, "migrate", "up")
+
+	// A lone row of the newest version: not the first migration.
+	_, err = pool.Exec(ctx, `DELETE FROM fleetlimit_schema_version WHERE version_id BETWEEN 1 AND $1`, coord.SchemaVersion-1)
+	require.NoError(t, err)
+	res := run(t, dsn, "migrate", "down")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, fmt.Sprintf("%05d is applied, and not 00001, ", coord.SchemaVersion))
+	require.NotContains(t, res.stderr, "first migration")
 }

@@ -92,6 +92,9 @@ refuses any schema older than this fleetctl's.`,
 						}
 						if !c.IsSet("to") {
 							if len(applied) == 1 {
+								if err := migrations.CheckGap(ctx, pool, 0); err != nil {
+									return migrationHint(err) // not the first migration, but a lone row
+								}
 								return fmt.Errorf("version %d is the first migration: rolling it back removes the whole "+
 									"schema and every key; use 'fleetctl migrate reset'", before)
 							}
@@ -138,7 +141,9 @@ them), unless --force.
 A version table left alone (no migration applied, or the fleetlimit schema
 dropped by hand) holds no data: it is removed without asking. A fleetlimit
 schema whose version table was dropped by hand is removed as a whole, after
-the same confirmation and checks.`,
+the same confirmation and checks. A version table missing an older
+migration's row while newer ones stay is refused (as by 'migrate up'),
+with the rows that put it back.`,
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
 					&ucli.BoolFlag{Name: "force", Usage: "reset even while nodes are live or capacity is held"},
