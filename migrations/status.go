@@ -116,6 +116,7 @@ func CheckGap(ctx context.Context, pool *pgxpool.Pool, to int64) error {
 // one: goose rolls back down to the first row at or below its target,
 // so a rollback to a missing version leaves what it made behind a table
 // that says the schema is older.
+//
 // goose rolls back in the order of the table's ids, so a row put back
 // must take an id between its neighbours': the error gives the INSERT
 // that does, with the ids the table leaves free there (a row deleted by
