@@ -226,17 +226,25 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// unsent ends req, which Transport does not send for err: it closes the
+// request's body, as a RoundTripper must, and waits for a caller's passed
+// deadline to end the caller's context (see callerDone; ErrLate may find
+// the deadline passed before its timer fires).
+func unsent(req *http.Request, err error) error {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	callerDone(req.Context())
+	return &unsentError{err: err}
+}
+
 // roundTrip sends req once, on a slot of its own (see Node.Transport).
 func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	arrived := time.Now()
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
 	if err != nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		callerDone(req.Context())
-		return nil, &unsentError{err: err}
+		return nil, unsent(req, err)
 	}
 	if t.admitted != nil {
 		t.admitted()
@@ -250,11 +258,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		le.Ignore()
 		a.debit.cancel()
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		callerDone(req.Context()) // ErrLate may find the deadline passed before its timer fires
-		return nil, &unsentError{err: err}
+		return nil, unsent(req, err)
 	}
 	cfg := &t.node.cfg
 	bound := admitted.Add(cfg.MaxRequestDuration)
