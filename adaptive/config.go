@@ -238,7 +238,8 @@ type Config struct {
 	// to 4/5 of MaxHealthyRTT when that is set: requests slower than
 	// MaxHealthyRTT count as failures, so the limiter comes down while they
 	// still succeed rather than once they fail. A target at or above
-	// MaxHealthyRTT is no target: slower samples are drops already.
+	// MaxHealthyRTT is no target, under every law: slower samples are
+	// drops already.
 	// Snapshot.LatencyTarget reports the target in force. Must be ≥ 0.
 	LatencyTarget time.Duration
 

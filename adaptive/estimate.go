@@ -13,8 +13,10 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	if o == released && l.cfg.MaxHealthyRTT > 0 && rtt > l.cfg.MaxHealthyRTT {
 		o = dropped
 	}
-	if rtt < 0 {
-		// The clock went backwards: the duration is meaningless.
+	if rtt <= 0 {
+		// The clock went backwards, or did not move (a coarse or a fake
+		// clock): the duration is meaningless, and as the no-load round
+		// trip it would read every later round as a queue.
 		rtt = 0
 		if o == released {
 			o = ignored

@@ -103,10 +103,19 @@ func TestGradient2QueueSizeOption(t *testing.T) {
 
 func TestGradient2ZeroRTTIsNotNaN(t *testing.T) {
 	t.Parallel()
-	l, _ := newTestLimiter(t, Config{InitialLimit: 4})
+	l, clk := newTestLimiter(t, Config{InitialLimit: 4})
 	for range 10 {
 		for _, le := range acquireN(t, l, l.Limit()) {
-			le.Release() // the fake clock did not move: rtt 0
+			le.Release() // the fake clock did not move: rtt 0, no sample
+		}
+	}
+	require.Equal(t, 4.0, l.Estimate())
+	require.Zero(t, l.Snapshot().Rounds)
+	for range 10 {
+		leases := acquireN(t, l, l.Limit())
+		clk.Advance(time.Nanosecond) // the shortest round trip the clock can tell
+		for _, le := range leases {
+			le.Release()
 		}
 	}
 	e := l.Estimate()

@@ -9,8 +9,8 @@ import (
 )
 
 // TestLatencyTargetOfEachLaw: Gradient2 (and Auto) take a LatencyTarget
-// left 0 as 4/5 of MaxHealthyRTT, and no target at or above
-// MaxHealthyRTT; AIMD reads LatencyTarget as set, as before. Smoothing's
+// left 0 as 4/5 of MaxHealthyRTT; AIMD reads LatencyTarget as set, as
+// before; under every law a target at or above MaxHealthyRTT is none. Smoothing's
 // default stays 0.2 in the Config either way. Snapshot reports the
 // target in force, and Config.GradientLatencyTarget Gradient2's.
 func TestLatencyTargetOfEachLaw(t *testing.T) {
@@ -29,7 +29,13 @@ func TestLatencyTargetOfEachLaw(t *testing.T) {
 		{"above MaxHealthyRTT", Config{MaxHealthyRTT: time.Second, LatencyTarget: 2 * time.Second}, 0},
 		{"Gradient2", Config{Law: Gradient2, MaxHealthyRTT: time.Second}, 800 * time.Millisecond},
 		{"AIMD with MaxHealthyRTT", Config{Law: AIMD, MaxHealthyRTT: time.Second}, 0},
-		{"AIMD with both", Config{Law: AIMD, MaxHealthyRTT: time.Second, LatencyTarget: 2 * time.Second}, 2 * time.Second},
+		{"AIMD with both", Config{Law: AIMD, MaxHealthyRTT: time.Second, LatencyTarget: 900 * time.Millisecond}, 900 * time.Millisecond},
+		{"AIMD above MaxHealthyRTT", Config{Law: AIMD, MaxHealthyRTT: time.Second, LatencyTarget: 2 * time.Second}, 0},
+		{"FlatLatency above MaxHealthyRTT", func() Config {
+			c := FlatLatency()
+			c.MaxHealthyRTT, c.LatencyTarget = time.Second, time.Second
+			return c
+		}(), 0},
 		{"longest MaxHealthyRTT", Config{MaxHealthyRTT: maxDuration}, maxDuration - maxDuration/5},
 	} {
 		l, err := New(tc.cfg)

@@ -24,6 +24,8 @@ func paramsOf(cfg Config) lawParams {
 	target := cfg.LatencyTarget
 	if law != AIMD {
 		law, target = Gradient2, cfg.GradientLatencyTarget()
+	} else if cfg.MaxHealthyRTT > 0 && target >= cfg.MaxHealthyRTT {
+		target = 0 // a slower sample is a drop already
 	}
 	return lawParams{
 		law:           law,
@@ -58,6 +60,7 @@ func flatParams(raw Config) lawParams {
 		f.UtilizationThreshold = raw.UtilizationThreshold
 	}
 	f.LatencyTarget = raw.LatencyTarget
+	f.MaxHealthyRTT = raw.MaxHealthyRTT // bounds the target (see paramsOf)
 	f.PaceGrowth = f.PaceGrowth || raw.PaceGrowth
 	return paramsOf(f.withDefaults())
 }

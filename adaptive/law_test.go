@@ -148,6 +148,22 @@ func TestAutoKeepsTheLawFieldsItSets(t *testing.T) {
 	require.Equal(t, 5, l.law.aimdProbe)
 }
 
+// TestAutoKeepsNoTargetAtOrAboveMaxHealthyRTT: a LatencyTarget at or
+// above MaxHealthyRTT is no target after Auto's move either.
+func TestAutoKeepsNoTargetAtOrAboveMaxHealthyRTT(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		target, want time.Duration
+	}{{time.Second, 0}, {2 * time.Second, 0}, {900 * time.Millisecond, 900 * time.Millisecond}} {
+		l, clk := newTestLimiter(t, Config{MaxHealthyRTT: time.Second, LatencyTarget: tc.target})
+		for range 3 {
+			flatRefusal(t, l, clk)
+		}
+		require.Equal(t, AIMD, l.Snapshot().Law)
+		require.Equal(t, tc.want, l.Snapshot().LatencyTarget, "LatencyTarget %v", tc.target)
+	}
+}
+
 func TestChosenLawsNeverMove(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []Config{{Law: Gradient2}, {Law: AIMD}, FlatLatency()} {

@@ -13,8 +13,11 @@ type Lease struct {
 }
 
 // Release settles the lease as a success: the request's round-trip time
-// (from admission to now) is a sample for the limiter's law. A sample
-// slower than Config.MaxHealthyRTT counts as a drop instead.
+// (from admission to now, on Config.Clock) is a sample for the limiter's
+// law. A sample slower than Config.MaxHealthyRTT counts as a drop
+// instead. A round trip of 0 or less — a clock that did not move or went
+// back — measures nothing, as with ReleaseRTT: the lease is settled as by
+// Ignore.
 func (le Lease) Release() { le.settle(released, -1) }
 
 // ReleaseRTT settles the lease as a success like Release, but with rtt as

@@ -154,3 +154,28 @@ func TestObserveDropKeepsTheSlot(t *testing.T) {
 	again.Drop()
 	require.Equal(t, uint64(2), l.Drops())
 }
+
+// TestAnInstantReleaseMeasuresNothing: a Release on a clock that did not
+// move between admission and settlement (a fake clock, a coarse one) is no
+// sample, as ReleaseRTT(0) is none: a 1 ns round trip would stand as the
+// no-load round trip for RTTWindow rounds and read every later round as a
+// queue.
+func TestAnInstantReleaseMeasuresNothing(t *testing.T) {
+	for _, tol := range []float64{0, 2} {
+		l, clk := newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol, InitialLimit: 100, MaxLimit: 200})
+		for i := range 60 {
+			leases := acquireN(t, l, l.Limit())
+			if i == 10 {
+				leases[0].Release() // settled in the clock's same tick
+				leases = leases[1:]
+			}
+			clk.Advance(10 * time.Millisecond)
+			for _, le := range leases {
+				le.Release()
+			}
+		}
+		snap := l.Snapshot()
+		require.Equal(t, 10*time.Millisecond, snap.RTTNoload, "tolerance %v", tol)
+		require.InDelta(t, 200, snap.Estimate, 1e-9, "tolerance %v: an upstream that never queued", tol)
+	}
+}

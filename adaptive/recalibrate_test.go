@@ -110,6 +110,7 @@ func TestRecalibrationDropStillBacksOff(t *testing.T) {
 		require.True(t, l.Snapshot().Recalibrating)
 		le, ok := l.TryAcquire()
 		require.True(t, ok)
+		clk.Advance(time.Millisecond)
 		le.Release()
 	}
 	require.False(t, l.Snapshot().Recalibrating)

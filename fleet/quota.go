@@ -26,11 +26,13 @@ func (n *Node) Quota() quota.Info {
 // readQuota reads the quota headers of a response with the given status,
 // received at now, keeps them for Quota, and pauses admission as they ask:
 //
-//   - A 429 or 503 with Retry-After (or retry-after-ms) pauses for that long;
-//     RFC 9110 and the IETF RateLimit draft give it precedence over the
-//     quota fields.
-//   - Otherwise, on any response, a quota policy with nothing left and a
-//     reset to come pauses until that reset, at most quota.MaxRetryAfter.
+//   - A 429 or 503 with a Retry-After (or retry-after-ms) that asks for a
+//     wait pauses for that long; RFC 9110 and the IETF RateLimit draft give
+//     it precedence over the quota fields.
+//   - Otherwise, on any response — a Retry-After of 0 or a date already
+//     past included, which says nothing of how long the quota stays empty —
+//     a quota policy with nothing left and a reset to come pauses until
+//     that reset, at most quota.MaxRetryAfter.
 //
 // A response without quota headers costs one pass over its header names.
 func (n *Node) readQuota(h http.Header, status int, now time.Time) {
@@ -41,7 +43,7 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 	n.metrics.quota.Store(&info)
 	n.readRateQuota(info, now)
 	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
-	if throttled && info.HasRetryAfter {
+	if throttled && info.HasRetryAfter && info.RetryAfter > 0 {
 		n.lim.RetryAfter(info.RetryAfter)
 		return
 	}

@@ -174,6 +174,25 @@ func TestTransportRetryAfterTakesPrecedenceOverQuota(t *testing.T) {
 	require.Equal(t, uint64(1), n.State().Drops, "a 429 is still a drop")
 }
 
+// TestTransportZeroRetryAfterLeavesTheQuotaPause: a Retry-After that asks
+// for no wait — 0, or a date already past (a provider whose clock runs
+// behind) — says nothing of how long the quota stays empty, so the quota
+// fields' reset decides the pause.
+func TestTransportZeroRetryAfterLeavesTheQuotaPause(t *testing.T) {
+	t.Parallel()
+	for _, ra := range []string{"0", "Sun, 01 Jun 2000 12:00:30 GMT"} {
+		n, client, url, _ := quotaNode(t, http.StatusTooManyRequests, func() map[string]string {
+			return map[string]string{
+				"Retry-After":                    ra,
+				"x-ratelimit-remaining-requests": "0",
+				"x-ratelimit-reset-requests":     "2s",
+			}
+		})
+		sent, received := sendOnce(t, client, url, http.StatusTooManyRequests)
+		requirePausedFor(t, n, sent, received, 2*time.Second, 0)
+	}
+}
+
 func TestTransportQuotaPauseOn429WithoutRetryAfter(t *testing.T) {
 	t.Parallel()
 	n, client, url, _ := quotaNode(t, http.StatusTooManyRequests, func() map[string]string {

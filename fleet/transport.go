@@ -58,7 +58,9 @@ import (
 //     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
 //     says nothing is left until a reset, the node's admission pauses until
 //     that reset, at most quota.MaxRetryAfter; on a 429 or 503, a
-//     Retry-After takes precedence. Node.Quota returns the latest ones read.
+//     Retry-After that asks for a wait takes precedence (one of 0, or a
+//     date already past, leaves the pause to the quota fields). Node.Quota
+//     returns the latest ones read.
 //   - Any other response frees its slot when its body has been read to the
 //     end: a streamed response occupies the upstream for its whole length.
 //     A body of known length fully read and closed without its end (EOF)
