@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,13 +31,17 @@ import (
 // that holds nothing else (migrate with a search path that starts with
 // it). Grant is the schema owner's to call; it grants everything or
 // nothing. It refuses the role public, which Postgres reads as PUBLIC,
-// every role in the cluster.
+// every role in the cluster, and a name longer than the server keeps
+// whole ([ErrRoleTooLong]).
 func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
 	if strings.EqualFold(role, "public") {
 		return fmt.Errorf("migrations: grant %s rights to %q: that is PUBLIC, every role in the cluster; "+
 			"grant a role of its own (CREATE ROLE name LOGIN)", kind, role)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := checkRoleLength(ctx, tx, role); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, sqlGrantRole, role, kind); err != nil {
 			return err
 		}
@@ -74,7 +79,8 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, role, kind string) error {
 // ([coord.ErrPermission]) and fails closed when its lease runs out; an
 // operator's commands fail. Revoke is the schema owner's to call, refuses
 // the owner itself (who keeps its rights as the owner in any case, and
-// whose own grants would be taken) and public, and revokes everything or
+// whose own grants would be taken), public and a name longer than the
+// server keeps whole ([ErrRoleTooLong]), and revokes everything or
 // nothing.
 func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
 	if strings.EqualFold(role, "public") {
@@ -82,6 +88,9 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
 			"which fleetlimit's migrations give nothing; revoke the roles that were granted them", role)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := checkRoleLength(ctx, tx, role); err != nil {
+			return err
+		}
 		var owner bool
 		if err := tx.QueryRow(ctx, sqlSchemaOwner, role).Scan(&owner); err != nil {
 			return err
@@ -109,6 +118,37 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, role string) error {
 		return fmt.Errorf("migrations: revoke the rights of %q: %w", role, err)
 	}
 	return nil
+}
+
+// ErrRoleTooLong is returned by [Grant] and [Revoke] for a role name longer
+// than the server's max_identifier_length (63 bytes by default): Postgres
+// would cut it to that length, and the rights would go to, or be taken
+// from, whichever role has the shorter name.
+var ErrRoleTooLong = errors.New("role name too long")
+
+// checkRoleLength refuses a role name the server would cut short.
+func checkRoleLength(ctx context.Context, tx pgx.Tx, role string) error {
+	var most int
+	if err := tx.QueryRow(ctx, sqlMaxIdentifierLength).Scan(&most); err != nil {
+		return fmt.Errorf("read max_identifier_length: %w", err)
+	}
+	if len(role) > most {
+		return fmt.Errorf("%w: %d bytes, over the server's max_identifier_length of %d; Postgres would read it as %q, another role",
+			ErrRoleTooLong, len(role), most, truncateUTF8(role, most))
+	}
+	return nil
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character, as
+// Postgres cuts an identifier.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ErrSchemaOwner is returned by [Revoke] for the role that owns the

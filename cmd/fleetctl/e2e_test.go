@@ -811,6 +811,23 @@ func TestGrant(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT has_function_privilege('public', 'fleetlimit.evict(text, text)', 'EXECUTE')`).Scan(&ok))
 	require.False(t, ok, "PUBLIC got nothing")
 
+	// A name longer than the server keeps whole would be cut to another
+	// role's: refused, and that role gets nor loses anything.
+	cut := role + strings.Repeat("x", 63-len(role))
+	_, err = pool.Exec(t.Context(), "CREATE ROLE "+cut)
+	require.NoError(t, err)
+	defer func() { _, _ = pool.Exec(context.Background(), "DROP OWNED BY "+cut+"; DROP ROLE "+cut) }()
+	for _, args := range [][]string{{"grant", "operator", cut + "XYZ"}, {"revoke", cut + "XYZ"}} {
+		res = run(t, dsn, args...)
+		require.Equal(t, 1, res.code, res.stderr)
+		require.Contains(t, res.stderr, fmt.Sprintf("%q: role name too long: 66 bytes, over the server's max_identifier_length of 63; Postgres would read it as %q, another role", cut+"XYZ", cut))
+	}
+	mustRun(t, dsn, "grant", "operator", cut)
+	res = run(t, dsn, "revoke", cut+"XYZ")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT has_table_privilege($1, 'fleetlimit.keys', 'SELECT')`, cut).Scan(&ok))
+	require.True(t, ok, "a refused revoke took nothing from the role its name would be cut to")
+
 	// A node may not read the migrations, and is told which role may.
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)

@@ -666,7 +666,9 @@ heartbeat and leave; an operator role may read the tables (and which keys
 a loss left unchecked) and drain, undrain, evict, relearn, set limits,
 rates and the aggregate, create and delete keys. Neither may write the
 tables or pass the coordinator a clock. The role must exist (CREATE ROLE
-... LOGIN); public, which Postgres reads as every role, is refused.
+... LOGIN); public, which Postgres reads as every role, is refused, and so
+is a name longer than the server keeps whole (max_identifier_length, 63
+bytes by default), which Postgres would cut to another role's.
 
 An operator may also read the version table (fleetlimit_schema_version)
 where it is: the one on this connection's search path, or every one when
@@ -712,7 +714,7 @@ where grant would grant it; USAGE that grant gave on the version table's
 schema stays, since the role may have had it before. The role itself
 stays. Nodes that connect as ROLE fail at their next heartbeat and fail
 closed when their leases run out: stop or drain them first. The schema's
-owner and public are refused.`,
+owner, public and a name longer than max_identifier_length are refused.`,
 		Action: r.action(func(c *ucli.Context) error {
 			args, err := wantArgs(c, "ROLE")
 			if err != nil {
