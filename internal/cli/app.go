@@ -303,7 +303,9 @@ func (r *runner) flagError(c *ucli.Context, err error) (flag string, _ error) {
 				case flagStatementTimeout:
 					cause = "out of range: " + statementTimeoutWant
 				case flagConnectTimeout:
-					cause = "out of range: want > 0"
+					if strings.HasPrefix(uq, "-") {
+						cause = "out of range: want > 0"
+					}
 				}
 			}
 		case *ucli.BoolFlag:

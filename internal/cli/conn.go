@@ -71,9 +71,12 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 		statementTimeoutSet: c.IsSet(flagStatementTimeout),
 		connectTimeoutSet:   c.IsSet(flagConnectTimeout),
 	}
-	if c.IsSet(flagDatabaseURL) && strings.TrimSpace(c.String(flagDatabaseURL)) == "" {
+	if v := c.String(flagDatabaseURL); c.IsSet(flagDatabaseURL) && strings.TrimSpace(v) == "" {
 		// An unset variable in a script ("--database-url $URL"): never
 		// fall back to another database than the one meant.
+		if v != "" {
+			return s, globalUsageErrorf("blank value %q for --%s: give a connection string, or leave the flag out", v, flagDatabaseURL)
+		}
 		return s, globalUsageErrorf("empty value for --%s: give a connection string, or leave the flag out", flagDatabaseURL)
 	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/fleettest"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -181,4 +185,24 @@ func silentServer(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// TestStatementTimeoutIsNamed: a statement that runs past the session's
+// statement_timeout (here, waiting on a lock) fails with the flag that
+// sets it named; Postgres's message names only the setting.
+func TestStatementTimeoutIsNamed(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), `LOCK TABLE fleetlimit.keys IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: dsn}, "--statement-timeout", "200ms", "keys")
+	require.Equal(t, ExitFailure, code, stderr)
+	require.Contains(t, stderr, "canceling statement due to statement timeout (SQLSTATE 57014) (a statement ran past the session's statement_timeout: --statement-timeout, 10s by default; 0 for none)")
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The exit statuses of fleetctl; see the package doc.
@@ -69,8 +71,23 @@ func inCommand(command string, err error) error {
 		}
 		return ee
 	}
-	return &exitError{code: ExitFailure, command: command, err: err}
+	return &exitError{code: ExitFailure, command: command, err: timeoutHint(err)}
 }
+
+// timeoutHint says which setting ended a statement that ran past the
+// session's statement_timeout: Postgres names only the setting.
+func timeoutHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlQueryCanceled && strings.Contains(pgErr.Message, "statement timeout") {
+		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: --%s, %v by default; 0 for none)",
+			err, flagStatementTimeout, DefaultStatementTimeout)
+	}
+	return err
+}
+
+// sqlQueryCanceled is the SQLSTATE of a statement canceled by a timeout or
+// a cancel request.
+const sqlQueryCanceled = "57014"
 
 // exitCode prints err (if any) on stderr and returns the exit status for it.
 // The message is one line (newlines inside it are folded), "fleetctl: " and
