@@ -529,6 +529,16 @@ func TestKeysDeleteWaitsAfterALoss(t *testing.T) {
 	require.Regexp(t, `(?m)^lost\s.*\s24\s.*\sunchecked$`, mustRun(t, dsn, "keys"),
 		"nothing was deleted, and the key's next heartbeat starts learning mode")
 	require.True(t, decodeJSON[[]keyJSON](t, mustRun(t, dsn, "keys", "-o", "json"))[0].Unchecked)
+	// relearn on a key no node ever held anything on ends learning at
+	// once, and says that the key stays unchecked.
+	mustRun(t, dsn, "keys", "create", "never")
+	_, err = pool.Exec(t.Context(), `UPDATE fleetlimit.keys SET incarnation = 'before the failover' WHERE key = 'never'`)
+	require.NoError(t, err)
+	require.Equal(t, `key "never": no node holds a lease or a request on it, so learning mode ended at once; the key stays `+
+		`unchecked (the database changed since its last heartbeat): its next heartbeat starts learning mode again, and `+
+		`'fleetctl keys delete' refuses it until then (--force deletes it if no node of the key runs)`+"\n", mustRun(t, dsn, "relearn", "never"))
+	require.Regexp(t, `(?m)^never\s.*\sunchecked$`, mustRun(t, dsn, "keys"))
+	require.Equal(t, "key \"never\" deleted\n", mustRun(t, dsn, "keys", "delete", "never", "--force"))
 
 	// Another node's heartbeat sees the change: learning mode, for an
 	// hour (the node's lease).

@@ -644,6 +644,12 @@ granted more than it proves it holds.`,
 				if err != nil {
 					return fmt.Errorf("key %q was put in learning mode, but reading it back failed: %w", key, err)
 				}
+				if !k.Learning && k.Unchecked {
+					r.printf("key %q: no node holds a lease or a request on it, so learning mode ended at once; the key stays "+
+						"unchecked (the database changed since its last heartbeat): its next heartbeat starts learning mode "+
+						"again, and 'fleetctl keys delete' refuses it until then (--force deletes it if no node of the key runs)\n", key)
+					return nil
+				}
 				if !k.Learning {
 					r.printf("key %q: no node holds a lease or a request on it, so learning mode ended at once\n", key)
 					return nil
