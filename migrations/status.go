@@ -137,14 +137,7 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 		names[i] = fmt.Sprintf("%05d", v)
 	}
 	err := fmt.Errorf("%w: %05d is applied, and not %s (a row deleted by hand?)", ErrVersionGap, newest, strings.Join(names, ", "))
-	rows, qerr := q.Query(ctx, sqlVersionRows)
-	if qerr != nil {
-		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
-	}
-	table, qerr := pgx.CollectRows(rows, func(r pgx.CollectableRow) (versionRow, error) {
-		var x versionRow
-		return x, r.Scan(&x.id, &x.version)
-	})
+	table, qerr := versionRows(ctx, q)
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
@@ -160,6 +153,19 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 
 // versionRow is a row of the version table: its id and version.
 type versionRow struct{ id, version int64 }
+
+// versionRows reads the rows of the version table on the search path, in
+// the order of their ids.
+func versionRows(ctx context.Context, q querier) ([]versionRow, error) {
+	rows, err := q.Query(ctx, sqlVersionRows)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (versionRow, error) {
+		var x versionRow
+		return x, r.Scan(&x.id, &x.version)
+	})
+}
 
 // gapRows returns the rows that put back the versions gaps (ascending)
 // in table: each at the first id after every older version's row (and
@@ -329,12 +335,44 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		fmt.Fprintf(&b, "; %s", strings.Join(others, ", "))
 	}
 	drop := "DROP TABLE " + pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+	if exists && actual > recorded && len(others) == 0 {
+		// The only version table lost its newest rows: it is not stale,
+		// and dropping it would leave only a reset, which loses every key.
+		values, err := newestRows(ctx, q, recorded, actual)
+		if err != nil {
+			return fmt.Errorf("%w: %s (and reading its ids failed: %w)", ErrVersionMismatch, b.String(), err)
+		}
+		fmt.Fprintf(&b, ": it is the only version table, and lost the rows of the newest migrations (deleted by hand?); "+
+			"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+
+			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", pgx.Identifier{stale.schema, VersionTable}.Sanitize(), values)
+		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+	}
 	if len(agreeing) > 0 {
 		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
 	} else {
 		fmt.Fprintf(&b, ": drop the stale table (%s) and look again", drop)
 	}
 	return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+}
+
+// newestRows returns the rows that record versions from+1 to to as
+// applied in the version table on the search path, at ids after its last:
+// goose rolls back in the order of the ids, newest last.
+func newestRows(ctx context.Context, q querier, from, to int64) (string, error) {
+	table, err := versionRows(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	var last int64
+	for _, r := range table {
+		last = max(last, r.id)
+	}
+	values := make([]string, 0, to-from)
+	for v := from + 1; v <= to; v++ {
+		last++
+		values = append(values, fmt.Sprintf("(%d, %d, true)", last, v))
+	}
+	return strings.Join(values, ", "), nil
 }
 
 // sourceList lists the embedded migrations, as goose's ListSources does,

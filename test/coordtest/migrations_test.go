@@ -434,6 +434,39 @@ func TestStaleVersionTable(t *testing.T) {
 	require.Equal(t, coord.SchemaVersion, v)
 }
 
+// TestNewestVersionRowsLost: the only version table, with its newest
+// rows deleted by hand, is not stale: the error gives the INSERT that puts
+// them back (not a DROP TABLE, after which only a reset, which loses every
+// key, would be left), and the INSERT works.
+func TestNewestVersionRowsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	var last int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM `+migrations.VersionTable).Scan(&last))
+	_, err := pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id >= $1`, coord.SchemaVersion-1)
+	require.NoError(t, err)
+
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	want := fmt.Sprintf(`INSERT INTO "public"."fleetlimit_schema_version" (id, version_id, is_applied) VALUES (%d, %d, true), (%d, %d, true)`,
+		last-1, coord.SchemaVersion-1, last, coord.SchemaVersion)
+	require.ErrorContains(t, err, fmt.Sprintf("the one in schema public records version %d, but fleetlimit.schema_version() says %d: "+
+		"it is the only version table, and lost the rows of the newest migrations (deleted by hand?); ", coord.SchemaVersion-2, coord.SchemaVersion)+
+		"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+want)
+	require.NotContains(t, err.Error(), "DROP TABLE")
+	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionMismatch)
+
+	_, err = pool.Exec(ctx, want)
+	require.NoError(t, err)
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-2), "the rows put back roll back in order")
+	require.NoError(t, migrations.Up(ctx, pool))
+}
+
 // TestNoSchemaOnTheSearchPath: a search path none of whose schemas
 // exists gets an error that names it and says what to do, not goose's
 // failure to create its table; with the schema created, Up puts the table
