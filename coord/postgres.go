@@ -185,8 +185,9 @@ const cancelRequestBound = 5 * time.Second
 // row into dest, which holds pointers. If ctx ends while the statement
 // runs, the statement has a grace (at most maxCancelGrace; see graceOf)
 // to finish: its row is then returned as if in time.
-// Past the grace the call returns an error wrapping ctx's, and the
-// statement keeps its connection and runs on; its result is dropped, and
+// Past the grace the call returns an error wrapping ctx's and
+// ErrOutcomeUnknown, and the statement keeps its connection and runs on
+// (its change, if it makes one, is made); its result is dropped, and
 // the connection goes back to the pool once it has stopped. One still
 // running maxCancelGrace after ctx ended (blocked behind a lock a stuck
 // session holds, or on a database that stopped answering) is cancelled:
@@ -279,7 +280,7 @@ func (p *Postgres) runLate(ctx context.Context, node string, grace time.Duration
 				p.recordLate(node, st.stopped)
 			}
 			time.AfterFunc(maxCancelGrace-grace, st.cancel)
-			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
+			return fmt.Errorf("%w: %w (%v after the context ended)", ctx.Err(), ErrOutcomeUnknown, grace)
 		}
 	}
 	if err != nil && ctx.Err() != nil {

@@ -191,6 +191,9 @@ func TestAdminErrorHints(t *testing.T) {
 		"(an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)")
 	missing := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "fleetlimit.keys" does not exist`}
 	require.ErrorContains(t, adminError(missing, "k", ""), "(is the schema migrated? run 'fleetctl migrate up')")
+	late := fmt.Errorf("coord: drain: %w: %w (1s after the context ended)", context.Canceled, coord.ErrOutcomeUnknown)
+	require.EqualError(t, adminError(late, "k", "n"), "coord: drain: context canceled: the statement was still running, "+
+		"and its change may yet be made (1s after the context ended) (look with 'fleetctl keys' or 'fleetctl nodes KEY' before running it again)")
 }
 
 // TestRefreshBound: watch bounds a refresh by the session's own timeouts,
