@@ -63,7 +63,8 @@ type Config struct {
 	NodeID string
 	// Labels are shown to operators by fleetctl: at most coord.MaxLabels,
 	// names of 1..coord.MaxNameBytes bytes and values of at most
-	// coord.MaxNameBytes, all UTF-8 without NUL (New checks them).
+	// coord.MaxNameBytes, all UTF-8 without NUL (New checks them, and keeps
+	// a copy: later changes to the map do not reach the node).
 	Labels map[string]string
 
 	// HeartbeatInterval is the time between periodic heartbeats. Defaults to

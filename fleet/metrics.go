@@ -55,7 +55,7 @@ func newMetrics(n *Node) *metrics {
 			ConstLabels: labels,
 			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
-		limit:        desc("limit", "Requests the node may have in flight now: min(ceiling, local estimate), the ceiling being the share (a rise taken up over a round trip), 0 when fenced."),
+		limit:        desc("limit", "Requests the node may have in flight now: min(ceiling, local estimate), the ceiling being the share (a rise taken up over a round trip); 0 before the first grant, after Stop and when fenced, but under HoldLastShare, which keeps the last share."),
 		estimate:     desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
 		share:        desc("share", "The node's share of the global limit, as last granted."),
 		lGlobal:      desc("l_global", "The fleet's global limit for the key, as last granted."),
@@ -69,7 +69,7 @@ func newMetrics(n *Node) *metrics {
 		rejections:        desc("rejections_total", rejectionsHelp),
 		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
 		fenceEvents:       desc("fencings_total", "Times the node was fenced."),
-		fenced:            desc("fenced", "1 while the node is fenced (its lease is about to run out, or it was evicted)."),
+		fenced:            desc("fenced", "1 while the node is fenced: before its first grant, when its lease is about to run out (under HoldLastShare it admits at its last share even so), or once evicted."),
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
 		quotaPauses: desc("quota_pauses_total", "Admission pauses because a response's quota headers said "+

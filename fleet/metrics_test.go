@@ -30,7 +30,7 @@ fleetlimit_inflight{key="openai:gpt-4o",node="pod-1"} 1
 # HELP fleetlimit_share The node's share of the global limit, as last granted.
 # TYPE fleetlimit_share gauge
 fleetlimit_share{key="openai:gpt-4o",node="pod-1"} 10
-# HELP fleetlimit_fenced 1 while the node is fenced (its lease is about to run out, or it was evicted).
+# HELP fleetlimit_fenced 1 while the node is fenced: before its first grant, when its lease is about to run out (under HoldLastShare it admits at its last share even so), or once evicted.
 # TYPE fleetlimit_fenced gauge
 fleetlimit_fenced{key="openai:gpt-4o",node="pod-1"} 0
 `

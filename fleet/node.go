@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,7 @@ func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
 		return nil, errors.New("fleet: nil coordinator")
 	}
 	cfg = cfg.withDefaults()
+	cfg.Labels = maps.Clone(cfg.Labels) // every report sends them: a caller's later edits must not reach them
 	err := cfg.validate()
 	lim, limErr := adaptive.New(cfg.Limiter)
 	if limErr != nil {

@@ -1014,3 +1014,25 @@ func TestLearningModeIsSaid(t *testing.T) {
 	eventually(t, func() bool { return !a.State().Learning }, "learning ends")
 	eventually(t, func() bool { return strings.Contains(logs.String(), `msg="key out of learning mode"`) }, "its end is logged")
 }
+
+// TestLabelsAreCopied: New keeps a copy of Config.Labels, so a caller that
+// reuses its map does not change what the node reports, nor make its
+// heartbeats invalid (more than coord.MaxLabels) and fence it.
+func TestLabelsAreCopied(t *testing.T) {
+	t.Parallel()
+	mem := coord.NewMemory(nil)
+	labels := map[string]string{"zone": "a"}
+	cfg := testConfig("k", "a")
+	cfg.Labels = labels
+	n := startNode(t, mem, cfg)
+	for i := range coord.MaxLabels + 1 {
+		labels[fmt.Sprint("l", i)] = "v"
+	}
+	after := n.State().LastHeartbeat
+	eventually(t, func() bool { return n.State().LastHeartbeat.After(after.Add(100 * time.Millisecond)) }, "five heartbeats after the change")
+	st := n.State()
+	require.False(t, st.Outage, "%v", st.LastError)
+	nodes, err := mem.Nodes(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"zone": "a"}, nodes[0].Labels)
+}

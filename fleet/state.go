@@ -39,8 +39,13 @@ type State struct {
 	Learning bool
 	// Joined is true once a first grant arrived.
 	Joined bool
-	// Fenced is true while the node may not admit because of its lease;
-	// FenceReason says why.
+	// Fenced is true while the node's lease does not let it admit: before
+	// its first grant (FenceReason empty), once the fence deadline passed
+	// without a renewal (fence.ReasonLeaseExpiring) and once evicted
+	// (fence.ReasonEvicted). Under HoldLastShare a node whose lease ran out
+	// admits at its last share even so: Fenced then says that the fleet's
+	// bound no longer covers it. A stopped node admits nothing (Limit 0),
+	// whatever Fenced says; the grant fields keep the last grant's values.
 	Fenced      bool
 	FenceReason fence.Reason
 	// Outage is true while the last heartbeat failed; LastError is its error.
