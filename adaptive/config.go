@@ -54,7 +54,7 @@ const (
 	Gradient2
 	// AIMD adds Config.AIMDIncrease on every clean, utilized sample and
 	// multiplies the estimate by Config.AIMDBackoff when a sample is slower
-	// than Config.LatencyTarget.
+	// than Config.LatencyTarget (none at or above Config.MaxHealthyRTT).
 	AIMD
 )
 
@@ -84,7 +84,10 @@ func (law Law) String() string {
 
 // Clock tells the limiter the time. Implementations must be safe for
 // concurrent use. Round-trip times are differences of two Now readings, so
-// a clock that carries a monotonic reading (like time.Now) is best.
+// a clock that carries a monotonic reading (like time.Now) is best; one
+// too coarse to move between an admission and its Release gives round
+// trips of 0, which are successes but no latency samples (see
+// Lease.Release).
 type Clock interface {
 	Now() time.Time
 }

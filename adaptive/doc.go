@@ -8,7 +8,9 @@
 // that is settled exactly once when the request ends (TryAcquireRequest and
 // AcquireRequest admit one with a priority and a weight; see Admission):
 //
-//   - Release: the request succeeded; its round-trip time is a sample.
+//   - Release: the request succeeded; its round-trip time is a sample (a
+//     round trip of 0, on a clock that did not move, is a success with no
+//     latency: no sample for Gradient2 or rttNoload).
 //   - Drop: the upstream signalled overload (429, 503, a timeout).
 //   - Ignore: the outcome says nothing about capacity; the slot is freed.
 //
@@ -16,7 +18,8 @@
 // nor refusing allocates (a call that waits allocates nothing once the
 // limiter's pool of waiters is warm). The limiter starts no goroutine: every
 // adjustment happens while a lease settles, and time comes from
-// Config.Clock, so tests drive it with a fake clock.
+// Config.Clock, so tests drive it with a fake clock (advanced between an
+// admission and its Release, for a latency sample).
 //
 // # Gradient2
 //

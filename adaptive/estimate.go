@@ -13,21 +13,27 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 	if o == released && l.cfg.MaxHealthyRTT > 0 && rtt > l.cfg.MaxHealthyRTT {
 		o = dropped
 	}
-	if rtt <= 0 {
-		// The clock went backwards, or did not move (a coarse or a fake
-		// clock): the duration is meaningless, and as the no-load round
-		// trip it would read every later round as a queue.
+	if rtt < 0 {
+		// The clock went backwards: the duration is meaningless.
 		rtt = 0
 		if o == released {
 			o = ignored
 		}
 	}
+	// A round trip of 0 — a coarse or a fake clock that did not move — is
+	// a success whose latency nobody measured: it counts for the pacing
+	// and for AIMD, but is no latency sample, since as the no-load round
+	// trip it would read every later round as a queue.
+	timed := rtt > 0
 	rtt = max(rtt, time.Nanosecond)
 
 	if o == released {
 		l.lastClean = now // the pacing's clock, a hold's releases included
 	}
 	if l.recal.active() {
+		if !timed && o == released {
+			o = ignored // no probe of the no-load round trip
+		}
 		l.recalObserve(now, rec, o, rtt)
 	} else if o == released {
 		if !l.holding(now) {
@@ -40,27 +46,29 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 		// limit itself. Likewise the min-RTT window takes one entry per
 		// round trip, the fastest sample of the round, so RTTWindow spans
 		// round trips whatever the request rate.
-		if l.roundMin == 0 || rtt < l.roundMin {
+		if timed && (l.roundMin == 0 || rtt < l.roundMin) {
 			l.roundMin = rtt
 		}
 		if rec.round == l.round {
 			l.round++
-			l.window.push(l.roundMin)
-			// The round trip is evidence of queueing for dropRatio only
-			// if the request closing it was sent once the queue that the
-			// last queue backoff answered could have drained.
-			l.queueLast, l.queueAt = l.roundMin, now
-			if rec.start.Before(l.queueDrained) {
-				l.queueLast = 0
+			fastest := l.roundMin // 0: no sample of the round was timed
+			if fastest > 0 {
+				l.window.push(fastest)
+				// The round trip is evidence of queueing for dropRatio
+				// only if the request closing it was sent once the queue
+				// that the last queue backoff answered could have drained.
+				l.queueLast, l.queueAt = fastest, now
+				if rec.start.Before(l.queueDrained) {
+					l.queueLast = 0
+				}
+				l.autoRound(fastest)
 			}
-			fastest := l.roundMin
-			l.autoRound(fastest)
 			l.roundMin = 0
 			l.recoverCut()
-			switch l.law.law {
-			case AIMD:
+			switch {
+			case l.law.law == AIMD:
 				l.aimdSample(now, rec, rtt, load)
-			default:
+			case timed && fastest > 0:
 				l.gradientSample(rtt, fastest, load)
 			}
 		}

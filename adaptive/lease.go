@@ -15,9 +15,11 @@ type Lease struct {
 // Release settles the lease as a success: the request's round-trip time
 // (from admission to now, on Config.Clock) is a sample for the limiter's
 // law. A sample slower than Config.MaxHealthyRTT counts as a drop
-// instead. A round trip of 0 or less — a clock that did not move or went
-// back — measures nothing, as with ReleaseRTT: the lease is settled as by
-// Ignore.
+// instead. A round trip of 0 — a clock that did not move (a coarse one, or
+// a fake one a test did not advance) — is a success whose latency was not
+// measured: it counts as one for AIMD and the pacing, but is no latency
+// sample for Gradient2 or rttNoload. One below 0 (a clock that went back)
+// measures nothing: the lease is settled as by Ignore.
 func (le Lease) Release() { le.settle(released, -1) }
 
 // ReleaseRTT settles the lease as a success like Release, but with rtt as

@@ -161,6 +161,7 @@ func TestObserveDropKeepsTheSlot(t *testing.T) {
 // no-load round trip for RTTWindow rounds and read every later round as a
 // queue.
 func TestAnInstantReleaseMeasuresNothing(t *testing.T) {
+	t.Parallel()
 	for _, tol := range []float64{0, 2} {
 		l, clk := newTestLimiter(t, Config{Law: Gradient2, Tolerance: tol, InitialLimit: 100, MaxLimit: 200})
 		for i := range 60 {
@@ -177,5 +178,23 @@ func TestAnInstantReleaseMeasuresNothing(t *testing.T) {
 		snap := l.Snapshot()
 		require.Equal(t, 10*time.Millisecond, snap.RTTNoload, "tolerance %v", tol)
 		require.InDelta(t, 200, snap.Estimate, 1e-9, "tolerance %v: an upstream that never queued", tol)
+	}
+}
+
+// TestAnInstantReleaseIsASuccessForAIMD: a Release on a clock that did not
+// move is no latency sample, but still a success: AIMD (and FlatLatency's
+// law) grows on it, as on a coarse clock that reads 0 for a fast upstream.
+func TestAnInstantReleaseIsASuccessForAIMD(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{{Law: AIMD, InitialLimit: 4}, FlatLatency()} {
+		cfg.InitialLimit = 4
+		l, _ := newTestLimiter(t, cfg)
+		for range 20 {
+			for _, le := range acquireN(t, l, l.Limit()) {
+				le.Release() // the fake clock did not move
+			}
+		}
+		require.Greater(t, l.Estimate(), 4.0, "law %v", cfg.Law)
+		require.Zero(t, l.RTTNoload())
 	}
 }

@@ -68,7 +68,8 @@ type Snapshot struct {
 	Law Law
 	// LatencyTarget is the latency target Law applies, 0 if none:
 	// Config.LatencyTarget, or under Gradient2 the one derived from
-	// MaxHealthyRTT (see Config.LatencyTarget).
+	// MaxHealthyRTT; none at or above MaxHealthyRTT (see
+	// Config.LatencyTarget).
 	LatencyTarget time.Duration
 }
 
