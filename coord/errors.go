@@ -41,10 +41,12 @@ var ErrSchema = errors.New("fleetlimit schema missing or out of date (run 'fleet
 var ErrPermission = errors.New("the role lacks the rights")
 
 // ErrOutcomeUnknown is returned (wrapped, with ctx's error) by a Postgres
-// coordinator call whose context ended while its statement still ran past
-// the grace (see Postgres): the statement runs on, so its change — a
-// drain, an eviction, new limits, a deleted key — may yet be made. Read
-// the state again (Keys, Nodes) before acting on the failure.
+// coordinator call that changes something (a heartbeat, a departure, an
+// operator's call; not the listings and checks) whose context ended while
+// its statement still ran past the grace (see Postgres.Leave): the
+// statement runs on, so its change — a drain, an eviction, new limits, a
+// deleted key — may yet be made. Read the state again (Keys, Nodes) before
+// acting on the failure.
 var ErrOutcomeUnknown = errors.New("the statement was still running, and its change may yet be made")
 
 // ErrKeyExists is returned by CreateKey when the key has a row already.

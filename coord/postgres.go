@@ -117,7 +117,8 @@ func (p *Postgres) now() *time.Time {
 // retried up to 5 times. When ctx ends while the statement runs, the
 // statement may still finish for as long as ctx gave the call (at most
 // 1 s), and its grant is returned; past that the call returns an error
-// wrapping ctx's, and the statement keeps its connection until it has
+// wrapping ctx's and ErrOutcomeUnknown (the report may yet be recorded),
+// and the statement keeps its connection until it has
 // stopped, cancelled in the database if it still runs 1 s after ctx
 // ended (see queryRow). A node's next heartbeat waits for such a
 // statement to stop before it takes a connection (an error wrapping ctx's
@@ -151,7 +152,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, r Report) (Grant, error) {
 			micros(leaseTTL(r)), micros(requestBound(r)), labels, r.RateLocal.Requests, r.RateLocal.Tokens,
 			r.RateDemand.Requests, r.RateDemand.Tokens, r.RateApplied.Requests, r.RateApplied.Tokens,
 			r.RateUsed.Requests, r.RateUsed.Tokens)
-		return p.queryRow(ctx, node, grace, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
+		return p.queryRow(ctx, node, grace, true, sql, args, &g.Share, &g.LGlobal, &g.Epoch, &g.Generation, &leaseUS, &status, &g.Learning, &peer,
 			&g.LiveNodes, &g.Stale, &g.Rate.Requests, &g.Rate.Tokens, &g.RateShare.Requests, &g.RateShare.Tokens, &g.Waiting)
 	})
 	if err != nil {
@@ -185,9 +186,9 @@ const cancelRequestBound = 5 * time.Second
 // row into dest, which holds pointers. If ctx ends while the statement
 // runs, the statement has a grace (at most maxCancelGrace; see graceOf)
 // to finish: its row is then returned as if in time.
-// Past the grace the call returns an error wrapping ctx's and
-// ErrOutcomeUnknown, and the statement keeps its connection and runs on
-// (its change, if it makes one, is made); its result is dropped, and
+// Past the grace the call returns an error wrapping ctx's (and, with
+// writes, ErrOutcomeUnknown: its change may yet be made), and the
+// statement keeps its connection and runs on; its result is dropped, and
 // the connection goes back to the pool once it has stopped. One still
 // running maxCancelGrace after ctx ended (blocked behind a lock a stuck
 // session holds, or on a database that stopped answering) is cancelled:
@@ -212,7 +213,7 @@ const cancelRequestBound = 5 * time.Second
 // A statement whose call gave up is recorded under node until it stops
 // (see awaitLate), unless node is "". With no dest the statement's
 // result, whatever it returns, is discarded.
-func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duration, sql string, args []any, dest ...any) error {
+func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duration, writes bool, sql string, args []any, dest ...any) error {
 	var row []any
 	if len(dest) > 0 {
 		row = make([]any, len(dest))
@@ -220,7 +221,7 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 	for i, d := range dest {
 		row[i] = reflect.New(reflect.TypeOf(d).Elem()).Interface()
 	}
-	err := p.runLate(ctx, node, grace, func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := p.runLate(ctx, node, grace, writes, func(qctx context.Context, conn *pgxpool.Conn) error {
 		if row == nil {
 			_, err := conn.Exec(qctx, sql, args...)
 			return err
@@ -241,7 +242,7 @@ func (p *Postgres) queryRow(ctx context.Context, node string, grace time.Duratio
 // by scan: the listings of Keys and Nodes.
 func queryRows[T any](ctx context.Context, p *Postgres, sql string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
 	var out []T
-	err := p.runLate(ctx, "", graceOf(ctx), func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := p.runLate(ctx, "", graceOf(ctx), false, func(qctx context.Context, conn *pgxpool.Conn) error {
 		rows, err := conn.Query(qctx, sql, args...)
 		if err != nil {
 			return err
@@ -259,7 +260,7 @@ func queryRows[T any](ctx context.Context, p *Postgres, sql string, args []any, 
 // runLate runs do on a connection of the pool, on a context of its own,
 // with queryRow's handling of a ctx that ends first. do's results must go
 // to memory the caller reads only after runLate has returned nil.
-func (p *Postgres) runLate(ctx context.Context, node string, grace time.Duration, do func(context.Context, *pgxpool.Conn) error) error {
+func (p *Postgres) runLate(ctx context.Context, node string, grace time.Duration, writes bool, do func(context.Context, *pgxpool.Conn) error) error {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -280,7 +281,10 @@ func (p *Postgres) runLate(ctx context.Context, node string, grace time.Duration
 				p.recordLate(node, st.stopped)
 			}
 			time.AfterFunc(maxCancelGrace-grace, st.cancel)
-			return fmt.Errorf("%w: %w (%v after the context ended)", ctx.Err(), ErrOutcomeUnknown, grace)
+			if writes {
+				return fmt.Errorf("%w: %w (%v after the context ended)", ctx.Err(), ErrOutcomeUnknown, grace)
+			}
+			return fmt.Errorf("%w (the statement was still running %v later)", ctx.Err(), grace)
 		}
 	}
 	if err != nil && ctx.Err() != nil {
@@ -425,7 +429,9 @@ func (st *statement) cancel() {
 // handled as Heartbeat's (a grace, then a cancel; the connection is kept
 // until the statement stops), so the call may return up to 1 s after ctx
 // ends; so it is in every other call: the listings of Keys and Nodes,
-// and CreateKey's transaction with rates, included.
+// and CreateKey's transaction with rates, included. Past the grace, a call
+// that changes something (not the listings and checks) returns an error
+// wrapping ErrOutcomeUnknown too.
 func (p *Postgres) Leave(ctx context.Context, d Departure) error {
 	if !p.skipValidation {
 		if err := d.Validate(); err != nil {
@@ -462,7 +468,7 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 func (p *Postgres) Keys(ctx context.Context) ([]KeyInfo, error) {
 	checks := p.checksKeys.Load()
 	if !checks {
-		if err := p.call(ctx, p.form(sqlChecksKeys), nil, &checks); err != nil {
+		if err := p.read(ctx, p.form(sqlChecksKeys), nil, &checks); err != nil {
 			return nil, pgError("keys", err)
 		}
 	}
@@ -542,7 +548,7 @@ func (p *Postgres) Nodes(ctx context.Context, key string) ([]NodeInfo, error) {
 	}
 	if len(out) == 0 {
 		var exists bool
-		if err := p.call(ctx, sqlKeyExists, []any{key}, &exists); err != nil {
+		if err := p.read(ctx, sqlKeyExists, []any{key}, &exists); err != nil {
 			return nil, pgError("nodes", err)
 		}
 		if !exists {
@@ -648,7 +654,7 @@ func (p *Postgres) CreateKey(ctx context.Context, key string, minLimit, maxLimit
 	}
 	c := o.ratesChange()
 	err = retrying(func() error {
-		return p.runLate(ctx, "", graceOf(ctx), func(qctx context.Context, conn *pgxpool.Conn) error {
+		return p.runLate(ctx, "", graceOf(ctx), true, func(qctx context.Context, conn *pgxpool.Conn) error {
 			return pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(qctx, sql, args...); err != nil {
 					return err
@@ -678,7 +684,7 @@ func (p *Postgres) DeleteKey(ctx context.Context, key string, force bool) error 
 // is at and what to run, when it is missing or older.
 func (p *Postgres) CheckSchema(ctx context.Context) error {
 	var v int
-	if err := p.call(ctx, sqlSchemaVer, nil, &v); err != nil {
+	if err := p.read(ctx, sqlSchemaVer, nil, &v); err != nil {
 		return pgError("check schema", err)
 	}
 	if v < SchemaVersion {
@@ -696,10 +702,17 @@ func (p *Postgres) nodeOp(ctx context.Context, op string, t timed, key, nodeID s
 	return p.exec(ctx, op, sql, args...)
 }
 
-// call is queryRow for a call that is no node's heartbeat: the grace is
-// graceOf(ctx), and a late statement is recorded under no node.
+// call is queryRow for a call that is no node's heartbeat and may change
+// something: the grace is graceOf(ctx), and a late statement is recorded
+// under no node.
 func (p *Postgres) call(ctx context.Context, sql string, args []any, dest ...any) error {
-	return p.queryRow(ctx, "", graceOf(ctx), sql, args, dest...)
+	return p.queryRow(ctx, "", graceOf(ctx), true, sql, args, dest...)
+}
+
+// read is call for a statement that changes nothing: a late one's error
+// does not wrap ErrOutcomeUnknown.
+func (p *Postgres) read(ctx context.Context, sql string, args []any, dest ...any) error {
+	return p.queryRow(ctx, "", graceOf(ctx), false, sql, args, dest...)
 }
 
 // exec runs one statement that returns nothing the caller reads, with

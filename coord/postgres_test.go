@@ -135,8 +135,13 @@ func TestPostgresTimeoutKeepsTheConnection(t *testing.T) {
 			err := op.call(octx, p)
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded)
-			require.ErrorIs(t, err, coord.ErrOutcomeUnknown)
-			require.ErrorContains(t, err, "the statement was still running, and its change may yet be made")
+			if op.table == "fleetlimit.nodes" { // the listings change nothing
+				require.NotErrorIs(t, err, coord.ErrOutcomeUnknown)
+				require.ErrorContains(t, err, "the statement was still running")
+			} else {
+				require.ErrorIs(t, err, coord.ErrOutcomeUnknown)
+				require.ErrorContains(t, err, "the statement was still running, and its change may yet be made")
+			}
 			require.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the statement had its grace")
 			// The cancelled statement keeps its connection until it has stopped.
 			require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 1 }, 10*time.Second, 5*time.Millisecond) // the lock's

@@ -180,7 +180,7 @@ func TestTransportRetryAfterTakesPrecedenceOverQuota(t *testing.T) {
 // fields' reset decides the pause.
 func TestTransportZeroRetryAfterLeavesTheQuotaPause(t *testing.T) {
 	t.Parallel()
-	for _, ra := range []string{"0", "Sun, 01 Jun 2000 12:00:30 GMT"} {
+	for _, ra := range []string{"0", "Thu, 01 Jun 2000 12:00:30 GMT"} {
 		n, client, url, _ := quotaNode(t, http.StatusTooManyRequests, func() map[string]string {
 			return map[string]string{
 				"Retry-After":                    ra,

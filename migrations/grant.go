@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -128,27 +127,18 @@ var ErrRoleTooLong = errors.New("role name too long")
 
 // checkRoleLength refuses a role name the server would cut short.
 func checkRoleLength(ctx context.Context, tx pgx.Tx, role string) error {
-	var most int
-	if err := tx.QueryRow(ctx, sqlMaxIdentifierLength).Scan(&most); err != nil {
-		return fmt.Errorf("read max_identifier_length: %w", err)
+	var (
+		read string
+		most int
+	)
+	if err := tx.QueryRow(ctx, sqlRoleAsName, role).Scan(&read, &most); err != nil {
+		return fmt.Errorf("read the role as a name: %w", err)
 	}
-	if len(role) > most {
-		return fmt.Errorf("%w: %d bytes, over the server's max_identifier_length of %d; Postgres would read it as %q, another role",
-			ErrRoleTooLong, len(role), most, truncateUTF8(role, most))
+	if read != role {
+		return fmt.Errorf("%w: over the server's max_identifier_length of %d bytes; Postgres would read it as %q, "+
+			"and a role by that name, if any, would get or lose the rights", ErrRoleTooLong, most, read)
 	}
 	return nil
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character, as
-// Postgres cuts an identifier.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // ErrSchemaOwner is returned by [Revoke] for the role that owns the

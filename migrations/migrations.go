@@ -291,10 +291,12 @@ var ErrVersionTableGone = errors.New("migrations: the fleetlimit schema exists, 
 // newest applied migration is not the version the fleetlimit schema says
 // it is at (fleetlimit.schema_version()): a stale table, left in one
 // schema when the fleetlimit schema was dropped by hand and migrated again
-// from a search path that put a new table in another. [Status] returns it,
+// from a search path that put a new table in another; or a table that lost
+// the rows of the newest migrations (deleted by hand). [Status] returns it,
 // naming the versions and the schemas holding a version table, and how to
 // get out: drop the stale table, and migrate with a search path that
-// reaches the one that agrees.
+// reaches the one that agrees; or, when the table is behind the schema and
+// no other agrees, the INSERT that puts the missing rows back.
 var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees with the fleetlimit schema")
 
 // ErrSchemaNewer reports a database that a newer build migrated past this

@@ -65,9 +65,10 @@ const (
 	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema()),
 	       current_setting('search_path')`
-	// sqlMaxIdentifierLength: the longest name, in bytes, the server keeps
-	// whole; it cuts a longer one to that length.
-	sqlMaxIdentifierLength = `SELECT current_setting('max_identifier_length')::int`
+	// sqlRoleAsName: role $1 as the server reads a name, cut as its parser
+	// cuts an identifier (to max_identifier_length bytes in the server's
+	// encoding, never inside a character), and that length.
+	sqlRoleAsName = `SELECT $1::text::name::text, current_setting('max_identifier_length')::int`
 	// sqlGrantRole hands role $1 a node's or an operator's rights ($2);
 	// see fleetlimit.grant_role in the migrations.
 	sqlGrantRole = `SELECT fleetlimit.grant_role($1, $2)`

@@ -335,16 +335,26 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		fmt.Fprintf(&b, "; %s", strings.Join(others, ", "))
 	}
 	drop := "DROP TABLE " + pgx.Identifier{stale.schema, VersionTable}.Sanitize()
-	if exists && actual > recorded && len(others) == 0 {
-		// The only version table lost its newest rows: it is not stale,
-		// and dropping it would leave only a reset, which loses every key.
+	if exists && actual > recorded && len(agreeing) == 0 {
+		// A table behind the schema that no other table agrees with may
+		// have lost its newest rows rather than be stale: dropping it
+		// would leave only a reset, which loses every key.
 		values, err := newestRows(ctx, q, recorded, actual)
 		if err != nil {
 			return fmt.Errorf("%w: %s (and reading its ids failed: %w)", ErrVersionMismatch, b.String(), err)
 		}
-		fmt.Fprintf(&b, ": it is the only version table, and lost the rows of the newest migrations (deleted by hand?); "+
+		table := pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+		if len(others) == 0 {
+			b.WriteString(": it is the only version table")
+		} else {
+			b.WriteString(": no other version table agrees with the schema")
+		}
+		fmt.Fprintf(&b, ", and it may have lost the rows of the newest migrations (deleted by hand?); "+
 			"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+
-			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", pgx.Identifier{stale.schema, VersionTable}.Sanitize(), values)
+			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", table, values)
+		if len(others) > 0 {
+			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
+		}
 		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
 	}
 	if len(agreeing) > 0 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fleetlimit/fleetlimit/coord"
 )
 
 // The exit statuses of fleetctl; see the package doc.
@@ -75,7 +77,9 @@ func inCommand(command string, err error) error {
 }
 
 // timeoutHint says which setting ended a statement that ran past the
-// session's statement_timeout: Postgres names only the setting.
+// session's statement_timeout: Postgres names only the setting. It reads
+// the message's English text, so a server with other lc_messages gets no
+// hint.
 func timeoutHint(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlQueryCanceled && strings.Contains(pgErr.Message, "statement timeout") {
@@ -99,7 +103,11 @@ func exitCode(stderr io.Writer, err error) int {
 	}
 	ee := &exitError{code: ExitFailure, err: err}
 	errors.As(err, &ee)
-	if errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, context.Canceled) && errors.Is(err, coord.ErrOutcomeUnknown):
+		ee = &exitError{code: ee.code, command: ee.command, err: errors.New("interrupted while its statement still ran: " +
+			"its change may yet be made; look with 'fleetctl keys' or 'fleetctl nodes KEY' before running it again")}
+	case errors.Is(err, context.Canceled):
 		ee = &exitError{code: ee.code, command: ee.command, err: errors.New("interrupted")}
 	}
 	prefix := appName + ": "

@@ -37,9 +37,8 @@ func (r *runner) withPoolAdmin(c *ucli.Context, fn func(ctx context.Context, poo
 
 // adminError turns the coordinator's sentinel errors into messages for an
 // operator: `unknown key "x"`, `unknown node "n" on key "x"`, the reason of
-// an invalid override, or a hint when the schema is missing, the role
-// lacks an operator's rights or the call gave up on a statement that may
-// still make its change.
+// an invalid override, or a hint when the schema is missing or the role
+// lacks an operator's rights.
 func adminError(err error, key, nodeID string) error {
 	switch {
 	case err == nil:
@@ -54,8 +53,6 @@ func adminError(err error, key, nodeID string) error {
 			msg = msg[i:]
 		}
 		return errors.New(msg)
-	case errors.Is(err, coord.ErrOutcomeUnknown):
-		return fmt.Errorf("%w (look with 'fleetctl keys' or 'fleetctl nodes KEY' before running it again)", err)
 	}
 	if sqlState(err) == sqlInsufficientPrivilege {
 		return fmt.Errorf("%w (an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)", err)

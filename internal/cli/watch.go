@@ -81,7 +81,14 @@ func refreshBound(cfg *pgxpool.Config) time.Duration {
 	if !ok || statement <= 0 {
 		statement = watchHang
 	}
-	return cfg.ConnConfig.ConnectTimeout + 3*statement + time.Second
+	bound := cfg.ConnConfig.ConnectTimeout
+	for _, d := range []time.Duration{statement, statement, statement, time.Second} {
+		if bound > math.MaxInt64-d {
+			return math.MaxInt64 // the sum overflows: no bound
+		}
+		bound += d
+	}
+	return bound
 }
 
 // watchHang is how long watch waits for a statement of a session without

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,9 +193,21 @@ func TestAdminErrorHints(t *testing.T) {
 		"(an operator's role needs 'fleetctl grant operator ROLE', run by the schema owner)")
 	missing := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "fleetlimit.keys" does not exist`}
 	require.ErrorContains(t, adminError(missing, "k", ""), "(is the schema migrated? run 'fleetctl migrate up')")
+}
+
+// TestInterruptedWhileAChangeRuns: a write interrupted (Ctrl-C) while its
+// statement still ran says that its change may yet be made, where a bare
+// interruption says "interrupted".
+func TestInterruptedWhileAChangeRuns(t *testing.T) {
+	t.Parallel()
+	var said strings.Builder
 	late := fmt.Errorf("coord: drain: %w: %w (1s after the context ended)", context.Canceled, coord.ErrOutcomeUnknown)
-	require.EqualError(t, adminError(late, "k", "n"), "coord: drain: context canceled: the statement was still running, "+
-		"and its change may yet be made (1s after the context ended) (look with 'fleetctl keys' or 'fleetctl nodes KEY' before running it again)")
+	require.Equal(t, ExitFailure, exitCode(&said, inCommand("drain", adminError(late, "k", "n"))))
+	require.Equal(t, "fleetctl: drain: interrupted while its statement still ran: its change may yet be made; "+
+		"look with 'fleetctl keys' or 'fleetctl nodes KEY' before running it again\n", said.String())
+	said.Reset()
+	require.Equal(t, ExitFailure, exitCode(&said, inCommand("keys", fmt.Errorf("coord: keys: %w", context.Canceled))))
+	require.Equal(t, "fleetctl: keys: interrupted\n", said.String())
 }
 
 // TestRefreshBound: watch bounds a refresh by the session's own timeouts,
@@ -214,6 +228,9 @@ func TestRefreshBound(t *testing.T) {
 		bound("postgres://u@127.0.0.1/x?statement_timeout=60000&connect_timeout=30", defaults), "the URL's")
 	require.Equal(t, 5*time.Second+3*time.Minute+time.Second,
 		bound("postgres://u@127.0.0.1/x?statement_timeout=1min", defaults), "with a unit")
+	longest := defaults
+	longest.connectTimeout, longest.connectTimeoutSet = math.MaxInt64, true
+	require.Equal(t, time.Duration(math.MaxInt64), bound("postgres://u@127.0.0.1/x", longest), "the longest --connect-timeout saturates")
 	off := defaults
 	off.statementTimeout, off.statementTimeoutSet = 0, true
 	require.Equal(t, 5*time.Second+3*watchHang+time.Second, bound("postgres://u@127.0.0.1/x", off), "--statement-timeout 0")

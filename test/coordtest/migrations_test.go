@@ -453,7 +453,7 @@ func TestNewestVersionRowsLost(t *testing.T) {
 	want := fmt.Sprintf(`INSERT INTO "public"."fleetlimit_schema_version" (id, version_id, is_applied) VALUES (%d, %d, true), (%d, %d, true)`,
 		last-1, coord.SchemaVersion-1, last, coord.SchemaVersion)
 	require.ErrorContains(t, err, fmt.Sprintf("the one in schema public records version %d, but fleetlimit.schema_version() says %d: "+
-		"it is the only version table, and lost the rows of the newest migrations (deleted by hand?); ", coord.SchemaVersion-2, coord.SchemaVersion)+
+		"it is the only version table, and it may have lost the rows of the newest migrations (deleted by hand?); ", coord.SchemaVersion-2, coord.SchemaVersion)+
 		"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+want)
 	require.NotContains(t, err.Error(), "DROP TABLE")
 	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionMismatch)
