@@ -21,6 +21,8 @@
 //	undrain KEY NODE
 //	evict KEY NODE
 //	relearn KEY
+//	grant node|operator ROLE        give ROLE a fleet node's or an operator's rights (as the schema owner)
+//	revoke ROLE                     take every right grant gives
 //	limits get KEY [-o json]
 //	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max] [--rpm N] [--tpm N]
 //	watch KEY [--interval 1s] [--count N] [-o json]
