@@ -68,7 +68,7 @@ func (l *Limiter) observe(now time.Time, rec *leaseRecord, o outcome, load int, 
 			switch {
 			case l.law.law == AIMD:
 				l.aimdSample(now, rec, rtt, load)
-			case timed && fastest > 0:
+			case timed: // so is the round's fastest sample
 				l.gradientSample(rtt, fastest, load)
 			}
 		}

@@ -334,7 +334,8 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 	if len(others) > 0 {
 		fmt.Fprintf(&b, "; %s", strings.Join(others, ", "))
 	}
-	drop := "DROP TABLE " + pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+	staleName := pgx.Identifier{stale.schema, VersionTable}.Sanitize()
+	drop := "DROP TABLE " + staleName
 	if exists && actual > recorded && len(agreeing) == 0 {
 		// A table behind the schema that no other table agrees with may
 		// have lost its newest rows rather than be stale: dropping it
@@ -343,7 +344,6 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		if err != nil {
 			return fmt.Errorf("%w: %s (and reading its ids failed: %w)", ErrVersionMismatch, b.String(), err)
 		}
-		table := pgx.Identifier{stale.schema, VersionTable}.Sanitize()
 		if len(others) == 0 {
 			b.WriteString(": it is the only version table")
 		} else {
@@ -351,7 +351,7 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		}
 		fmt.Fprintf(&b, ", and it may have lost the rows of the newest migrations (deleted by hand?); "+
 			"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+
-			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", table, values)
+			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", staleName, values)
 		if len(others) > 0 {
 			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
 		}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/fleetlimit/fleetlimit/coord"
 )
 
@@ -81,8 +79,7 @@ func inCommand(command string, err error) error {
 // the message's English text, so a server with other lc_messages gets no
 // hint.
 func timeoutHint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlQueryCanceled && strings.Contains(pgErr.Message, "statement timeout") {
+	if sqlState(err) == sqlQueryCanceled && strings.Contains(err.Error(), "statement timeout") {
 		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: --%s, %v by default; 0 for none)",
 			err, flagStatementTimeout, DefaultStatementTimeout)
 	}
