@@ -75,15 +75,26 @@ func inCommand(command string, err error) error {
 }
 
 // timeoutHint says which setting ended a statement that ran past the
-// session's statement_timeout: Postgres names only the setting. It reads
-// the message's English text, so a server with other lc_messages gets no
-// hint.
+// session's statement_timeout: Postgres names only the setting. The
+// message's English text tells a timeout from a cancel request; a server
+// with other lc_messages says neither in English, and a statement the
+// server canceled while fleetctl's own context still ran (an interrupt
+// ends that context first) was either, so the hint names both.
 func timeoutHint(err error) error {
-	if sqlState(err) == sqlQueryCanceled && strings.Contains(err.Error(), "statement timeout") {
+	if sqlState(err) != sqlQueryCanceled || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "statement timeout"):
 		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: --%s, %v by default; 0 for none)",
 			err, flagStatementTimeout, DefaultStatementTimeout)
+	case strings.Contains(msg, "user request"):
+		return err // another session's pg_cancel_backend: no setting of fleetctl's
+	default:
+		return fmt.Errorf("%w (the server canceled a statement: if it ran past the session's statement_timeout, --%s sets that, %v by default; 0 for none)",
+			err, flagStatementTimeout, DefaultStatementTimeout)
 	}
-	return err
 }
 
 // sqlQueryCanceled is the SQLSTATE of a statement canceled by a timeout or
