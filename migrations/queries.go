@@ -40,6 +40,10 @@ const (
 	// sqlVersionRows reads the ids and versions of the version table's
 	// rows: goose rolls back in the order of the ids.
 	sqlVersionRows = `SELECT id, version_id FROM ` + VersionTable + ` ORDER BY id`
+	// sqlVersionSchema names the schema of the version table on the
+	// search path.
+	sqlVersionSchema = `SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.oid = to_regclass('` + VersionTable + `')`
 	// sqlNewestIn takes a version table quoted by pgx.Identifier, and
 	// reads its newest applied version (see sqlApplied).
 	sqlNewestIn = `SELECT coalesce(max(version_id), 0) FROM %s WHERE version_id > 0`

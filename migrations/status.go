@@ -138,17 +138,21 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 	}
 	err := fmt.Errorf("%w: %05d is applied, and not %s (a row deleted by hand?)", ErrVersionGap, newest, strings.Join(names, ", "))
 	table, qerr := versionRows(ctx, q)
+	var schema string
+	if qerr == nil {
+		qerr = q.QueryRow(ctx, sqlVersionSchema).Scan(&schema)
+	}
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
 	values, ok := gapRows(gaps, table)
 	if !ok {
 		return fmt.Errorf("%w; the ids between the neighbouring rows are taken, so a row put back would be rolled back out of "+
-			"order (goose rolls back in the order of the ids): restore %s from a backup", err, VersionTable)
+			"order (goose rolls back in the order of the ids): restore %s from a backup", err, pgx.Identifier{schema, VersionTable}.Sanitize())
 	}
 	return fmt.Errorf("%w; if the fleetlimit schema holds what the missing migrations made, put their rows back, "+
 		"at ids between their neighbours' (goose rolls back in the order of the ids): INSERT INTO %s (id, version_id, is_applied) VALUES %s",
-		err, VersionTable, strings.Join(values, ", "))
+		err, pgx.Identifier{schema, VersionTable}.Sanitize(), strings.Join(values, ", "))
 }
 
 // versionRow is a row of the version table: its id and version.

@@ -956,7 +956,7 @@ func TestMigrateRefusesAVersionGap(t *testing.T) {
 	var id int
 	require.NoError(t, pool.QueryRow(ctx, `DELETE FROM fleetlimit_schema_version WHERE version_id = 3 RETURNING id`).Scan(&id))
 
-	fix := fmt.Sprintf("INSERT INTO fleetlimit_schema_version (id, version_id, is_applied) VALUES (%d, 3, true)", id)
+	fix := fmt.Sprintf(`INSERT INTO "public"."fleetlimit_schema_version" (id, version_id, is_applied) VALUES (%d, 3, true)`, id)
 	for _, args := range [][]string{{"migrate", "validate"}, {"migrate", "up"}, {"migrate", "down", "--to", "2"},
 		{"migrate", "down", "--to", "3"}, {"migrate", "reset", "--yes"}} {
 		res := run(t, dsn, args...)

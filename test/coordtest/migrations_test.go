@@ -638,7 +638,10 @@ func TestAVersionGapIsRefused(t *testing.T) {
 	require.NoError(t, err)
 
 	want := fmt.Sprintf("%05d is applied, and not 00003, 00005 (a row deleted by hand?)", coord.SchemaVersion)
-	fix := fmt.Sprintf("INSERT INTO %s (id, version_id, is_applied) VALUES (%d, 3, true), (%d, 5, true)", migrations.VersionTable, id3, id5)
+	var schema string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	fix := fmt.Sprintf("INSERT INTO %s (id, version_id, is_applied) VALUES (%d, 3, true), (%d, 5, true)",
+		pgx.Identifier{schema, migrations.VersionTable}.Sanitize(), id3, id5)
 	err = migrations.Up(ctx, pool)
 	require.ErrorIs(t, err, migrations.ErrVersionGap)
 	require.ErrorContains(t, err, want)
