@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The exit statuses of fleetctl; see the package doc.
@@ -76,23 +77,27 @@ func inCommand(command string, err error) error {
 
 // timeoutHint says which setting ended a statement that ran past the
 // session's statement_timeout: Postgres names only the setting. The
-// message's English text tells a timeout from a cancel request; a server
-// with other lc_messages says neither in English, and a statement the
-// server canceled while fleetctl's own context still ran (an interrupt
-// ends that context first) was either, so the hint names both.
+// message's English text tells a timeout from a cancel request. A server
+// with other lc_messages says neither in English; a statement it canceled
+// while fleetctl's own context still ran (an interrupt or a deadline of
+// fleetctl's ends that context, and the error then wraps it) ran past the
+// statement_timeout or was canceled by another session, and the hint
+// names both.
 func timeoutHint(err error) error {
-	if sqlState(err) != sqlQueryCanceled || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlQueryCanceled {
 		return err
 	}
-	msg := err.Error()
 	switch {
-	case strings.Contains(msg, "statement timeout"):
+	case strings.Contains(pgErr.Message, "statement timeout"):
 		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: --%s, %v by default; 0 for none)",
 			err, flagStatementTimeout, DefaultStatementTimeout)
-	case strings.Contains(msg, "user request"):
-		return err // another session's pg_cancel_backend: no setting of fleetctl's
+	case strings.Contains(pgErr.Message, "user request"),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err // another session's cancel request, or fleetctl's own
 	default:
-		return fmt.Errorf("%w (the server canceled a statement: if it ran past the session's statement_timeout, --%s sets that, %v by default; 0 for none)",
+		return fmt.Errorf("%w (the server canceled a statement: it ran past the session's statement_timeout "+
+			"(--%s, %v by default; 0 for none), or another session canceled it)",
 			err, flagStatementTimeout, DefaultStatementTimeout)
 	}
 }
