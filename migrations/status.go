@@ -145,14 +145,15 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
+	name := pgx.Identifier{schema, VersionTable}.Sanitize()
 	values, ok := gapRows(gaps, table)
 	if !ok {
 		return fmt.Errorf("%w; the ids between the neighbouring rows are taken, so a row put back would be rolled back out of "+
-			"order (goose rolls back in the order of the ids): restore %s from a backup", err, pgx.Identifier{schema, VersionTable}.Sanitize())
+			"order (goose rolls back in the order of the ids): restore %s from a backup", err, name)
 	}
 	return fmt.Errorf("%w; if the fleetlimit schema holds what the missing migrations made, put their rows back, "+
 		"at ids between their neighbours' (goose rolls back in the order of the ids): INSERT INTO %s (id, version_id, is_applied) VALUES %s",
-		err, pgx.Identifier{schema, VersionTable}.Sanitize(), strings.Join(values, ", "))
+		err, name, strings.Join(values, ", "))
 }
 
 // versionRow is a row of the version table: its id and version.
