@@ -7,8 +7,9 @@ import (
 	"io"
 	"strings"
 
-	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fleetlimit/fleetlimit/coord"
 )
 
 // The exit statuses of fleetctl; see the package doc.
