@@ -397,7 +397,13 @@ func commandPath(c *ucli.Context) string {
 func (r *runner) action(fn func(c *ucli.Context) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		r.parsed()
-		return inCommand(commandPath(c), fn(c))
+		return inCommand(commandPath(c), timeoutHint(fn(c), func() string {
+			s, err := r.connSettingsFrom(c)
+			if err != nil { // no statement runs on settings that do not parse
+				return fmt.Sprintf("--%s sets it; 0 for none", flagStatementTimeout)
+			}
+			return s.statementTimeoutSource()
+		}))
 	}
 }
 

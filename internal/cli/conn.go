@@ -104,8 +104,8 @@ func poolConfig(s connSettings) (*pgxpool.Config, error) {
 	if params["application_name"] == "" {
 		params["application_name"] = appName
 	}
-	if _, ok := params["statement_timeout"]; !ok || s.statementTimeoutSet {
-		params["statement_timeout"] = strconv.FormatInt(s.statementTimeout.Milliseconds(), 10)
+	if v, fromURL := s.statementTimeoutIn(params); !fromURL {
+		params["statement_timeout"] = v
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		cfg.ConnConfig.ConnectTimeout = s.connectTimeout
@@ -113,6 +113,34 @@ func poolConfig(s connSettings) (*pgxpool.Config, error) {
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
 	return cfg, nil
+}
+
+// statementTimeoutIn returns the statement_timeout fleetctl's sessions run
+// with, given the connection string's runtime parameters: the flag's when
+// it was given, else the connection string's own (fromURL), else the
+// flag's default. A value from the flag is in milliseconds, as Postgres
+// reads a number without a unit.
+func (s connSettings) statementTimeoutIn(params map[string]string) (value string, fromURL bool) {
+	if v, ok := params["statement_timeout"]; ok && !s.statementTimeoutSet {
+		return v, true
+	}
+	return strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), false
+}
+
+// statementTimeoutSource describes the statement_timeout s's sessions run
+// with, and how to change it, for the hint of a statement that ran past it
+// (see timeoutHint): "200ms, from --statement-timeout", "10s, fleetctl's
+// default", or the connection string's own value as written there.
+func (s connSettings) statementTimeoutSource() string {
+	if cfg, err := pgxpool.ParseConfig(s.url); err == nil {
+		if v, fromURL := s.statementTimeoutIn(cfg.ConnConfig.RuntimeParams); fromURL {
+			return fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", v, flagStatementTimeout)
+		}
+	}
+	if s.statementTimeoutSet {
+		return fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
+	}
+	return fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
 }
 
 // openPool connects to the database c's flags and the environment name, and

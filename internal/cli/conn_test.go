@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -204,5 +205,17 @@ func TestStatementTimeoutIsNamed(t *testing.T) {
 
 	_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: dsn}, "--statement-timeout", "200ms", "keys")
 	require.Equal(t, ExitFailure, code, stderr)
-	require.Contains(t, stderr, "canceling statement due to statement timeout (SQLSTATE 57014) (a statement ran past the session's statement_timeout: --statement-timeout, 10s by default; 0 for none)")
+	require.Contains(t, stderr, "canceling statement due to statement timeout (SQLSTATE 57014) (a statement ran past the session's statement_timeout: 200ms, from --statement-timeout (0 for none))")
+
+	// A timeout the connection string sets is the one named.
+	withTimeout := dsn + " statement_timeout=150"
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("statement_timeout", "150")
+		u.RawQuery = q.Encode()
+		withTimeout = u.String()
+	}
+	_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: withTimeout}, "keys")
+	require.Equal(t, ExitFailure, code, stderr)
+	require.Contains(t, stderr, "(SQLSTATE 57014) (a statement ran past the session's statement_timeout: 150, from the connection string (--statement-timeout overrides it; 0 for none))")
 }

@@ -73,33 +73,39 @@ func inCommand(command string, err error) error {
 		}
 		return ee
 	}
-	return &exitError{code: ExitFailure, command: command, err: timeoutHint(err)}
+	return &exitError{code: ExitFailure, command: command, err: err}
 }
 
 // timeoutHint says which setting ended a statement that ran past the
-// session's statement_timeout: Postgres names only the setting. The
-// message's English text tells a timeout from a cancel request. A server
-// with other lc_messages says neither in English; a statement it canceled
-// while fleetctl's own context still ran (an interrupt or a deadline of
-// fleetctl's ends that context, and the error then wraps it) ran past the
-// statement_timeout or was canceled by another session, and the hint
-// names both.
-func timeoutHint(err error) error {
+// session's statement_timeout, whose value and source setting describes
+// (see connSettings.statementTimeoutSource): Postgres names only the
+// setting. An error fleetctl built around the server's (an exitError) gets
+// the hint inside it. The message's English text tells a timeout from a
+// cancel request. A server with other lc_messages says neither in
+// English; a statement it canceled while fleetctl's own context still ran
+// (an interrupt or a deadline of fleetctl's ends that context, and the
+// error then wraps it) ran past the statement_timeout or was canceled by
+// another session, and the hint names both. setting is called only for
+// such an error.
+func timeoutHint(err error, setting func() string) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlQueryCanceled {
 		return err
 	}
+	if ee, ok := err.(*exitError); ok {
+		hinted := *ee
+		hinted.err = timeoutHint(ee.err, setting)
+		return &hinted
+	}
 	switch {
 	case strings.Contains(pgErr.Message, "statement timeout"):
-		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: --%s, %v by default; 0 for none)",
-			err, flagStatementTimeout, DefaultStatementTimeout)
+		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: %s)", err, setting())
 	case strings.Contains(pgErr.Message, "user request"),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err // another session's cancel request, or fleetctl's own
 	default:
-		return fmt.Errorf("%w (the server canceled a statement: it ran past the session's statement_timeout "+
-			"(--%s, %v by default; 0 for none), or another session canceled it)",
-			err, flagStatementTimeout, DefaultStatementTimeout)
+		return fmt.Errorf("%w (the server canceled a statement: it ran past the session's statement_timeout, "+
+			"%s, or another session canceled it)", err, setting())
 	}
 }
 
