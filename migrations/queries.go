@@ -2,6 +2,11 @@ package migrations
 
 // The SQL this package runs besides goose's. The version table's name is
 // unqualified, as goose's own reads name it: the first on the search path.
+// versionSchema is an expression: the schema of the version table on the
+// search path, NULL without one.
+const versionSchema = `(SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.oid = to_regclass('` + VersionTable + `'))`
+
 const (
 	sqlLock   = `SELECT pg_advisory_lock($1)`
 	sqlUnlock = `SELECT pg_advisory_unlock($1)`
@@ -36,14 +41,11 @@ const (
 	// the one on the search path.
 	sqlVersionTables = `SELECT n.nspname, quote_ident(n.nspname), coalesce(c.oid = to_regclass($1::text)::oid, false)
 	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.relname = $1::text AND c.relkind = 'r' ORDER BY n.nspname`
+	 WHERE c.relname = $1::text AND c.relkind IN ('r', 'p') ORDER BY n.nspname`
 	// sqlVersionRows reads the ids and versions of the version table's
-	// rows: goose rolls back in the order of the ids.
-	sqlVersionRows = `SELECT id, version_id FROM ` + VersionTable + ` ORDER BY id`
-	// sqlVersionSchema names the schema of the version table on the
-	// search path.
-	sqlVersionSchema = `SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.oid = to_regclass('` + VersionTable + `')`
+	// rows (goose rolls back in the order of the ids) and, in the same
+	// statement, the table's schema.
+	sqlVersionRows = `SELECT id, version_id, ` + versionSchema + ` FROM ` + VersionTable + ` ORDER BY id`
 	// sqlNewestIn takes a version table quoted by pgx.Identifier, and
 	// reads its newest applied version (see sqlApplied).
 	sqlNewestIn = `SELECT coalesce(max(version_id), 0) FROM %s WHERE version_id > 0`
@@ -54,20 +56,19 @@ const (
 	// sqlUnrecordedSchema: the fleetlimit schema exists, and no schema
 	// holds a table named $1.
 	sqlUnrecordedSchema = `SELECT to_regnamespace('fleetlimit') IS NOT NULL
-	   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1::text AND relkind = 'r')`
+	   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1::text AND relkind IN ('r', 'p'))`
 	sqlDropSchema      = `DROP SCHEMA fleetlimit CASCADE`
 	sqlHasVersionTable = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
 	// sqlVersionTablesAnywhere names the schemas holding a table named
 	// $1, quoted as a search path needs them.
 	sqlVersionTablesAnywhere = `SELECT coalesce(string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname), '')
 	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.relname = $1 AND c.relkind = 'r'`
+	 WHERE c.relname = $1 AND c.relkind IN ('r', 'p')`
 	// sqlVersionTablePlace: the schema of the version table on the search
 	// path (NULL without one), and the search path's first schema (NULL
 	// when none of its schemas exists and may be used), both quoted as a
 	// search path needs them; and the search path as set.
-	sqlVersionTablePlace = `SELECT (SELECT quote_ident(n.nspname) FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	                         WHERE c.oid = to_regclass('` + VersionTable + `')), quote_ident(current_schema()),
+	sqlVersionTablePlace = `SELECT quote_ident(` + versionSchema + `), quote_ident(current_schema()),
 	       current_setting('search_path')`
 	// sqlRoleAsName: role $1 as the server reads a name, cut as its parser
 	// cuts an identifier (to max_identifier_length bytes in the server's
@@ -81,7 +82,7 @@ const (
 	// $1; and whether role $2 lacks USAGE on its schema.
 	sqlVersionTablesToGrant = `SELECT n.nspname, c.relname, NOT has_schema_privilege($2::text, n.oid, 'USAGE')
 	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE CASE WHEN to_regclass($1::text) IS NULL THEN c.relname = $1::text AND c.relkind = 'r'
+	 WHERE CASE WHEN to_regclass($1::text) IS NULL THEN c.relname = $1::text AND c.relkind IN ('r', 'p')
 	            ELSE c.oid = to_regclass($1::text) END
 	 ORDER BY n.nspname`
 	// sqlGrantSelect and sqlGrantUsage take identifiers quoted by

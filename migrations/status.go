@@ -137,11 +137,7 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 		names[i] = fmt.Sprintf("%05d", v)
 	}
 	err := fmt.Errorf("%w: %05d is applied, and not %s (a row deleted by hand?)", ErrVersionGap, newest, strings.Join(names, ", "))
-	table, qerr := versionRows(ctx, q)
-	var schema string
-	if qerr == nil {
-		qerr = q.QueryRow(ctx, sqlVersionSchema).Scan(&schema)
-	}
+	table, schema, qerr := versionRows(ctx, q)
 	if qerr != nil {
 		return fmt.Errorf("%w (and reading its ids failed: %w)", err, qerr)
 	}
@@ -160,16 +156,17 @@ func refuseGap(ctx context.Context, q querier, st []*goose.MigrationStatus, to i
 type versionRow struct{ id, version int64 }
 
 // versionRows reads the rows of the version table on the search path, in
-// the order of their ids.
-func versionRows(ctx context.Context, q querier) ([]versionRow, error) {
+// the order of their ids, and its schema ("" when it has no rows).
+func versionRows(ctx context.Context, q querier) (table []versionRow, schema string, err error) {
 	rows, err := q.Query(ctx, sqlVersionRows)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (versionRow, error) {
+	table, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (versionRow, error) {
 		var x versionRow
-		return x, r.Scan(&x.id, &x.version)
+		return x, r.Scan(&x.id, &x.version, &schema)
 	})
+	return table, schema, err
 }
 
 // gapRows returns the rows that put back the versions gaps (ascending)
@@ -374,7 +371,7 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 // applied in the version table on the search path, at ids after its last:
 // goose rolls back in the order of the ids, newest last.
 func newestRows(ctx context.Context, q querier, from, to int64) (string, error) {
-	table, err := versionRows(ctx, q)
+	table, _, err := versionRows(ctx, q)
 	if err != nil {
 		return "", err
 	}

@@ -440,9 +440,26 @@ func TestStaleVersionTable(t *testing.T) {
 // key, would be left), and the INSERT works.
 func TestNewestVersionRowsLost(t *testing.T) {
 	t.Parallel()
+	t.Run("table", func(t *testing.T) { t.Parallel(); newestVersionRowsLost(t, false) })
+	// A partitioned version table is found as an ordinary one is: the
+	// INSERT names its schema.
+	t.Run("partitioned", func(t *testing.T) { t.Parallel(); newestVersionRowsLost(t, true) })
+}
+
+func newestVersionRowsLost(t *testing.T, partitioned bool) {
 	ctx := context.Background()
 	pool := emptyPool(t)
 	require.NoError(t, migrations.Up(ctx, pool))
+	if partitioned {
+		v := migrations.VersionTable
+		_, err := pool.Exec(ctx, `ALTER TABLE `+v+` RENAME TO plain_version;
+			CREATE TABLE `+v+` (LIKE plain_version INCLUDING DEFAULTS INCLUDING IDENTITY) PARTITION BY RANGE (id);
+			CREATE TABLE `+v+`_all PARTITION OF `+v+` FOR VALUES FROM (MINVALUE) TO (MAXVALUE);
+			INSERT INTO `+v+` SELECT * FROM plain_version;
+			SELECT setval(pg_get_serial_sequence('`+v+`', 'id'), max(id)) FROM `+v+`;
+			DROP TABLE plain_version`)
+		require.NoError(t, err)
+	}
 	var last int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM `+migrations.VersionTable).Scan(&last))
 	_, err := pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id >= $1`, coord.SchemaVersion-1)
