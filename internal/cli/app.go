@@ -114,6 +114,9 @@ type runner struct {
 	notFound error
 	// args is the normalized command line, which flag errors consult.
 	args normalized
+	// timeout is the statement_timeout of the command's sessions, set when
+	// its pool is configured.
+	timeout sessionTimeout
 }
 
 // globalHelp is the app's description: the connection precedence and the
@@ -397,13 +400,7 @@ func commandPath(c *ucli.Context) string {
 func (r *runner) action(fn func(c *ucli.Context) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		r.parsed()
-		return inCommand(commandPath(c), timeoutHint(fn(c), func() string {
-			s, err := r.connSettingsFrom(c)
-			if err != nil { // no statement runs on settings that do not parse
-				return fmt.Sprintf("--%s sets it; 0 for none", flagStatementTimeout)
-			}
-			return s.statementTimeoutSource()
-		}))
+		return inCommand(commandPath(c), timeoutHint(fn(c), r.timeout))
 	}
 }
 

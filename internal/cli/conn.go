@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,56 +94,56 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 // poolConfig parses s into a pool configuration with fleetctl's session
 // settings: application_name=fleetctl unless the connection string (or
 // PGAPPNAME) names one; statement_timeout from the flag when given, else
-// from the connection string, else the flag's default; the connect timeout
-// likewise. A connection string pgx cannot parse is a usage error naming
-// its source.
-func poolConfig(s connSettings) (*pgxpool.Config, error) {
+// from the connection string (its name in any case, as Postgres reads it),
+// else the flag's default; the connect timeout likewise. It also describes
+// the statement_timeout the sessions run with, for timeoutHint. A
+// connection string pgx cannot parse is a usage error naming its source.
+func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	cfg, err := pgxpool.ParseConfig(s.url)
 	if err != nil {
-		return nil, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
 	if params["application_name"] == "" {
 		params["application_name"] = appName
 	}
-	if v, fromURL := s.statementTimeoutIn(params); !fromURL {
-		params["statement_timeout"] = v
+	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10)}
+	switch {
+	case s.statementTimeoutSet:
+		timeout.desc = fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
+	default:
+		timeout.desc = fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
+		// pgx keeps the names as written and sends each: one spelling
+		// only, or the server would take whichever came last.
+		for _, k := range slices.Sorted(maps.Keys(params)) {
+			if strings.EqualFold(k, "statement_timeout") {
+				timeout.value = params[k]
+				timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", params[k], flagStatementTimeout)
+				break
+			}
+		}
 	}
+	for k := range params {
+		if strings.EqualFold(k, "statement_timeout") {
+			delete(params, k)
+		}
+	}
+	params["statement_timeout"] = timeout.value
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		cfg.ConnConfig.ConnectTimeout = s.connectTimeout
 	}
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
-	return cfg, nil
+	return cfg, timeout, nil
 }
 
-// statementTimeoutIn returns the statement_timeout fleetctl's sessions run
-// with, given the connection string's runtime parameters: the flag's when
-// it was given, else the connection string's own (fromURL), else the
-// flag's default. A value from the flag is in milliseconds, as Postgres
-// reads a number without a unit.
-func (s connSettings) statementTimeoutIn(params map[string]string) (value string, fromURL bool) {
-	if v, ok := params["statement_timeout"]; ok && !s.statementTimeoutSet {
-		return v, true
-	}
-	return strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), false
-}
-
-// statementTimeoutSource describes the statement_timeout s's sessions run
-// with, and how to change it, for the hint of a statement that ran past it
-// (see timeoutHint): "200ms, from --statement-timeout", "10s, fleetctl's
-// default", or the connection string's own value as written there.
-func (s connSettings) statementTimeoutSource() string {
-	if cfg, err := pgxpool.ParseConfig(s.url); err == nil {
-		if v, fromURL := s.statementTimeoutIn(cfg.ConnConfig.RuntimeParams); fromURL {
-			return fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", v, flagStatementTimeout)
-		}
-	}
-	if s.statementTimeoutSet {
-		return fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
-	}
-	return fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
-}
+// sessionTimeout is the statement_timeout fleetctl's sessions run with:
+// its value as sent (the flag's in milliseconds, as Postgres reads a
+// number without a unit, or the connection string's as written there),
+// and a description naming its source and how to change it, for the hint
+// of a statement that ran past it (see timeoutHint). The zero value is
+// one not known: no pool was configured.
+type sessionTimeout struct{ value, desc string }
 
 // openPool connects to the database c's flags and the environment name, and
 // checks that it answers within the connect timeout. An unreachable database
@@ -157,10 +159,11 @@ func (r *runner) openPool(c *ucli.Context) (*pgxpool.Pool, error) {
 		// (demo, which uses no variable, does not ask.)
 		return nil, globalUsageErrorf("blank value %q for %s: give a connection string, or unset it", s.url, s.source)
 	}
-	cfg, err := poolConfig(s)
+	cfg, timeout, err := poolConfig(s)
 	if err != nil {
 		return nil, err
 	}
+	r.timeout = timeout
 	pool, err := connect(c.Context, cfg)
 	var ee *exitError
 	noPGEnv := os.Getenv("PGHOST") == "" && os.Getenv("PGSERVICE") == "" && os.Getenv("PGPORT") == ""

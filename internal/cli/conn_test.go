@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestPoolConfigLibpqEnvironment(t *testing.T) {
 	t.Setenv("PGCONNECT_TIMEOUT", "")
 	t.Setenv("PGOPTIONS", "")
 	url, source := resolveDatabaseURL("", envMap(nil))
-	cfg, err := poolConfig(connSettings{url: url, source: source, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
+	cfg, _, err := poolConfig(connSettings{url: url, source: source, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.9", cfg.ConnConfig.Host)
 	require.Equal(t, uint16(6543), cfg.ConnConfig.Port)
@@ -68,14 +69,14 @@ func TestPoolConfigLibpqEnvironment(t *testing.T) {
 	require.Equal(t, "fleet", cfg.ConnConfig.Database)
 
 	// A URL still takes the parts it leaves out from PG* variables, as in libpq.
-	cfg, err = poolConfig(connSettings{url: "postgres://db.internal/app", statementTimeout: time.Second, connectTimeout: time.Second})
+	cfg, _, err = poolConfig(connSettings{url: "postgres://db.internal/app", statementTimeout: time.Second, connectTimeout: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, "db.internal", cfg.ConnConfig.Host)
 	require.Equal(t, "operator", cfg.ConnConfig.User)
 
 	// PGAPPNAME names the application.
 	t.Setenv("PGAPPNAME", "mine")
-	cfg, err = poolConfig(connSettings{statementTimeout: time.Second, connectTimeout: time.Second})
+	cfg, _, err = poolConfig(connSettings{statementTimeout: time.Second, connectTimeout: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, "mine", cfg.ConnConfig.RuntimeParams["application_name"])
 }
@@ -89,6 +90,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 		wantApp       string
 		wantStatement string
 		wantConnect   time.Duration
+		wantDesc      string // what the statement-timeout hint says of it
 	}{
 		{
 			name:          "defaults",
@@ -96,6 +98,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "fleetctl",
 			wantStatement: "10000",
 			wantConnect:   5 * time.Second,
+			wantDesc:      "10s, fleetctl's default (--statement-timeout sets it; 0 for none)",
 		},
 		{
 			name:          "flags given",
@@ -103,6 +106,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "fleetctl",
 			wantStatement: "1500",
 			wantConnect:   2 * time.Second,
+			wantDesc:      "1.5s, from --statement-timeout (0 for none)",
 		},
 		{
 			name:          "statement timeout 0 disables it",
@@ -110,6 +114,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "fleetctl",
 			wantStatement: "0",
 			wantConnect:   time.Second,
+			wantDesc:      "0s, from --statement-timeout (0 for none)",
 		},
 		{
 			name:          "the URL's settings win over the flags' defaults",
@@ -117,22 +122,40 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "ops",
 			wantStatement: "250",
 			wantConnect:   7 * time.Second,
+			wantDesc:      "250, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
+			// Postgres reads a setting's name in any case; pgx sends
+			// each spelling as it was written.
+			name:          "the URL's setting in another case",
+			s:             connSettings{url: base + "?Statement_Timeout=250", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "250",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "250, from the connection string (--statement-timeout overrides it; 0 for none)",
 		},
 		{
 			name:          "flags given win over the URL",
-			s:             connSettings{url: base + "?statement_timeout=250&connect_timeout=7", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: time.Second, connectTimeoutSet: true},
+			s:             connSettings{url: base + "?STATEMENT_TIMEOUT=250&connect_timeout=7", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: time.Second, connectTimeoutSet: true},
 			wantApp:       "fleetctl",
 			wantStatement: "3000",
 			wantConnect:   time.Second,
+			wantDesc:      "3s, from --statement-timeout (0 for none)",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := poolConfig(tt.s)
+			cfg, timeout, err := poolConfig(tt.s)
 			require.NoError(t, err)
 			require.Equal(t, tt.wantApp, cfg.ConnConfig.RuntimeParams["application_name"])
+			for k := range cfg.ConnConfig.RuntimeParams {
+				if strings.EqualFold(k, "statement_timeout") {
+					require.Equal(t, "statement_timeout", k, "one spelling is sent")
+				}
+			}
 			require.Equal(t, tt.wantStatement, cfg.ConnConfig.RuntimeParams["statement_timeout"])
+			require.Equal(t, sessionTimeout{value: tt.wantStatement, desc: tt.wantDesc}, timeout)
 			require.Equal(t, tt.wantConnect, cfg.ConnConfig.ConnectTimeout)
 		})
 	}
@@ -140,7 +163,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 
 func TestPoolConfigInvalidURLIsUsageError(t *testing.T) {
 	t.Parallel()
-	_, err := poolConfig(connSettings{url: "postgres://u:secret@[::1", source: "$DATABASE_URL", connectTimeout: time.Second})
+	_, _, err := poolConfig(connSettings{url: "postgres://u:secret@[::1", source: "$DATABASE_URL", connectTimeout: time.Second})
 	require.Error(t, err)
 	var ee *exitError
 	require.ErrorAs(t, err, &ee)

@@ -150,10 +150,11 @@ func (r *runner) demo(c *ucli.Context, cfg demoConfig) (err error) {
 	} else {
 		cfg.externalDatabase = true
 	}
-	poolCfg, err := poolConfig(s)
+	poolCfg, timeout, err := poolConfig(s)
 	if err != nil {
 		return err
 	}
+	r.timeout = timeout
 	if cfg.externalDatabase {
 		cfg.databaseLabel = fmt.Sprintf("database %q on %s (from %s)", poolCfg.ConnConfig.Database,
 			endpoint(poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), s.source)

@@ -77,35 +77,41 @@ func inCommand(command string, err error) error {
 }
 
 // timeoutHint says which setting ended a statement that ran past the
-// session's statement_timeout, whose value and source setting describes
-// (see connSettings.statementTimeoutSource): Postgres names only the
-// setting. An error fleetctl built around the server's (an exitError) gets
-// the hint inside it. The message's English text tells a timeout from a
-// cancel request. A server with other lc_messages says neither in
-// English; a statement it canceled while fleetctl's own context still ran
-// (an interrupt or a deadline of fleetctl's ends that context, and the
-// error then wraps it) ran past the statement_timeout or was canceled by
-// another session, and the hint names both. setting is called only for
-// such an error.
-func timeoutHint(err error, setting func() string) error {
+// session's statement_timeout, t (see poolConfig): Postgres names only the
+// setting. An error fleetctl built around the server's (an exitError,
+// wrapped or not) gets the hint inside it, where exitCode prints from. The
+// message's English text tells a timeout from a cancel request. A server
+// with other lc_messages says neither in English; a statement it canceled
+// while fleetctl's own context still ran (an interrupt or a deadline of
+// fleetctl's ends that context, and the error then wraps it) ran past the
+// statement_timeout or, when the session has none, was canceled by
+// another session, and the hint says so.
+func timeoutHint(err error, t sessionTimeout) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlQueryCanceled {
 		return err
 	}
-	if ee, ok := err.(*exitError); ok {
-		hinted := *ee
-		hinted.err = timeoutHint(ee.err, setting)
-		return &hinted
+	var ee *exitError
+	if errors.As(err, &ee) {
+		ee.err = timeoutHint(ee.err, t)
+		return err
+	}
+	desc := t.desc
+	if desc == "" {
+		desc = fmt.Sprintf("--%s sets it; 0 for none", flagStatementTimeout)
 	}
 	switch {
 	case strings.Contains(pgErr.Message, "statement timeout"):
-		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: %s)", err, setting())
+		return fmt.Errorf("%w (a statement ran past the session's statement_timeout: %s)", err, desc)
 	case strings.Contains(pgErr.Message, "user request"),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err // another session's cancel request, or fleetctl's own
+	case t.value == "0":
+		return fmt.Errorf("%w (the server canceled a statement, and the session has no statement_timeout: "+
+			"another session canceled it)", err)
 	default:
 		return fmt.Errorf("%w (the server canceled a statement: it ran past the session's statement_timeout, "+
-			"%s, or another session canceled it)", err, setting())
+			"%s, or another session canceled it)", err, desc)
 	}
 }
 

@@ -218,7 +218,7 @@ func TestRefreshBound(t *testing.T) {
 	t.Parallel()
 	bound := func(url string, s connSettings) time.Duration {
 		s.url = url
-		cfg, err := poolConfig(s)
+		cfg, _, err := poolConfig(s)
 		require.NoError(t, err)
 		return refreshBound(cfg)
 	}
