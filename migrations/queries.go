@@ -2,11 +2,6 @@ package migrations
 
 // The SQL this package runs besides goose's. The version table's name is
 // unqualified, as goose's own reads name it: the first on the search path.
-// versionSchema is an expression: the schema of the version table on the
-// search path, NULL without one.
-const versionSchema = `(SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.oid = to_regclass('` + VersionTable + `'))`
-
 const (
 	sqlLock   = `SELECT pg_advisory_lock($1)`
 	sqlUnlock = `SELECT pg_advisory_unlock($1)`
@@ -102,3 +97,8 @@ const (
 	// quoted by pgx.Identifier.
 	sqlRevokeSelect = `REVOKE SELECT ON TABLE %s FROM %s`
 )
+
+// versionSchema is an expression: the schema of the version table on the
+// search path, NULL without one.
+const versionSchema = `(SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+	 WHERE c.oid = to_regclass('` + VersionTable + `'))`
