@@ -243,12 +243,14 @@ type Config struct {
 	// still succeed rather than once they fail. A target at or above
 	// MaxHealthyRTT is no target, under every law: slower samples are
 	// drops already.
-	// Snapshot.LatencyTarget reports the target in force. Must be ≥ 0.
+	// Snapshot.LatencyTarget reports the target in force. Must be 0 or
+	// ≥ 1µs (a number with no unit is nanoseconds: 500 is 500ns, not 500ms).
 	LatencyTarget time.Duration
 
 	// MaxHealthyRTT, when positive, makes every released sample slower than
 	// it count as a drop, under every law, and Gradient2's LatencyTarget
-	// default to 4/5 of it. Defaults to 0 (off). Must be ≥ 0.
+	// default to 4/5 of it. Defaults to 0 (off). Must be 0 or ≥ 1µs (a
+	// number with no unit is nanoseconds).
 	MaxHealthyRTT time.Duration
 
 	// Recalibration configures periodic refreshes of rttNoload.
@@ -280,7 +282,8 @@ type Config struct {
 	// request's normal latency, so that a request does not wait far longer
 	// than it would run. It is measured by a runtime timer per waiting call
 	// (testing/synctest controls it), not by Clock. Defaults to 0: only the
-	// caller's context bounds the wait. Must be ≥ 0.
+	// caller's context bounds the wait. Must be 0 or ≥ 1µs (a number with
+	// no unit is nanoseconds).
 	TimeoutFactor time.Duration
 
 	// UtilizationThreshold is the fraction of the estimate that the load a
@@ -419,6 +422,21 @@ func (cfg Config) GradientLatencyTarget() time.Duration {
 
 // validate reports every out-of-range field of a defaulted Config, but a
 // field checked against a bad one.
+// durationOK reports whether d is 0 (a field's "off") or at least 1µs:
+// shorter is a number given without its unit (500 for 500ms), far below
+// what any round trip or wait can take, and would turn every request
+// into a drop or a timeout.
+func durationOK(d time.Duration) bool { return d == 0 || d >= time.Microsecond }
+
+// unitHint follows the range of a duration field set to d in its error:
+// a positive d under 1µs is likely a number given without its unit.
+func unitHint(d time.Duration) string {
+	if d > 0 && d < time.Microsecond {
+		return " (a number with no unit is nanoseconds: write 500 * time.Millisecond)"
+	}
+	return ""
+}
+
 func (cfg Config) validate() error {
 	var errs []error
 	bad := func(field string, value any, want string) {
@@ -463,11 +481,11 @@ func (cfg Config) validate() error {
 	if cfg.AIMDProbe < 0 || cfg.AIMDProbe > maxRTTWindow {
 		bad("AIMDProbe", cfg.AIMDProbe, fmt.Sprintf("[0, %d] (0 = off)", maxRTTWindow))
 	}
-	if cfg.LatencyTarget < 0 {
-		bad("LatencyTarget", cfg.LatencyTarget, "≥ 0 (0 = off, or under Gradient2 4/5 of MaxHealthyRTT)")
+	if !durationOK(cfg.LatencyTarget) {
+		bad("LatencyTarget", cfg.LatencyTarget, "0 (off, or under Gradient2 4/5 of MaxHealthyRTT) or ≥ 1µs"+unitHint(cfg.LatencyTarget))
 	}
-	if cfg.MaxHealthyRTT < 0 {
-		bad("MaxHealthyRTT", cfg.MaxHealthyRTT, "≥ 0 (0 = off)")
+	if !durationOK(cfg.MaxHealthyRTT) {
+		bad("MaxHealthyRTT", cfg.MaxHealthyRTT, "0 (off) or ≥ 1µs"+unitHint(cfg.MaxHealthyRTT))
 	}
 	rc := cfg.Recalibration
 	switch {
@@ -497,8 +515,8 @@ func (cfg Config) validate() error {
 	if cfg.MaxQueued < 0 || cfg.MaxQueued > maxMaxQueued {
 		bad("MaxQueued", cfg.MaxQueued, fmt.Sprintf("[0, %d]", maxMaxQueued))
 	}
-	if cfg.TimeoutFactor < 0 {
-		bad("TimeoutFactor", cfg.TimeoutFactor, "≥ 0 (0 = no bound but the context's)")
+	if !durationOK(cfg.TimeoutFactor) {
+		bad("TimeoutFactor", cfg.TimeoutFactor, "0 (no bound but the context's) or ≥ 1µs"+unitHint(cfg.TimeoutFactor))
 	}
 	if !(cfg.UtilizationThreshold > 0 && cfg.UtilizationThreshold <= 1) {
 		bad("UtilizationThreshold", cfg.UtilizationThreshold, "(0, 1]")

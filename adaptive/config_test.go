@@ -69,8 +69,13 @@ func TestNewRejectsBadFields(t *testing.T) {
 		{"AIMDIncrease negative", Config{AIMDIncrease: -1}, "Config.AIMDIncrease = -1, want (0, MaxLimit=1000]"},
 		{"AIMDIncrease NaN", Config{AIMDIncrease: math.NaN()}, "Config.AIMDIncrease = NaN"},
 		{"AIMDBackoff 1", Config{AIMDBackoff: 1}, "Config.AIMDBackoff = 1, want (0, 1)"},
-		{"LatencyTarget negative", Config{LatencyTarget: -time.Second}, "Config.LatencyTarget = -1s, want ≥ 0"},
-		{"MaxHealthyRTT negative", Config{MaxHealthyRTT: -time.Second}, "Config.MaxHealthyRTT = -1s, want ≥ 0"},
+		{"LatencyTarget negative", Config{LatencyTarget: -time.Second}, "Config.LatencyTarget = -1s, want 0 (off, or under Gradient2 4/5 of MaxHealthyRTT) or ≥ 1µs"},
+		{"MaxHealthyRTT negative", Config{MaxHealthyRTT: -time.Second}, "Config.MaxHealthyRTT = -1s, want 0 (off) or ≥ 1µs"},
+		// A number with no unit is nanoseconds: 500 meant as 500ms made
+		// every request a drop.
+		{"MaxHealthyRTT without unit", Config{MaxHealthyRTT: 500}, "Config.MaxHealthyRTT = 500ns, want 0 (off) or ≥ 1µs (a number with no unit is nanoseconds: write 500 * time.Millisecond)"},
+		{"LatencyTarget without unit", Config{LatencyTarget: 200}, "Config.LatencyTarget = 200ns"},
+		{"TimeoutFactor without unit", Config{TimeoutFactor: 5}, "Config.TimeoutFactor = 5ns, want 0 (no bound but the context's) or ≥ 1µs (a number"},
 		{"Recalibration.Interval negative", Config{Recalibration: Recalibration{Interval: -time.Second}}, "Config.Recalibration.Interval = -1s"},
 		{"Recalibration.Jitter without Interval", Config{Recalibration: Recalibration{Jitter: time.Second}}, "Config.Recalibration.Jitter = 1s, want 0 when Recalibration.Interval is 0"},
 		{"Recalibration.Samples without Interval", Config{Recalibration: Recalibration{Samples: 3}}, "Config.Recalibration.Samples = 3"},

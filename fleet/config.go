@@ -93,7 +93,8 @@ type Config struct {
 	// waits for it to stop (see coord.Postgres.Heartbeat). The departure
 	// Stop sends gets the same grace, so Stop may wait for it up to
 	// HeartbeatTimeout plus 1s. Defaults to HeartbeatInterval. Must be in
-	// (0, LeaseTTL].
+	// [1ms, LeaseTTL]: no heartbeat, one round trip to the database, ends
+	// sooner.
 	HeartbeatTimeout time.Duration
 	// MaxRequestDuration is the hard bound on a request's life, from its
 	// admission until it has really ended at the upstream (for a streamed
@@ -111,7 +112,7 @@ type Config struct {
 	// stall leaves at least the bound less a LeaseTTL), so keep it above
 	// the upstream's own longest request by a LeaseTTL and by the longest
 	// wait for a connection. Defaults to 5m.
-	// Must be in (0, 23h].
+	// Must be in [1ms, 23h].
 	MaxRequestDuration time.Duration
 	// AbandonedHold is how long the upstream may go on serving a request
 	// after its client abandoned it — the caller's context ended, the body
@@ -246,12 +247,12 @@ func (c Config) validate() error {
 		bad("FenceMargin = %v, want [0, LeaseTTL−HeartbeatInterval) = [0, %v)",
 			c.FenceMargin, c.LeaseTTL-c.HeartbeatInterval)
 	}
-	if intervalOK && ttlOK && (c.HeartbeatTimeout <= 0 || c.HeartbeatTimeout > c.LeaseTTL) {
-		bad("HeartbeatTimeout = %v, want (0, LeaseTTL] = (0, %v]", c.HeartbeatTimeout, c.LeaseTTL)
+	if intervalOK && ttlOK && (c.HeartbeatTimeout < time.Millisecond || c.HeartbeatTimeout > c.LeaseTTL) {
+		bad("HeartbeatTimeout = %v, want [1ms, LeaseTTL] = [1ms, %v]%s", c.HeartbeatTimeout, c.LeaseTTL, unitHint(c.HeartbeatTimeout))
 	}
-	boundOK := c.MaxRequestDuration > 0 && c.MaxRequestDuration <= MaxRequestDurationLimit
+	boundOK := c.MaxRequestDuration >= time.Millisecond && c.MaxRequestDuration <= MaxRequestDurationLimit
 	if !boundOK {
-		bad("MaxRequestDuration = %v, want (0, %v]", c.MaxRequestDuration, MaxRequestDurationLimit)
+		bad("MaxRequestDuration = %v, want [1ms, %v]%s", c.MaxRequestDuration, MaxRequestDurationLimit, unitHint(c.MaxRequestDuration))
 	}
 	if boundOK && (c.AbandonedHold < 0 || c.AbandonedHold > c.MaxRequestDuration) {
 		bad("AbandonedHold = %v, want [0, MaxRequestDuration] = [0, %v]", c.AbandonedHold, c.MaxRequestDuration)
@@ -271,4 +272,13 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// unitHint follows the range of a duration field set to d in its error:
+// a positive d under 1ms is likely a number given without its unit.
+func unitHint(d time.Duration) string {
+	if d > 0 && d < time.Millisecond {
+		return " (a number with no unit is nanoseconds: write 5 * time.Second)"
+	}
+	return ""
 }

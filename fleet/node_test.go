@@ -81,6 +81,13 @@ func TestConfigValidation(t *testing.T) {
 		{"margin", func(c *Config) { c.FenceMargin = time.Second }, "Config.FenceMargin = 1s"},
 		{"negative margin", func(c *Config) { c.FenceMargin = -time.Second }, "Config.FenceMargin = -1s"},
 		{"timeout", func(c *Config) { c.HeartbeatTimeout = time.Hour }, "Config.HeartbeatTimeout = 1h0m0s"},
+		// A number with no unit is nanoseconds: a 1ns heartbeat timeout
+		// failed every heartbeat after Start's, read as an outage, and a
+		// 10ns bound ended every request before it was sent.
+		{"timeout without unit", func(c *Config) { c.HeartbeatTimeout = 1 },
+			"Config.HeartbeatTimeout = 1ns, want [1ms, LeaseTTL] = [1ms, 200ms] (a number with no unit is nanoseconds: write 5 * time.Second)"},
+		{"bound without unit", func(c *Config) { c.MaxRequestDuration = 10 },
+			"Config.MaxRequestDuration = 10ns, want [1ms, 23h0m0s] (a number with no unit is nanoseconds"},
 		{"outage", func(c *Config) { c.Outage = 7 }, "Config.Outage = OutagePolicy(7)"},
 		{"limiter", func(c *Config) { c.Limiter.Smoothing = 2 }, "Config.Limiter: adaptive: Config.Smoothing = 2"},
 	}
@@ -102,7 +109,7 @@ func TestConfigValidation(t *testing.T) {
 	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", HeartbeatInterval: -1})
 	require.EqualError(t, err, "fleet: Config.HeartbeatInterval = -1ns, want [10ms, 10m]")
 	_, err = NewWithCoordinator(coord.NewMemory(nil), Config{Key: "k", MaxRequestDuration: -1})
-	require.EqualError(t, err, "fleet: Config.MaxRequestDuration = -1ns, want (0, 23h0m0s]")
+	require.EqualError(t, err, "fleet: Config.MaxRequestDuration = -1ns, want [1ms, 23h0m0s]")
 
 	// The defaults derived from a valid field are valid with it.
 	for _, c := range []Config{
