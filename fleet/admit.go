@@ -271,11 +271,14 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 // learningErr is err with the reason a node in learning mode refuses: it
 // is granted no more than it holds until every request of before the
 // loss must have ended. The coordinator keeps the key's longest lease and
-// request bound ever reported, so the mode may outlast this node's own.
+// request bound ever reported, and a key it first sees after the loss
+// takes the longest any key reported (see coord.Database), so the mode
+// may outlast this node's own.
 func (n *Node) learningErr(err error) error {
 	return refusal(ErrLearning, err, "key %q is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): "+
 		"until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration "+
-		"its nodes reported, at least %v here — node %q is granted no more than it holds",
+		"its nodes reported (for a key the database first saw after the loss, any key's), at least %v here; "+
+		"fleetctl watch shows when it ends — node %q is granted no more than it holds",
 		n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
 }
 
