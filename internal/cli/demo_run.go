@@ -141,7 +141,9 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 	// A refresh the database fails (a restart, say) is said and tried
 	// again, as in watch; the fleet rides it out on its own.
 	w := r.newWatcher("demo", admin, pool, key, cfg.interval)
+	var learning demoLearning
 	w.show = func(f frame) error {
+		learning.note(f)
 		st := provider.Stats()
 		f.Provider = &providerView{Capacity: st.Capacity, Current: st.Current, Successes: st.Successes, Rejected: st.Rejected}
 		for _, n := range f.Nodes {
@@ -173,6 +175,7 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 	}
 	st := provider.Stats()
 	sum = newDemoSummary(key, cfg, schedule, start.Sub(providerStart), elapsed, st, nodes)
+	sum.learning = learning
 	return sum, nil
 }
 

@@ -22,6 +22,24 @@ type demoSummary struct {
 	stats       sim.Stats
 	maxCapacity int
 	nodes       []demoNodeSummary
+	learning    demoLearning
+}
+
+// demoLearning counts the view's refreshes that found the key in learning
+// mode: on a database that lost state (a restart, say) the demo's key
+// admits only what its nodes hold until the mode ends.
+type demoLearning struct {
+	frames, learning int
+	until            time.Time // the last end read
+}
+
+// note counts f.
+func (d *demoLearning) note(f frame) {
+	d.frames++
+	if u := f.Key.LearningUntil; u != nil {
+		d.learning++
+		d.until = *u
+	}
 }
 
 type demoNodeSummary struct {
@@ -99,6 +117,11 @@ func (s demoSummary) write(w io.Writer) {
 	if demand := s.cfg.nodes * s.cfg.workers; demand < s.maxCapacity {
 		fmt.Fprintf(w, "  demand            %d workers in all, below the capacity of %d: the goodput is bounded by the demand, not the capacity\n",
 			demand, s.maxCapacity)
+	}
+	if l := s.learning; l.learning > 0 {
+		fmt.Fprintf(w, "  learning mode     in %d of %d refreshes, until %s: the database may have lost state (a failover, a restore or "+
+			"a server restart), so each node was granted no more than it held (design §10)\n",
+			l.learning, l.frames, l.until.Local().Format("15:04:05"))
 	}
 	fmt.Fprintf(w, "  rate-limited      %d 429s = %s of %d requests sent\n", st.Rejected, ratio(float64(st.Rejected), float64(sent)), sent)
 	fmt.Fprintf(w, "  max concurrency   %d at the provider (capacity at most %d)\n", st.MaxConcurrency, s.maxCapacity)

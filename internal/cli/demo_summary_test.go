@@ -40,3 +40,27 @@ func TestDemoSummarySaysWhenDemandBoundsTheGoodput(t *testing.T) {
 	newDemoSummary("k", demoConfig{nodes: DefaultDemoNodes, workers: DefaultDemoWorkers}, schedule, 0, 20*time.Second, sim.Stats{}, nil).write(&b)
 	require.NotContains(t, b.String(), "demand")
 }
+
+// TestDemoSummarySaysLearningMode: a run on a database that lost state
+// (its key in learning mode, admitting only what the nodes hold) says so,
+// rather than showing a goodput of 0 with no reason; a run that never
+// saw the mode has no such line.
+func TestDemoSummarySaysLearningMode(t *testing.T) {
+	t.Parallel()
+	schedule := []sim.Step{{Capacity: 40}}
+	until := time.Date(2026, 12, 6, 14, 3, 7, 0, time.Local)
+	var learning demoLearning
+	learning.note(frame{})
+	for range 3 {
+		learning.note(frame{Key: keyView{LearningUntil: &until}})
+	}
+	sum := newDemoSummary("k", demoConfig{nodes: 3, workers: 20}, schedule, 0, 12*time.Second, sim.Stats{}, nil)
+	var b bytes.Buffer
+	sum.write(&b)
+	require.NotContains(t, b.String(), "learning mode")
+	sum.learning = learning
+	b.Reset()
+	sum.write(&b)
+	require.Contains(t, b.String(), "  learning mode     in 3 of 4 refreshes, until 14:03:07: the database may have lost state "+
+		"(a failover, a restore or a server restart), so each node was granted no more than it held (design §10)\n")
+}
