@@ -29,7 +29,8 @@ import (
 // past the coordinator's reserve for the node, beside requests admitted
 // into that capacity since. Otherwise it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
-// cancelled, body included. Its slot is freed when the request has ended
+// cancelled, body included (before its headers, the error is the base's
+// deadline error, its text naming MaxRequestDuration). Its slot is freed when the request has ended
 // at the upstream, a refusal's no sooner than a served request's headers
 // would have come:
 //
@@ -298,6 +299,11 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
 	}
 	if err != nil {
+		if deadline.Equal(bound) && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
+			// The bound, not the caller, ended it: a bare deadline error
+			// would not say whose.
+			err = fmt.Errorf("%w (fleet: the request reached its bound, MaxRequestDuration = %v after its admission)", err, cfg.MaxRequestDuration)
+		}
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		sent := t.mayHaveSent(req, &way, err)
 		switch {

@@ -1161,3 +1161,30 @@ func hangingUpstream(t *testing.T) (string, *http.Client) {
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
 	return srv.URL, &http.Client{Transport: n.Transport(base)}
 }
+
+// TestTransportBoundErrorNamesMaxRequestDuration: a request the node's
+// bound ends before its headers fails with the deadline error and says
+// that MaxRequestDuration ended it; one the caller's own deadline ends
+// keeps its bare error.
+func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 50 * time.Millisecond
+	cfg.AbandonedHold = 10 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	})
+	client := &http.Client{Transport: n.Transport(base)}
+	_, err := client.Get("http://127.0.0.1:1/")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "(fleet: the request reached its bound, MaxRequestDuration = 50ms after its admission)")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, err = client.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotContains(t, err.Error(), "MaxRequestDuration", "the caller's own deadline ended it")
+}
