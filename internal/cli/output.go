@@ -154,19 +154,26 @@ func shortDuration(d time.Duration) string {
 }
 
 // labelsString formats labels as sorted name=value pairs: "region=eu,zone=a",
-// or "-" for none.
+// or "-" for none. A name or value with a '=', ',' or '"' in it is quoted,
+// so that the pairs read one way: {"x": "y=q,r"} is x="y=q,r", not x=y=q,r.
 func labelsString(labels map[string]string) string {
 	if len(labels) == 0 {
 		return "-"
+	}
+	part := func(s string) string {
+		if strings.ContainsAny(s, `=,"`) {
+			return strconv.Quote(s)
+		}
+		return s
 	}
 	var b strings.Builder
 	for i, k := range slices.Sorted(maps.Keys(labels)) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(k)
+		b.WriteString(part(k))
 		b.WriteByte('=')
-		b.WriteString(labels[k])
+		b.WriteString(part(labels[k]))
 	}
 	return b.String()
 }

@@ -145,6 +145,11 @@ func TestLabelsAndCells(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "-", labelsString(nil))
 	require.Equal(t, "a=1,z=2", labelsString(map[string]string{"z": "2", "a": "1"}))
+	// Pairs read one way: each of these read x=y=q,r before.
+	require.Equal(t, `x="y=q,r"`, labelsString(map[string]string{"x": "y=q,r"}))
+	require.Equal(t, `"x=y"="q,r"`, labelsString(map[string]string{"x=y": "q,r"}))
+	require.Equal(t, `r=,"x=y"=q`, labelsString(map[string]string{"x=y": "q", "r": ""}))
+	require.Equal(t, `q="say \"hi\""`, labelsString(map[string]string{"q": `say "hi"`}))
 	require.Equal(t, `"a\tb"`, cell("a\tb"))
 	require.Equal(t, `""`, cell(""))
 	require.Equal(t, "plain", cell("plain"))
