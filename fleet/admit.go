@@ -23,7 +23,10 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // returned Lease's Context, which ends at the request's hard bound
 // (Config.MaxRequestDuration) or with ctx, and settle the lease when the
 // request ends: Release on success, Refuse on a 429, Unavailable on a 503,
-// Abandon(true) on a timeout, Ignore otherwise (see Lease).
+// Abandon(true) on a timeout, Ignore otherwise (see Lease). As in the
+// limiter, a free slot is taken even with a ctx already done: the Lease's
+// Context is then done too, so check it (or ctx) before sending, and
+// Ignore the lease; Transport sends nothing then.
 //
 // Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
 // ErrEvicted, ErrFenced while the node is fenced under FailClosed (a
