@@ -420,8 +420,6 @@ func (cfg Config) GradientLatencyTarget() time.Duration {
 	return t
 }
 
-// validate reports every out-of-range field of a defaulted Config, but a
-// field checked against a bad one.
 // durationOK reports whether d is 0 (a field's "off") or at least 1µs:
 // shorter is a number given without its unit (500 for 500ms), far below
 // what any round trip or wait can take, and would turn every request
@@ -437,6 +435,8 @@ func unitHint(d time.Duration) string {
 	return ""
 }
 
+// validate reports every out-of-range field of a defaulted Config, but a
+// field checked against a bad one.
 func (cfg Config) validate() error {
 	var errs []error
 	bad := func(field string, value any, want string) {

@@ -193,6 +193,23 @@ func (e *unsentError) Timeout() bool {
 	return errors.As(e.err, &t) && t.Timeout()
 }
 
+// boundError is Transport's error for a request its bound
+// (Config.MaxRequestDuration) ended before the response's headers: the
+// base's timeout, which it wraps, with the bound named. It is a timeout
+// (Timeout, which url.Error and os.IsTimeout ask for) as the base's was.
+type boundError struct {
+	err   error
+	bound time.Duration
+}
+
+func (e *boundError) Error() string {
+	return fmt.Sprintf("%v (fleet: the request reached its bound, MaxRequestDuration = %v after its admission)", e.err, e.bound)
+}
+
+func (e *boundError) Unwrap() error { return e.err }
+
+func (e *boundError) Timeout() bool { return true }
+
 type transport struct {
 	node *Node
 	base http.RoundTripper
@@ -258,6 +275,11 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		late, err = t.lateness(req.Context(), arrived)
 	}
+	if err == nil && req.Context().Err() != nil {
+		// A free slot is taken even for a context already done (see
+		// Node.AcquireRequest); such a request is not sent.
+		err = context.Cause(req.Context())
+	}
 	if err != nil {
 		le.Ignore()
 		a.debit.cancel()
@@ -299,10 +321,10 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
 	}
 	if err != nil {
-		if deadline.Equal(bound) && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
+		if deadline.Equal(bound) && isTimeout(err) && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
 			// The bound, not the caller, ended it: a bare deadline error
 			// would not say whose.
-			err = fmt.Errorf("%w (fleet: the request reached its bound, MaxRequestDuration = %v after its admission)", err, cfg.MaxRequestDuration)
+			err = &boundError{err: err, bound: cfg.MaxRequestDuration}
 		}
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		sent := t.mayHaveSent(req, &way, err)

@@ -1180,6 +1180,10 @@ func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
 	_, err := client.Get("http://127.0.0.1:1/")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "(fleet: the request reached its bound, MaxRequestDuration = 50ms after its admission)")
+	var uerr *url.Error
+	require.ErrorAs(t, err, &uerr)
+	require.True(t, uerr.Timeout(), "a timeout, as the base's deadline error was")
+	require.True(t, os.IsTimeout(err))
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
@@ -1187,4 +1191,27 @@ func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
 	_, err = client.Do(req)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotContains(t, err.Error(), "MaxRequestDuration", "the caller's own deadline ended it")
+}
+
+// TestTransportDoneContextIsNotSent: a request whose context is already
+// canceled takes a free slot, as the limiter does, but is not sent: it
+// fails with the context's cause, and its slot is free again.
+func TestTransportDoneContextIsNotSent(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	var sent atomic.Int32
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+	})
+	client := &http.Client{Transport: n.Transport(base)}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 20 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:1/", nil)
+		_, err := client.Do(req)
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	require.Zero(t, sent.Load(), "nothing is sent for a canceled context")
+	require.Zero(t, n.State().Inflight)
 }

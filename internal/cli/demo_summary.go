@@ -25,9 +25,10 @@ type demoSummary struct {
 	learning    demoLearning
 }
 
-// demoLearning counts the view's refreshes that found the key in learning
-// mode: on a database that lost state (a restart, say) the demo's key
-// admits only what its nodes hold until the mode ends.
+// demoLearning counts the view's reads of the key (refreshes that
+// succeeded) that found it in learning mode: on a database that lost
+// state (a restart, say) the demo's key admits only what its nodes hold
+// until the mode ends.
 type demoLearning struct {
 	frames, learning int
 	until            time.Time // the last end read
@@ -119,7 +120,7 @@ func (s demoSummary) write(w io.Writer) {
 			demand, s.maxCapacity)
 	}
 	if l := s.learning; l.learning > 0 {
-		fmt.Fprintf(w, "  learning mode     in %d of %d refreshes, until %s: the database may have lost state (a failover, a restore or "+
+		fmt.Fprintf(w, "  learning mode     in %d of %d reads of the key, until %s: the database may have lost state (a failover, a restore or "+
 			"a server restart), so each node was granted no more than it held (design §10)\n",
 			l.learning, l.frames, l.until.Local().Format("15:04:05"))
 	}

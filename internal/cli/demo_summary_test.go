@@ -61,6 +61,6 @@ func TestDemoSummarySaysLearningMode(t *testing.T) {
 	sum.learning = learning
 	b.Reset()
 	sum.write(&b)
-	require.Contains(t, b.String(), "  learning mode     in 3 of 4 refreshes, until 14:03:07: the database may have lost state "+
+	require.Contains(t, b.String(), "  learning mode     in 3 of 4 reads of the key, until 14:03:07: the database may have lost state "+
 		"(a failover, a restore or a server restart), so each node was granted no more than it held (design §10)\n")
 }
