@@ -30,9 +30,9 @@ import (
 // into that capacity since. Otherwise it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
 // cancelled, body included (before its headers, the error is the base's
-// deadline error, its text naming MaxRequestDuration). Its slot is freed when the request has ended
-// at the upstream, a refusal's no sooner than a served request's headers
-// would have come:
+// deadline error, its text naming MaxRequestDuration). Its slot is freed
+// when the request has ended at the upstream, a refusal's no sooner than
+// a served request's headers would have come:
 //
 //   - A 429 or 503 is a drop (the node's estimate backs off) at once; its
 //     slot stays held until a served request's headers would have come,
