@@ -46,9 +46,10 @@ func (e *PauseError) Unwrap() error { return ErrPaused }
 // does not fit under the limit now, or others wait ahead of it.
 var ErrWouldWait = errors.New("adaptive: no room for the request now")
 
-// ErrWaitTimeout is returned by Limiter.AcquireRequest and Limiter.Acquire
-// when the request waited Config.TimeoutFactor × its weight in the queue
-// without being admitted; it holds no slot.
+// ErrWaitTimeout is wrapped, in an error naming Config.TimeoutFactor, by
+// the error Limiter.AcquireRequest and Limiter.Acquire return when the
+// request waited Config.TimeoutFactor × its weight in the queue without
+// being admitted; it holds no slot. Match it with errors.Is.
 var ErrWaitTimeout = errors.New("adaptive: waited TimeoutFactor × weight without a slot")
 
 // ErrTooHeavy is returned, wrapped in an error naming Config.MaxLimit, by

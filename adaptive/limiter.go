@@ -18,65 +18,66 @@ import (
 type Limiter struct {
 	cfg Config // defaulted and validated; read-only after New
 
-	mu           sync.Mutex
-	law          lawParams // the running law's fields of cfg (see Auto)
-	flatLaw      lawParams // under Auto, the law it moves to
-	climbFast    bool      // Config.Smoothing was left 0: Gradient2 may climb at targetSmoothing (see smoothing)
-	flatRefusals int       // under Auto, the refusals in a row that showed no queueing
-	flatFirst    uint64    // under Auto, the round of the first of them
-	flatRound    uint64    // under Auto, the round of the last of them
-	estimate     float64
-	ceiling      int
-	hasCeiling   bool
-	ceilingUntil time.Time // the ceiling is 0 from then on; zero: no expiry
-	cut          int       // slots drops have taken off the ceiling; < ceiling unless 0
-	cutCalm      int       // round trips without a drop since the last one, while cut > 0
-	cutWait      int       // round trips from a drop to the first give-back (see recoverCut)
-	cutGiven     int       // round trips since the last give-back; noneGiven if none since the last drop
-	cutHit       int       // the cut a give-back left when it was refused before it held; -1 if none
-	cutStep      int       // slots the next give-back returns (see recoverCut)
-	giveDue      bool      // a give-back waits for the next ProbeTick (see recoverCut)
-	giveWaited   int       // round trips it has waited
-	refused      int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
-	refusedLoad  int       // with a fleet limit, the fleet's load when the last drop under a ceiling was admitted; 0 if none or forgotten (see SetFleetLimit)
-	absorbed     int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
-	refusedCalm  int       // ProbeTicks without a drop since then
-	tightTicks   int       // ProbeTicks without a drop still to pass before the guard leaves tightUtilization (see propose)
-	cutFrom      uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
-	cutUntil     uint64    // math.MaxUint64 while they still are
-	cutClosed    uint64    // the round in which they stopped coming back
-	admits       uint64    // leases admitted so far
-	cutLag       int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
-	inflight     int       // Σ weight of the leases not yet settled
-	paced        int       // PaceGrowth: the most weight clean releases, or a spell unpaced, let in flight; at most the limit (during a hold, the limit it masks)
-	lastClean    time.Time // PaceGrowth: when a lease last settled clean
-	leases       int       // leases not yet settled
-	peak         int64     // most weight in flight + queued since the last TakePeak
-	peerInflight int
-	fleetLimit   int // the fleet limit the ceiling is a share of (SetFleetLimit); 0: none
-	pausedUntil  time.Time
-	pauseErr     *PauseError // ErrPaused with pausedUntil, made once per pause
-	drops        uint64
-	tickDrops    uint64        // drops at the last ProbeTick
-	tickAdmitted bool          // a lease was admitted since the last ProbeTick
-	tickAt       time.Time     // when the last ProbeTick came; zero before the first
-	tickGap      time.Duration // the time between the last two ProbeTicks; 0 before the second
-	backoffEpoch uint64        // bumped by every multiplicative decrease
-	lastBackoff  time.Time     // when the last multiplicative decrease happened
-	calmRounds   uint64        // AIMD round trips (and calm ProbeTicks) since the last drop or backoff
-	backedFrom   float64       // AIMD: the level the last backoff came down from (see ProbeTick)
-	round        uint64        // bumped by every law update: one per round trip
-	roundMin     time.Duration // fastest clean sample since the last update; 0 if none
-	queueLast    time.Duration // fastest clean sample of the last round trip, if evidence of queueing for dropRatio; 0 if none or used
-	queueAt      time.Time     // when the round trip of queueLast closed
-	queueDrained time.Time     // when the queue the last queue backoff answered has drained (see dropRatio)
-	window       minWindow
-	band         noiseBand // Gradient2's measured tolerance when Config.Tolerance is zero
-	recal        recalState
-	free         *leaseRecord
-	queue        wfq
-	waiters      sync.Pool // of *waiter
-	errTooHeavy  error     // the ErrTooHeavy error, made once by New
+	mu             sync.Mutex
+	law            lawParams // the running law's fields of cfg (see Auto)
+	flatLaw        lawParams // under Auto, the law it moves to
+	climbFast      bool      // Config.Smoothing was left 0: Gradient2 may climb at targetSmoothing (see smoothing)
+	flatRefusals   int       // under Auto, the refusals in a row that showed no queueing
+	flatFirst      uint64    // under Auto, the round of the first of them
+	flatRound      uint64    // under Auto, the round of the last of them
+	estimate       float64
+	ceiling        int
+	hasCeiling     bool
+	ceilingUntil   time.Time // the ceiling is 0 from then on; zero: no expiry
+	cut            int       // slots drops have taken off the ceiling; < ceiling unless 0
+	cutCalm        int       // round trips without a drop since the last one, while cut > 0
+	cutWait        int       // round trips from a drop to the first give-back (see recoverCut)
+	cutGiven       int       // round trips since the last give-back; noneGiven if none since the last drop
+	cutHit         int       // the cut a give-back left when it was refused before it held; -1 if none
+	cutStep        int       // slots the next give-back returns (see recoverCut)
+	giveDue        bool      // a give-back waits for the next ProbeTick (see recoverCut)
+	giveWaited     int       // round trips it has waited
+	refused        int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
+	refusedLoad    int       // with a fleet limit, the fleet's load when the last drop under a ceiling was admitted; 0 if none or forgotten (see SetFleetLimit)
+	absorbed       int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
+	refusedCalm    int       // ProbeTicks without a drop since then
+	tightTicks     int       // ProbeTicks without a drop still to pass before the guard leaves tightUtilization (see propose)
+	cutFrom        uint64    // leases admitted with seq in [cutFrom, cutUntil) were sent while slots were coming back (see recoverCut)
+	cutUntil       uint64    // math.MaxUint64 while they still are
+	cutClosed      uint64    // the round in which they stopped coming back
+	admits         uint64    // leases admitted so far
+	cutLag         int       // round trips a refusal of a request sent then last took (see recoverCut), at most maxCutWait; 0 once a recovery ends
+	inflight       int       // Σ weight of the leases not yet settled
+	paced          int       // PaceGrowth: the most weight clean releases, or a spell unpaced, let in flight; at most the limit (during a hold, the limit it masks)
+	lastClean      time.Time // PaceGrowth: when a lease last settled clean
+	leases         int       // leases not yet settled
+	peak           int64     // most weight in flight + queued since the last TakePeak
+	peerInflight   int
+	fleetLimit     int // the fleet limit the ceiling is a share of (SetFleetLimit); 0: none
+	pausedUntil    time.Time
+	pauseErr       *PauseError // ErrPaused with pausedUntil, made once per pause
+	drops          uint64
+	tickDrops      uint64        // drops at the last ProbeTick
+	tickAdmitted   bool          // a lease was admitted since the last ProbeTick
+	tickAt         time.Time     // when the last ProbeTick came; zero before the first
+	tickGap        time.Duration // the time between the last two ProbeTicks; 0 before the second
+	backoffEpoch   uint64        // bumped by every multiplicative decrease
+	lastBackoff    time.Time     // when the last multiplicative decrease happened
+	calmRounds     uint64        // AIMD round trips (and calm ProbeTicks) since the last drop or backoff
+	backedFrom     float64       // AIMD: the level the last backoff came down from (see ProbeTick)
+	round          uint64        // bumped by every law update: one per round trip
+	roundMin       time.Duration // fastest clean sample since the last update; 0 if none
+	queueLast      time.Duration // fastest clean sample of the last round trip, if evidence of queueing for dropRatio; 0 if none or used
+	queueAt        time.Time     // when the round trip of queueLast closed
+	queueDrained   time.Time     // when the queue the last queue backoff answered has drained (see dropRatio)
+	window         minWindow
+	band           noiseBand // Gradient2's measured tolerance when Config.Tolerance is zero
+	recal          recalState
+	free           *leaseRecord
+	queue          wfq
+	waiters        sync.Pool // of *waiter
+	errTooHeavy    error     // the ErrTooHeavy error, made once by New
+	errWaitTimeout error     // the ErrWaitTimeout error, naming TimeoutFactor, made once by New
 
 	// onAdmit, when set by a test, is called with the lock held after every
 	// admission with the new weight in flight, the admitted weight, and the
@@ -102,7 +103,8 @@ func New(cfg Config) (*Limiter, error) {
 		window:   newMinWindow(cfg.RTTWindow),
 		paced:    cfg.InitialLimit,
 
-		errTooHeavy: newErrTooHeavy(cfg.MaxLimit),
+		errTooHeavy:    newErrTooHeavy(cfg.MaxLimit),
+		errWaitTimeout: newErrWaitTimeout(cfg.TimeoutFactor),
 	}
 	if cfg.Law == Auto {
 		l.flatLaw = flatParams(raw)

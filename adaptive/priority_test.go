@@ -34,10 +34,13 @@ type acquired struct {
 func TestRequestBadWeight(t *testing.T) {
 	t.Parallel()
 	l, _ := newTestLimiter(t, Config{MaxQueued: 4})
-	for _, w := range []int{0, -3} {
+	for w, want := range map[int]string{
+		0:  "adaptive: invalid request: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it, or use Acquire)",
+		-3: "adaptive: invalid request: Request.Weight is negative, want ≥ 1",
+	} {
 		_, err := l.AcquireRequest(context.Background(), Request{Priority: 9, Weight: w})
 		require.ErrorIs(t, err, ErrInvalidRequest)
-		require.EqualError(t, err, "adaptive: invalid request: Request.Weight must be ≥ 1")
+		require.EqualError(t, err, want)
 		_, err = l.TryAcquireRequest(Request{Weight: w})
 		require.ErrorIs(t, err, ErrInvalidRequest)
 	}

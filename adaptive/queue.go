@@ -79,7 +79,7 @@ func (l *Limiter) wait(ctx context.Context, w *waiter) (Lease, error) {
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:
-		err, timedOut = ErrWaitTimeout, true
+		err, timedOut = l.errWaitTimeout, true
 	}
 	if expired != nil {
 		w.timer.Stop()

@@ -193,6 +193,7 @@ func TestRefusalRacingTheEndOfAWaitCountsAsTheCallerSeesIt(t *testing.T) {
 		l.afterWaitCancel = func() { l.RetryAfter(time.Hour) }
 		_, err := l.AcquireRequest(context.Background(), Request{Priority: 7, Weight: 1})
 		require.ErrorIs(t, err, ErrWaitTimeout)
+		require.EqualError(t, err, "adaptive: waited TimeoutFactor × weight without a slot (Config.TimeoutFactor = 1ms per unit of weight)")
 		s := statsOf(l, 7)
 		require.Zero(t, s.Refused)
 		require.Equal(t, uint64(1), s.TimedOut)

@@ -33,14 +33,21 @@ type Request struct {
 
 var unitRequest = Request{Priority: DefaultPriority, Weight: 1}
 
-// errWeightBelowOne is the error for a Request.Weight below 1. It is made
-// once, so that refusing a bad request allocates nothing.
-var errWeightBelowOne = fmt.Errorf("%w: Request.Weight must be ≥ 1", ErrInvalidRequest)
+// The errors for a Request.Weight below 1, one for 0 (the zero Request's
+// weight) and one for a negative weight. They are made once, so that
+// refusing a bad request allocates nothing.
+var (
+	errWeightZero     = fmt.Errorf("%w: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it, or use Acquire)", ErrInvalidRequest)
+	errWeightNegative = fmt.Errorf("%w: Request.Weight is negative, want ≥ 1", ErrInvalidRequest)
+)
 
 // validate checks r's own fields.
 func (r Request) validate() error {
-	if r.Weight < 1 {
-		return errWeightBelowOne
+	switch {
+	case r.Weight == 0:
+		return errWeightZero
+	case r.Weight < 0:
+		return errWeightNegative
 	}
 	return nil
 }
@@ -49,6 +56,12 @@ func (r Request) validate() error {
 // per limiter (New), so that refusing it allocates nothing.
 func newErrTooHeavy(maxLimit int) error {
 	return fmt.Errorf("%w: Request.Weight exceeds Config.MaxLimit = %d: it can never be admitted", ErrTooHeavy, maxLimit)
+}
+
+// newErrWaitTimeout returns the error for a wait that TimeoutFactor ended,
+// made once per limiter (New), so that the timeout allocates nothing.
+func newErrWaitTimeout(factor time.Duration) error {
+	return fmt.Errorf("%w (Config.TimeoutFactor = %v per unit of weight)", ErrWaitTimeout, factor)
 }
 
 // tooHeavy reports a weight above MaxLimit: the hard bound never exceeds
@@ -111,11 +124,11 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 // already wait and every one of them would be admitted before r; when r
 // would be admitted before the last of them, that one is evicted with
 // ErrQueueFull and r takes its place. A waiting call ends with
-// ErrWaitTimeout after Config.TimeoutFactor × r.Weight (when set; a slot
+// an error wrapping ErrWaitTimeout after Config.TimeoutFactor × r.Weight (when set; a slot
 // handed over as that bound runs out is taken), with ctx.Err() if ctx ends
 // first, with the pause's *PauseError when a pause begins and with
 // ErrQueueFull when evicted; a refusal in the instant the wait ends returns,
-// and counts in PriorityStats as, ctx.Err() or ErrWaitTimeout. In every
+// and counts in PriorityStats as, ctx.Err() or that error. In every
 // error case no slot is held. A free slot is taken even with a done ctx.
 // Refusing allocates nothing; a call that waits allocates nothing once the
 // limiter's pool of waiters is warm. Safe for concurrent use.
