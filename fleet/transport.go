@@ -29,8 +29,9 @@ import (
 // past the coordinator's reserve for the node, beside requests admitted
 // into that capacity since. Otherwise it is sent with its context bounded by
 // Config.MaxRequestDuration from admission: at that bound the request is
-// cancelled, body included (before its headers, the error is the base's
-// deadline error, its text naming MaxRequestDuration). Its slot is freed
+// cancelled, body included (the error, of the round trip or of a Read of
+// the body, is the base's deadline error, its text naming
+// MaxRequestDuration). Its slot is freed
 // when the request has ended at the upstream, a refusal's no sooner than
 // a served request's headers would have come:
 //
@@ -194,8 +195,9 @@ func (e *unsentError) Timeout() bool {
 }
 
 // boundError is Transport's error for a request its bound
-// (Config.MaxRequestDuration) ended before the response's headers: the
-// base's timeout, which it wraps, with the bound named. It is a timeout
+// (Config.MaxRequestDuration) ended, before the response's headers or in
+// a Read of its body: the base's timeout, which it wraps, with the bound
+// named. It is a timeout
 // (Timeout, which url.Error and os.IsTimeout ask for) as the base's was.
 type boundError struct {
 	err   error
@@ -209,6 +211,17 @@ func (e *boundError) Error() string {
 func (e *boundError) Unwrap() error { return e.err }
 
 func (e *boundError) Timeout() bool { return true }
+
+// boundErr returns err as a *boundError if the bound ended the request:
+// err is a timeout, the request's context ctx (whose deadline is the
+// bound) passed its deadline, and the caller's context had not ended.
+// Otherwise it returns err.
+func boundErr(err error, ctx, caller context.Context, bound time.Duration) error {
+	if isTimeout(err) && errors.Is(ctx.Err(), context.DeadlineExceeded) && caller.Err() == nil {
+		return &boundError{err: err, bound: bound}
+	}
+	return err
+}
 
 type transport struct {
 	node *Node
@@ -321,10 +334,10 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
 	}
 	if err != nil {
-		if deadline.Equal(bound) && isTimeout(err) && errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
-			// The bound, not the caller, ended it: a bare deadline error
-			// would not say whose.
-			err = &boundError{err: err, bound: cfg.MaxRequestDuration}
+		if deadline.Equal(bound) {
+			// The bound, not the caller, may have ended it: a bare
+			// deadline error would not say whose.
+			err = boundErr(err, ctx, req.Context(), cfg.MaxRequestDuration)
 		}
 		drop := (isTimeout(err) || pastDeadline(ctx)) && !late
 		sent := t.mayHaveSent(req, &way, err)
@@ -350,6 +363,9 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, caller: req.Context(), cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
 		empty: req.Method == http.MethodHead}
+	if deadline.Equal(bound) {
+		body.limit = cfg.MaxRequestDuration
+	}
 	if code := resp.StatusCode; code == http.StatusNoContent || code == http.StatusNotModified {
 		// No bytes, whatever a Content-Length says: read or closed, the
 		// body ends with its stream, and a body that ends short of a
@@ -467,6 +483,7 @@ type leaseBody struct {
 	reading  int  // the caller's Reads in flight, under mu
 	closed   bool // Close has begun, under mu: no Read of the caller's starts after
 	bound    time.Time
+	limit    time.Duration // MaxRequestDuration when bound is the request's deadline, else 0
 	hold     time.Duration
 	once     sync.Once // settles the lease
 	closing  sync.Once // closes the body
@@ -505,6 +522,9 @@ func (b *leaseBody) Read(p []byte) (int, error) {
 		b.finish()
 		b.release()
 	default:
+		if b.limit > 0 {
+			err = boundErr(err, b.ctx, b.caller, b.limit)
+		}
 		b.abandon()
 		callerDone(b.caller)
 	}

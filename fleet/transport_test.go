@@ -1193,6 +1193,42 @@ func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
 	require.NotContains(t, err.Error(), "MaxRequestDuration", "the caller's own deadline ended it")
 }
 
+// TestTransportBoundMidBodyNamesMaxRequestDuration: a body whose Read the
+// bound ends, the headers long back, says so too; a caller's own deadline
+// mid-body does not.
+func TestTransportBoundMidBodyNamesMaxRequestDuration(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 100 * time.Millisecond
+	cfg.AbandonedHold = 10 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("first"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the rest never comes
+	}))
+	t.Cleanup(srv.Close)
+	client := &http.Client{Transport: n.Transport(http.DefaultTransport)}
+
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "(fleet: the request reached its bound, MaxRequestDuration = 100ms after its admission)")
+	require.True(t, os.IsTimeout(err))
+	require.NoError(t, resp.Body.Close())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotContains(t, err.Error(), "MaxRequestDuration", "the caller's own deadline ended it")
+	require.NoError(t, resp.Body.Close())
+}
+
 // TestTransportDoneContextIsNotSent: a request whose context is already
 // canceled takes a free slot, as the limiter does, but is not sent: it
 // fails with the context's cause, and its slot is free again.
