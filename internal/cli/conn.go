@@ -107,7 +107,7 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	if params["application_name"] == "" {
 		params["application_name"] = appName
 	}
-	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10)}
+	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), none: s.statementTimeout == 0}
 	switch {
 	case s.statementTimeoutSet:
 		timeout.desc = fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
@@ -118,7 +118,13 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		for _, k := range slices.Sorted(maps.Keys(params)) {
 			if strings.EqualFold(k, "statement_timeout") {
 				timeout.value = params[k]
-				timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", params[k], flagStatementTimeout)
+				// As Postgres reads it: a number without a unit is
+				// milliseconds.
+				shown := strconv.Quote(params[k])
+				if d, ok := pgDuration(params[k]); ok {
+					shown, timeout.none = d.String(), d == 0
+				}
+				timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)
 				break
 			}
 		}
@@ -140,10 +146,14 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 // sessionTimeout is the statement_timeout fleetctl's sessions run with:
 // its value as sent (the flag's in milliseconds, as Postgres reads a
 // number without a unit, or the connection string's as written there),
-// and a description naming its source and how to change it, for the hint
-// of a statement that ran past it (see timeoutHint). The zero value is
-// one not known: no pool was configured.
-type sessionTimeout struct{ value, desc string }
+// whether it is none (0, with a unit or not), and a description naming
+// the duration, its source and how to change it, for the hint of a
+// statement that ran past it (see timeoutHint). The zero value is one not
+// known: no pool was configured.
+type sessionTimeout struct {
+	value, desc string
+	none        bool
+}
 
 // openPool connects to the database c's flags and the environment name, and
 // checks that it answers within the connect timeout. An unreachable database

@@ -89,6 +89,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 		s             connSettings
 		wantApp       string
 		wantStatement string
+		wantNone      bool // the session has no statement_timeout
 		wantConnect   time.Duration
 		wantDesc      string // what the statement-timeout hint says of it
 	}{
@@ -113,6 +114,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			s:             connSettings{url: base, statementTimeout: 0, statementTimeoutSet: true, connectTimeout: time.Second},
 			wantApp:       "fleetctl",
 			wantStatement: "0",
+			wantNone:      true,
 			wantConnect:   time.Second,
 			wantDesc:      "0s, from --statement-timeout (0 for none)",
 		},
@@ -122,7 +124,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "ops",
 			wantStatement: "250",
 			wantConnect:   7 * time.Second,
-			wantDesc:      "250, from the connection string (--statement-timeout overrides it; 0 for none)",
+			wantDesc:      "250ms, from the connection string (--statement-timeout overrides it; 0 for none)",
 		},
 		{
 			// Postgres reads a setting's name in any case; pgx sends
@@ -132,7 +134,25 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantApp:       "fleetctl",
 			wantStatement: "250",
 			wantConnect:   DefaultConnectTimeout,
-			wantDesc:      "250, from the connection string (--statement-timeout overrides it; 0 for none)",
+			wantDesc:      "250ms, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
+			name:          "the URL's none, with a unit",
+			s:             connSettings{url: base + "?statement_timeout=0ms", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "0ms",
+			wantNone:      true,
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "0s, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
+			// The server refuses it when connecting; the hint quotes it.
+			name:          "the URL's value unread",
+			s:             connSettings{url: base + "?statement_timeout=soon", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "soon",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      `"soon", from the connection string (--statement-timeout overrides it; 0 for none)`,
 		},
 		{
 			name:          "flags given win over the URL",
@@ -155,7 +175,7 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 				}
 			}
 			require.Equal(t, tt.wantStatement, cfg.ConnConfig.RuntimeParams["statement_timeout"])
-			require.Equal(t, sessionTimeout{value: tt.wantStatement, desc: tt.wantDesc}, timeout)
+			require.Equal(t, sessionTimeout{value: tt.wantStatement, desc: tt.wantDesc, none: tt.wantNone}, timeout)
 			require.Equal(t, tt.wantConnect, cfg.ConnConfig.ConnectTimeout)
 		})
 	}
@@ -240,5 +260,5 @@ func TestStatementTimeoutIsNamed(t *testing.T) {
 	}
 	_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: withTimeout}, "keys")
 	require.Equal(t, ExitFailure, code, stderr)
-	require.Contains(t, stderr, "(SQLSTATE 57014) (a statement ran past the session's statement_timeout: 150, from the connection string (--statement-timeout overrides it; 0 for none))")
+	require.Contains(t, stderr, "(SQLSTATE 57014) (a statement ran past the session's statement_timeout: 150ms, from the connection string (--statement-timeout overrides it; 0 for none))")
 }

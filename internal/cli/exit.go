@@ -106,7 +106,7 @@ func timeoutHint(err error, t sessionTimeout) error {
 	case strings.Contains(pgErr.Message, "user request"),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err // another session's cancel request, or fleetctl's own
-	case t.value == "0":
+	case t.none:
 		return fmt.Errorf("%w (the server canceled a statement, and the session has no statement_timeout: "+
 			"another session canceled it)", err)
 	default:

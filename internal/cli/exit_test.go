@@ -26,7 +26,7 @@ func TestTimeoutHint(t *testing.T) {
 		return fmt.Errorf("reading keys: %w", &pgconn.PgError{Severity: "ERROR", Code: sqlQueryCanceled, Message: msg})
 	}
 	set := sessionTimeout{value: "200", desc: "200ms, from --statement-timeout (0 for none)"}
-	none := sessionTimeout{value: "0", desc: "0s, from --statement-timeout (0 for none)"}
+	none := sessionTimeout{value: "0", desc: "0s, from --statement-timeout (0 for none)", none: true}
 	sure := "(a statement ran past the session's statement_timeout: " + set.desc + ")"
 	maybe := "(the server canceled a statement: it ran past the session's statement_timeout, " + set.desc +
 		", or another session canceled it)"
