@@ -154,17 +154,20 @@ func shortDuration(d time.Duration) string {
 }
 
 // labelsString formats labels as sorted name=value pairs: "region=eu,zone=a",
-// or "-" for none. A name or value with a '=', ',' or '"' in it is quoted,
-// so that the pairs read one way: {"x": "y=q,r"} is x="y=q,r", not x=y=q,r.
+// or "-" for none, safe for a table cell as it is (see cell). A name or
+// value with a '=', ',' or '"' in it is quoted, so that the pairs read one
+// way: {"x": "y=q,r"} is x="y=q,r", not x=y=q,r; so is one that cell would
+// quote, each space after another written \x20, so that no gap in it reads
+// as the break between two columns: "a  b" is "a \x20b".
 func labelsString(labels map[string]string) string {
 	if len(labels) == 0 {
 		return "-"
 	}
 	part := func(s string) string {
-		if strings.ContainsAny(s, `=,"`) {
-			return strconv.Quote(s)
+		if s == "" || !strings.ContainsAny(s, `=,"`) && cell(s) == s {
+			return s
 		}
-		return s
+		return strings.ReplaceAll(strconv.Quote(s), "  ", ` \x20`)
 	}
 	var b strings.Builder
 	for i, k := range slices.Sorted(maps.Keys(labels)) {

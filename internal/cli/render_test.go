@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,16 @@ func TestLabelsAndCells(t *testing.T) {
 	require.Equal(t, `"x=y"="q,r"`, labelsString(map[string]string{"x=y": "q,r"}))
 	require.Equal(t, `r=,"x=y"=q`, labelsString(map[string]string{"x=y": "q", "r": ""}))
 	require.Equal(t, `q="say \"hi\""`, labelsString(map[string]string{"q": `say "hi"`}))
+	require.Equal(t, `a="x \x20y",b="p \x20 \x20q"`, labelsString(map[string]string{"a": "x  y", "b": "p    q"}),
+		"quoted once, no gap that reads as a column break")
+	require.Equal(t, `"k\t"=" v"`, labelsString(map[string]string{"k\t": " v"}))
+	for _, s := range []string{"x  y", "p    q", "a   b"} {
+		q := labelsString(map[string]string{"a": s})[len("a="):]
+		u, err := strconv.Unquote(q)
+		require.NoError(t, err)
+		require.Equal(t, s, u, "the quoted value reads back")
+		require.NotContains(t, q, "  ")
+	}
 	require.Equal(t, `"a\tb"`, cell("a\tb"))
 	require.Equal(t, `""`, cell(""))
 	require.Equal(t, "plain", cell("plain"))

@@ -300,7 +300,7 @@ func (v nodeView) cells(rates bool) []string {
 	}
 	return append(out,
 		strconv.FormatInt(v.GrantedGen, 10)+"/"+strconv.FormatInt(v.AppliedGen, 10),
-		lease, hold, shortDuration(v.heartbeatAge)+" ago", v.Status, fenced, cell(labelsString(v.Labels)),
+		lease, hold, shortDuration(v.heartbeatAge)+" ago", v.Status, fenced, labelsString(v.Labels),
 	)
 }
 
