@@ -108,31 +108,29 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		params["application_name"] = appName
 	}
 	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), none: s.statementTimeout == 0}
-	switch {
-	case s.statementTimeoutSet:
+	timeout.desc = fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
+	if s.statementTimeoutSet {
 		timeout.desc = fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
-	default:
-		timeout.desc = fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
-		// pgx keeps the names as written and sends each: one spelling
-		// only, or the server would take whichever came last.
-		for _, k := range slices.Sorted(maps.Keys(params)) {
-			if strings.EqualFold(k, "statement_timeout") {
-				timeout.value = params[k]
-				// As Postgres reads it: a number without a unit is
-				// milliseconds.
-				shown := strconv.Quote(params[k])
-				if d, ok := pgDuration(params[k]); ok {
-					shown, timeout.none = d.String(), d == 0
-				}
-				timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)
-				break
-			}
-		}
 	}
-	for k := range params {
-		if strings.EqualFold(k, "statement_timeout") {
-			delete(params, k)
+	// pgx keeps the names as written and sends each: one spelling only,
+	// or the server would take whichever came last. Without the flag, the
+	// connection string's first in byte order is the one.
+	fromURL := false
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !strings.EqualFold(k, "statement_timeout") {
+			continue
 		}
+		if v := params[k]; !s.statementTimeoutSet && !fromURL {
+			fromURL, timeout.value = true, v
+			// As Postgres reads it: a number without a unit is
+			// milliseconds.
+			shown := strconv.Quote(v)
+			if d, ok := pgDuration(v); ok {
+				shown, timeout.none = d.String(), d == 0
+			}
+			timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)
+		}
+		delete(params, k)
 	}
 	params["statement_timeout"] = timeout.value
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
