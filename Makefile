@@ -28,7 +28,7 @@ test: ## Run every test with the race detector against real Postgres, then the e
 	cd examples && $(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: test-short
-test-short: ## Run the fast tests only (no Postgres, no long searches).
+test-short: ## Run the fast tests only (go test -short: no long searches or runs; tests that find Postgres still use it).
 	$(GO) test -short -count=1 ./...
 
 .PHONY: bench

@@ -27,8 +27,9 @@
 // so the node's capacity is free at once; when shutdownCtx ends first, or
 // MaxRequestDuration passes (a lease never settled), the node leaves with
 // those requests reserved for MaxRequestDuration and Stop says so. An operator may drain a node id (its share drops to 0 until
-// undrained, across restarts) or evict an instance (it fences for good,
-// drains, leaves; a new process with the same node id joins at once).
+// undrained, across restarts) or evict it (every instance of the node id
+// then fences for good, drains and leaves; a new process with the same
+// node id joins at once).
 //
 // Requests may carry a priority and a weight (WithPriority, WithWeight),
 // which Node.Acquire and Transport read from the request's context;

@@ -282,7 +282,7 @@ This file is generated: every table and plot below comes from
 
 ` + "```sh\ncd bench && go run ./cmd/report -out ../docs\n```" + `
 
-(about 40 minutes on 2 cores; the fleet, liveness and rate sections start a
+(about 45 minutes on 2 cores; the fleet, liveness and rate sections start a
 throwaway Postgres from the ` + "`initdb`/`postgres`" + ` binaries on PATH and use
 only 127.0.0.1). Each section names the command that
 reproduces it alone, the date and the machine it was measured on; a

@@ -24,7 +24,7 @@
 //	grant node|operator ROLE        give ROLE a fleet node's or an operator's rights (as the schema owner)
 //	revoke ROLE                     take every right grant gives
 //	limits get KEY [-o json]
-//	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max] [--rpm N] [--tpm N]
+//	limits set KEY [--min N] [--max N] [--clear-min] [--clear-max] [--rpm N] [--tpm N] [--aggregate lower_median|min]
 //	watch KEY [--interval 1s] [--count N] [-o json]
 //	demo [--duration 40s] [--nodes 4] [--workers 32] [--interval D]
 //	version [-o json]
@@ -177,6 +177,10 @@
 //
 // migrate status prints an array: version (int), name (string, the file
 // name), state ("applied" or "pending"), applied_at (time|null).
+//
+// version -o json prints one object: name ("fleetctl"), version (the
+// build's version, as the table shows it) and go (the Go release it was
+// built with).
 //
 // watch -o json prints one object per refresh, one per line: time (time of
 // the refresh), every field of a keys object, and nodes (an array of node
