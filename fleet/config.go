@@ -102,16 +102,22 @@ type Config struct {
 	// request carry it as their deadline, and the coordinator keeps
 	// reserving the node's capacity for this long after its lease ends —
 	// after a crash, a partition or an eviction — so requests that outlive
-	// a lapsed lease stay counted. A larger bound keeps long streams alive;
-	// a smaller one frees a dead node's capacity sooner and shortens the
-	// learning mode after a database failover. The node asks the
+	// a lapsed lease stay counted. It is a safety bound, not a timeout:
+	// a request that reaches it is cancelled and its slot freed at once,
+	// while the upstream may go on serving it until it notices the client
+	// gone, so a bound that cuts requests the upstream still serves lets
+	// the fleet pass its ceiling for that long (docs/design.md §1). Above
+	// the upstream's longest request (see below), a smaller bound frees a
+	// dead node's capacity sooner and shortens the learning mode after a
+	// database failover. The node asks the
 	// coordinator to hold 0.1% more, for clock-rate drift. The bound runs
 	// from admission, not from sending: a process stalled in between, or a
 	// wait for a connection, leaves the request that much less (Transport
 	// sends nothing once the lease has lapsed since the admission, so a
 	// stall leaves at least the bound less a LeaseTTL), so keep it above
-	// the upstream's own longest request by a LeaseTTL and by the longest
-	// wait for a connection. Defaults to 5m.
+	// the upstream's own longest request by a LeaseTTL, by the longest
+	// wait for a connection, and by the longest the network may hold a
+	// request up on its way. Defaults to 5m.
 	// Must be in [1ms, 23h].
 	MaxRequestDuration time.Duration
 	// AbandonedHold is how long the upstream may go on serving a request
