@@ -50,8 +50,9 @@ import (
 // upstream answers the fleet's requests together, so the nodes' round
 // trips end together, and give-backs made there would be refused
 // together; the nodes' grants come at their own heartbeats' phases. It
-// also stops one slot under the fleet's in-flight when the request of the
-// last drop was admitted, and returns one slot at a time past it (see
+// also takes the room no further than the share's part of one slot under
+// the fleet's in-flight when the request of the last drop was admitted,
+// and past that part returns one slot at the node's turn (see
 // SetFleetLimit). The
 // ceiling is also
 // the hard bound (up to MaxLimit): no admission takes the weight in
@@ -156,13 +157,18 @@ func (l *Limiter) ClearCeiling() {
 // before. The count is of ProbeTick calls, which fleet.Node makes once
 // per grant: without them the guard stays at 0.9
 // after a drop. This holds under every law. A give-back (see SetCeiling)
-// then also takes the fleet's load — the room left under the ceiling
-// plus the peers' in-flight — no further than one slot under the fleet's
-// in-flight when the request of the last drop under the ceiling was
-// admitted, and returns one slot at a time past it: give-backs that
-// double as they hold sent several slots at once into an upstream the
-// fleet had just filled, with the other nodes' give-backs on top (at
-// C = 20, 1.2·C in flight). A give-back so held back is where the
+// then also takes the room left under the ceiling no further than the
+// ceiling's part (ceiling ÷ n) of one slot under the fleet's in-flight
+// when the request of the last drop under the ceiling was admitted, and
+// past that part returns one slot at every ⌈n ÷ ceiling⌉-th give-back
+// due: give-backs that double as they hold sent several slots at once
+// into an upstream the fleet had just filled, with the other nodes'
+// give-backs on top (at C = 20, 1.2·C in flight), and one slot each,
+// judged against the peers' in-flight of their last reports, which
+// their own give-backs had since passed, still added up to 1.15·C. The
+// parts of all the nodes add up to no more than that load less one,
+// whatever the reports say, and past them the fleet gives back about one
+// slot a round of grants. A give-back so held back is where the
 // doubling starts again. That load is forgotten after 5 ProbeTicks
 // without a drop — without them, never — at a ceiling of 0 or an expired
 // one, and at ClearCeiling; a higher ceiling's room is not bound by it

@@ -358,12 +358,12 @@ func (l *Limiter) recoverCut() {
 // refused (cutHit) it comes back to just above it, then tries it one slot
 // at a time; it takes the room, ceiling − cut, no further than one slot
 // under the weight in flight at the last drop (refused), or one slot past
-// that at a time; and with a fleet limit it takes the room plus the
-// peers' in-flight no further than one slot under the fleet's load when
-// the request of the last drop was admitted (refusedLoad), or one slot
-// past that at a time (see SetFleetLimit), and a give-back so held back
-// sets cutStep to what it gave. The caller holds l.mu and has checked
-// that cut > 0.
+// that at a time; and with a fleet limit it takes the room no further
+// than the ceiling's part of one slot under the fleet's load when the
+// request of the last drop was admitted (refusedLoad), and past that
+// part returns one slot at the node's turn (see giveTurns). A give-back
+// so held back sets cutStep to what it gave. The caller holds l.mu and
+// has checked that cut > 0.
 func (l *Limiter) giveBack() {
 	l.giveDue = false
 	give := l.cutStep
@@ -373,13 +373,28 @@ func (l *Limiter) giveBack() {
 	if l.refused > 0 {
 		give = min(give, max(l.refused-1-(l.ceiling-l.cut), 1))
 	}
-	if l.refusedLoad > 0 && l.fleetLimit > 0 {
-		// Several nodes give back near the same grant: past the load
-		// the fleet was refused at, one slot each is already an excess.
-		// The step doubles from what was given, not from what was due,
-		// so the give-back after the load is forgotten is no burst.
-		if bound := max(l.refusedLoad-1-addCounts(l.ceiling-l.cut, l.peerInflight), 1); bound < give {
-			give, l.cutStep = bound, bound
+	if l.refusedLoad > 0 && l.fleetLimit > 0 && l.ceiling > 0 {
+		// Several nodes give back near the same grant. Judged against
+		// the peers' in-flight of their last reports, which the peers'
+		// own give-backs have since passed, each node's one slot was an
+		// excess of its own. Instead each takes back no more than its
+		// share's part of the load refused less one: the parts of all
+		// the nodes add up to no more than that, whatever their reports
+		// say. Past its part a node gives back one slot at its turn,
+		// so that the fleet passes that load about one slot a round of
+		// grants, however many nodes share it. The step doubles from
+		// what was given, not from what was due, so the give-back after
+		// the load is forgotten is no burst.
+		fleet := max(l.fleetLimit, l.ceiling)
+		part := int(float64(l.refusedLoad-1)*float64(l.ceiling)/float64(fleet)) - (l.ceiling - l.cut)
+		if part < 1 {
+			if l.giveTurn++; l.giveTurn < giveTurns(fleet, l.ceiling) {
+				return
+			}
+			l.giveTurn, part = 0, 1
+		}
+		if part < give {
+			give, l.cutStep = part, part
 		}
 	}
 	l.cut = max(l.cut-give, 0)
@@ -388,6 +403,15 @@ func (l *Limiter) giveBack() {
 		l.cutFrom, l.cutUntil = l.admits+1, math.MaxUint64
 	}
 	l.cutGiven = 0
+}
+
+// giveTurns is how many due give-backs a fleet node with a ceiling of
+// share, out of a fleet limit of fleet (≥ share > 0), lets pass for each
+// one slot it gives back past its part of the load last refused (see
+// giveBack): ⌈fleet/share⌉, so that the nodes' give-backs past their
+// parts add up to about one slot per round of their grants.
+func giveTurns(fleet, share int) int {
+	return (fleet-1)/share + 1
 }
 
 // holdRounds is how many round trips without a drop a give-back takes

@@ -39,6 +39,7 @@ type Limiter struct {
 	giveWaited     int       // round trips it has waited
 	refused        int       // weight in flight at the last drop under a ceiling; 0 if none or forgotten (see SetCeiling)
 	refusedLoad    int       // with a fleet limit, the fleet's load when the last drop under a ceiling was admitted; 0 if none or forgotten (see SetFleetLimit)
+	giveTurn       int       // due give-backs past the node's part of refusedLoad let pass since the last one given (see giveBack)
 	absorbed       int       // slots of the cut that a higher ceiling added rather than a drop; at most cut
 	refusedCalm    int       // ProbeTicks without a drop since then
 	tightTicks     int       // ProbeTicks without a drop still to pass before the guard leaves tightUtilization (see propose)

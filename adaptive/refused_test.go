@@ -123,12 +123,13 @@ func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
 
 // TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
 // give-back after a drop, each one after a give-back held (the second
-// returns two slots: the peers' in-flight fell, and the fleet's load stays
-// under the 21 it was refused at).
+// returns two slots: the node's part of the load of 21 it was refused at,
+// half of it less one slot for half the fleet's limit, leaves room for
+// them).
 func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
-	l.SetFleetLimit(40)
+	l.SetFleetLimit(20)
 	l.SetCeiling(10)
 	l.SetPeerInflight(20)
 	refuseEach(t, l, clk, 4, 0)
@@ -237,23 +238,52 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 	require.Equal(t, 13, l.Limit(), "the ceiling had expired: the level refused before it is forgotten, and the drop's own cut of 1 stays")
 }
 
-// TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad: give-backs
-// double as they hold, and a fleet node whose share is far above the
-// capacity (L_global too high) regulates by its cut; doubling give-backs
-// then sent 4 slots at once into a full upstream, with the other nodes'
-// give-backs on top (benchmarks §4, 1.2·C at C = 20). Past one slot
-// under the fleet's load when the last drop's request was admitted, a
-// give-back returns one slot; under it, up to that slot; the doubling
-// starts again from what a held-back give-back gave; and after
-// cutRecovery calm grants the load is forgotten.
-func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
+// TestAFleetNodeGivesBackItsPartOfTheFleetsRefusedLoad: give-backs
+// double as they hold, and several nodes give back near the same grant,
+// each judging the fleet's load by its peers' in-flight as last
+// reported, which the peers' own give-backs have since passed: each
+// node's slot was an excess of its own, and four nodes at C = 20 put
+// 1.15·C in flight (benchmarks §3). A node takes back no more than its
+// share's part of the load refused less one, whatever the peers report:
+// here a share of 10 of a fleet limit of 40, refused at a fleet load of
+// 21, stops at 5 though its peers report only 6 in flight; and until
+// cutRecovery calm grants forget the load, it gives back nothing more
+// (one slot only every fourth due give-back, see giveTurns).
+func TestAFleetNodeGivesBackItsPartOfTheFleetsRefusedLoad(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+	l.SetFleetLimit(40)
+	l.SetCeiling(10)
+	l.SetPeerInflight(20)
+	refuseEach(t, l, clk, 8, 0) // refused at a fleet load of 21
+	l.ProbeTick()               // the drops came since the last tick: not calm
+	require.Equal(t, 2, l.Limit())
+	l.SetPeerInflight(6) // the peers' reports from before their own give-backs
+	giveBack := func() int {
+		cleanRounds(t, l, clk, cutRecovery)
+		l.ProbeTick()
+		return l.Limit()
+	}
+	require.Equal(t, 3, giveBack())
+	require.Equal(t, 5, giveBack(), "the step of two, up to its part: (21 − 1) × 10 / 40")
+	require.Equal(t, 5, giveBack(), "9 + 6 would be under 20, but it is past its part")
+	require.Equal(t, 5, giveBack(), "its turn comes every fourth give-back")
+	require.Equal(t, 9, giveBack(), "the fifth calm grant forgets the load; the step doubles")
+}
+
+// TestAFleetNodeGivesBackOneSlotAtItsTurnPastItsPart: past its part of
+// the load refused, a node gives back one slot at every ⌈L/share⌉-th due
+// give-back, so that the fleet passes the load by about one slot a round
+// of grants; the doubling starts again from what such a give-back gave,
+// and after cutRecovery calm grants the load is forgotten.
+func TestAFleetNodeGivesBackOneSlotAtItsTurnPastItsPart(t *testing.T) {
 	t.Parallel()
 	refused := func() (*Limiter, func() int) {
 		l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 		l.SetFleetLimit(60)
 		l.SetCeiling(40)
 		l.SetPeerInflight(30)
-		refuseEach(t, l, clk, 16, 0) // refused at a fleet load of 31
+		refuseEach(t, l, clk, 16, 0) // refused at a fleet load of 31: its part is 20
 		l.ProbeTick()                // the drops came since the last tick: not calm
 		require.Equal(t, 24, l.Limit())
 		return l, func() int {
@@ -264,12 +294,12 @@ func TestAFleetNodeGivesBackOneSlotPastTheFleetsRefusedLoad(t *testing.T) {
 	}
 
 	l, giveBack := refused()
-	require.Equal(t, 25, giveBack())
-	require.Equal(t, 26, giveBack(), "25 + 30 in flight is past 31: one slot, though the last give-back held")
+	require.Equal(t, 24, giveBack(), "past its part: not its turn (one in ⌈60/40⌉ = 2)")
+	require.Equal(t, 25, giveBack(), "its turn: one slot")
 	l.SetPeerInflight(0)
-	require.Equal(t, 28, giveBack(), "26 + 0, four under 30: the step of two")
-	require.Equal(t, 30, giveBack(), "28 + 0: two of the step of four, up to one slot under 31")
-	require.Equal(t, 34, giveBack(), "the fifth calm grant forgets it; the step doubles from the two given")
+	require.Equal(t, 25, giveBack(), "the peers' reports do not widen its part")
+	require.Equal(t, 26, giveBack())
+	require.Equal(t, 28, giveBack(), "the fifth calm grant forgets it; the step doubles from the one given")
 
 	l, giveBack = refused()
 	l.SetFleetLimit(0)
