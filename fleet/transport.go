@@ -27,13 +27,14 @@ import (
 // ErrEvicted or ErrFenced and frees the slot. Sent that late, the request
 // could run at the upstream past its bound, when its slot is freed, and
 // past the coordinator's reserve for the node, beside requests admitted
-// into that capacity since. Otherwise it is sent with its context bounded by
-// Config.MaxRequestDuration from admission: at that bound the request is
-// cancelled, body included (the error, of the round trip or of a Read of
-// the body, is the base's deadline error, its text naming
-// MaxRequestDuration). Its slot is freed
-// when the request has ended at the upstream, a refusal's no sooner than
-// a served request's headers would have come:
+// into that capacity since. Otherwise it is sent with its context bounded
+// by Config.MaxRequestDuration from admission: at that bound the request
+// is cancelled, body included, and its slot freed, a safety bound that
+// the upstream's requests must not reach (see Config.MaxRequestDuration;
+// the error, of the round trip or of a Read of the body, is the base's
+// deadline error, its text naming MaxRequestDuration). Before it, its
+// slot is freed when the request has ended at the upstream, a refusal's
+// no sooner than a served request's headers would have come:
 //
 //   - A 429 or 503 is a drop (the node's estimate backs off) at once; its
 //     slot stays held until a served request's headers would have come,
@@ -197,8 +198,8 @@ func (e *unsentError) Timeout() bool {
 // boundError is Transport's error for a request its bound
 // (Config.MaxRequestDuration) ended, before the response's headers or in
 // a Read of its body: the base's timeout, which it wraps, with the bound
-// named. It is a timeout
-// (Timeout, which url.Error and os.IsTimeout ask for) as the base's was.
+// named. It is a timeout (Timeout, which url.Error and os.IsTimeout ask
+// for) as the base's was.
 type boundError struct {
 	err   error
 	bound time.Duration
