@@ -277,10 +277,10 @@ type Config struct {
 	MaxQueued int
 
 	// TimeoutFactor bounds each queued request's wait: a request of weight
-	// w waits at most w × TimeoutFactor, then fails with an error wrapping ErrWaitTimeout.
-	// The unit is time per unit of weight; set it in the order of a
-	// request's normal latency, so that a request does not wait far longer
-	// than it would run. It is measured by a runtime timer per waiting call
+	// w waits at most w × TimeoutFactor, then fails with an error
+	// wrapping ErrWaitTimeout. The unit is time per unit of weight; set
+	// it in the order of a request's normal latency, so that a request
+	// does not wait far longer than it would run. It is measured by a runtime timer per waiting call
 	// (testing/synctest controls it), not by Clock. Defaults to 0: only the
 	// caller's context bounds the wait. Must be 0 or ≥ 1µs (a number with
 	// no unit is nanoseconds).

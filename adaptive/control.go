@@ -158,17 +158,20 @@ func (l *Limiter) ClearCeiling() {
 // per grant: without them the guard stays at 0.9
 // after a drop. This holds under every law. A give-back (see SetCeiling)
 // then also takes the room left under the ceiling no further than the
-// ceiling's part (ceiling ÷ n) of one slot under the fleet's in-flight
-// when the request of the last drop under the ceiling was admitted, and
-// past that part returns one slot at every ⌈n ÷ ceiling⌉-th give-back
-// due: give-backs that double as they hold sent several slots at once
+// ceiling's part (ceiling ÷ max(n, ceiling)) of one slot under the
+// fleet's in-flight when the request of the last drop under the ceiling
+// was admitted, and past that part returns one slot at every
+// ⌈max(n, ceiling) ÷ ceiling⌉-th give-back due, the step starting again
+// from one slot: give-backs that double as they hold sent several slots at once
 // into an upstream the fleet had just filled, with the other nodes'
 // give-backs on top (at C = 20, 1.2·C in flight), and one slot each,
 // judged against the peers' in-flight of their last reports, which
-// their own give-backs had since passed, still added up to 1.15·C. The
-// parts of all the nodes add up to no more than that load less one,
-// whatever the reports say, and past them the fleet gives back about one
-// slot a round of grants. A give-back so held back is where the
+// their own give-backs had since passed, still added up to 1.15·C. Where
+// the nodes were refused at the same load, their parts add up to no more
+// than that load less one, whatever the reports say; past them the fleet
+// gives back about one slot a round of grants, for as long as the load
+// is remembered (with more than 4 nodes of equal share, not at all: the
+// load is forgotten first). A give-back so held back is where the
 // doubling starts again. That load is forgotten after 5 ProbeTicks
 // without a drop — without them, never — at a ceiling of 0 or an expired
 // one, and at ClearCeiling; a higher ceiling's room is not bound by it

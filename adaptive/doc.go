@@ -167,9 +167,9 @@
 // trips the upstream ends together do not give back together, and takes
 // its room no further than its share's part of one slot under the
 // fleet's in-flight when the last refused request was admitted (so the
-// nodes' parts add up to no more, whatever their peers' last reports
-// say), past which it returns one slot at every ⌈fleet limit ÷ share⌉-th
-// give-back until 5 calm ProbeTicks pass. With Config.MaxHealthyRTT set, a released
+// parts of nodes refused at the same load add up to no more, whatever
+// their peers' last reports say), past which it returns one slot at every
+// ⌈fleet limit ÷ share⌉-th give-back until 5 calm ProbeTicks pass. With Config.MaxHealthyRTT set, a released
 // sample slower than it counts as a drop. RetryAfter and PauseUntil
 // refuse all admission until the given time.
 //

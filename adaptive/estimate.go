@@ -173,7 +173,7 @@ func (l *Limiter) drop(now time.Time, rec *leaseRecord) {
 		}
 		l.cutGiven = noneGiven
 		l.cutCalm = 0
-		l.cutStep = 1
+		l.cutStep, l.giveTurn = 1, 0
 		l.giveDue = false
 	}
 	bound := math.Inf(1)
@@ -386,8 +386,14 @@ func (l *Limiter) giveBack() {
 		// what was given, not from what was due, so the give-back after
 		// the load is forgotten is no burst.
 		fleet := max(l.fleetLimit, l.ceiling)
-		part := int(float64(l.refusedLoad-1)*float64(l.ceiling)/float64(fleet)) - (l.ceiling - l.cut)
+		// The part is at most the ceiling (so the conversion cannot
+		// overflow, whatever the load).
+		part := int(min(float64(l.refusedLoad-1)*float64(l.ceiling)/float64(fleet), float64(l.ceiling))) - (l.ceiling - l.cut)
 		if part < 1 {
+			// Past the part: the step starts again from one slot, so
+			// that what comes back once the load is forgotten is no
+			// burst either.
+			l.cutStep = 1
 			if l.giveTurn++; l.giveTurn < giveTurns(fleet, l.ceiling) {
 				return
 			}
@@ -434,7 +440,7 @@ func (l *Limiter) closeCutWindow() {
 // back the slots higher ceilings were held back by. The caller holds l.mu.
 func (l *Limiter) forgetRefused() {
 	l.cut -= l.absorbed
-	l.refused, l.absorbed, l.refusedLoad = 0, 0, 0
+	l.refused, l.absorbed, l.refusedLoad, l.giveTurn = 0, 0, 0, 0
 }
 
 // restartCutRecovery puts the give-back of the cut (see recoverCut) in
@@ -445,7 +451,7 @@ func (l *Limiter) forgetRefused() {
 // l).
 func (l *Limiter) restartCutRecovery() {
 	l.cutWait, l.cutGiven, l.cutHit, l.cutStep = cutRecovery, noneGiven, -1, 1
-	l.giveDue = false
+	l.giveDue, l.giveTurn = false, 0
 	l.closeCutWindow()
 	if l.cut == 0 {
 		l.cutLag = 0 // no cut left: the recovery is over

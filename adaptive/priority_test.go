@@ -35,7 +35,7 @@ func TestRequestBadWeight(t *testing.T) {
 	t.Parallel()
 	l, _ := newTestLimiter(t, Config{MaxQueued: 4})
 	for w, want := range map[int]string{
-		0:  "adaptive: invalid request: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it, or use Acquire)",
+		0:  "adaptive: invalid request: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it)",
 		-3: "adaptive: invalid request: Request.Weight is negative, want ≥ 1",
 	} {
 		_, err := l.AcquireRequest(context.Background(), Request{Priority: 9, Weight: w})

@@ -124,7 +124,7 @@ func TestTheLevelRefusedIsForgottenAfterCalmGrants(t *testing.T) {
 // TestEveryGiveBackOfAFleetNodeWaitsForItsGrant: not only the first
 // give-back after a drop, each one after a give-back held (the second
 // returns two slots: the node's part of the load of 21 it was refused at,
-// half of it less one slot for half the fleet's limit, leaves room for
+// (21 − 1) × 10 ÷ 20 = 10 for half the fleet's limit, leaves room for
 // them).
 func TestEveryGiveBackOfAFleetNodeWaitsForItsGrant(t *testing.T) {
 	t.Parallel()
@@ -246,9 +246,11 @@ func TestADropUnderACeilingOfZeroSetsNoLevel(t *testing.T) {
 // 1.15·C in flight (benchmarks §3). A node takes back no more than its
 // share's part of the load refused less one, whatever the peers report:
 // here a share of 10 of a fleet limit of 40, refused at a fleet load of
-// 21, stops at 5 though its peers report only 6 in flight; and until
-// cutRecovery calm grants forget the load, it gives back nothing more
-// (one slot only every fourth due give-back, see giveTurns).
+// 21, stops at 5 ((21 − 1) × 10 ÷ 40) though its peers report only 6 in
+// flight; past its part it gives back one slot only every fourth due
+// give-back (see giveTurns), and once cutRecovery calm grants forget the
+// load its give-backs start again from one slot, not from the step its
+// last give-backs had doubled to.
 func TestAFleetNodeGivesBackItsPartOfTheFleetsRefusedLoad(t *testing.T) {
 	t.Parallel()
 	l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
@@ -267,8 +269,8 @@ func TestAFleetNodeGivesBackItsPartOfTheFleetsRefusedLoad(t *testing.T) {
 	require.Equal(t, 3, giveBack())
 	require.Equal(t, 5, giveBack(), "the step of two, up to its part: (21 − 1) × 10 / 40")
 	require.Equal(t, 5, giveBack(), "9 + 6 would be under 20, but it is past its part")
-	require.Equal(t, 5, giveBack(), "its turn comes every fourth give-back")
-	require.Equal(t, 9, giveBack(), "the fifth calm grant forgets the load; the step doubles")
+	require.Equal(t, 5, giveBack(), "not its turn yet: one in ⌈40/10⌉ = 4")
+	require.Equal(t, 6, giveBack(), "the fifth calm grant forgets the load; the step starts again from one slot")
 }
 
 // TestAFleetNodeGivesBackOneSlotAtItsTurnPastItsPart: past its part of
@@ -278,8 +280,10 @@ func TestAFleetNodeGivesBackItsPartOfTheFleetsRefusedLoad(t *testing.T) {
 // and after cutRecovery calm grants the load is forgotten.
 func TestAFleetNodeGivesBackOneSlotAtItsTurnPastItsPart(t *testing.T) {
 	t.Parallel()
+	var clk *fakeClock
 	refused := func() (*Limiter, func() int) {
-		l, clk := newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
+		var l *Limiter
+		l, clk = newTestLimiter(t, Config{InitialLimit: 100, Law: AIMD, AIMDProbe: 5})
 		l.SetFleetLimit(60)
 		l.SetCeiling(40)
 		l.SetPeerInflight(30)
@@ -294,6 +298,14 @@ func TestAFleetNodeGivesBackOneSlotAtItsTurnPastItsPart(t *testing.T) {
 	}
 
 	l, giveBack := refused()
+	require.Equal(t, 24, giveBack(), "past its part: not its turn")
+	refuseEach(t, l, clk, 1, 0) // a new drop: the turns count afresh
+	l.ProbeTick()
+	require.Equal(t, 23, l.Limit())
+	require.Equal(t, 23, giveBack(), "not its turn: the skip before the drop does not count")
+	require.Equal(t, 24, giveBack())
+
+	l, giveBack = refused()
 	require.Equal(t, 24, giveBack(), "past its part: not its turn (one in ⌈60/40⌉ = 2)")
 	require.Equal(t, 25, giveBack(), "its turn: one slot")
 	l.SetPeerInflight(0)

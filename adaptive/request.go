@@ -37,7 +37,7 @@ var unitRequest = Request{Priority: DefaultPriority, Weight: 1}
 // weight) and one for a negative weight. They are made once, so that
 // refusing a bad request allocates nothing.
 var (
-	errWeightZero     = fmt.Errorf("%w: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it, or use Acquire)", ErrInvalidRequest)
+	errWeightZero     = fmt.Errorf("%w: Request.Weight = 0, want ≥ 1 (the zero Request has no weight: set it)", ErrInvalidRequest)
 	errWeightNegative = fmt.Errorf("%w: Request.Weight is negative, want ≥ 1", ErrInvalidRequest)
 )
 
@@ -123,15 +123,16 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 // a weight below 1, and with ErrQueueFull when Config.MaxQueued callers
 // already wait and every one of them would be admitted before r; when r
 // would be admitted before the last of them, that one is evicted with
-// ErrQueueFull and r takes its place. A waiting call ends with
-// an error wrapping ErrWaitTimeout after Config.TimeoutFactor × r.Weight (when set; a slot
-// handed over as that bound runs out is taken), with ctx.Err() if ctx ends
-// first, with the pause's *PauseError when a pause begins and with
-// ErrQueueFull when evicted; a refusal in the instant the wait ends returns,
-// and counts in PriorityStats as, ctx.Err() or that error. In every
-// error case no slot is held. A free slot is taken even with a done ctx.
-// Refusing allocates nothing; a call that waits allocates nothing once the
-// limiter's pool of waiters is warm. Safe for concurrent use.
+// ErrQueueFull and r takes its place. A waiting call ends with an error
+// wrapping ErrWaitTimeout after Config.TimeoutFactor × r.Weight (when
+// set; a slot handed over as that bound runs out is taken), with
+// ctx.Err() if ctx ends first, with the pause's *PauseError when a pause
+// begins and with ErrQueueFull when evicted; a refusal in the instant the
+// wait ends returns, and counts in PriorityStats as, ctx.Err() or that
+// error. In every error case no slot is held. A free slot is taken even
+// with a done ctx. Refusing allocates nothing; a call that waits
+// allocates nothing once the limiter's pool of waiters is warm. Safe for
+// concurrent use.
 func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err

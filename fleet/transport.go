@@ -32,7 +32,8 @@ import (
 // is cancelled, body included, and its slot freed, a safety bound that
 // the upstream's requests must not reach (see Config.MaxRequestDuration;
 // the error, of the round trip or of a Read of the body, is the base's
-// deadline error, its text naming MaxRequestDuration). Before it, its
+// deadline error, its text naming MaxRequestDuration, except for an
+// upgraded connection, which the bound closes). Before it, its
 // slot is freed when the request has ended at the upstream, a refusal's
 // no sooner than a served request's headers would have come:
 //

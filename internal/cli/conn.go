@@ -123,9 +123,11 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		if v := params[k]; !s.statementTimeoutSet && !fromURL {
 			fromURL, timeout.value = true, v
 			// As Postgres reads it: a number without a unit is
-			// milliseconds.
+			// milliseconds, and a finer unit is rounded to them (half
+			// to even), so 400us is none.
 			shown := strconv.Quote(v)
 			if d, ok := pgDuration(v); ok {
+				d = time.Duration(math.RoundToEven(float64(d)/float64(time.Millisecond))) * time.Millisecond
 				shown, timeout.none = d.String(), d == 0
 			}
 			timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)

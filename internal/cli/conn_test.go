@@ -146,6 +146,15 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantDesc:      "0s, from the connection string (--statement-timeout overrides it; 0 for none)",
 		},
 		{
+			name:          "the URL's value under a millisecond, which Postgres rounds to none",
+			s:             connSettings{url: base + "?statement_timeout=400us", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "400us",
+			wantNone:      true,
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "0s, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
 			// The server refuses it when connecting; the hint quotes it.
 			name:          "the URL's value unread",
 			s:             connSettings{url: base + "?statement_timeout=soon", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},

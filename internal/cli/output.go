@@ -157,8 +157,8 @@ func shortDuration(d time.Duration) string {
 // or "-" for none, safe for a table cell as it is (see cell). A name or
 // value with a '=', ',' or '"' in it is quoted, so that the pairs read one
 // way: {"x": "y=q,r"} is x="y=q,r", not x=y=q,r; so is one that cell would
-// quote, each space after another written \x20, so that no gap in it reads
-// as the break between two columns: "a  b" is "a \x20b".
+// quote, every second space of a run written \x20, so that no gap in it
+// reads as the break between two columns: "a  b" is "a \x20b".
 func labelsString(labels map[string]string) string {
 	if len(labels) == 0 {
 		return "-"
