@@ -960,16 +960,22 @@ func TestTransportKeepsTheCallersCause(t *testing.T) {
 	require.ErrorIs(t, err, cause, "during the body")
 }
 
+// boundedNode starts a node on an in-memory coordinator whose requests
+// are bounded to bound, an abandoned one's slot held for hold.
+func boundedNode(t *testing.T, bound, hold time.Duration) *Node {
+	t.Helper()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration, cfg.AbandonedHold = bound, hold
+	return startNode(t, coord.NewMemory(nil), cfg)
+}
+
 // TestTransportDrainEndsAtTheBound: the read for the end of a body read
 // to its known length, after Close, ends at the request's bound even
 // when the base's body ignores the context (a pipe whose writer never
 // closes): the bound closes the body, and nothing is left reading it.
 func TestTransportDrainEndsAtTheBound(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig("k", "a")
-	cfg.MaxRequestDuration = 300 * time.Millisecond
-	cfg.AbandonedHold = 50 * time.Millisecond
-	n := startNode(t, coord.NewMemory(nil), cfg)
+	n := boundedNode(t, 300*time.Millisecond, 50*time.Millisecond)
 	ended := make(chan struct{})
 	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		pr, pw := io.Pipe()
@@ -1168,10 +1174,7 @@ func hangingUpstream(t *testing.T) (string, *http.Client) {
 // keeps its bare error.
 func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig("k", "a")
-	cfg.MaxRequestDuration = 50 * time.Millisecond
-	cfg.AbandonedHold = 10 * time.Millisecond
-	n := startNode(t, coord.NewMemory(nil), cfg)
+	n := boundedNode(t, 50*time.Millisecond, 10*time.Millisecond)
 	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		<-req.Context().Done()
 		return nil, req.Context().Err()
@@ -1198,10 +1201,7 @@ func TestTransportBoundErrorNamesMaxRequestDuration(t *testing.T) {
 // mid-body does not.
 func TestTransportBoundMidBodyNamesMaxRequestDuration(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig("k", "a")
-	cfg.MaxRequestDuration = 100 * time.Millisecond
-	cfg.AbandonedHold = 10 * time.Millisecond
-	n := startNode(t, coord.NewMemory(nil), cfg)
+	n := boundedNode(t, 100*time.Millisecond, 10*time.Millisecond)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("first"))
 		w.(http.Flusher).Flush()
