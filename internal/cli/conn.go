@@ -122,12 +122,9 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		}
 		if v := params[k]; !s.statementTimeoutSet && !fromURL {
 			fromURL, timeout.value = true, v
-			// As Postgres reads it: a number without a unit is
-			// milliseconds, and a finer unit is rounded to them (half
-			// to even), so 400us is none.
+			// As the server applies it (400us and 0.4 are none).
 			shown := strconv.Quote(v)
-			if d, ok := pgDuration(v); ok {
-				d = time.Duration(math.RoundToEven(float64(d)/float64(time.Millisecond))) * time.Millisecond
+			if d, ok := pgTimeout(v); ok {
 				shown, timeout.none = d.String(), d == 0
 			}
 			timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)
@@ -258,4 +255,134 @@ func connectCause(err error, timeout time.Duration) string {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// pgTimeout returns the statement_timeout the server applies for the
+// setting v, as Postgres (12 and later) reads an integer setting in
+// milliseconds: leading and trailing white space; a C integer (0x… hex,
+// 0… octal), or a decimal number with a fraction or an exponent; an
+// optional unit (us, ms, s, min, h, d, as written), white space allowed
+// before it. A fraction of a unit is first rounded to the next smaller
+// unit, then the whole to milliseconds, half to even (so 400us, 0.4 and
+// 2500us are 0, 0 and 2ms). It reports false for a value the server
+// refuses (a negative one, one past INT_MAX milliseconds, an unknown
+// unit) and for the rare forms it does not read (a hexadecimal fraction).
+func pgTimeout(v string) (time.Duration, bool) {
+	const space = " \t\n\v\f\r"
+	num, rest, ok := cNumber(strings.TrimLeft(v, space))
+	if !ok {
+		return 0, false
+	}
+	if unit := strings.Trim(rest, space); unit != "" {
+		i := slices.IndexFunc(pgTimeUnits, func(u pgTimeUnit) bool { return u.name == unit })
+		if i < 0 {
+			return 0, false
+		}
+		num *= pgTimeUnits[i].ms
+		if i+1 < len(pgTimeUnits) {
+			next := pgTimeUnits[i+1].ms
+			num = math.RoundToEven(num/next) * next
+		}
+	}
+	num = math.RoundToEven(num)
+	if !(num >= 0 && num <= math.MaxInt32) {
+		return 0, false
+	}
+	return time.Duration(num) * time.Millisecond, true
+}
+
+// pgTimeUnit is one unit of a Postgres time setting in milliseconds.
+type pgTimeUnit struct {
+	name string
+	ms   float64
+}
+
+// pgTimeUnits are the units of a setting in milliseconds, largest first,
+// as Postgres's table orders them (each one's next is the next smaller).
+var pgTimeUnits = []pgTimeUnit{{"d", 86400000}, {"h", 3600000}, {"min", 60000}, {"s", 1000}, {"ms", 1}, {"us", 0.001}}
+
+// cNumber reads the number at the start of s as strtol with base 0 does,
+// or, when a '.', an 'e' or an 'E' follows the integer or it overflows,
+// as strtod does (decimal forms only), and returns it with the rest of s.
+func cNumber(s string) (float64, string, bool) {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	base, start := 10, i
+	switch {
+	case len(s) > i+2 && s[i] == '0' && (s[i+1] == 'x' || s[i+1] == 'X') && isDigit(s[i+2], 16):
+		base, start = 16, i+2
+	case i < len(s) && s[i] == '0':
+		base = 8
+	}
+	end := start
+	for end < len(s) && isDigit(s[end], base) {
+		end++
+	}
+	n, err := strconv.ParseInt(s[start:end], base, 64)
+	if end < len(s) && strings.IndexByte(".eE", s[end]) >= 0 || errors.Is(err, strconv.ErrRange) {
+		if base == 16 {
+			return 0, "", false
+		}
+		return cDecimal(s)
+	}
+	if err != nil {
+		return 0, "", false
+	}
+	if s[0] == '-' {
+		n = -n
+	}
+	return float64(n), s[end:], true
+}
+
+// cDecimal reads the decimal number at the start of s, with an optional
+// sign, fraction and exponent, and returns it with the rest of s.
+func cDecimal(s string) (float64, string, bool) {
+	digits := func(i int) int {
+		for i < len(s) && isDigit(s[i], 10) {
+			i++
+		}
+		return i
+	}
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	end := digits(i)
+	mantissa := end > i
+	if end < len(s) && s[end] == '.' {
+		frac := digits(end + 1)
+		mantissa = mantissa || frac > end+1
+		end = frac
+	}
+	if !mantissa {
+		return 0, "", false
+	}
+	if end < len(s) && (s[end] == 'e' || s[end] == 'E') {
+		j := end + 1
+		if j < len(s) && (s[j] == '+' || s[j] == '-') {
+			j++
+		}
+		if k := digits(j); k > j {
+			end = k
+		}
+	}
+	f, err := strconv.ParseFloat(s[:end], 64)
+	if err != nil {
+		return 0, "", false // out of range too, as strtod's ERANGE is
+	}
+	return f, s[end:], true
+}
+
+// isDigit reports whether c is a digit in base 8, 10 or 16.
+func isDigit(c byte, base int) bool {
+	switch {
+	case c >= '0' && c <= '7':
+		return true
+	case c == '8' || c == '9':
+		return base >= 10
+	}
+	c |= 0x20
+	return base == 16 && c >= 'a' && c <= 'f'
 }

@@ -155,6 +155,14 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantDesc:      "0s, from the connection string (--statement-timeout overrides it; 0 for none)",
 		},
 		{
+			name:          "the URL's fraction, as the server reads it",
+			s:             connSettings{url: base + "?statement_timeout=1.5s", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "1.5s",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "1.5s, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
 			// The server refuses it when connecting; the hint quotes it.
 			name:          "the URL's value unread",
 			s:             connSettings{url: base + "?statement_timeout=soon", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
@@ -270,4 +278,56 @@ func TestStatementTimeoutIsNamed(t *testing.T) {
 	_, stderr, code = runCLI(t, map[string]string{EnvFleetDatabaseURL: withTimeout}, "keys")
 	require.Equal(t, ExitFailure, code, stderr)
 	require.Contains(t, stderr, "(SQLSTATE 57014) (a statement ran past the session's statement_timeout: 150ms, from the connection string (--statement-timeout overrides it; 0 for none))")
+}
+
+// pgTimeouts are statement_timeout values with what Postgres 15 applies for
+// each (SET statement_timeout = v; SHOW statement_timeout), -1 where it
+// refuses the value.
+var pgTimeouts = map[string]time.Duration{
+	"0": 0, "250": 250 * time.Millisecond, "10s": 10 * time.Second, "10 s": 10 * time.Second, "7\tms": 7 * time.Millisecond,
+	"  7ms  ": 7 * time.Millisecond, "2min": 2 * time.Minute, "1h": time.Hour, "1d": 24 * time.Hour, "596h": 596 * time.Hour,
+	"1.5s": 1500 * time.Millisecond, ".5s": 500 * time.Millisecond, "5.": 5 * time.Millisecond, "1.5 min": 90 * time.Second,
+	"0.4": 0, "0.5": 0, "1.5": 2 * time.Millisecond, "2.5": 2 * time.Millisecond, "1.4996": time.Millisecond,
+	"400us": 0, "500us": 0, "600us": time.Millisecond, "1500us": 2 * time.Millisecond, "2500us": 2 * time.Millisecond,
+	"1.2345ms": time.Millisecond, "1.4996ms": 2 * time.Millisecond, "0.0014996s": time.Millisecond, "0.0004s": 0,
+	"1e3": time.Second, "1E3": time.Second, "0.5e1": 5 * time.Millisecond, "1.5e0s": 1500 * time.Millisecond, "1e-3s": time.Millisecond,
+	"0x10": 16 * time.Millisecond, "010": 8 * time.Millisecond, "+5": 5 * time.Millisecond, "0x7fffffff": maxStatementTimeout,
+	"2147483647": maxStatementTimeout, "2147483647.4": maxStatementTimeout,
+	"": -1, "s": -1, "10x": -1, "1.5S": -1, "-1": -1, "2147483648": -1, "597h": -1, "1e10": -1, "1e400": -1,
+	"99999999999999999d": -1, "99999999999999999999": -1, "08": -1, "0x": -1, "nan": -1, "inf": -1, "soon": -1, "1.5s x": -1,
+}
+
+// TestPGTimeoutReadsAsThePostgresServer: pgTimeout gives the timeout the
+// server applies, rounding included, and refuses what it refuses.
+func TestPGTimeoutReadsAsThePostgresServer(t *testing.T) {
+	t.Parallel()
+	for v, want := range pgTimeouts {
+		got, ok := pgTimeout(v)
+		if want < 0 {
+			require.False(t, ok, "%q read as %v", v, got)
+			continue
+		}
+		require.True(t, ok, "%q", v)
+		require.Equal(t, want, got, "%q", v)
+	}
+}
+
+// TestPGTimeoutsAreTheServers checks the table of
+// TestPGTimeoutReadsAsThePostgresServer against a real server.
+func TestPGTimeoutsAreTheServers(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(t.Context(), fleettest.DSN(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	for v, want := range pgTimeouts {
+		var ms int64
+		err := pool.QueryRow(t.Context(), `SELECT set_config('statement_timeout', $1, false)::text IS NOT NULL,
+			(SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout')`, v).Scan(new(bool), &ms)
+		if want < 0 {
+			require.Error(t, err, "%q", v)
+			continue
+		}
+		require.NoError(t, err, "%q", v)
+		require.Equal(t, want, time.Duration(ms)*time.Millisecond, "%q", v)
+	}
 }

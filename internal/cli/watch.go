@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,10 +73,11 @@ operator's rights ends the run at once.`,
 // refreshBound bounds one refresh of watch, so that a connection that
 // hangs (a network dropped without a reset) fails and is opened again: a
 // connect timeout and three statements (readFrame runs up to three), each
-// at the session's statement_timeout, and a second. Without a statement
-// timeout (0, or a value it cannot read) a statement gets watchHang.
+// at the session's statement_timeout as the server applies it (see
+// pgTimeout), and a second. Without a statement timeout (0, a value the
+// server rounds to 0, or one it would refuse) a statement gets watchHang.
 func refreshBound(cfg *pgxpool.Config) time.Duration {
-	statement, ok := pgDuration(cfg.ConnConfig.RuntimeParams["statement_timeout"])
+	statement, ok := pgTimeout(cfg.ConnConfig.RuntimeParams["statement_timeout"])
 	if !ok || statement <= 0 {
 		statement = watchHang
 	}
@@ -94,28 +94,6 @@ func refreshBound(cfg *pgxpool.Config) time.Duration {
 // watchHang is how long watch waits for a statement of a session without
 // a statement timeout before it takes the connection for hung.
 const watchHang = time.Minute
-
-// pgDuration reads a Postgres time setting as statement_timeout takes it:
-// an integer of milliseconds, or one with a unit (us, ms, s, min, h, d),
-// a space allowed between them.
-func pgDuration(v string) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	i := 0
-	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-		i++
-	}
-	n, err := strconv.ParseInt(v[:i], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	unit := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond,
-		"s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
-	u, ok := unit[strings.TrimSpace(v[i:])]
-	if !ok || n > int64(math.MaxInt64/u) {
-		return 0, false
-	}
-	return time.Duration(n) * u, true
-}
 
 // watchGiveUp is the least time watch goes on refreshing while every
 // refresh fails: at least 10 intervals.
