@@ -166,12 +166,12 @@ func (r *runner) app() *ucli.App {
 			&ucli.DurationFlag{
 				Name:  flagStatementTimeout,
 				Value: DefaultStatementTimeout,
-				Usage: "statement_timeout of every session; 0 disables",
+				Usage: "statement_timeout of every session; 0 disables (not given: the connection string's, else this)",
 			},
 			&ucli.DurationFlag{
 				Name:  flagConnectTimeout,
 				Value: DefaultConnectTimeout,
-				Usage: "how long to try to connect",
+				Usage: "how long to try to connect (not given: the connection string's connect_timeout, else this)",
 			},
 		},
 		Commands: []*ucli.Command{

@@ -95,7 +95,8 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 // settings: application_name=fleetctl unless the connection string (or
 // PGAPPNAME) names one; statement_timeout from the flag when given, else
 // from the connection string (its name in any case, as Postgres reads it),
-// else the flag's default; the connect timeout likewise. It also describes
+// else from -c statement_timeout in its options (or $PGOPTIONS), else the
+// flag's default; the connect timeout likewise. It also describes
 // the statement_timeout the sessions run with, for timeoutHint. A
 // connection string pgx cannot parse is a usage error naming its source.
 func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
@@ -132,6 +133,16 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		delete(params, k)
 	}
 	params["statement_timeout"] = timeout.value
+	if v, ok := optionsSetting(params["options"], "statement_timeout"); ok && !s.statementTimeoutSet && !fromURL {
+		// The server applies the options' own; sent as a parameter
+		// too, the default would override it.
+		delete(params, "statement_timeout")
+		timeout = sessionTimeout{value: v, desc: fmt.Sprintf("%q", v)}
+		if d, ok := pgTimeout(v); ok {
+			timeout.desc, timeout.none = d.String(), d == 0
+		}
+		timeout.desc += fmt.Sprintf(", from -c statement_timeout in the connection's options (--%s overrides it; 0 for none)", flagStatementTimeout)
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		cfg.ConnConfig.ConnectTimeout = s.connectTimeout
 	}
@@ -268,12 +279,11 @@ func isTimeout(err error) bool {
 // refuses (a negative one, one past INT_MAX milliseconds, an unknown
 // unit) and for the rare forms it does not read (a hexadecimal fraction).
 func pgTimeout(v string) (time.Duration, bool) {
-	const space = " \t\n\v\f\r"
-	num, rest, ok := cNumber(strings.TrimLeft(v, space))
+	num, rest, ok := cNumber(strings.TrimLeft(v, cSpace))
 	if !ok {
 		return 0, false
 	}
-	if unit := strings.Trim(rest, space); unit != "" {
+	if unit := strings.Trim(rest, cSpace); unit != "" {
 		i := slices.IndexFunc(pgTimeUnits, func(u pgTimeUnit) bool { return u.name == unit })
 		if i < 0 {
 			return 0, false
@@ -290,6 +300,9 @@ func pgTimeout(v string) (time.Duration, bool) {
 	}
 	return time.Duration(num) * time.Millisecond, true
 }
+
+// cSpace is the white space of C's isspace.
+const cSpace = " \t\n\v\f\r"
 
 // pgTimeUnit is one unit of a Postgres time setting in milliseconds.
 type pgTimeUnit struct {
@@ -385,4 +398,54 @@ func isDigit(c byte, base int) bool {
 	}
 	c |= 0x20
 	return base == 16 && c >= 'a' && c <= 'f'
+}
+
+// optionsSetting returns the value the startup options opts (a connection
+// string's options, or $PGOPTIONS) give the setting name, as the server
+// reads them: words split at white space, a backslash taking the next
+// character as it is; -c name=value, -cname=value or --name=value, the
+// name in any case and a dash in it read as an underscore; the last one
+// given wins.
+func optionsSetting(opts, name string) (string, bool) {
+	var words []string
+	var word strings.Builder
+	inWord, escaped := false, false
+	for i := 0; i < len(opts); i++ {
+		switch c := opts[i]; {
+		case escaped:
+			word.WriteByte(c)
+			escaped = false
+		case c == '\\':
+			inWord, escaped = true, true
+		case strings.IndexByte(cSpace, c) >= 0:
+			if inWord {
+				words = append(words, word.String())
+				word.Reset()
+				inWord = false
+			}
+		default:
+			word.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	value, found := "", false
+	for i := 0; i < len(words); i++ {
+		var set string
+		switch w := words[i]; {
+		case w == "-c" && i+1 < len(words):
+			i++
+			set = words[i]
+		case strings.HasPrefix(w, "--"), strings.HasPrefix(w, "-c"):
+			set = w[2:]
+		default:
+			continue
+		}
+		if k, v, ok := strings.Cut(set, "="); ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), name) {
+			value, found = v, true
+		}
+	}
+	return value, found
 }

@@ -89,7 +89,8 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 		s             connSettings
 		wantApp       string
 		wantStatement string
-		wantNone      bool // the session has no statement_timeout
+		wantValue     string // the session's value, when not wantStatement
+		wantNone      bool   // the session has no statement_timeout
 		wantConnect   time.Duration
 		wantDesc      string // what the statement-timeout hint says of it
 	}{
@@ -172,6 +173,33 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantDesc:      `"soon", from the connection string (--statement-timeout overrides it; 0 for none)`,
 		},
 		{
+			// Not sent as a parameter, which the server would apply
+			// after the options.
+			name:          "the URL's options",
+			s:             connSettings{url: base + "?options=-c%20search_path%3Da%5C%20b%20-cStatement-Timeout%3D5s", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantConnect:   DefaultConnectTimeout,
+			wantStatement: "",
+			wantValue:     "5s",
+			wantDesc:      "5s, from -c statement_timeout in the connection's options (--statement-timeout overrides it; 0 for none)",
+		},
+		{
+			name:          "the URL's parameter wins over its options",
+			s:             connSettings{url: base + "?options=-c%20statement_timeout%3D5s&statement_timeout=250", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "250",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "250ms, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
+			name:          "the flag wins over the options",
+			s:             connSettings{url: base + "?options=-c%20statement_timeout%3D5s", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "3000",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "3s, from --statement-timeout (0 for none)",
+		},
+		{
 			name:          "flags given win over the URL",
 			s:             connSettings{url: base + "?STATEMENT_TIMEOUT=250&connect_timeout=7", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: time.Second, connectTimeoutSet: true},
 			wantApp:       "fleetctl",
@@ -192,7 +220,11 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 				}
 			}
 			require.Equal(t, tt.wantStatement, cfg.ConnConfig.RuntimeParams["statement_timeout"])
-			require.Equal(t, sessionTimeout{value: tt.wantStatement, desc: tt.wantDesc, none: tt.wantNone}, timeout)
+			value := tt.wantStatement
+			if tt.wantValue != "" {
+				value = tt.wantValue
+			}
+			require.Equal(t, sessionTimeout{value: value, desc: tt.wantDesc, none: tt.wantNone}, timeout)
 			require.Equal(t, tt.wantConnect, cfg.ConnConfig.ConnectTimeout)
 		})
 	}
@@ -330,4 +362,45 @@ func TestPGTimeoutsAreTheServers(t *testing.T) {
 		require.NoError(t, err, "%q", v)
 		require.Equal(t, want, time.Duration(ms)*time.Millisecond, "%q", v)
 	}
+}
+
+func TestOptionsSetting(t *testing.T) {
+	t.Parallel()
+	for opts, want := range map[string]string{
+		"-c statement_timeout=5s":       "5s",
+		"-cstatement_timeout=5s":        "5s",
+		"--statement-timeout=5s":        "5s",
+		"  -c   STATEMENT_TIMEOUT=5s  ": "5s",
+		"-c search_path=a\\ b -c statement_timeout=1s --statement_timeout=9s": "9s",
+		"-c statement_timeout=1\\ s":                                          "1 s",
+		"-c statement_timeout=":                                               "",
+	} {
+		got, ok := optionsSetting(opts, "statement_timeout")
+		require.True(t, ok, "%q", opts)
+		require.Equal(t, want, got, "%q", opts)
+	}
+	for _, opts := range []string{"", "-c", "-c statement_timeout", "-c lock_timeout=5s", "statement_timeout=5s",
+		"-c a\\ statement_timeout=5s", "-B 100"} {
+		_, ok := optionsSetting(opts, "statement_timeout")
+		require.False(t, ok, "%q", opts)
+	}
+}
+
+// TestOptionsTimeoutIsTheSessions: a statement_timeout the connection's
+// options set is the one the session runs with, and the one named.
+func TestOptionsTimeoutIsTheSessions(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(fleettest.DSN(t))
+	require.NoError(t, err)
+	// libpq and pgx read a + in a URL as itself, not as a space.
+	u.RawQuery = strings.TrimPrefix(u.RawQuery+"&options=-c%20statement_timeout%3D1.5s", "&")
+	cfg, timeout, err := poolConfig(connSettings{url: u.String(), statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
+	require.NoError(t, err)
+	require.Equal(t, "1.5s, from -c statement_timeout in the connection's options (--statement-timeout overrides it; 0 for none)", timeout.desc)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	var shown string
+	require.NoError(t, pool.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&shown))
+	require.Equal(t, "1500ms", shown)
 }

@@ -67,7 +67,8 @@
 // variables for the parts it leaves out, as in libpq. Every session sets
 // application_name=fleetctl (unless the URL or PGAPPNAME names one) and
 // statement_timeout (--statement-timeout, default 10s, 0 disables; the flag
-// wins when given, else a statement_timeout in the URL, else the default).
+// wins when given, else a statement_timeout in the URL, else -c
+// statement_timeout in its options or PGOPTIONS, else the default).
 // Connecting is bounded by --connect-timeout (default 5s; same precedence
 // over the URL's connect_timeout). An unreachable database is one line on
 // stderr naming host:port and the cause, exit status 1.
