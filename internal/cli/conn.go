@@ -93,7 +93,7 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 
 // poolConfig parses s into a pool configuration with fleetctl's session
 // settings: application_name=fleetctl unless the connection string (or
-// PGAPPNAME) names one; statement_timeout from the flag when given, else
+// PGAPPNAME, or its options) names one; statement_timeout from the flag when given, else
 // from the connection string (its name in any case, as Postgres reads it),
 // else from -c statement_timeout in its options (or $PGOPTIONS), else the
 // flag's default; the connect timeout likewise. It also describes
@@ -105,7 +105,7 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		return nil, sessionTimeout{}, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
-	if params["application_name"] == "" {
+	if _, ok := optionsSetting(params["options"], "application_name"); params["application_name"] == "" && !ok {
 		params["application_name"] = appName
 	}
 	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), none: s.statementTimeout == 0}

@@ -175,6 +175,14 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 		{
 			// Not sent as a parameter, which the server would apply
 			// after the options.
+			name:          "the URL's options name the application",
+			s:             connSettings{url: base + "?options=-c%20application_name%3Dops", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "",
+			wantStatement: "10000",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "10s, fleetctl's default (--statement-timeout sets it; 0 for none)",
+		},
+		{
 			name:          "the URL's options",
 			s:             connSettings{url: base + "?options=-c%20search_path%3Da%5C%20b%20-cStatement-Timeout%3D5s", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
 			wantApp:       "fleetctl",
