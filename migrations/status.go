@@ -359,6 +359,23 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		}
 		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
 	}
+	if exists && actual < recorded && len(agreeing) == 0 {
+		// A table ahead of the schema that no other table agrees with
+		// may outlive a schema restored from an older dump: dropping it
+		// would leave only a reset, which loses every key.
+		if len(others) == 0 {
+			b.WriteString(": it is the only version table")
+		} else {
+			b.WriteString(": no other version table agrees with the schema")
+		}
+		fmt.Fprintf(&b, ", and it may record migrations the schema no longer holds (restored from an older dump?); "+
+			"if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
+			"and up applies those migrations again: DELETE FROM %s WHERE version_id > %d", actual, staleName, actual)
+		if len(others) > 0 {
+			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
+		}
+		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+	}
 	if len(agreeing) > 0 {
 		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
 	} else {

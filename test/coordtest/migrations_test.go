@@ -484,6 +484,43 @@ func newestVersionRowsLost(t *testing.T, partitioned bool) {
 	require.NoError(t, migrations.Up(ctx, pool))
 }
 
+// TestVersionTableAheadOfTheSchema: the only version table recording a
+// migration the schema no longer holds (a schema restored from an older
+// dump) gets the DELETE that takes the newer rows out (not a DROP TABLE,
+// after which only a reset, which loses every key, would be left), and
+// the DELETE works: up applies the migration again and the keys stay.
+func TestVersionTableAheadOfTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, `INSERT INTO fleetlimit.keys (key) VALUES ('kept')`)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM `+migrations.VersionTable+` WHERE version_id = $1`, coord.SchemaVersion).Scan(&id))
+	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1))
+	_, err = pool.Exec(ctx, `INSERT INTO `+migrations.VersionTable+` (id, version_id, is_applied) VALUES ($1, $2, true)`, id, coord.SchemaVersion)
+	require.NoError(t, err)
+
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	fix := fmt.Sprintf(`DELETE FROM "public"."fleetlimit_schema_version" WHERE version_id > %d`, coord.SchemaVersion-1)
+	require.ErrorContains(t, err, fmt.Sprintf("the one in schema public records version %d, but fleetlimit.schema_version() says %d: "+
+		"it is the only version table, and it may record migrations the schema no longer holds (restored from an older dump?); "+
+		"if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
+		"and up applies those migrations again: %s", coord.SchemaVersion, coord.SchemaVersion-1, coord.SchemaVersion-1, fix))
+	require.NotContains(t, err.Error(), "DROP TABLE")
+	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionMismatch)
+
+	_, err = pool.Exec(ctx, fix)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+	var v, keys int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.schema_version(), (SELECT count(*) FROM fleetlimit.keys WHERE key = 'kept')`).Scan(&v, &keys))
+	require.Equal(t, coord.SchemaVersion, v)
+	require.Equal(t, 1, keys)
+}
+
 // TestNoSchemaOnTheSearchPath: a search path none of whose schemas
 // exists gets an error that names it and says what to do, not goose's
 // failure to create its table; with the schema created, Up puts the table
