@@ -212,8 +212,8 @@ func deleteDemoKey(ctx context.Context, pool *pgxpool.Pool, key string) error {
 			return nil
 		}
 		if !passing(err) || ctx.Err() != nil {
-			return fmt.Errorf("the demo's key %q is left in the database (fleetctl keys delete %s --force removes it): %w",
-				key, quoteArg(key), err)
+			return fmt.Errorf("the demo's key %q is left in the database (%s removes it): %w",
+				key, shellCommand("keys delete --force", key), err)
 		}
 		select {
 		case <-ctx.Done():

@@ -94,14 +94,14 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(drainPollInterval)
 	defer ticker.Stop()
-	stays := fmt.Sprintf("node %q on key %q stays draining (fleetctl undrain %s %s to undo; fleetctl drain %s %s --wait to wait again)",
-		nodeID, key, quoteArg(key), quoteArg(nodeID), quoteArg(key), quoteArg(nodeID))
+	stays := fmt.Sprintf("node %q on key %q stays draining (%s to undo; %s to wait again)",
+		nodeID, key, shellCommand("undrain", key, nodeID), shellCommand("drain --wait", key, nodeID))
 	// Not context.Canceled, which exitCode would print as a bare "interrupted".
 	interrupted := errors.New(stays + ": interrupted")
 	lastReserve, lastInflight, lastFailure := -1, 0, ""
 	timedOut := func() error {
 		return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
-			"(fleetctl undrain %s %s to undo)", nodeID, key, lastReserve, lastInflight, timeout, quoteArg(key), quoteArg(nodeID))
+			"(%s to undo)", nodeID, key, lastReserve, lastInflight, timeout, shellCommand("undrain", key, nodeID))
 	}
 	for {
 		rctx, cancel := context.WithDeadline(ctx, latest(deadline, time.Now().Add(drainReadMin)))
@@ -118,7 +118,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			return timedOut() // counts from the last read that succeeded
 		case !time.Now().Before(deadline):
 			return checkFailedf("no read of node %q's rows on key %q succeeded within %s; it stays draining "+
-				"(fleetctl undrain %s %s to undo): %w", nodeID, key, timeout, quoteArg(key), quoteArg(nodeID), adminError(err, key, nodeID))
+				"(%s to undo): %w", nodeID, key, timeout, shellCommand("undrain", key, nodeID), adminError(err, key, nodeID))
 		default:
 			if reason := strings.Join(strings.Fields(err.Error()), " "); reason != lastFailure {
 				fmt.Fprintf(r.env.Stderr, "a read of node %q failed; trying again until the timeout: %s\n", nodeID, reason)
@@ -443,8 +443,8 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 			}
 			key := args[0]
 			unknownKey := func() error {
-				return fmt.Errorf("unknown key %q (to cap a key before any node joins: fleetctl keys create %s --max N)",
-					key, quoteArg(key))
+				return fmt.Errorf("unknown key %q (to cap a key before any node joins: %s)",
+					key, shellCommand("keys create --max N", key))
 			}
 			return r.withAdmin(c, func(ctx context.Context, admin coord.Admin) error {
 				// The limits first: the coordinator may refuse a bound

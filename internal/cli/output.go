@@ -202,8 +202,27 @@ func writeJSONLine(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
+// shellCommand returns the fleetctl command line command (a command with
+// its flags: "drain --wait") run on args, for the user to copy: each
+// argument quoted (see quoteArg), after "--" when one of them would read
+// as a flag.
+func shellCommand(command string, args ...string) string {
+	var b strings.Builder
+	b.WriteString("fleetctl " + command)
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "-") }) {
+		b.WriteString(" --")
+	}
+	for _, a := range args {
+		b.WriteString(" " + quoteArg(a))
+	}
+	return b.String()
+}
+
 // quoteArg quotes s for a shell command line shown to the user: as is when
-// it is plain, else in single quotes.
+// it is plain; in single quotes when every character prints; else in
+// ANSI-C quotes ($'…', as bash, zsh and ksh read them), with what a
+// terminal would act on (a newline, an escape) written as an escape, so
+// the line shows the argument and names it exactly.
 func quoteArg(s string) string {
 	plain := s != ""
 	for _, r := range s {
@@ -215,5 +234,32 @@ func quoteArg(s string) string {
 	if plain {
 		return s
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	printable := func(r rune) bool { return r != utf8.RuneError && unicode.IsPrint(r) }
+	if !strings.ContainsFunc(s, func(r rune) bool { return !printable(r) }) {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '\\' || r == '\'':
+			b.WriteString(`\` + string(r))
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case !printable(r):
+			for _, c := range []byte(s[i : i+size]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('\'')
+	return b.String()
 }

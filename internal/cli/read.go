@@ -282,9 +282,9 @@ anyway.`,
 							"key runs, give --force", key, detail)
 					case errors.Is(err, coord.ErrHeldCapacity):
 						_, detail, _ := strings.Cut(err.Error(), coord.ErrHeldCapacity.Error()+": ")
-						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; the rows are in 'fleetctl nodes %s'): "+
+						return fmt.Errorf("key %q holds capacity for requests that may still run (%s; the rows are in %s): "+
 							"a node that joins after the delete would be granted it again beside them; "+
-							"wait for the hold to end, or give --force", key, detail, quoteArg(key))
+							"wait for the hold to end, or give --force", key, detail, shellCommand("nodes", key))
 					}
 					return adminError(err, key, "")
 				}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -219,4 +220,33 @@ func TestTableAlignsWideCharacters(t *testing.T) {
 	require.Equal(t, 9, displayWidth("ключ-日本"))
 	require.Equal(t, 4, displayWidth("ＡＢ"), "fullwidth")
 	require.Equal(t, 0, displayWidth("\u200b"), "a zero-width space")
+}
+
+// TestShellCommandRoundTrips: a command line shown to the user, run by
+// bash, passes each argument as it is, whatever its characters, and one
+// that starts with a dash as an argument; nothing a terminal acts on is
+// written raw.
+func TestShellCommandRoundTrips(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err, "bash runs the quoted lines")
+	args := []string{"plain", "a b", "it's", "a\nb", "a\tb\rc", "\x1b[2Jx\ry", "-dash", "--", "$HOME", "`id`", `back\slash`,
+		"é ü 中", "zero\u200bwidth", "bad\xffutf8", "", "'", `\x41`, "\\'"}
+	for _, a := range args {
+		line := shellCommand("undrain", "k", a)
+		require.False(t, strings.ContainsFunc(line, func(r rune) bool { return r < ' ' || r == 0x7f }), "%q", line)
+		// The line as the user would paste it, with fleetctl replaced by
+		// a function that prints its arguments one per NUL.
+		out, err := exec.Command(bash, "-c", `fleetctl() { printf '%s\0' "$@"; }; `+line).Output()
+		require.NoError(t, err, "%q", line)
+		want := []string{"undrain"}
+		if strings.HasPrefix(a, "-") {
+			want = append(want, "--")
+		}
+		want = append(want, "k", a)
+		require.Equal(t, want, strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"), "%q", line)
+	}
+	require.Equal(t, "fleetctl drain --wait k w", shellCommand("drain --wait", "k", "w"))
+	require.Equal(t, `fleetctl undrain k $'a\nb'`, shellCommand("undrain", "k", "a\nb"))
+	require.Equal(t, "fleetctl keys create --max N -- -k", shellCommand("keys create --max N", "-k"))
 }

@@ -282,7 +282,7 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 		},
 	}
 	err := r.waitDrained(t.Context(), admin, "k", "w", 10*time.Second)
-	require.ErrorContains(t, err, `node "w" on key "k" stays draining (fleetctl undrain k w to undo; fleetctl drain k w --wait to wait again): `)
+	require.ErrorContains(t, err, `node "w" on key "k" stays draining (fleetctl undrain k w to undo; fleetctl drain --wait k w to wait again): `)
 	require.ErrorContains(t, err, "permission denied")
 	require.Equal(t, 1, step)
 
@@ -326,5 +326,5 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 	var said bytes.Buffer
 	require.Equal(t, ExitFailure, exitCode(&said, inCommand("drain", err)))
 	require.Equal(t, "fleetctl: drain: node \"w\" on key \"k\" stays draining (fleetctl undrain k w to undo; "+
-		"fleetctl drain k w --wait to wait again): interrupted\n", said.String())
+		"fleetctl drain --wait k w to wait again): interrupted\n", said.String())
 }
