@@ -7,7 +7,9 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,13 +145,37 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		}
 		timeout.desc += fmt.Sprintf(", from -c statement_timeout in the connection's options (--%s overrides it; 0 for none)", flagStatementTimeout)
 	}
+	if d := cfg.ConnConfig.ConnectTimeout; d < 0 || d%time.Second != 0 {
+		// pgx multiplies the seconds into a Duration without a check.
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %s from %s: want whole seconds up to %d",
+			connectTimeoutText(s.url), s.source, int64(math.MaxInt64/time.Second))
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
+		// The dial's own timeout is the connection string's too.
 		cfg.ConnConfig.ConnectTimeout = s.connectTimeout
+		cfg.ConnConfig.DialFunc = (&net.Dialer{Timeout: s.connectTimeout}).DialContext
 	}
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
 	return cfg, timeout, nil
 }
+
+// connectTimeoutText returns the connect_timeout the connection string s
+// gives, quoted as written, or that $PGCONNECT_TIMEOUT does, for an error
+// naming it.
+func connectTimeoutText(s string) string {
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if v, ok := u.Query()["connect_timeout"]; ok {
+			return strconv.Quote(v[len(v)-1])
+		}
+	} else if m := keywordConnectTimeout.FindAllStringSubmatch(s, -1); m != nil {
+		return strconv.Quote(m[len(m)-1][1])
+	}
+	return fmt.Sprintf("%q (from $PGCONNECT_TIMEOUT)", os.Getenv("PGCONNECT_TIMEOUT"))
+}
+
+// keywordConnectTimeout finds connect_timeout in a keyword/value string.
+var keywordConnectTimeout = regexp.MustCompile(`(?:^|\s)connect_timeout\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
 
 // sessionTimeout is the statement_timeout fleetctl's sessions run with:
 // its value as sent (the flag's in milliseconds, as Postgres reads a

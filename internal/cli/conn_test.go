@@ -4,8 +4,10 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,4 +413,58 @@ func TestOptionsTimeoutIsTheSessions(t *testing.T) {
 	var shown string
 	require.NoError(t, pool.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&shown))
 	require.Equal(t, "1500ms", shown)
+}
+
+// TestConnectTimeoutOutOfRange: a connect_timeout pgx would multiply past
+// a Duration is a usage error naming it, not a timeout of a negative time.
+func TestConnectTimeoutOutOfRange(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ url, value string }{
+		{"postgres://u@127.0.0.1:1/x?connect_timeout=9223372037", `"9223372037"`},
+		{"postgres://u@127.0.0.1:1/x?connect_timeout=99999999999999999", `"99999999999999999"`},
+		{"host=127.0.0.1 port=1 connect_timeout=9223372037", `"9223372037"`},
+	} {
+		_, _, err := poolConfig(connSettings{url: tt.url, source: "--database-url", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
+		var ee *exitError
+		require.ErrorAs(t, err, &ee, tt.url)
+		require.Equal(t, ExitUsage, ee.code)
+		require.EqualError(t, err, "invalid connect_timeout "+tt.value+" from --database-url: want whole seconds up to 9223372036")
+	}
+}
+
+// TestConnectTimeoutFlagBoundsTheDial: --connect-timeout replaces the
+// connection string's connect_timeout for the dial too, and the error
+// names the time it waited. The server is a socket whose backlog is full,
+// so a dial hangs until its timeout.
+func TestConnectTimeoutFlagBoundsTheDial(t *testing.T) {
+	t.Parallel()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	// Fill the backlog until a dial hangs.
+	full := false
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			full = true
+			break
+		}
+		defer c.Close()
+	}
+	require.True(t, full, "the backlog of %s never filled", addr)
+
+	s := connSettings{url: "postgres://u@" + addr + "/x?sslmode=disable&connect_timeout=1", source: "--database-url",
+		statementTimeout: DefaultStatementTimeout, connectTimeout: 3 * time.Second, connectTimeoutSet: true}
+	cfg, _, err := poolConfig(s)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = connect(t.Context(), cfg)
+	elapsed := time.Since(start)
+	require.EqualError(t, err, "cannot connect to "+addr+": timed out after 3s")
+	require.GreaterOrEqual(t, elapsed, 2500*time.Millisecond, "the URL's 1s ended the dial")
 }
