@@ -218,20 +218,51 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // not one step: a state changed by hand, or by a run from another search
 // path, in between is goose's to find.
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	_, _, err := DownVersions(ctx, pool, version)
+	return err
+}
+
+// DownVersions is [DownTo], and reports the newest applied version before
+// and after its run. Both are what the run found and left under the lock
+// that migrations take: a run that waited for the lock while another
+// rolled back to version or below reports before == after, as one with
+// nothing to roll back does.
+func DownVersions(ctx context.Context, pool *pgxpool.Pool, version int64) (before, after int64, err error) {
 	st, err := Status(ctx, pool)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := refuseNewer(st, "roll back with the build that applied the newer migrations"); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := refuseGap(ctx, pool, st, version); err != nil {
-		return err
+		return 0, 0, err
 	}
-	return withProvider(ctx, pool, func(p *goose.Provider) error {
-		_, err := p.DownTo(ctx, version)
+	var done []*goose.MigrationResult
+	err = withProvider(ctx, pool, func(p *goose.Provider) error {
+		var err error
+		done, err = p.DownTo(ctx, version)
 		return failedMigration(err, false)
 	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(done) == 0 {
+		if st, err = Status(ctx, pool); err != nil {
+			return 0, 0, err
+		}
+		current, _ := newestApplied(st)
+		return current, current, nil
+	}
+	// goose rolls back newest first, down to an applied migration it
+	// keeps: the newest of those below the last it rolled back.
+	last := done[len(done)-1].Source.Version
+	for _, s := range st {
+		if s.State == goose.StateApplied && s.Source.Version < last {
+			after = max(after, s.Source.Version)
+		}
+	}
+	return done[0].Source.Version, after, nil
 }
 
 // failedMigration words goose's error for a migration that failed, going

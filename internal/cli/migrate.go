@@ -108,12 +108,9 @@ refuses any schema older than this fleetctl's.`,
 								return err
 							}
 						}
-						if err := migrations.DownTo(ctx, pool, to); err != nil {
-							return migrationHint(err)
-						}
-						after, _, err := schemaVersion(ctx, pool)
+						before, after, err := migrations.DownVersions(ctx, pool, to)
 						if err != nil {
-							return err
+							return migrationHint(err)
 						}
 						if after == before {
 							r.printf("schema is at version %d; nothing to roll back\n", after)

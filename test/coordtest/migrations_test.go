@@ -1,18 +1,22 @@
 package coordtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
@@ -519,6 +523,34 @@ func TestVersionTableAheadOfTheSchema(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.schema_version(), (SELECT count(*) FROM fleetlimit.keys WHERE key = 'kept')`).Scan(&v, &keys))
 	require.Equal(t, coord.SchemaVersion, v)
 	require.Equal(t, 1, keys)
+}
+
+// TestConcurrentDownsReportWhatEachDid: runs that roll back to the same
+// version at once roll it back once; one reports the step, the others
+// that there was nothing left, each from what it found under the lock.
+func TestConcurrentDownsReportWhatEachDid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	type versions struct{ before, after int64 }
+	got := make([]versions, 3)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			before, after, err := migrations.DownVersions(ctx, pool, coord.SchemaVersion-1)
+			assert.NoError(t, err)
+			got[i] = versions{before, after}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(got, func(a, b versions) int { return cmp.Compare(b.before, a.before) })
+	top, below := int64(coord.SchemaVersion), int64(coord.SchemaVersion-1)
+	require.Equal(t, []versions{{top, below}, {below, below}, {below, below}}, got)
+
+	before, after, err := migrations.DownVersions(ctx, pool, coord.SchemaVersion-3)
+	require.NoError(t, err)
+	require.Equal(t, versions{below, top - 3}, versions{before, after}, "two steps")
 }
 
 // TestNoSchemaOnTheSearchPath: a search path none of whose schemas
