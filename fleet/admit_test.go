@@ -47,7 +47,7 @@ func TestTryAcquireRequest(t *testing.T) {
 	require.ErrorIs(t, err, adaptive.ErrInvalidRequest)
 	_, err = n.TryAcquireRequest(adaptive.Request{Priority: 202, Weight: 11})
 	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
-	require.ErrorContains(t, err, "Config.MaxLimit = 10")
+	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 11 exceeds Config.Limiter.MaxLimit = 10: it can never be admitted")
 	four.Release()
 
 	// The Request given wins over the context's weight and priority.

@@ -113,7 +113,7 @@ func TestHeavierThanLGlobalSaysHowAndCountsAsDemand(t *testing.T) {
 		from = rc.reports()
 		err = tc.admit(math.MaxInt)
 		require.ErrorIs(t, err, adaptive.ErrTooHeavy, tc.path)
-		require.ErrorContains(t, err, "Config.MaxLimit = 100")
+		require.ErrorContains(t, err, fmt.Sprintf("Request.Weight = %d exceeds Config.Limiter.MaxLimit = 100", math.MaxInt))
 		eventually(t, func() bool { return rc.reports() > from+2 }, "%s: reports go on", tc.path)
 		for _, d := range rc.demandsSince(from) {
 			require.GreaterOrEqual(t, d, 10, tc.path)

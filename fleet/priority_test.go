@@ -134,7 +134,7 @@ func TestTransportWeightAndPriority(t *testing.T) {
 	// A weight above the whole limit fails at once and sends nothing.
 	err := send(ctx, client, srv.URL, "huge", 255, 11)
 	require.ErrorIs(t, err, adaptive.ErrTooHeavy)
-	require.ErrorContains(t, err, "Config.MaxLimit = 10")
+	require.ErrorContains(t, err, "Request.Weight = 11 exceeds Config.Limiter.MaxLimit = 10")
 	err = send(ctx, client, srv.URL, "zero", 255, 0)
 	require.ErrorIs(t, err, adaptive.ErrInvalidRequest)
 	require.Len(t, arrived(), 3)
