@@ -318,7 +318,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--max", "ten"}, 2, `fleetctl: limits set: invalid value "ten" for --max: want a decimal integer`},
 		{[]string{"limits", "set", "api"}, 2, `fleetctl: limits set: nothing to set: give --min, --max, --clear-min, --clear-max, --rpm, --tpm or --aggregate`},
 		{[]string{"limits", "set", "api", "--max", "5", "--aggregate", "sum"}, 2, `fleetctl: limits set: invalid value "sum" for --aggregate: want lower_median or min`},
-		{[]string{"limits", "set", "nope", "--aggregate", "min"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
+		{[]string{"limits", "set", "nope", "--aggregate", "min"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create --max N nope)`},
 		{[]string{"limits", "set", "api", "--rpm", "-1"}, 2, `fleetctl: limits set: invalid value -1 for --rpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--min", "5", "--tpm", "1000000001"}, 2, `fleetctl: limits set: invalid value 1000000001 for --tpm: want 0..1000000000 (0 removes the rate)`},
 		{[]string{"limits", "set", "api", "--rpm", "fast"}, 2, `fleetctl: limits set: invalid value "fast" for --rpm: want a decimal integer`},
@@ -327,7 +327,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "set", "api", "--tpm", "99999999999999999999"}, 2, `fleetctl: limits set: invalid value "99999999999999999999" for --tpm: out of range: want 0..1000000000`},
 		{[]string{"keys", "create", "k9", "--min", "012", "--max", "0x10"}, 2, `fleetctl: keys create: invalid value "0x10" for --max: want a decimal integer`},
 		{[]string{"keys", "create", "fresh", "--tpm", "-5"}, 2, `fleetctl: keys create: invalid value -5 for --tpm: want 0..1000000000 (0 removes the rate)`},
-		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create nope --max N)`},
+		{[]string{"limits", "set", "nope", "--rpm", "5"}, 1, `fleetctl: limits set: unknown key "nope" (to cap a key before any node joins: fleetctl keys create --max N nope)`},
 		{[]string{"limits", "set", "api", "--max", "5", "--clear-max"}, 2, `fleetctl: limits set: --max and --clear-max contradict each other`},
 		{[]string{"watch", "api", "--count", "-1"}, 2, `fleetctl: watch: invalid value -1 for --count: want >= 0`},
 		{[]string{"demo", "--nodes", "0"}, 2, `fleetctl: demo: invalid value 0 for --nodes: want 1..32`},
@@ -695,7 +695,7 @@ func TestKeysCreateDelete(t *testing.T) {
 	dsn := fleettest.DSN(t)
 	res := run(t, dsn, "limits", "set", "quota", "--max", "24")
 	require.Equal(t, 1, res.code)
-	require.Contains(t, res.stderr, "fleetctl keys create quota --max N")
+	require.Contains(t, res.stderr, "fleetctl keys create --max N quota")
 	require.Equal(t, "key \"quota\" created (min -, max 24)\n", mustRun(t, dsn, "keys", "create", "quota", "--max", "24"))
 	res = run(t, dsn, "keys", "create", "quota")
 	require.Equal(t, 1, res.code)
@@ -712,7 +712,10 @@ func TestKeysCreateDelete(t *testing.T) {
 	out := mustRun(t, dsn, "limits", "set", "quota", "--max", "20")
 	require.Contains(t, out, "L_GLOBAL moves within the new bounds at the key's next heartbeat\n",
 		"L_GLOBAL 24 beside MAX 20 is said to be the old one")
-	require.NotContains(t, mustRun(t, dsn, "limits", "set", "quota", "--max", "24"), "moves within")
+	out = mustRun(t, dsn, "limits", "set", "quota", "--clear-max")
+	require.NotContains(t, out, "moves within")
+	require.Contains(t, out, "L_GLOBAL follows the nodes' estimates without the cleared bound from the key's next heartbeat\n",
+		"a bound cleared leaves L_GLOBAL free to move")
 
 	res = run(t, dsn, "keys", "delete", "quota")
 	require.Equal(t, 1, res.code)
@@ -742,7 +745,7 @@ func TestKeysCreateDelete(t *testing.T) {
 	res = run(t, dsn, "keys", "delete", "held")
 	require.Equal(t, 1, res.code)
 	require.Regexp(t, `^fleetctl: keys delete: key "held" holds capacity for requests that may still run `+
-		`\(1 row holds 7 slots on key 'held' until \S+Z; the rows are in 'fleetctl nodes held'\): `+
+		`\(1 row holds 7 slots on key 'held' until \S+Z; the rows are in fleetctl nodes held\): `+
 		`a node that joins after the delete would be granted it again beside them; wait for the hold to end, or give --force\n$`, res.stderr)
 	require.Contains(t, mustRun(t, dsn, "keys"), "held", "nothing was deleted")
 	require.Equal(t, "key \"held\" deleted\n", mustRun(t, dsn, "keys", "delete", "held", "--force"))

@@ -500,8 +500,13 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				if err := writeLimitsTable(r.env.Stdout, newLimitsView(k)); err != nil {
 					return err
 				}
-				if k.LGlobal > 0 && (maxLimit != nil && k.LGlobal > *maxLimit || minLimit != nil && k.LGlobal < *minLimit) {
+				switch {
+				case k.LGlobal <= 0:
+				case maxLimit != nil && k.LGlobal > *maxLimit || minLimit != nil && k.LGlobal < *minLimit:
 					r.printf("L_GLOBAL moves within the new bounds at the key's next heartbeat\n")
+				case maxChange.set && maxLimit == nil || minChange.set && minLimit == nil:
+					// L_GLOBAL shown may be the bound just cleared.
+					r.printf("L_GLOBAL follows the nodes' estimates without the cleared bound from the key's next heartbeat\n")
 				}
 				return nil
 			})
