@@ -369,3 +369,21 @@ func TestInterruptedUpSaysWhereItStopped(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("fleetctl: migrate up: interrupted, after every migration was applied: the schema is at version %d\n",
 		coord.SchemaVersion), said.String())
 }
+
+// TestDemoAsAnOperatorSaysOnlyWhatFailed: the demo run by a role without
+// a node's rights fails at its first node's heartbeat, which made no key,
+// and says only that: not that its key is left in the database.
+func TestDemoAsAnOperatorSaysOnlyWhatFailed(t *testing.T) {
+	t.Parallel()
+	db := newMigrateDB(t)
+	fleetctlOK(t, db.dsn, "migrate", "up")
+	role, operator := db.loginRole(t)
+	fleetctlOK(t, db.dsn, "grant", "operator", role)
+	_, stderr, code := runCLI(t, nil, "demo", "--database-url", operator, "--duration", "3s")
+	require.Equal(t, ExitFailure, code, stderr)
+	require.Contains(t, stderr, "the role lacks the rights")
+	require.NotContains(t, stderr, "left in the database")
+	var keys int
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT count(*) FROM fleetlimit.keys`).Scan(&keys))
+	require.Zero(t, keys)
+}
