@@ -328,15 +328,26 @@ func (r *runner) flagError(c *ucli.Context, err error) (flag string, _ error) {
 // help flag.
 func (r *runner) unknownCommand(c *ucli.Context) error {
 	defer r.parsed()
+	// A --database-url given no value (an unset variable after it) takes
+	// the command's name for one.
+	swallowed := ""
+	if v := c.String(flagDatabaseURL); c.IsSet(flagDatabaseURL) && slices.ContainsFunc(c.App.Commands, func(cmd *ucli.Command) bool { return cmd.HasName(v) }) {
+		swallowed = fmt.Sprintf(" (--%s took the command %q as its value: an unset variable after the flag? "+
+			"give the flag a connection string, or leave it out)", flagDatabaseURL, v)
+	}
 	if !c.Args().Present() {
 		if c.Command != nil && c.Command.Name != "" && c.Command.Name != appName {
 			_ = ucli.ShowSubcommandHelp(c)
 		} else {
 			_ = ucli.ShowAppHelp(c)
 		}
-		return inCommand(commandPath(c), usageErrorf("missing command"))
+		return inCommand(commandPath(c), usageErrorf("missing command%s", swallowed))
 	}
-	return inCommand(commandPath(c), unknownCommandError(c, c.Args().First()))
+	err := unknownCommandError(c, c.Args().First())
+	if swallowed != "" {
+		err = usageErrorf("unknown command %q%s", c.Args().First(), swallowed)
+	}
+	return inCommand(commandPath(c), err)
 }
 
 // unknownCommandError names the unknown command and suggests the closest

@@ -59,6 +59,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"migrate"}, `fleetctl: migrate: missing command`},
 		{[]string{"help", "nope"}, `fleetctl: unknown command "nope"; did you mean "nodes"?`},
 		{[]string{"nodse"}, `fleetctl: unknown command "nodse"; did you mean "nodes"?`},
+		{[]string{"--database-url", "nodes", "api"}, `fleetctl: unknown command "api" (--database-url took the command "nodes" as its value: an unset variable after the flag? give the flag a connection string, or leave it out)`},
+		{[]string{"--database-url", "keys"}, `fleetctl: missing command (--database-url took the command "keys" as its value: an unset variable after the flag? give the flag a connection string, or leave it out)`},
 		{[]string{"migrate", "statsu"}, `fleetctl: migrate: unknown command "statsu"; did you mean "status"?`},
 		{[]string{"limits", "set", "k", "--min", "20", "--max", "10"}, `fleetctl: limits set: --max 10 is below --min 20`},
 		{[]string{"version", "-o", "xml"}, `fleetctl: version: invalid value "xml" for --output: want table or json`},
