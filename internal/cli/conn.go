@@ -104,6 +104,11 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	cfg, err := pgxpool.ParseConfig(s.url)
 	if err != nil {
+		if s.url == "" {
+			// pgx names the empty string it parsed, not the variables.
+			msg := strings.TrimPrefix(err.Error(), "cannot parse ``: ")
+			return nil, sessionTimeout{}, globalUsageErrorf("invalid connection settings from the %s (%s): %s", s.source, pgEnvSet(), msg)
+		}
 		return nil, sessionTimeout{}, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
@@ -158,6 +163,27 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
 	return cfg, timeout, nil
+}
+
+// pgEnvSet lists the PG* variables set, as NAME=value (a password as
+// NAME set), in order, for an error about the settings they make.
+func pgEnvSet() string {
+	var set []string
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case !strings.HasPrefix(name, "PG"):
+		case name == "PGPASSWORD":
+			set = append(set, name+" set")
+		default:
+			set = append(set, name+"="+strconv.Quote(value))
+		}
+	}
+	if len(set) == 0 {
+		return "none set"
+	}
+	slices.Sort(set)
+	return strings.Join(set, " ")
 }
 
 // connectTimeoutText returns the connect_timeout the connection string s

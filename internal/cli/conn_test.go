@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -467,4 +468,23 @@ func TestConnectTimeoutFlagBoundsTheDial(t *testing.T) {
 	elapsed := time.Since(start)
 	require.EqualError(t, err, "cannot connect to "+addr+": timed out after 3s")
 	require.GreaterOrEqual(t, elapsed, 2500*time.Millisecond, "the URL's 1s ended the dial")
+}
+
+// TestInvalidPGEnvironmentNamesTheVariables: settings the PG* variables
+// make and pgx refuses are named, the password only as set.
+func TestInvalidPGEnvironmentNamesTheVariables(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "PG") {
+			t.Setenv(name, "")
+			require.NoError(t, os.Unsetenv(name))
+		}
+	}
+	t.Setenv("PGHOST", "127.0.0.1")
+	t.Setenv("PGPORT", "abc")
+	t.Setenv("PGPASSWORD", "secret")
+	_, _, err := poolConfig(connSettings{source: sourceLibpqEnv, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
+	var ee *exitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, ExitUsage, ee.code)
+	require.EqualError(t, err, `invalid connection settings from the PG* environment (PGHOST="127.0.0.1" PGPASSWORD set PGPORT="abc"): invalid port`)
 }
