@@ -267,12 +267,31 @@ func connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 // connectError describes a failed connection in one line: "cannot connect
 // to HOST:PORT: CAUSE".
 func connectError(cfg *pgxpool.Config, timeout time.Duration, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgInvalidParameterValue || pgErr.Code == pgUndefinedObject) {
+		// A setting the connection string (or a PG* variable) makes
+		// and the server refuses as it starts the session.
+		return &exitError{
+			code:   ExitUsage,
+			global: true,
+			hint:   globalHint,
+			err: fmt.Errorf("the server at %s refuses a setting of the connection string: %s",
+				endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port), pgErr.Message),
+		}
+	}
 	return &exitError{
 		code:   ExitFailure,
 		global: true,
 		err:    fmt.Errorf("cannot connect to %s: %s", endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port), connectCause(err, timeout)),
 	}
 }
+
+// The SQLSTATEs of a session setting the server refuses: a value out of
+// range or unread, and a setting it does not know.
+const (
+	pgInvalidParameterValue = "22023"
+	pgUndefinedObject       = "42704"
+)
 
 // endpoint names a server: host:port, or the socket file for a unix
 // socket directory.

@@ -488,3 +488,22 @@ func TestInvalidPGEnvironmentNamesTheVariables(t *testing.T) {
 	require.Equal(t, ExitUsage, ee.code)
 	require.EqualError(t, err, `invalid connection settings from the PG* environment (PGHOST="127.0.0.1" PGPASSWORD set PGPORT="abc"): invalid port`)
 }
+
+// TestRefusedSettingIsAUsageError: a setting of the connection string the
+// server refuses as the session starts is a usage error naming it, not a
+// failure to connect.
+func TestRefusedSettingIsAUsageError(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(fleettest.DSN(t))
+	require.NoError(t, err)
+	for query, want := range map[string]string{
+		"statement_timeout=08":             `invalid value for parameter "statement_timeout": "08"`,
+		"options=-c%20no_such_setting%3D1": `unrecognized configuration parameter "no_such_setting"`,
+	} {
+		bad := *u
+		bad.RawQuery = strings.TrimPrefix(u.RawQuery+"&"+query, "&")
+		_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: bad.String()}, "keys")
+		require.Equal(t, ExitUsage, code, stderr)
+		require.Contains(t, stderr, "fleetctl: the server at "+u.Host+" refuses a setting of the connection string: "+want+"\n")
+	}
+}
