@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -83,6 +84,15 @@ func Run(ctx context.Context, args []string, env Env) (code int) {
 	parsed := sync.OnceFunc(parseMu.Unlock)
 	defer parsed()
 	r := &runner{env: env.withDefaults(), parsed: parsed}
+	r.out = &outWriter{w: r.env.Stdout}
+	r.env.Stdout = r.out
+	terminal := r.env.IsTerminal
+	r.env.IsTerminal = func(w io.Writer) bool {
+		if w == io.Writer(r.out) {
+			w = r.out.w
+		}
+		return terminal(w)
+	}
 	defer func() {
 		// An operator sees one line, never a stack trace, even for a bug.
 		if p := recover(); p != nil {
@@ -98,7 +108,43 @@ func Run(ctx context.Context, args []string, env Env) (code int) {
 	if err == nil && r.notFound != nil {
 		err = r.notFound
 	}
+	if lost := r.out.failed(); err == nil && lost != nil {
+		err = outputLost(lost) // help, say
+	}
 	return exitCode(r.env.Stderr, err)
+}
+
+// outWriter is stdout keeping its first write error, so that a run whose
+// output was lost does not exit 0. Safe for concurrent use.
+type outWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.mu.Lock()
+		if o.err == nil {
+			o.err = err
+		}
+		o.mu.Unlock()
+	}
+	return n, err
+}
+
+// failed returns the first write error, or nil.
+func (o *outWriter) failed() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// outputLost is the error of a run whose output could not be written:
+// whatever it changed stays changed.
+func outputLost(err error) error {
+	return fmt.Errorf("writing the output failed: %w; the command itself ran to its end (a change it makes is made)", err)
 }
 
 // parseMu serializes argument parsing; see Run.
@@ -117,6 +163,8 @@ type runner struct {
 	// timeout is the statement_timeout of the command's sessions, set when
 	// its pool is configured.
 	timeout sessionTimeout
+	// out is the run's stdout (env.Stdout), which keeps its first error.
+	out *outWriter
 }
 
 // globalHelp is the app's description: the connection precedence and the
@@ -411,7 +459,11 @@ func commandPath(c *ucli.Context) string {
 func (r *runner) action(fn func(c *ucli.Context) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		r.parsed()
-		return inCommand(commandPath(c), timeoutHint(fn(c), r.timeout))
+		err := fn(c)
+		if lost := r.out.failed(); lost != nil && (err == nil || errors.Is(err, lost)) {
+			err = outputLost(lost)
+		}
+		return inCommand(commandPath(c), timeoutHint(err, r.timeout))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -519,4 +520,23 @@ func TestIsAdmissionError(t *testing.T) {
 		require.True(t, isAdmissionError(wrapped), "%v", err)
 	}
 	require.False(t, isAdmissionError(&url.Error{Op: "Get", URL: "http://127.0.0.1:1", Err: io.ErrUnexpectedEOF}))
+}
+
+// fullWriter fails every write, as /dev/full does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// TestLostOutputFails: a run whose output could not be written does not
+// exit 0, and says that what it changed is changed.
+func TestLostOutputFails(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	for _, args := range [][]string{{"version"}, {"--help"}, {"keys", "create", "lost-output"}, {"limits", "set", "lost-output", "--max", "9"}} {
+		var errOut bytes.Buffer
+		code := Run(t.Context(), append([]string{"fleetctl"}, args...), Env{Stdout: fullWriter{}, Stderr: &errOut, Getenv: envMap(map[string]string{EnvFleetDatabaseURL: dsn})})
+		require.Equal(t, ExitFailure, code, "%v: %s", args, errOut.String())
+		require.Contains(t, errOut.String(), "writing the output failed: no space left on device; the command itself ran to its end (a change it makes is made)\n", args)
+	}
+	require.Contains(t, fleetctlOK(t, dsn, "limits", "get", "lost-output"), "lost-output  -    9 ")
 }
