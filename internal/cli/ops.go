@@ -112,6 +112,9 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			lastFailure = ""
 		case ctx.Err() != nil:
 			return interrupted
+		case errors.Is(err, coord.ErrUnknownKey):
+			return fmt.Errorf("key %q was deleted while the drain of node %q waited: the drain mark went with it, "+
+				"and a node that joins makes the key again without one: %w", key, nodeID, adminError(err, key, nodeID))
 		case !passing(err):
 			return fmt.Errorf("%s: %w", stays, adminError(err, key, nodeID))
 		case !time.Now().Before(deadline) && lastReserve >= 0:

@@ -286,6 +286,18 @@ func TestDrainWaitOutlastsARestart(t *testing.T) {
 	require.ErrorContains(t, err, "permission denied")
 	require.Equal(t, 1, step)
 
+	// A key deleted while the wait reads took the drain with it: the
+	// error says so, not that the drain stays.
+	step = 0
+	script = []func() ([]coord.NodeInfo, error){
+		func() ([]coord.NodeInfo, error) { return []coord.NodeInfo{holding}, nil },
+		func() ([]coord.NodeInfo, error) { return nil, fmt.Errorf("coord: nodes: %w", coord.ErrUnknownKey) },
+	}
+	err = r.waitDrained(t.Context(), admin, "k", "w", 10*time.Second)
+	require.ErrorContains(t, err, `key "k" was deleted while the drain of node "w" waited: the drain mark went with it, `+
+		"and a node that joins makes the key again without one: ")
+	require.NotContains(t, err.Error(), "stays draining")
+
 	// A read that hangs ends at the timeout, which is the failed check.
 	step = 0
 	admin.nodes = func(ctx context.Context) ([]coord.NodeInfo, error) {
