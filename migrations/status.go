@@ -240,6 +240,20 @@ func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error)
 	switch {
 	case len(applied) > 0 && !schema:
 		return nil, ErrSchemaGone
+	case len(applied) == 0 && schema && err == nil:
+		// The table on the search path records nothing: when it is the
+		// only one, it lost its rows (deleted by hand), and the mismatch
+		// gives the INSERT that puts them back.
+		only, oerr := onlyVersionTableOnPath(ctx, pool)
+		if oerr != nil {
+			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, oerr)
+		}
+		if only {
+			if err := checkSchemaVersion(ctx, pool, 0); err != nil {
+				return nil, err
+			}
+		}
+		fallthrough
 	case len(applied) == 0 && schema:
 		var where string
 		if err := pool.QueryRow(ctx, sqlVersionTablesAnywhere, VersionTable).Scan(&where); err != nil {
@@ -269,6 +283,21 @@ const firstSchemaVersion = 4
 // fleetlimit.schema_version() returns, or when that function is missing
 // while recorded says it should exist (and the other way round). A role
 // that may not call the function is not checked.
+// onlyVersionTableOnPath reports whether the one version table in the
+// database is the one on the search path.
+func onlyVersionTableOnPath(ctx context.Context, q querier) (bool, error) {
+	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
+	if err != nil {
+		return false, err
+	}
+	onPath, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bool, error) {
+		var schema, quoted string
+		var on bool
+		return on, row.Scan(&schema, &quoted, &on)
+	})
+	return err == nil && len(onPath) == 1 && onPath[0], err
+}
+
 func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 	var exists, callable bool
 	if err := q.QueryRow(ctx, sqlSchemaVersionFunc).Scan(&exists, &callable); err != nil {

@@ -488,6 +488,32 @@ func newestVersionRowsLost(t *testing.T, partitioned bool) {
 	require.NoError(t, migrations.Up(ctx, pool))
 }
 
+// TestEveryVersionRowLost: the only version table, emptied by hand, gets
+// the INSERT of every row, as one that lost its newest rows does (not the
+// advice for a table on another role's search path), and the INSERT works.
+func TestEveryVersionRowLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id > 0`)
+	require.NoError(t, err)
+
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	require.NotErrorIs(t, err, migrations.ErrSchemaUnrecorded)
+	require.ErrorContains(t, err, fmt.Sprintf("the one in schema public records version 0, but fleetlimit.schema_version() says %d: "+
+		"it is the only version table, and it may have lost the rows of the newest migrations", coord.SchemaVersion))
+	_, fix, ok := strings.Cut(err.Error(), "put the rows back: ")
+	require.True(t, ok, err.Error())
+	_, err = pool.Exec(ctx, fix)
+	require.NoError(t, err)
+	pending, err := migrations.HasPending(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, pending)
+	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1), "the rows put back roll back in order")
+}
+
 // TestVersionTableAheadOfTheSchema: the only version table recording a
 // migration the schema no longer holds (a schema restored from an older
 // dump) gets the DELETE that takes the newer rows out (not a DROP TABLE,
