@@ -109,6 +109,10 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 			msg := strings.TrimPrefix(err.Error(), "cannot parse ``: ")
 			return nil, sessionTimeout{}, globalUsageErrorf("invalid connection settings from the %s (%s): %s", s.source, pgEnvSet(), msg)
 		}
+		if set := pgEnvSet(); set != "none set" {
+			// They fill in what the string leaves out.
+			return nil, sessionTimeout{}, globalUsageErrorf("invalid database URL from %s (with the %s: %s): %v", s.source, sourceLibpqEnv, set, err)
+		}
 		return nil, sessionTimeout{}, globalUsageErrorf("invalid database URL from %s: %v", s.source, err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
@@ -150,10 +154,12 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		}
 		timeout.desc += fmt.Sprintf(", from -c statement_timeout in the connection's options (--%s overrides it; 0 for none)", flagStatementTimeout)
 	}
-	if d := cfg.ConnConfig.ConnectTimeout; d < 0 || d%time.Second != 0 {
-		// pgx multiplies the seconds into a Duration without a check.
-		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %s from %s: want whole seconds up to %d",
-			connectTimeoutText(s.url), s.source, int64(math.MaxInt64/time.Second))
+	// pgx multiplies the seconds into a Duration without a check.
+	raw, from := connectTimeoutSetting(s.url, s.source)
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if d := cfg.ConnConfig.ConnectTimeout; d < 0 || d%time.Second != 0 || err == nil && n > int64(math.MaxInt64/time.Second) {
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d",
+			raw, from, int64(math.MaxInt64/time.Second))
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		// The dial's own timeout is the connection string's too.
@@ -165,47 +171,56 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	return cfg, timeout, nil
 }
 
-// pgEnvSet lists the PG* variables set, as NAME=value (a password as
-// NAME set), in order, for an error about the settings they make.
+// pgEnvSet lists the PG* variables pgx reads that are set, as NAME=value
+// (a password as NAME set), in order, for an error about the settings
+// they make; "none set" if none is.
 func pgEnvSet() string {
 	var set []string
-	for _, kv := range os.Environ() {
-		name, value, _ := strings.Cut(kv, "=")
-		switch {
-		case !strings.HasPrefix(name, "PG"):
-		case name == "PGPASSWORD":
+	for _, name := range pgEnv {
+		switch v := os.Getenv(name); {
+		case v == "":
+		case strings.HasSuffix(name, "PASSWORD"):
 			set = append(set, name+" set")
 		default:
-			set = append(set, name+"="+strconv.Quote(value))
+			set = append(set, name+"="+strconv.Quote(v))
 		}
 	}
 	if len(set) == 0 {
 		return "none set"
 	}
-	slices.Sort(set)
 	return strings.Join(set, " ")
 }
 
-// connectTimeoutText returns the connect_timeout the connection string s
-// gives, quoted as written, or that $PGCONNECT_TIMEOUT does, for an error
-// naming it.
-func connectTimeoutText(s string) string {
-	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		if v, ok := u.Query()["connect_timeout"]; ok {
-			return strconv.Quote(v[len(v)-1])
+// pgEnv are the libpq variables pgx reads, in order.
+var pgEnv = []string{"PGAPPNAME", "PGCHANNELBINDING", "PGCONNECT_TIMEOUT", "PGDATABASE", "PGHOST", "PGMAXPROTOCOLVERSION",
+	"PGMINPROTOCOLVERSION", "PGOPTIONS", "PGPASSFILE", "PGPASSWORD", "PGPORT", "PGREQUIREAUTH", "PGSERVICE", "PGSERVICEFILE",
+	"PGSSLCERT", "PGSSLCERTMODE", "PGSSLKEY", "PGSSLMODE", "PGSSLNEGOTIATION", "PGSSLPASSWORD", "PGSSLROOTCERT", "PGSSLSNI",
+	"PGTARGETSESSIONATTRS", "PGTZ", "PGUSER"}
+
+// connectTimeoutSetting returns the connect_timeout the connection string
+// s (from source) gives, as written, or else $PGCONNECT_TIMEOUT, with
+// where it came from, for an error naming it.
+func connectTimeoutSetting(s, source string) (value, from string) {
+	if m := connectTimeoutParam.FindAllStringSubmatch(s, -1); m != nil {
+		v := m[len(m)-1][1]
+		if uq, ok := strings.CutPrefix(v, "'"); ok {
+			v = strings.NewReplacer(`\'`, "'", `\\`, `\`).Replace(strings.TrimSuffix(uq, "'"))
+		} else if uq, err := url.QueryUnescape(v); err == nil {
+			v = uq
 		}
-	} else if m := keywordConnectTimeout.FindAllStringSubmatch(s, -1); m != nil {
-		return strconv.Quote(m[len(m)-1][1])
+		return v, source
 	}
-	return fmt.Sprintf("%q (from $PGCONNECT_TIMEOUT)", os.Getenv("PGCONNECT_TIMEOUT"))
+	return os.Getenv("PGCONNECT_TIMEOUT"), "$PGCONNECT_TIMEOUT"
 }
 
-// keywordConnectTimeout finds connect_timeout in a keyword/value string.
-var keywordConnectTimeout = regexp.MustCompile(`(?:^|\s)connect_timeout\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
+// connectTimeoutParam finds connect_timeout in a URL's query or a
+// keyword/value string.
+var connectTimeoutParam = regexp.MustCompile(`(?:^|[?&\s])connect_timeout\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)`)
 
 // sessionTimeout is the statement_timeout fleetctl's sessions run with:
-// its value as sent (the flag's in milliseconds, as Postgres reads a
-// number without a unit, or the connection string's as written there),
+// its value as written (the flag's in milliseconds, as Postgres reads a
+// number without a unit, sent as a parameter; or the connection string's,
+// a parameter or -c in its options, as written there),
 // whether it is none (0, with a unit or not), and a description naming
 // the duration, its source and how to change it, for the hint of a
 // statement that ran past it (see timeoutHint). The zero value is one not
@@ -275,7 +290,7 @@ func connectError(cfg *pgxpool.Config, timeout time.Duration, err error) error {
 			code:   ExitUsage,
 			global: true,
 			hint:   globalHint,
-			err: fmt.Errorf("the server at %s refuses a setting of the connection string: %s",
+			err: fmt.Errorf("the server at %s refuses a setting of the connection (its string, its options or a PG* variable): %s",
 				endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port), pgErr.Message),
 		}
 	}
@@ -350,7 +365,7 @@ func isTimeout(err error) bool {
 // refuses (a negative one, one past INT_MAX milliseconds, an unknown
 // unit) and for the rare forms it does not read (a hexadecimal fraction).
 func pgTimeout(v string) (time.Duration, bool) {
-	num, rest, ok := cNumber(strings.TrimLeft(v, cSpace))
+	num, rest, ok := cNumber(v)
 	if !ok {
 		return 0, false
 	}
@@ -385,10 +400,14 @@ type pgTimeUnit struct {
 // as Postgres's table orders them (each one's next is the next smaller).
 var pgTimeUnits = []pgTimeUnit{{"d", 86400000}, {"h", 3600000}, {"min", 60000}, {"s", 1000}, {"ms", 1}, {"us", 0.001}}
 
-// cNumber reads the number at the start of s as strtol with base 0 does,
-// or, when a '.', an 'e' or an 'E' follows the integer or it overflows,
-// as strtod does (decimal forms only), and returns it with the rest of s.
-func cNumber(s string) (float64, string, bool) {
+// cNumber reads the number at the start of v as strtol with base 0 does
+// (white space before it skipped), or, when a '.', an 'e' or an 'E'
+// follows the integer or it overflows, as strtod does (decimal forms
+// only), and returns it with the rest of v. Where strtol converts nothing
+// its end is v itself, so only a v that starts with one of those three
+// goes on to strtod (" .5" and "+.5" are no number, ".5" is).
+func cNumber(v string) (float64, string, bool) {
+	s := strings.TrimLeft(v, cSpace)
 	i := 0
 	if i < len(s) && (s[i] == '+' || s[i] == '-') {
 		i++
@@ -403,6 +422,12 @@ func cNumber(s string) (float64, string, bool) {
 	end := start
 	for end < len(s) && isDigit(s[end], base) {
 		end++
+	}
+	if end == start {
+		if v != "" && strings.IndexByte(".eE", v[0]) >= 0 {
+			return cDecimal(v)
+		}
+		return 0, "", false
 	}
 	n, err := strconv.ParseInt(s[start:end], base, 64)
 	if end < len(s) && strings.IndexByte(".eE", s[end]) >= 0 || errors.Is(err, strconv.ErrRange) {
@@ -456,6 +481,9 @@ func cDecimal(s string) (float64, string, bool) {
 	if err != nil {
 		return 0, "", false // out of range too, as strtod's ERANGE is
 	}
+	if f != 0 && math.Abs(f) < 0x1p-1022 || f == 0 && strings.ContainsAny(strings.SplitN(strings.ToLower(s[:end]), "e", 2)[0], "123456789") {
+		return 0, "", false // strtod's ERANGE for a result below the normal range
+	}
 	return f, s[end:], true
 }
 
@@ -474,9 +502,10 @@ func isDigit(c byte, base int) bool {
 // optionsSetting returns the value the startup options opts (a connection
 // string's options, or $PGOPTIONS) give the setting name, as the server
 // reads them: words split at white space, a backslash taking the next
-// character as it is; -c name=value, -cname=value or --name=value, the
-// name in any case and a dash in it read as an underscore; the last one
-// given wins.
+// character as it is; switches as getopt reads them (see pgSwitches), so
+// -c name=value, -cname=value, -ec name=value or --name=value, the name
+// in any case and a dash in it read as an underscore; the last one given
+// wins.
 func optionsSetting(opts, name string) (string, bool) {
 	var words []string
 	var word strings.Builder
@@ -504,19 +533,37 @@ func optionsSetting(opts, name string) (string, bool) {
 	}
 	value, found := "", false
 	for i := 0; i < len(words); i++ {
-		var set string
-		switch w := words[i]; {
-		case w == "-c" && i+1 < len(words):
-			i++
-			set = words[i]
-		case strings.HasPrefix(w, "--"), strings.HasPrefix(w, "-c"):
-			set = w[2:]
-		default:
+		w := words[i]
+		if len(w) < 2 || w[0] != '-' {
 			continue
 		}
-		if k, v, ok := strings.Cut(set, "="); ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), name) {
-			value, found = v, true
+		// The word's switches, as getopt reads them: one that takes an
+		// argument takes the rest of the word, or the next word.
+		for j := 1; j < len(w); j++ {
+			k := strings.IndexByte(pgSwitches, w[j])
+			if k < 0 || w[j] == ':' {
+				break // the server refuses it
+			}
+			if k+1 == len(pgSwitches) || pgSwitches[k+1] != ':' {
+				continue
+			}
+			arg := w[j+1:]
+			if arg == "" && i+1 < len(words) {
+				i++
+				arg = words[i]
+			}
+			if c := w[j]; c == 'c' || c == '-' {
+				if k, v, ok := strings.Cut(arg, "="); ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), name) {
+					value, found = v, true
+				}
+			}
+			break
 		}
 	}
 	return value, found
 }
+
+// pgSwitches are the server's switches, as getopt takes them (a colon
+// after one that takes an argument): -c name=value and --name=value set a
+// setting.
+const pgSwitches = "B:bc:C:D:d:EeFf:h:ijk:lN:nOPp:r:S:sTt:v:W:-:"

@@ -338,6 +338,7 @@ var pgTimeouts = map[string]time.Duration{
 	"2147483647": maxStatementTimeout, "2147483647.4": maxStatementTimeout,
 	"": -1, "s": -1, "10x": -1, "1.5S": -1, "-1": -1, "2147483648": -1, "597h": -1, "1e10": -1, "1e400": -1,
 	"99999999999999999d": -1, "99999999999999999999": -1, "08": -1, "0x": -1, "nan": -1, "inf": -1, "soon": -1, "1.5s x": -1,
+	" .5": -1, "+.5": -1, "-.5": -1, "1e-400": -1, "1e-320": -1, "e5": -1, "0e-400": 0, " 5": 5 * time.Millisecond,
 }
 
 // TestPGTimeoutReadsAsThePostgresServer: pgTimeout gives the timeout the
@@ -385,13 +386,17 @@ func TestOptionsSetting(t *testing.T) {
 		"-c search_path=a\\ b -c statement_timeout=1s --statement_timeout=9s": "9s",
 		"-c statement_timeout=1\\ s":                                          "1 s",
 		"-c statement_timeout=":                                               "",
+		"-ec statement_timeout=5s":                                            "5s",
+		"-Pcstatement_timeout=5s":                                             "5s",
+		"-B 100 -c statement_timeout=5s":                                      "5s",
+		"-B -c -c statement_timeout=5s":                                       "5s",
 	} {
 		got, ok := optionsSetting(opts, "statement_timeout")
 		require.True(t, ok, "%q", opts)
 		require.Equal(t, want, got, "%q", opts)
 	}
 	for _, opts := range []string{"", "-c", "-c statement_timeout", "-c lock_timeout=5s", "statement_timeout=5s",
-		"-c a\\ statement_timeout=5s", "-B 100"} {
+		"-c a\\ statement_timeout=5s", "-B 100", "-B -cstatement_timeout=5s", "-xc statement_timeout=5s"} {
 		_, ok := optionsSetting(opts, "statement_timeout")
 		require.False(t, ok, "%q", opts)
 	}
@@ -424,6 +429,9 @@ func TestConnectTimeoutOutOfRange(t *testing.T) {
 		{"postgres://u@127.0.0.1:1/x?connect_timeout=9223372037", `"9223372037"`},
 		{"postgres://u@127.0.0.1:1/x?connect_timeout=99999999999999999", `"99999999999999999"`},
 		{"host=127.0.0.1 port=1 connect_timeout=9223372037", `"9223372037"`},
+		{"host=127.0.0.1 port=1 connect_timeout='9223372037'", `"9223372037"`},
+		{"postgres://u@127.0.0.1:1/x?connect_timeout=36028797018963969", `"36028797018963969"`}, // wraps to 1s
+		{"postgres://u:pa#ss@127.0.0.1:1/x?connect_timeout=9223372037", `"9223372037"`},
 	} {
 		_, _, err := poolConfig(connSettings{url: tt.url, source: "--database-url", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout})
 		var ee *exitError
@@ -504,6 +512,6 @@ func TestRefusedSettingIsAUsageError(t *testing.T) {
 		bad.RawQuery = strings.TrimPrefix(u.RawQuery+"&"+query, "&")
 		_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: bad.String()}, "keys")
 		require.Equal(t, ExitUsage, code, stderr)
-		require.Contains(t, stderr, "fleetctl: the server at "+u.Host+" refuses a setting of the connection string: "+want+"\n")
+		require.Contains(t, stderr, "fleetctl: the server at "+u.Host+" refuses a setting of the connection (its string, its options or a PG* variable): "+want+"\n")
 	}
 }

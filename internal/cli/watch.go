@@ -77,7 +77,12 @@ operator's rights ends the run at once.`,
 // pgTimeout), and a second. Without a statement timeout (0, a value the
 // server rounds to 0, or one it would refuse) a statement gets watchHang.
 func refreshBound(cfg *pgxpool.Config) time.Duration {
-	statement, ok := pgTimeout(cfg.ConnConfig.RuntimeParams["statement_timeout"])
+	params := cfg.ConnConfig.RuntimeParams
+	v, set := params["statement_timeout"]
+	if !set {
+		v, _ = optionsSetting(params["options"], "statement_timeout") // see poolConfig
+	}
+	statement, ok := pgTimeout(v)
 	if !ok || statement <= 0 {
 		statement = watchHang
 	}

@@ -241,6 +241,8 @@ func TestRefreshBound(t *testing.T) {
 		bound("postgres://u@127.0.0.1/x?statement_timeout=soon", defaults), "a value the server refuses")
 	require.Equal(t, 5*time.Second+3*1500*time.Millisecond+time.Second,
 		bound("postgres://u@127.0.0.1/x?statement_timeout=1.5s", defaults), "a fraction")
+	require.Equal(t, 5*time.Second+3*10*time.Minute+time.Second,
+		bound("postgres://u@127.0.0.1/x?options=-c%20statement_timeout%3D10min", defaults), "the options'")
 }
 
 // TestDrainWaitOutlastsARestart: drain --wait's reads go on through a
