@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -144,7 +143,7 @@ func (o *outWriter) failed() error {
 // outputLost is the error of a run whose output could not be written:
 // whatever it changed stays changed.
 func outputLost(err error) error {
-	return fmt.Errorf("writing the output failed: %w; the command itself ran to its end (a change it makes is made)", err)
+	return fmt.Errorf("writing the output failed: %w (what the command changed before that stays changed)", err)
 }
 
 // parseMu serializes argument parsing; see Run.
@@ -214,7 +213,7 @@ func (r *runner) app() *ucli.App {
 			&ucli.DurationFlag{
 				Name:  flagStatementTimeout,
 				Value: DefaultStatementTimeout,
-				Usage: "statement_timeout of every session; 0 disables (not given: the connection string's, else this)",
+				Usage: "statement_timeout of every session; 0 disables (not given: the connection string's, or $PGOPTIONS', else this)",
 			},
 			&ucli.DurationFlag{
 				Name:  flagConnectTimeout,
@@ -282,6 +281,9 @@ func (r *runner) onUsageError(c *ucli.Context, err error, _ bool) error {
 		command = p
 	}
 	flag, msg := r.flagError(c, err)
+	if swallowed := swallowedCommand(c.App, r.args.args); swallowed != "" {
+		msg = fmt.Errorf("%w%s", msg, swallowed)
+	}
 	ee := &exitError{code: ExitUsage, err: msg}
 	if flag != "" && findFlag(c.App.Flags, flag) != nil && (r.args.cmd == nil || findFlag(r.args.cmd.Flags, flag) == nil) {
 		ee.hint = globalHint // the command's help does not list it
@@ -376,13 +378,7 @@ func (r *runner) flagError(c *ucli.Context, err error) (flag string, _ error) {
 // help flag.
 func (r *runner) unknownCommand(c *ucli.Context) error {
 	defer r.parsed()
-	// A --database-url given no value (an unset variable after it) takes
-	// the command's name for one.
-	swallowed := ""
-	if v := c.String(flagDatabaseURL); c.IsSet(flagDatabaseURL) && slices.ContainsFunc(c.App.Commands, func(cmd *ucli.Command) bool { return cmd.HasName(v) }) {
-		swallowed = fmt.Sprintf(" (--%s took the command %q as its value: an unset variable after the flag? "+
-			"give the flag a connection string, or leave it out)", flagDatabaseURL, v)
-	}
+	swallowed := swallowedCommand(c.App, r.args.args)
 	if !c.Args().Present() {
 		if c.Command != nil && c.Command.Name != "" && c.Command.Name != appName {
 			_ = ucli.ShowSubcommandHelp(c)
@@ -396,6 +392,26 @@ func (r *runner) unknownCommand(c *ucli.Context) error {
 		err = usageErrorf("unknown command %q%s", c.Args().First(), swallowed)
 	}
 	return inCommand(commandPath(c), err)
+}
+
+// swallowedCommand says, for an error's end, that --database-url took a
+// command's name for its value (an unset variable after the flag: the
+// command line's next word was the command), or returns "" when args
+// (the command line after the program's name) show no such thing.
+func swallowedCommand(app *ucli.App, args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if a := args[i]; a == "--" {
+			break
+		} else if a != "--"+flagDatabaseURL && a != "-"+flagDatabaseURL {
+			continue
+		}
+		if v := args[i+1]; slices.ContainsFunc(app.Commands, func(cmd *ucli.Command) bool { return cmd.HasName(v) }) {
+			return fmt.Sprintf(" (--%s took the command %q as its value: an unset variable after the flag? "+
+				"give the flag a connection string, or leave it out)", flagDatabaseURL, v)
+		}
+		i++
+	}
+	return ""
 }
 
 // unknownCommandError names the unknown command and suggests the closest
@@ -460,7 +476,9 @@ func (r *runner) action(fn func(c *ucli.Context) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		r.parsed()
 		err := fn(c)
-		if lost := r.out.failed(); lost != nil && (err == nil || errors.Is(err, lost)) {
+		if lost := r.out.failed(); lost != nil && (err == nil || err == lost) {
+			// The command's own error, if any, was the write's; one
+			// that says more (joined with others) stands as it is.
 			err = outputLost(lost)
 		}
 		return inCommand(commandPath(c), timeoutHint(err, r.timeout))

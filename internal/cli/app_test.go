@@ -62,6 +62,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nodse"}, `fleetctl: unknown command "nodse"; did you mean "nodes"?`},
 		{[]string{"--database-url", "nodes", "api"}, `fleetctl: unknown command "api" (--database-url took the command "nodes" as its value: an unset variable after the flag? give the flag a connection string, or leave it out)`},
 		{[]string{"--database-url", "keys"}, `fleetctl: missing command (--database-url took the command "keys" as its value: an unset variable after the flag? give the flag a connection string, or leave it out)`},
+		{[]string{"--database-url", "keys", "-o", "json"}, `fleetctl: flag provided but not defined: -o (--database-url took the command "keys" as its value: an unset variable after the flag? give the flag a connection string, or leave it out)`},
 		{[]string{"migrate", "statsu"}, `fleetctl: migrate: unknown command "statsu"; did you mean "status"?`},
 		{[]string{"limits", "set", "k", "--min", "20", "--max", "10"}, `fleetctl: limits set: --max 10 is below --min 20`},
 		{[]string{"version", "-o", "xml"}, `fleetctl: version: invalid value "xml" for --output: want table or json`},
@@ -536,7 +537,7 @@ func TestLostOutputFails(t *testing.T) {
 		var errOut bytes.Buffer
 		code := Run(t.Context(), append([]string{"fleetctl"}, args...), Env{Stdout: fullWriter{}, Stderr: &errOut, Getenv: envMap(map[string]string{EnvFleetDatabaseURL: dsn})})
 		require.Equal(t, ExitFailure, code, "%v: %s", args, errOut.String())
-		require.Contains(t, errOut.String(), "writing the output failed: no space left on device; the command itself ran to its end (a change it makes is made)\n", args)
+		require.Contains(t, errOut.String(), "writing the output failed: no space left on device (what the command changed before that stays changed)\n", args)
 	}
 	require.Contains(t, fleetctlOK(t, dsn, "limits", "get", "lost-output"), "lost-output  -    9 ")
 }
