@@ -278,11 +278,6 @@ func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error)
 // firstSchemaVersion is the migration that adds fleetlimit.schema_version().
 const firstSchemaVersion = 4
 
-// checkSchemaVersion returns ErrVersionMismatch when recorded, the newest
-// version the version table on the search path records, is not the one
-// fleetlimit.schema_version() returns, or when that function is missing
-// while recorded says it should exist (and the other way round). A role
-// that may not call the function is not checked.
 // onlyVersionTableOnPath reports whether the one version table in the
 // database is the one on the search path.
 func onlyVersionTableOnPath(ctx context.Context, q querier) (bool, error) {
@@ -298,6 +293,11 @@ func onlyVersionTableOnPath(ctx context.Context, q querier) (bool, error) {
 	return err == nil && len(onPath) == 1 && onPath[0], err
 }
 
+// checkSchemaVersion returns ErrVersionMismatch when recorded, the newest
+// version the version table on the search path records, is not the one
+// fleetlimit.schema_version() returns, or when that function is missing
+// while recorded says it should exist (and the other way round). A role
+// that may not call the function is not checked.
 func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 	var exists, callable bool
 	if err := q.QueryRow(ctx, sqlSchemaVersionFunc).Scan(&exists, &callable); err != nil {
@@ -388,7 +388,7 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		}
 		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
 	}
-	if exists && actual < recorded && len(agreeing) == 0 {
+	if (exists && actual < recorded || !exists) && len(agreeing) == 0 {
 		// A table ahead of the schema that no other table agrees with
 		// may outlive a schema restored from an older dump: dropping it
 		// would leave only a reset, which loses every key.
@@ -397,9 +397,14 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		} else {
 			b.WriteString(": no other version table agrees with the schema")
 		}
-		fmt.Fprintf(&b, ", and it may record migrations the schema no longer holds (restored from an older dump?); "+
-			"if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
-			"and up applies those migrations again: DELETE FROM %s WHERE version_id > %d", actual, staleName, actual)
+		b.WriteString(", and it may record migrations the schema no longer holds (restored from an older dump?); ")
+		if exists {
+			fmt.Fprintf(&b, "if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
+				"and up applies those migrations again: DELETE FROM %s WHERE version_id > %d", actual, staleName, actual)
+		} else {
+			fmt.Fprintf(&b, "if so, delete the rows above the version the dump was taken at, V (below %d), "+
+				"and up applies those migrations again: DELETE FROM %s WHERE version_id > V", firstSchemaVersion, staleName)
+		}
 		if len(others) > 0 {
 			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
 		}

@@ -549,6 +549,23 @@ func TestVersionTableAheadOfTheSchema(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT fleetlimit.schema_version(), (SELECT count(*) FROM fleetlimit.keys WHERE key = 'kept')`).Scan(&v, &keys))
 	require.Equal(t, coord.SchemaVersion, v)
 	require.Equal(t, 1, keys)
+
+	// A schema older than schema_version() (version 4) cannot say its
+	// version: the DELETE names the dump's.
+	require.NoError(t, migrations.DownTo(ctx, pool, 3))
+	for version := int64(4); version <= coord.SchemaVersion; version++ {
+		_, err = pool.Exec(ctx, `INSERT INTO `+migrations.VersionTable+` (version_id, is_applied) VALUES ($1, true)`, version)
+		require.NoError(t, err)
+	}
+	_, err = migrations.Status(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
+	require.ErrorContains(t, err, `it is the only version table, and it may record migrations the schema no longer holds `+
+		`(restored from an older dump?); if so, delete the rows above the version the dump was taken at, V (below 4), `+
+		`and up applies those migrations again: DELETE FROM "public"."fleetlimit_schema_version" WHERE version_id > V`)
+	require.NotContains(t, err.Error(), "DROP TABLE")
+	_, err = pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id > 3`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
 }
 
 // TestConcurrentDownsReportWhatEachDid: runs that roll back to the same
