@@ -712,10 +712,12 @@ func TestKeysCreateDelete(t *testing.T) {
 	out := mustRun(t, dsn, "limits", "set", "quota", "--max", "20")
 	require.Contains(t, out, "L_GLOBAL moves within the new bounds at the key's next heartbeat\n",
 		"L_GLOBAL 24 beside MAX 20 is said to be the old one")
+	require.NotContains(t, mustRun(t, dsn, "limits", "set", "quota", "--max", "24"), "moves within")
 	out = mustRun(t, dsn, "limits", "set", "quota", "--clear-max")
 	require.NotContains(t, out, "moves within")
 	require.Contains(t, out, "L_GLOBAL follows the nodes' estimates without the cleared bound from the key's next heartbeat\n",
-		"a bound cleared leaves L_GLOBAL free to move")
+		"the max that held L_GLOBAL at 24, cleared, leaves it free to move")
+	require.NotContains(t, mustRun(t, dsn, "limits", "set", "quota", "--clear-max"), "follows", "no max to clear")
 
 	res = run(t, dsn, "keys", "delete", "quota")
 	require.Equal(t, 1, res.code)

@@ -192,7 +192,7 @@ with the rows that put it back.`,
 							if !r.stdinIsTerminal() {
 								return usageErrorf("reset removes every key, override and node: give --yes to confirm")
 							}
-							fmt.Fprintf(r.env.Stderr, "This removes the fleetlimit schema and all its data (%d keys, %d live nodes). Type 'reset' to confirm: ", use.keys, use.live)
+							fmt.Fprintf(r.env.Stderr, "This removes the fleetlimit schema and all its data (%s, %s). Type 'reset' to confirm: ", plural(use.keys, "key", "keys"), plural(use.live, "live node", "live nodes"))
 							answer, _ := bufio.NewReader(r.env.Stdin).ReadString('\n')
 							if strings.TrimSpace(answer) != "reset" {
 								return errors.New("not confirmed; nothing was changed")

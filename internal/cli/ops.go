@@ -465,6 +465,13 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 					}
 					return err
 				}
+				// A bound cleared may have held L_GLOBAL: read it first.
+				var before *coord.KeyInfo
+				if maxChange.set && maxChange.value == nil || minChange.set && minChange.value == nil {
+					if k, err := findKey(ctx, admin, key); err == nil {
+						before = &k
+					}
+				}
 				var minLimit, maxLimit *int
 				if minChange.set || maxChange.set {
 					var err error
@@ -507,8 +514,9 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 				case k.LGlobal <= 0:
 				case maxLimit != nil && k.LGlobal > *maxLimit || minLimit != nil && k.LGlobal < *minLimit:
 					r.printf("L_GLOBAL moves within the new bounds at the key's next heartbeat\n")
-				case maxChange.set && maxLimit == nil || minChange.set && minLimit == nil:
-					// L_GLOBAL shown may be the bound just cleared.
+				case before != nil && (maxChange.set && maxLimit == nil && before.MaxLimit != nil && *before.MaxLimit == k.LGlobal ||
+					minChange.set && minLimit == nil && before.MinLimit != nil && *before.MinLimit == k.LGlobal):
+					// L_GLOBAL shown is the bound just cleared.
 					r.printf("L_GLOBAL follows the nodes' estimates without the cleared bound from the key's next heartbeat\n")
 				}
 				return nil
