@@ -479,12 +479,21 @@ func newestVersionRowsLost(t *testing.T, partitioned bool) {
 	require.NotContains(t, err.Error(), "DROP TABLE")
 	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrVersionMismatch)
 
-	_, err = pool.Exec(ctx, want)
+	putRowsBack(t, pool, want, coord.SchemaVersion-2)
+}
+
+// putRowsBack runs insert, the INSERT an error gave, and checks that the
+// rows it put back leave nothing pending and roll back in order, to
+// version downTo and up again.
+func putRowsBack(t *testing.T, pool *pgxpool.Pool, insert string, downTo int64) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, insert)
 	require.NoError(t, err)
 	pending, err := migrations.HasPending(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, pending)
-	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-2), "the rows put back roll back in order")
+	require.NoError(t, migrations.DownTo(ctx, pool, downTo), "the rows put back roll back in order")
 	require.NoError(t, migrations.Up(ctx, pool))
 }
 
@@ -506,12 +515,7 @@ func TestEveryVersionRowLost(t *testing.T) {
 		"it is the only version table, and it may have lost the rows of the newest migrations", coord.SchemaVersion))
 	_, fix, ok := strings.Cut(err.Error(), "put the rows back: ")
 	require.True(t, ok, err.Error())
-	_, err = pool.Exec(ctx, fix)
-	require.NoError(t, err)
-	pending, err := migrations.HasPending(ctx, pool)
-	require.NoError(t, err)
-	require.False(t, pending)
-	require.NoError(t, migrations.DownTo(ctx, pool, coord.SchemaVersion-1), "the rows put back roll back in order")
+	putRowsBack(t, pool, fix, coord.SchemaVersion-1)
 }
 
 // TestVersionTableAheadOfTheSchema: the only version table recording a
