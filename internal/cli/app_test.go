@@ -345,6 +345,12 @@ func TestConnectRefusedIsOneLine(t *testing.T) {
 	require.Empty(t, stdout)
 	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1: connection refused\n", stderr)
 	require.Less(t, time.Since(begin), DefaultConnectTimeout)
+
+	// Every host of a multi-host string is named, each once (sslmode
+	// prefer tries each twice).
+	_, stderr, code = runCLI(t, nil, "keys", "--database-url", "postgres://127.0.0.1:1,127.0.0.1:2/x")
+	require.Equal(t, ExitFailure, code)
+	require.Equal(t, "fleetctl: cannot connect to 127.0.0.1:1 or 127.0.0.1:2: connection refused\n", stderr)
 }
 
 func TestConnectTimeout(t *testing.T) {

@@ -297,7 +297,7 @@ func connectError(cfg *pgxpool.Config, timeout time.Duration, err error) error {
 	return &exitError{
 		code:   ExitFailure,
 		global: true,
-		err:    fmt.Errorf("cannot connect to %s: %s", endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port), connectCause(err, timeout)),
+		err:    fmt.Errorf("cannot connect to %s: %s", endpoints(cfg), connectCause(err, timeout)),
 	}
 }
 
@@ -307,6 +307,18 @@ const (
 	pgInvalidParameterValue = "22023"
 	pgUndefinedObject       = "42704"
 )
+
+// endpoints names the servers cfg tries, in order: its host and its
+// fallbacks' (a multi-host connection string), each once.
+func endpoints(cfg *pgxpool.Config) string {
+	names := []string{endpoint(cfg.ConnConfig.Host, cfg.ConnConfig.Port)}
+	for _, f := range cfg.ConnConfig.Fallbacks {
+		if e := endpoint(f.Host, f.Port); !slices.Contains(names, e) {
+			names = append(names, e)
+		}
+	}
+	return strings.Join(names, " or ")
+}
 
 // endpoint names a server: host:port, or the socket file for a unix
 // socket directory.
