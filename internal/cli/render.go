@@ -179,7 +179,8 @@ func renderLive(w io.Writer, title string, f frame, h *history) error {
 	row("L_global", h.lGlobal, lGlobal(k.LGlobal))
 	row("in-flight", h.inflight, lastOf(h.inflight))
 	row("capacity", h.capacity, lastOf(h.capacity))
-	fmt.Fprintf(&b, "%-10s scale 0..%s over the last %d refreshes\n", "", fmtNum(top), h.width)
+	shown := max(len(h.lGlobal), len(h.inflight), len(h.capacity)) // fewer than width at the start
+	fmt.Fprintf(&b, "%-10s scale 0..%s over the last %s\n", "", fmtNum(top), plural(shown, "refresh", "refreshes"))
 	_, err := w.Write(b.Bytes())
 	return err
 }
