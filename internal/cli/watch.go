@@ -64,7 +64,12 @@ operator's rights ends the run at once.`,
 				defer v.close()
 				w := r.newWatcher("watch", admin, pool, key, interval)
 				w.show = v.show
-				return watchLoop(ctx, interval, count, func() error { return w.refresh(ctx) })
+				refreshes := 0
+				return watchLoop(ctx, interval, count, func() error {
+					refreshes++
+					w.last = count != 0 && refreshes == count
+					return w.refresh(ctx)
+				})
 			})
 		}),
 	}
@@ -122,6 +127,7 @@ type watcher struct {
 	failing  int       // refreshes failed in a row
 	since    time.Time // when the first of them failed
 	lastWarn string
+	last     bool      // the refresh is the run's last: a failure is not tried again
 	note     string    // the last recovery, shown in the frames for noteFor
 	noteAt   time.Time // when it came
 }
@@ -172,7 +178,7 @@ func (w *watcher) refresh(ctx context.Context) error {
 	}
 	// On one line: a connection error spans several, one per host tried.
 	reason := strings.Join(strings.Fields(err.Error()), " ")
-	if reason != w.lastWarn {
+	if reason != w.lastWarn && !w.last {
 		w.warn(fmt.Sprintf("a refresh failed; trying again every %s: %s", w.interval, reason))
 		w.lastWarn = reason
 	}

@@ -158,6 +158,17 @@ func TestWatcherOutlastsARestart(t *testing.T) {
 		"refreshing again after 3 failed refreshes",
 	}, warns)
 
+	// The last refresh of a counted run that fails says nothing of trying
+	// again: its error ends the run.
+	warns = nil
+	w.last, w.lastWarn = true, ""
+	script = []func(ctx context.Context) ([]coord.KeyInfo, error){
+		func(context.Context) ([]coord.KeyInfo, error) { return nil, restart },
+	}
+	require.ErrorAs(t, w.refresh(t.Context()), &errRefresh{})
+	require.Empty(t, warns)
+	w.last, w.failing = false, 0
+
 	// A database gone for good: the run ends once giveUp has passed.
 	script = []func(ctx context.Context) ([]coord.KeyInfo, error){
 		func(context.Context) ([]coord.KeyInfo, error) { return nil, restart },
