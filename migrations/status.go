@@ -367,53 +367,43 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 	}
 	staleName := pgx.Identifier{stale.schema, VersionTable}.Sanitize()
 	drop := "DROP TABLE " + staleName
-	if exists && actual > recorded && len(agreeing) == 0 {
-		// A table behind the schema that no other table agrees with may
-		// have lost its newest rows rather than be stale: dropping it
-		// would leave only a reset, which loses every key.
+	if len(agreeing) > 0 {
+		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
+		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+	}
+	// A table no other agrees with may have lost its newest rows (behind
+	// the schema) or outlive a schema restored from an older dump (ahead
+	// of it) rather than be stale: dropping it would leave only a reset,
+	// which loses every key. (Where the versions agree, or the schema
+	// predates schema_version() as the table does, the check passed
+	// above.)
+	var fix string
+	switch {
+	case exists && actual > recorded:
 		values, err := newestRows(ctx, q, recorded, actual)
 		if err != nil {
 			return fmt.Errorf("%w: %s (and reading its ids failed: %w)", ErrVersionMismatch, b.String(), err)
 		}
-		if len(others) == 0 {
-			b.WriteString(": it is the only version table")
-		} else {
-			b.WriteString(": no other version table agrees with the schema")
-		}
-		fmt.Fprintf(&b, ", and it may have lost the rows of the newest migrations (deleted by hand?); "+
+		fix = fmt.Sprintf(", and it may have lost the rows of the newest migrations (deleted by hand?); "+
 			"if the fleetlimit schema holds what they made, as schema_version() says, put the rows back: "+
 			"INSERT INTO %s (id, version_id, is_applied) VALUES %s", staleName, values)
-		if len(others) > 0 {
-			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
-		}
-		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
+	case exists:
+		fix = fmt.Sprintf(", and it may record migrations the schema no longer holds (restored from an older dump?); "+
+			"if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
+			"and up applies those migrations again: DELETE FROM %s WHERE version_id > %d", actual, staleName, actual)
+	default:
+		fix = fmt.Sprintf(", and it may record migrations the schema no longer holds (restored from an older dump?); "+
+			"if so, delete the rows above the version the dump was taken at, V (below %d), "+
+			"and up applies those migrations again: DELETE FROM %s WHERE version_id > V", firstSchemaVersion, staleName)
 	}
-	if (exists && actual < recorded || !exists) && len(agreeing) == 0 {
-		// A table ahead of the schema that no other table agrees with
-		// may outlive a schema restored from an older dump: dropping it
-		// would leave only a reset, which loses every key.
-		if len(others) == 0 {
-			b.WriteString(": it is the only version table")
-		} else {
-			b.WriteString(": no other version table agrees with the schema")
-		}
-		b.WriteString(", and it may record migrations the schema no longer holds (restored from an older dump?); ")
-		if exists {
-			fmt.Fprintf(&b, "if the fleetlimit schema holds what version %d made, as schema_version() says, delete the newer rows, "+
-				"and up applies those migrations again: DELETE FROM %s WHERE version_id > %d", actual, staleName, actual)
-		} else {
-			fmt.Fprintf(&b, "if so, delete the rows above the version the dump was taken at, V (below %d), "+
-				"and up applies those migrations again: DELETE FROM %s WHERE version_id > V", firstSchemaVersion, staleName)
-		}
-		if len(others) > 0 {
-			fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
-		}
-		return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
-	}
-	if len(agreeing) > 0 {
-		fmt.Fprintf(&b, ": drop the stale table (%s) and migrate with a search path that starts with %s", drop, agreeing[0])
+	if len(others) == 0 {
+		b.WriteString(": it is the only version table")
 	} else {
-		fmt.Fprintf(&b, ": drop the stale table (%s) and look again", drop)
+		b.WriteString(": no other version table agrees with the schema")
+	}
+	b.WriteString(fix)
+	if len(others) > 0 {
+		fmt.Fprintf(&b, "; if it is a stale table instead, drop it (%s) and look again", drop)
 	}
 	return fmt.Errorf("%w: %s", ErrVersionMismatch, b.String())
 }
