@@ -134,25 +134,20 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		}
 		if v := params[k]; !s.statementTimeoutSet && !fromURL {
 			fromURL, timeout.value = true, v
-			// As the server applies it (400us and 0.4 are none).
-			shown := strconv.Quote(v)
-			if d, ok := pgTimeout(v); ok {
-				shown, timeout.none = d.String(), d == 0
-			}
+			shown, none := serverTimeout(v)
+			timeout.none = none
 			timeout.desc = fmt.Sprintf("%s, from the connection string (--%s overrides it; 0 for none)", shown, flagStatementTimeout)
 		}
 		delete(params, k)
 	}
-	params["statement_timeout"] = timeout.value
 	if v, ok := optionsSetting(params["options"], "statement_timeout"); ok && !s.statementTimeoutSet && !fromURL {
 		// The server applies the options' own; sent as a parameter
 		// too, the default would override it.
-		delete(params, "statement_timeout")
-		timeout = sessionTimeout{value: v, desc: fmt.Sprintf("%q", v)}
-		if d, ok := pgTimeout(v); ok {
-			timeout.desc, timeout.none = d.String(), d == 0
-		}
-		timeout.desc += fmt.Sprintf(", from -c statement_timeout in the connection's options (--%s overrides it; 0 for none)", flagStatementTimeout)
+		shown, none := serverTimeout(v)
+		timeout = sessionTimeout{value: v, none: none,
+			desc: fmt.Sprintf("%s, from -c statement_timeout in the connection's options (--%s overrides it; 0 for none)", shown, flagStatementTimeout)}
+	} else {
+		params["statement_timeout"] = timeout.value
 	}
 	// pgx multiplies the seconds into a Duration without a check.
 	raw, from := connectTimeoutSetting(s.url, s.source)
@@ -169,6 +164,16 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
 	return cfg, timeout, nil
+}
+
+// serverTimeout shows a statement_timeout setting v as the server applies
+// it (400us and 0.4 are none), or quoted as written when the server would
+// refuse it, and reports whether it is none.
+func serverTimeout(v string) (shown string, none bool) {
+	if d, ok := pgTimeout(v); ok {
+		return d.String(), d == 0
+	}
+	return strconv.Quote(v), false
 }
 
 // pgEnvSet lists the PG* variables pgx reads that are set, as NAME=value

@@ -78,20 +78,16 @@ operator's rights ends the run at once.`,
 // refreshBound bounds one refresh of watch, so that a connection that
 // hangs (a network dropped without a reset) fails and is opened again: a
 // connect timeout and three statements (readFrame runs up to three), each
-// at the session's statement_timeout as the server applies it (see
-// pgTimeout), and a second. Without a statement timeout (0, a value the
-// server rounds to 0, or one it would refuse) a statement gets watchHang.
-func refreshBound(cfg *pgxpool.Config) time.Duration {
-	params := cfg.ConnConfig.RuntimeParams
-	v, set := params["statement_timeout"]
-	if !set {
-		v, _ = optionsSetting(params["options"], "statement_timeout") // see poolConfig
-	}
-	statement, ok := pgTimeout(v)
+// at the session's statement_timeout (as poolConfig found it: session)
+// as the server applies it (see pgTimeout), and a second. Without a
+// statement timeout (0, a value the server rounds to 0, or one it would
+// refuse) a statement gets watchHang.
+func refreshBound(connect time.Duration, session sessionTimeout) time.Duration {
+	statement, ok := pgTimeout(session.value)
 	if !ok || statement <= 0 {
 		statement = watchHang
 	}
-	bound := cfg.ConnConfig.ConnectTimeout
+	bound := connect
 	for _, d := range []time.Duration{statement, statement, statement, time.Second} {
 		if bound > math.MaxInt64-d {
 			return math.MaxInt64 // the sum overflows: no bound
@@ -139,7 +135,7 @@ const noteFor = time.Minute
 // each refresh bounded by the pool's own timeouts (see refreshBound),
 // saying its failures on stderr; the caller sets show.
 func (r *runner) newWatcher(command string, admin coord.Admin, pool *pgxpool.Pool, key string, interval time.Duration) *watcher {
-	return &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config()),
+	return &watcher{admin: admin, key: key, interval: interval, timeout: refreshBound(pool.Config().ConnConfig.ConnectTimeout, r.timeout),
 		giveUp: max(watchGiveUp, 10*interval), now: time.Now,
 		warn: func(msg string) { r.progress("fleetctl: %s: %s", command, msg) }}
 }

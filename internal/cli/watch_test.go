@@ -229,9 +229,9 @@ func TestRefreshBound(t *testing.T) {
 	t.Parallel()
 	bound := func(url string, s connSettings) time.Duration {
 		s.url = url
-		cfg, _, err := poolConfig(s)
+		cfg, timeout, err := poolConfig(s)
 		require.NoError(t, err)
-		return refreshBound(cfg)
+		return refreshBound(cfg.ConnConfig.ConnectTimeout, timeout)
 	}
 	defaults := connSettings{statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout}
 	require.Equal(t, 5*time.Second+30*time.Second+time.Second, bound("postgres://u@127.0.0.1/x", defaults))
