@@ -18,8 +18,8 @@ import (
 
 // Postgres is a Coordinator and Admin backed by the fleetlimit schema (see
 // package migrations). Each call is one SQL statement: one round trip and
-// one transaction. A heartbeat is a call of fleetlimit.heartbeat, the SQL
-// twin of State.Heartbeat; its lease clock is the database's now(), never
+// one transaction. A heartbeat is a call of fleetlimit.heartbeat_waiting,
+// the SQL twin of State.Heartbeat; its lease clock is the database's now(), never
 // the caller's. It is safe for concurrent use; calls on one key serialize on
 // the key's row lock in the database, calls on different keys do not.
 type Postgres struct {

@@ -326,8 +326,10 @@ var ErrVersionTableGone = errors.New("migrations: the fleetlimit schema exists, 
 // the rows of the newest migrations (deleted by hand). [Status] returns it,
 // naming the versions and the schemas holding a version table, and how to
 // get out: drop the stale table, and migrate with a search path that
-// reaches the one that agrees; or, when the table is behind the schema and
-// no other agrees, the INSERT that puts the missing rows back.
+// reaches the one that agrees; or, when no other table agrees, the INSERT
+// that puts the missing rows back (a table behind the schema) or the
+// DELETE that takes the rows the schema does not hold out (a table ahead
+// of it: the schema restored from an older dump).
 var ErrVersionMismatch = errors.New("migrations: " + VersionTable + " disagrees with the fleetlimit schema")
 
 // ErrSchemaNewer reports a database that a newer build migrated past this
