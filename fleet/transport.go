@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,8 +275,14 @@ func unsent(req *http.Request, err error) error {
 }
 
 // roundTrip sends req once, on a slot of its own (see Node.Transport).
-func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
+func (t *transport) roundTrip(req *http.Request) (resp *http.Response, err error) {
 	arrived := time.Now()
+	switch {
+	case req.URL == nil:
+		return nil, unsent(req, errors.New("fleet: Transport: the request has a nil URL; not sent"))
+	case req.Header == nil:
+		return nil, unsent(req, errors.New("fleet: Transport: the request has a nil Header; not sent"))
+	}
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
 	if err != nil {
@@ -330,7 +337,17 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
-	resp, err := t.base.RoundTrip(out)
+	defer func() {
+		if p := recover(); p != nil {
+			// The base may have sent it before it panicked: its slot is
+			// held as an abandoned request's, not lost with the panic.
+			abandon(le, false, bound, cfg.AbandonedHold)
+			unlink()
+			cancel()
+			panic(p)
+		}
+	}()
+	resp, err = t.base.RoundTrip(out)
 	if resp == nil && err == nil {
 		// A broken base: http.Client refuses this answer too.
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
@@ -764,10 +781,12 @@ func (emptyBody) Close() error { return nil }
 // headers then say it was not sent, as does an *http.Transport that
 // failed an http or https request before asking (an invalid request, say;
 // a scheme added with RegisterProtocol goes to a RoundTripper of its own,
-// which need not report). A base that reported nothing may send without
-// saying so: only an error that no connection was ever made (a failed
-// dial or name lookup) says it was not sent, and the first other failure
-// is logged once, since every one holds its slot for AbandonedHold.
+// which need not report), or one of a scheme it does not support. A
+// base that reported nothing may send without saying so: only an error
+// that no connection was ever made (a failed dial or name lookup) says it
+// was not sent, as does another Transport's refusal to send (a base that
+// is a Transport of another key's node), and the first other failure is
+// logged once, since every one holds its slot for AbandonedHold.
 func (t *transport) mayHaveSent(req *http.Request, way *sendTrace, err error) bool {
 	switch {
 	case way.wrote.Load():
@@ -776,7 +795,8 @@ func (t *transport) mayHaveSent(req *http.Request, way *sendTrace, err error) bo
 		return false
 	}
 	_, std := t.base.(*http.Transport)
-	if std && (req.URL.Scheme == "http" || req.URL.Scheme == "https") || neverConnected(err) {
+	if std && (req.URL.Scheme == "http" || req.URL.Scheme == "https" || unsupportedScheme(err)) ||
+		neverConnected(err) || notSent(err) {
 		return false
 	}
 	t.silent.Do(func() {
@@ -784,6 +804,22 @@ func (t *transport) mayHaveSent(req *http.Request, way *sendTrace, err error) bo
 			"base", fmt.Sprintf("%T", t.base), "error", err)
 	})
 	return true
+}
+
+// unsupportedScheme reports whether err is http.Transport's refusal of a
+// request whose URL's scheme it has no RoundTripper for, made before it
+// sends anything.
+func unsupportedScheme(err error) bool {
+	return strings.HasPrefix(err.Error(), "unsupported protocol scheme")
+}
+
+// notSent reports whether err is a Transport's refusal to send a request
+// (see unsentError): a base that is another node's Transport did not send
+// it, unless it failed to send a request again whose first attempt may
+// still run (ErrNotResent).
+func notSent(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u) && !errors.Is(err, ErrNotResent)
 }
 
 // neverConnected reports whether err says that no connection to the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 )
 
@@ -310,4 +312,97 @@ func dialUpgrade(t *testing.T, ctx context.Context, n *Node, srv *httptest.Serve
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	require.True(t, ok, "the upgraded connection is writable")
 	return rwc
+}
+
+// TestTransportRefusesARequestWithoutURLOrHeader: http.Client checks a
+// request's URL before its Transport sees it, but a proxy calling
+// RoundTrip itself need not. A nil URL took a slot, then panicked in
+// Transport's own code after the base's error, and the slot was never
+// freed. Both are refused before admission now, as http.Transport
+// refuses them.
+func TestTransportRefusesARequestWithoutURLOrHeader(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	rt := n.Transport(nil)
+	for _, tc := range []struct {
+		req  *http.Request
+		want string
+	}{
+		{&http.Request{Method: http.MethodGet, Header: http.Header{}}, "nil URL"},
+		{&http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}, "nil Header"},
+	} {
+		resp, err := rt.RoundTrip(tc.req.WithContext(t.Context()))
+		require.Nil(t, resp)
+		require.ErrorContains(t, err, tc.want)
+		require.Zero(t, n.State().Inflight, "refused before admission")
+	}
+}
+
+// TestTransportBasePanicHoldsTheSlotForAbandonedHold: a base that panics
+// (a middleware's bug; net/http's server recovers a handler's panic and
+// serves on) lost the request's slot with the panic, one slot for good
+// at each. The panic goes on up, and the slot is held as an abandoned
+// request's, since the base may have sent the request first.
+func TestTransportBasePanicHoldsTheSlotForAbandonedHold(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 100 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	rt := n.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) { panic("the base's bug") }))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:1/", nil)
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "the base's bug", func() { _, _ = rt.RoundTrip(req) })
+	require.Equal(t, 1, n.State().Inflight, "held: the base may have sent it")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot is freed after AbandonedHold")
+}
+
+// TestTransportUnsupportedSchemeIsNotSent: http.Transport refuses a
+// scheme it has no RoundTripper for ("htp", or "HTTP": schemes are
+// compared as written) before it asks for a connection. Transport took
+// that for a base that may have sent the request, and held its slot and
+// its rate debit for AbandonedHold (5 minutes by default): ten mistyped
+// URLs stopped a node of limit 10.
+func TestTransportUnsupportedSchemeIsNotSent(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, rateKey(t, 6000, 60), testConfig("k", "a"))
+	waitForTokenShare(t, n)
+	client := &http.Client{Transport: n.Transport(nil)}
+	before := tokenLevel(n)
+	for _, scheme := range []string{"htp", "HTTP"} {
+		req, err := http.NewRequestWithContext(WithTokens(t.Context(), 100), http.MethodGet, "http://127.0.0.1:1/", nil)
+		require.NoError(t, err)
+		req.URL.Scheme = scheme
+		_, err = client.Do(req)
+		require.ErrorContains(t, err, "unsupported protocol scheme")
+		require.Zero(t, n.State().Inflight, "scheme %q: not sent, so its slot is free at once", scheme)
+	}
+	require.Greater(t, tokenLevel(n), before-50, "and the rate it never spent is given back")
+}
+
+// TestTransportOverAnotherNodesTransport: one node's Transport may be
+// another's base (a key for an organisation's quota over one for a
+// model's). The inner one's refusal to send (paused, its queue full, too
+// late) held a slot of the outer node for AbandonedHold, as a base that
+// may have sent the request would.
+func TestTransportOverAnotherNodesTransport(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	outer := startNode(t, coord.NewMemory(nil), testConfig("org", "a"))
+	inner := startNode(t, coord.NewMemory(nil), testConfig("model", "a"))
+	client := &http.Client{Transport: outer.Transport(inner.Transport(nil))}
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.EqualValues(t, 1, hits.Load())
+	inner.Limiter().RetryAfter(time.Minute)
+	for range 3 {
+		_, err := client.Get(srv.URL)
+		require.ErrorIs(t, err, adaptive.ErrPaused)
+	}
+	require.EqualValues(t, 1, hits.Load())
+	require.Zero(t, outer.State().Inflight, "the inner node sent nothing: the outer slots are free at once")
+	require.Zero(t, inner.State().Inflight)
 }
