@@ -107,11 +107,11 @@ type Rand interface {
 type Recalibration struct {
 	// Interval is the mean time between two recalibrations, measured from
 	// the end of one to the start of the next. Zero disables recalibration.
-	// Must be ≥ 0.
+	// Must be 0 or ≥ 1µs (a number with no unit is nanoseconds).
 	Interval time.Duration
 	// Jitter spreads recalibrations uniformly over
 	// [Interval−Jitter, Interval+Jitter] so a fleet does not pause in step.
-	// Defaults to 0. Must be in [0, Interval).
+	// Defaults to 0. Must be 0, or in [1µs, Interval).
 	Jitter time.Duration
 	// Samples is how many clean samples, from leases admitted after the
 	// drain, refill the min-RTT window before the limiter resumes.
@@ -121,8 +121,10 @@ type Recalibration struct {
 	// draining and probing together. A recalibration still under way then
 	// is abandoned — the limiter resumes with the samples it has and the
 	// next recalibration is scheduled — so a lease that is never settled,
-	// or one very long request, cannot hold the limit at MinLimit.
-	// Defaults to Interval/10 (at least 1ns). Must be in (0, Interval].
+	// or one very long request, cannot hold the limit at MinLimit. Callers
+	// waiting in the queue then are admitted without waiting for another
+	// call: a runtime timer (not Clock) ends the pin. Defaults to
+	// Interval/10, at least 1µs. Must be in [1µs, Interval].
 	MaxPinned time.Duration
 }
 
@@ -390,7 +392,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Recalibration.Samples = defaultRecalibrationSamples
 	}
 	if cfg.Recalibration.Interval > 0 && cfg.Recalibration.MaxPinned == 0 {
-		cfg.Recalibration.MaxPinned = max(cfg.Recalibration.Interval/10, 1)
+		cfg.Recalibration.MaxPinned = max(cfg.Recalibration.Interval/10, time.Microsecond)
 	}
 	if cfg.UtilizationThreshold == 0 {
 		cfg.UtilizationThreshold = defaultUtilization
@@ -447,7 +449,7 @@ func (cfg Config) validate() error {
 	// the caller may never have set.
 	maxOK := cfg.MaxLimit >= 1 && cfg.MaxLimit <= maxMaxLimit
 	if !maxOK {
-		bad("MaxLimit", cfg.MaxLimit, fmt.Sprintf("[MinLimit, %d]", maxMaxLimit))
+		bad("MaxLimit", cfg.MaxLimit, fmt.Sprintf("[1, %d], and at least MinLimit", maxMaxLimit))
 	}
 	minOK := cfg.MinLimit >= 1 && (!maxOK || cfg.MinLimit <= cfg.MaxLimit)
 	if !minOK {
@@ -489,8 +491,8 @@ func (cfg Config) validate() error {
 	}
 	rc := cfg.Recalibration
 	switch {
-	case rc.Interval < 0:
-		bad("Recalibration.Interval", rc.Interval, "≥ 0 (0 = off)")
+	case !durationOK(rc.Interval) || rc.Interval < 0:
+		bad("Recalibration.Interval", rc.Interval, "0 (off) or ≥ 1µs"+unitHint(rc.Interval))
 	case rc.Interval == 0:
 		if rc.Jitter != 0 {
 			bad("Recalibration.Jitter", rc.Jitter, "0 when Recalibration.Interval is 0")
@@ -502,14 +504,14 @@ func (cfg Config) validate() error {
 			bad("Recalibration.MaxPinned", rc.MaxPinned, "0 when Recalibration.Interval is 0")
 		}
 	default:
-		if rc.Jitter < 0 || rc.Jitter >= rc.Interval {
-			bad("Recalibration.Jitter", rc.Jitter, fmt.Sprintf("[0, Recalibration.Interval=%v)", rc.Interval))
+		if rc.Jitter < 0 || rc.Jitter >= rc.Interval || !durationOK(rc.Jitter) {
+			bad("Recalibration.Jitter", rc.Jitter, fmt.Sprintf("0, or [1µs, Recalibration.Interval=%v)", rc.Interval)+unitHint(rc.Jitter))
 		}
 		if windowOK && (rc.Samples < 1 || rc.Samples > cfg.RTTWindow) {
 			bad("Recalibration.Samples", rc.Samples, fmt.Sprintf("[1, RTTWindow=%d]", cfg.RTTWindow))
 		}
-		if rc.MaxPinned <= 0 || rc.MaxPinned > rc.Interval {
-			bad("Recalibration.MaxPinned", rc.MaxPinned, fmt.Sprintf("(0, Recalibration.Interval=%v]", rc.Interval))
+		if rc.MaxPinned < time.Microsecond || rc.MaxPinned > rc.Interval {
+			bad("Recalibration.MaxPinned", rc.MaxPinned, fmt.Sprintf("[1µs, Recalibration.Interval=%v]", rc.Interval)+unitHint(rc.MaxPinned))
 		}
 	}
 	if cfg.MaxQueued < 0 || cfg.MaxQueued > maxMaxQueued {

@@ -79,8 +79,16 @@ func TestNewRejectsBadFields(t *testing.T) {
 		{"Recalibration.Interval negative", Config{Recalibration: Recalibration{Interval: -time.Second}}, "Config.Recalibration.Interval = -1s"},
 		{"Recalibration.Jitter without Interval", Config{Recalibration: Recalibration{Jitter: time.Second}}, "Config.Recalibration.Jitter = 1s, want 0 when Recalibration.Interval is 0"},
 		{"Recalibration.Samples without Interval", Config{Recalibration: Recalibration{Samples: 3}}, "Config.Recalibration.Samples = 3"},
-		{"Recalibration.Jitter not below Interval", Config{Recalibration: Recalibration{Interval: time.Second, Jitter: time.Second}}, "Config.Recalibration.Jitter = 1s, want [0, Recalibration.Interval=1s)"},
+		{"Recalibration.Jitter not below Interval", Config{Recalibration: Recalibration{Interval: time.Second, Jitter: time.Second}}, "Config.Recalibration.Jitter = 1s, want 0, or [1µs, Recalibration.Interval=1s)"},
 		{"Recalibration.Jitter negative", Config{Recalibration: Recalibration{Interval: time.Second, Jitter: -1}}, "Config.Recalibration.Jitter = -1ns"},
+		// A number with no unit is nanoseconds: an Interval of 500, meant
+		// as 500ms, pinned the limit to MinLimit half of the time.
+		{"Recalibration.Interval without unit", Config{Recalibration: Recalibration{Interval: 500}},
+			"Config.Recalibration.Interval = 500ns, want 0 (off) or ≥ 1µs (a number with no unit is nanoseconds"},
+		{"Recalibration.Jitter without unit", Config{Recalibration: Recalibration{Interval: time.Second, Jitter: 5}},
+			"Config.Recalibration.Jitter = 5ns, want 0, or [1µs, Recalibration.Interval=1s) (a number with no unit is nanoseconds"},
+		{"Recalibration.MaxPinned without unit", Config{Recalibration: Recalibration{Interval: time.Second, MaxPinned: 1}},
+			"Config.Recalibration.MaxPinned = 1ns, want [1µs, Recalibration.Interval=1s] (a number with no unit is nanoseconds"},
 		{"Recalibration.Samples above RTTWindow", Config{RTTWindow: 5, Recalibration: Recalibration{Interval: time.Second, Samples: 6}}, "Config.Recalibration.Samples = 6, want [1, RTTWindow=5]"},
 		{"MaxQueued negative", Config{MaxQueued: -1}, "Config.MaxQueued = -1, want [0, 1073741824]"},
 		{"UtilizationThreshold above 1", Config{UtilizationThreshold: 1.1}, "Config.UtilizationThreshold = 1.1, want (0, 1]"},
@@ -111,15 +119,15 @@ func TestNewNamesOnlyTheBadField(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{MaxLimit: -1}, "adaptive: Config.MaxLimit = -1, want [MinLimit, 1073741824]"},
+		{Config{MaxLimit: -1}, "adaptive: Config.MaxLimit = -1, want [1, 1073741824], and at least MinLimit"},
 		{Config{MinLimit: 10, MaxLimit: 5}, "adaptive: Config.MinLimit = 10, want [1, MaxLimit=5]"},
 		{Config{RTTWindow: -1, Recalibration: Recalibration{Interval: time.Second}}, "adaptive: Config.RTTWindow = -1, want [1, 1048576]"},
 	} {
 		_, err := New(tt.cfg)
 		require.EqualError(t, err, tt.want)
 	}
-	_, err := New(Config{Recalibration: Recalibration{Interval: 5}})
-	require.NoError(t, err, "MaxPinned's default is at least 1ns")
+	_, err := New(Config{Recalibration: Recalibration{Interval: 5 * time.Microsecond}})
+	require.NoError(t, err, "MaxPinned's default is at least 1µs")
 }
 
 func TestLawString(t *testing.T) {

@@ -92,7 +92,7 @@ func (b *noiseBand) beyond(load int, fastest time.Duration, tolerance float64) (
 	}
 	b.peak = max(b.peak, fastest)
 	b.streak++
-	return b.streak == 1, 2*load <= b.load && float64(fastest)*tolerance >= float64(b.peak)
+	return b.streak == 1, load <= b.load-load && float64(fastest)*tolerance >= float64(b.peak)
 }
 
 // lowest returns the baseline the band compares with: the least of the

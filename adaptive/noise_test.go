@@ -312,3 +312,31 @@ func TestACapacityDropIsNotANewBaseline(t *testing.T) {
 	t.Logf("estimate ÷ C after the drop: %.2f", after)
 	require.Less(t, after, 1.8)
 }
+
+// TestAHugePeerLoadIsNoNewBaseline: the rule that learns a new baseline
+// when the load halves doubled the load, which wrapped negative for a
+// peers' in-flight near the largest int (SetPeerInflight takes any
+// count): every queue then read as a new baseline, and the estimate
+// climbed over it instead of coming down.
+func TestAHugePeerLoadIsNoNewBaseline(t *testing.T) {
+	t.Parallel()
+	run := func(peers int) (float64, time.Duration) {
+		l, clk := newTestLimiter(t, Config{InitialLimit: 10})
+		l.SetPeerInflight(peers)
+		for range 10 {
+			fullRound(t, l, clk, false, constant(10*time.Millisecond))
+		}
+		for range 6 {
+			fullRound(t, l, clk, false, constant(30*time.Millisecond))
+		}
+		s := l.Snapshot()
+		return s.Estimate, s.RTTNoload
+	}
+	wantEst, wantBase := run(1_000_000)
+	require.Equal(t, 10*time.Millisecond, wantBase)
+	for _, peers := range []int{math.MaxInt / 2, math.MaxInt} {
+		est, base := run(peers)
+		require.Equal(t, wantBase, base, "peers %d: the queue is no new baseline", peers)
+		require.Equal(t, wantEst, est, "peers %d", peers)
+	}
+}

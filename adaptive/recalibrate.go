@@ -23,6 +23,9 @@ type recalState struct {
 	seq       uint64    // bumped on every phase change; leases remember it
 	oldLeases int       // recalDraining: leases admitted before the pin, still in flight
 	samples   int       // recalProbing: fresh samples taken so far
+	// timer ends a pin at MaxPinned when no call comes to (see
+	// pinExpired); made at the first pin, reused.
+	timer *time.Timer
 }
 
 // active reports whether a recalibration is under way; the limit is
@@ -75,9 +78,25 @@ func (l *Limiter) tick(now time.Time) {
 	l.recal.seq++
 	l.recal.pinnedAt = now
 	l.recal.oldLeases = l.leases
+	if l.recal.timer == nil {
+		l.recal.timer = time.AfterFunc(rc.MaxPinned, l.pinExpired)
+	} else {
+		l.recal.timer.Reset(rc.MaxPinned)
+	}
 	if l.recal.oldLeases == 0 {
 		l.startProbe()
 	}
+}
+
+// pinExpired ends a recalibration that has pinned the limit for
+// MaxPinned (see tick) and admits the waiters that fit then. Callers
+// queued behind a lease that is never settled would otherwise wait for
+// some other call to tick.
+func (l *Limiter) pinExpired() {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tick(now)
 }
 
 func (l *Limiter) startProbe() {
@@ -117,6 +136,9 @@ func (l *Limiter) recalObserve(now time.Time, rec *leaseRecord, o outcome, rtt t
 // endRecalibration unpins the limit and schedules the next recalibration.
 // The caller holds l.mu and dispatches to waiters afterwards.
 func (l *Limiter) endRecalibration(now time.Time) {
+	if l.recal.timer != nil {
+		l.recal.timer.Stop()
+	}
 	l.recal.phase = recalIdle
 	l.recal.seq++
 	l.recal.schedule(&l.cfg, now)

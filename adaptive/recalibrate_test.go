@@ -1,11 +1,13 @@
 package adaptive
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 	"github.com/stretchr/testify/require"
 )
 
@@ -245,3 +247,45 @@ func TestRecalibrationIntervalNearTheLongestDuration(t *testing.T) {
 type constRand float64
 
 func (u constRand) Float64() float64 { return float64(u) }
+
+// TestRecalibrationEndsAtMaxPinnedWithoutACall: behind a lease that is
+// never settled, the pin ended at MaxPinned only when some call came to
+// end it; callers already queued waited with slots free until then, or
+// until their contexts ended. A timer ends it, and admits them, at
+// MaxPinned.
+func TestRecalibrationEndsAtMaxPinnedWithoutACall(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		l, err := New(Config{InitialLimit: 5, MaxQueued: 10,
+			Recalibration: Recalibration{Interval: 50 * time.Millisecond, MaxPinned: 10 * time.Millisecond}})
+		require.NoError(t, err)
+		stuck, ok := l.TryAcquire()
+		require.True(t, ok)
+		_ = stuck // never settled
+		time.Sleep(60 * time.Millisecond)
+		first, ok := l.TryAcquire() // starts the pin, at MinLimit: 1
+		require.False(t, ok)
+		_ = first
+		require.True(t, l.Snapshot().Recalibrating)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		done := make(chan time.Duration, 3)
+		for range 3 {
+			go func() {
+				le, err := l.Acquire(ctx)
+				if err == nil {
+					done <- time.Since(start)
+					le.Release()
+					return
+				}
+				done <- -1
+			}()
+		}
+		for range 3 {
+			waited := <-done
+			require.GreaterOrEqual(t, waited, time.Duration(0), "admitted, not timed out")
+			require.LessOrEqual(t, waited, 10*time.Millisecond, "admitted at MaxPinned")
+		}
+		require.False(t, l.Snapshot().Recalibrating)
+	})
+}

@@ -128,8 +128,8 @@ type Config struct {
 	// Defaults to MaxRequestDuration, which is right for any upstream; an
 	// upstream that stops serving as soon as the connection closes (most
 	// streaming LLM APIs) needs only a second or two; 0 means the default,
-	// so give such an upstream a small positive value. Must be in
-	// [0, MaxRequestDuration].
+	// so give such an upstream a small positive value. Must be 0 or in
+	// [1ms, MaxRequestDuration] (a number with no unit is nanoseconds).
 	AbandonedHold time.Duration
 	// Outage selects what happens when heartbeats fail. Defaults to
 	// FailClosed.
@@ -260,8 +260,9 @@ func (c Config) validate() error {
 	if !boundOK {
 		bad("MaxRequestDuration = %v, want [1ms, %v]%s", c.MaxRequestDuration, MaxRequestDurationLimit, unitHint(c.MaxRequestDuration))
 	}
-	if boundOK && (c.AbandonedHold < 0 || c.AbandonedHold > c.MaxRequestDuration) {
-		bad("AbandonedHold = %v, want [0, MaxRequestDuration] = [0, %v]", c.AbandonedHold, c.MaxRequestDuration)
+	if boundOK && (c.AbandonedHold < time.Millisecond || c.AbandonedHold > c.MaxRequestDuration) {
+		bad("AbandonedHold = %v, want 0 (MaxRequestDuration) or [1ms, MaxRequestDuration] = [1ms, %v]%s",
+			c.AbandonedHold, c.MaxRequestDuration, unitHint(c.AbandonedHold))
 	}
 	if clk := c.Limiter.Clock; clk != nil {
 		// The node's heartbeats, fence and request bounds run on real

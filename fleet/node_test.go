@@ -88,6 +88,13 @@ func TestConfigValidation(t *testing.T) {
 			"Config.HeartbeatTimeout = 1ns, want [1ms, LeaseTTL] = [1ms, 200ms] (a number with no unit is nanoseconds: write 5 * time.Second)"},
 		{"bound without unit", func(c *Config) { c.MaxRequestDuration = 10 },
 			"Config.MaxRequestDuration = 10ns, want [1ms, 23h0m0s] (a number with no unit is nanoseconds"},
+		// A 2ns hold, meant as 2s, freed an abandoned request's slot
+		// while the upstream could still serve it.
+		{"hold without unit", func(c *Config) { c.AbandonedHold = 2 },
+			"Config.AbandonedHold = 2ns, want 0 (MaxRequestDuration) or [1ms, MaxRequestDuration] = [1ms, 5m0s] (a number with no unit is nanoseconds"},
+		{"negative hold", func(c *Config) { c.AbandonedHold = -time.Second }, "Config.AbandonedHold = -1s, want 0 (MaxRequestDuration) or [1ms"},
+		{"burst without unit", func(c *Config) { c.Rate.Burst = 1 },
+			"Config.Rate.Burst = 1ns, want 0 (Window/60) or in [1ms, Window] (a number with no unit is nanoseconds"},
 		{"outage", func(c *Config) { c.Outage = 7 }, "Config.Outage = OutagePolicy(7)"},
 		{"limiter", func(c *Config) { c.Limiter.Smoothing = 2 }, "Config.Limiter: adaptive: Config.Smoothing = 2"},
 	}

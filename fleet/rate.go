@@ -48,7 +48,8 @@ type RateConfig struct {
 	Learner pace.LearnerConfig
 	// Burst is how long a node's share may be saved up and spent at once:
 	// its buckets hold share×Burst. Defaults to Window/60 (1s for a quota
-	// per minute). Must be in (0, Window].
+	// per minute). Must be 0 or in [1ms, Window] (a number with no unit is
+	// nanoseconds).
 	Burst time.Duration
 	// Window is the window of the provider's quota: 1m for a quota per
 	// minute (the default). The node paces to share × Window/(Window+Burst),
@@ -108,10 +109,10 @@ func (c RateConfig) validate() error {
 		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Headroom = %v, want [0, 0.5]", c.Headroom))
 	}
 	switch {
-	case c.Burst <= 0:
-		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want > 0 and at most Window", c.Burst))
+	case c.Burst < time.Millisecond:
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want 0 (Window/60) or in [1ms, Window]%s", c.Burst, unitHint(c.Burst)))
 	case validRateWindow(c.Window) && c.Burst > c.Window:
-		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want (0, Window] = (0, %v]", c.Burst, c.Window))
+		errs = append(errs, fmt.Errorf("fleet: Config.Rate.Burst = %v, want [1ms, Window] = [1ms, %v]", c.Burst, c.Window))
 	}
 	if c.Learn {
 		if _, err := pace.NewLearner(c.Learner, time.Time{}); err != nil {

@@ -278,7 +278,7 @@ func TestRateConfigValidation(t *testing.T) {
 	cfg := testConfig("k", "a")
 	cfg.Rate = RateConfig{Window: -time.Second, Burst: -time.Second}
 	_, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
-	require.ErrorContains(t, err, "Config.Rate.Burst = -1s, want > 0 and at most Window", "a burst set out of range is its own error")
+	require.ErrorContains(t, err, "Config.Rate.Burst = -1s, want 0 (Window/60) or in [1ms, Window]", "a burst set out of range is its own error")
 }
 
 // TestRateSettleTokensThroughClientTimeout: an http.Client with a Timeout
