@@ -135,7 +135,11 @@ import (
 //     added to an http.Transport with RegisterProtocol counts as such a
 //     base). A wrapper that fails before it hands the request on (a token
 //     fetch, an open circuit breaker) reports nothing either, so its
-//     failures hold their slots for AbandonedHold too: keep it short.
+//     failures hold their slots for AbandonedHold too: keep it short. Not
+//     sent either: http.Transport's refusal of a scheme it does not serve,
+//     and another node's Transport's refusal to send (one Transport as
+//     another's base, for two keys). A base that panics may have sent the
+//     request: its slot is held for AbandonedHold, and the panic goes on.
 //   - One RoundTrip is one attempt at the upstream per slot. http.Transport
 //     sends a replayable request — GET, HEAD, OPTIONS, TRACE, or one with
 //     an Idempotency-Key or X-Idempotency-Key header, whose body is none
@@ -165,7 +169,9 @@ import (
 //     as a POST without a body — and any request of a base that retries
 //     or hedges by itself. Retry above Transport (as the official SDKs
 //     do, through the http.Client), where each attempt takes its own
-//     slot. A retry of a request whose headers were not written goes
+//     slot, and build the retry from the request you sent: a response's
+//     Request is Transport's copy, whose Context ends with the body and
+//     whose GetBody refuses once its headers were written. A retry of a request whose headers were not written goes
 //     through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds

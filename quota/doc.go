@@ -19,8 +19,8 @@
 //   - Anthropic's anthropic-ratelimit-{requests,tokens,input-tokens,
 //     output-tokens}-{limit,remaining,reset}, whose reset is an RFC 3339
 //     time. Source Anthropic.
-//   - Retry-After (delay-seconds, with or without a fraction, or an HTTP
-//     date) and retry-after-ms (milliseconds, as some LLM providers send);
+//   - Retry-After (delay-seconds, as a decimal number that may carry a
+//     fraction or an exponent, or an HTTP date) and retry-after-ms (milliseconds, as some LLM providers send);
 //     retry-after-ms wins when both are valid.
 //
 // A reset given in seconds (RateLimit-Reset, X-RateLimit-Reset) of 10⁹ or
@@ -40,7 +40,9 @@
 // list is ignored whole, as the draft requires, and so is one member of
 // it without a valid required parameter (RateLimit's r, RateLimit-Policy's
 // q) or name: a "burst";r=-1;t=12 member gives no policy, not one with a
-// reset but no remaining count. A value too large is capped
+// reset but no remaining count. Only a field's first 16 members are read
+// (and checked), so that a field of thousands costs no more. A value too
+// large is capped
 // rather than refused: a count larger than MaxCount is MaxCount, a
 // Retry-After longer than MaxRetryAfter is MaxRetryAfter, and a reset or a
 // window further off than MaxReset is MaxReset away; a reset already passed

@@ -52,23 +52,24 @@ func appendIETF(dst []Policy, h http.Header, now time.Time) []Policy {
 }
 
 // maxMembers is how many members of a RateLimit or RateLimit-Policy field
-// are read; the rest are ignored. Joining the two fields by name costs the
-// product of their lengths, so a response cannot make Parse slow by
-// sending thousands of policies.
+// (or of a RateLimit-Limit list) are read; the rest are neither read nor
+// checked. Parsing a member allocates, and joining the two fields by name
+// costs the product of their lengths, so a response cannot make Parse
+// slow by sending thousands of policies.
 const maxMembers = 16
 
 // parseSFField parses the lines of one field as the single List they make
-// up, and returns its first maxMembers members; nil when any line is not
-// valid.
+// up, up to its first maxMembers members, and returns those; nil when what
+// it read is not valid.
 func parseSFField(lines []string) []sfMember {
 	var members []sfMember
 	for _, line := range lines {
 		var ok bool
-		if members, ok = parseSFList(members, line); !ok {
+		if members, ok = parseSFList(members, line, maxMembers); !ok {
 			return nil
 		}
 	}
-	return members[:min(len(members), maxMembers)]
+	return members
 }
 
 // applyPolicy sets p's limit, unit and window from the quota policy m, and

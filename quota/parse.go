@@ -137,7 +137,7 @@ func appendTriple(dst []Policy, h http.Header, f triple, now time.Time) []Policy
 // window is that of the first member equal to the limit that has one. It
 // returns -1 for a limit it cannot read.
 func parseLegacyLimit(v string) (limit int64, window time.Duration) {
-	members, ok := parseSFList(nil, v)
+	members, ok := parseSFList(nil, v, maxMembers)
 	if !ok || len(members) == 0 {
 		return -1, 0
 	}

@@ -5,12 +5,13 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // retryAfter returns how long the response asks clients to wait, read from
 // retry-after-ms (milliseconds) or Retry-After (delay-seconds, which may
-// carry a fraction, or an HTTP date, RFC 9110 §10.2.3), and whether either
+// carry a fraction or an exponent, or an HTTP date, RFC 9110 §10.2.3), and whether either
 // was present and valid. A wait longer than MaxRetryAfter, however large the
 // number, is MaxRetryAfter; a date in the past is 0.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
@@ -26,6 +27,14 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return clamp(t.Sub(now), MaxRetryAfter), true
+	}
+	if i := strings.IndexByte(v, ','); i > 0 {
+		// Two lines a proxy joined into one ("5, 10"): the first, as
+		// with two lines. An HTTP date's comma follows a day's name,
+		// which is no number.
+		if d, ok := parseDelay(v[:i], time.Second, MaxRetryAfter); ok {
+			return d, true
+		}
 	}
 	return 0, false
 }

@@ -36,6 +36,8 @@ func TestRetryAfter(t *testing.T) {
 		{"beyond int64 is capped", map[string]string{"Retry-After": "99999999999999999999999"}, MaxRetryAfter, true},
 		{"fractional seconds", map[string]string{"Retry-After": "1.5"}, 1500 * time.Millisecond, true},
 		{"padded", map[string]string{"Retry-After": " \t2 "}, 2 * time.Second, true},
+		{"two lines joined by a proxy", map[string]string{"Retry-After": "5, 10"}, 5 * time.Second, true},
+		{"a list of garbage", map[string]string{"Retry-After": "soon, 10"}, 0, false},
 		{"huge ms is capped", map[string]string{"retry-after-ms": "1e300"}, MaxRetryAfter, true},
 		{"NaN ms falls back", map[string]string{"Retry-After": "2", "retry-after-ms": "NaN"}, 2 * time.Second, true},
 		{"beyond float64 is capped", map[string]string{"Retry-After": "1e400"}, MaxRetryAfter, true},

@@ -64,13 +64,16 @@ type sfParser struct {
 	i int
 }
 
-// parseSFList appends the members of the List in the field line s to dst;
-// on any syntax error it returns dst unchanged and false.
-func parseSFList(dst []sfMember, s string) ([]sfMember, bool) {
+// parseSFList appends the members of the List in the field line s to dst,
+// until dst holds limit members: the rest of the line is neither read nor
+// checked, so that a field of thousands of members costs no more than
+// limit of them. On a syntax error in what it reads it returns dst
+// unchanged and false.
+func parseSFList(dst []sfMember, s string, limit int) ([]sfMember, bool) {
 	n := len(dst)
 	p := sfParser{s: s}
 	p.skipSP()
-	for p.i < len(p.s) {
+	for p.i < len(p.s) && len(dst) < limit {
 		m, ok := p.member()
 		if !ok {
 			return dst[:n], false

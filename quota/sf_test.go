@@ -23,7 +23,7 @@ func TestParseSFList(t *testing.T) {
 		`"q\"\\"`:                  {{kind: sfString, str: `q"\`}},
 	}
 	for in, want := range valid {
-		members, ok := parseSFList(nil, in)
+		members, ok := parseSFList(nil, in, maxMembers)
 		require.True(t, ok, "%q is valid", in)
 		var got []sfValue
 		for _, m := range members {
@@ -36,14 +36,14 @@ func TestParseSFList(t *testing.T) {
 		`@`, `@1.5`, `%a`, `%"a`, `(a`, `(a,b)`, `(a)b`, `a;`, `a;B=1`, `a;x=`, `a;x="`, `{`, "a\t,\tb,",
 	}
 	for _, in := range invalid {
-		_, ok := parseSFList(nil, in)
+		_, ok := parseSFList(nil, in, maxMembers)
 		require.False(t, ok, "%q is invalid", in)
 	}
 }
 
 func TestSFParameters(t *testing.T) {
 	t.Parallel()
-	members, ok := parseSFList(nil, `"a";r=1;flag;r=2;t=1.5;pk=:YQ==:`)
+	members, ok := parseSFList(nil, `"a";r=1;flag;r=2;t=1.5;pk=:YQ==:`, maxMembers)
 	require.True(t, ok)
 	require.Len(t, members, 1)
 	r, ok := members[0].param("r")
