@@ -123,8 +123,10 @@ type Recalibration struct {
 	// next recalibration is scheduled — so a lease that is never settled,
 	// or one very long request, cannot hold the limit at MinLimit. Callers
 	// waiting in the queue then are admitted without waiting for another
-	// call: a runtime timer (not Clock) ends the pin. Defaults to
-	// Interval/10, at least 1µs. Must be in [1µs, Interval].
+	// call: a runtime timer looks at the pin MaxPinned after it began, and
+	// again while Clock says it has time left, and ends it when Clock says
+	// MaxPinned has passed. Defaults to Interval/10, at least 1µs. Must be
+	// in [1µs, Interval].
 	MaxPinned time.Duration
 }
 

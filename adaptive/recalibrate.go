@@ -23,9 +23,7 @@ type recalState struct {
 	seq       uint64    // bumped on every phase change; leases remember it
 	oldLeases int       // recalDraining: leases admitted before the pin, still in flight
 	samples   int       // recalProbing: fresh samples taken so far
-	// timer ends a pin at MaxPinned when no call comes to (see
-	// pinExpired); made at the first pin, reused.
-	timer *time.Timer
+	pin       uint64    // counts the pins, for the timer of each (see pinExpired)
 }
 
 // active reports whether a recalibration is under way; the limit is
@@ -78,25 +76,40 @@ func (l *Limiter) tick(now time.Time) {
 	l.recal.seq++
 	l.recal.pinnedAt = now
 	l.recal.oldLeases = l.leases
-	if l.recal.timer == nil {
-		l.recal.timer = time.AfterFunc(rc.MaxPinned, l.pinExpired)
-	} else {
-		l.recal.timer.Reset(rc.MaxPinned)
-	}
+	l.recal.pin++
+	l.watchPin(l.recal.pin, rc.MaxPinned)
 	if l.recal.oldLeases == 0 {
 		l.startProbe()
 	}
 }
 
-// pinExpired ends a recalibration that has pinned the limit for
-// MaxPinned (see tick) and admits the waiters that fit then. Callers
-// queued behind a lease that is never settled would otherwise wait for
-// some other call to tick.
-func (l *Limiter) pinExpired() {
+// watchPin looks at pin, by a runtime timer, after d: callers queued
+// behind a lease that is never settled would otherwise wait for some
+// other call to tick when MaxPinned has passed. Each look takes a timer
+// of its own, never stopped (a stale one finds another pin, or none, and
+// does nothing), so that no timer outlives the goroutine's
+// testing/synctest bubble in the limiter's keeping. The caller holds
+// l.mu.
+func (l *Limiter) watchPin(pin uint64, d time.Duration) {
+	time.AfterFunc(d, func() { l.pinExpired(pin) })
+}
+
+// pinExpired ends the recalibration of pin if it still runs and has
+// pinned the limit for MaxPinned by the limiter's Clock (see tick), and
+// admits the waiters that fit then; while the Clock says it has time
+// left (a coarse clock), it looks again then.
+func (l *Limiter) pinExpired(pin uint64) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.recal.active() || l.recal.pin != pin {
+		return
+	}
 	l.tick(now)
+	if l.recal.active() && l.recal.pin == pin {
+		left := l.recal.pinnedAt.Add(l.cfg.Recalibration.MaxPinned).Sub(now)
+		l.watchPin(pin, max(left, time.Millisecond))
+	}
 }
 
 func (l *Limiter) startProbe() {
@@ -136,9 +149,6 @@ func (l *Limiter) recalObserve(now time.Time, rec *leaseRecord, o outcome, rtt t
 // endRecalibration unpins the limit and schedules the next recalibration.
 // The caller holds l.mu and dispatches to waiters afterwards.
 func (l *Limiter) endRecalibration(now time.Time) {
-	if l.recal.timer != nil {
-		l.recal.timer.Stop()
-	}
 	l.recal.phase = recalIdle
 	l.recal.seq++
 	l.recal.schedule(&l.cfg, now)

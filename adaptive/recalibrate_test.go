@@ -289,3 +289,54 @@ func TestRecalibrationEndsAtMaxPinnedWithoutACall(t *testing.T) {
 		require.False(t, l.Snapshot().Recalibrating)
 	})
 }
+
+// coarseClock reads the system clock truncated to res.
+type coarseClock struct{ res time.Duration }
+
+func (c coarseClock) Now() time.Time { return time.Now().Truncate(c.res) }
+
+// TestRecalibrationEndsAtMaxPinnedOnACoarseClock: the timer that ends a
+// pin looked once, at MaxPinned of real time; a coarse Clock could read
+// less than MaxPinned then, and the queued caller waited on, pinned.
+func TestRecalibrationEndsAtMaxPinnedOnACoarseClock(t *testing.T) {
+	t.Parallel()
+	for range 3 {
+		l, err := New(Config{InitialLimit: 5, MaxQueued: 10, Clock: coarseClock{20 * time.Millisecond},
+			Recalibration: Recalibration{Interval: 100 * time.Millisecond, MaxPinned: 30 * time.Millisecond}})
+		require.NoError(t, err)
+		stuck, ok := l.TryAcquire()
+		require.True(t, ok)
+		time.Sleep(150 * time.Millisecond)
+		_, ok = l.TryAcquire() // pins at MinLimit, behind stuck
+		require.False(t, ok)
+		require.True(t, l.Snapshot().Recalibrating)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		le, err := l.Acquire(ctx)
+		cancel()
+		require.NoError(t, err, "admitted when MaxPinned passed by the Clock")
+		le.Release()
+		stuck.Release()
+	}
+}
+
+// TestRecalibrationPinnedInABubbleEndsOutsideIt: the timer of a pin was
+// kept and stopped when the pin ended; a pin begun inside a
+// testing/synctest bubble and ended outside it stopped a bubble's timer
+// from outside, which kills the process.
+func TestRecalibrationPinnedInABubbleEndsOutsideIt(t *testing.T) {
+	l, clk := newTestLimiter(t, Config{InitialLimit: 5,
+		Recalibration: Recalibration{Interval: time.Second, MaxPinned: 100 * time.Millisecond}})
+	held, ok := l.TryAcquire()
+	require.True(t, ok)
+	bubble.Test(t, func(t *testing.T) {
+		clk.Advance(2 * time.Second)
+		le, ok := l.TryAcquire() // pins: its timer is the bubble's
+		if ok {
+			le.Release()
+		}
+		require.True(t, l.Snapshot().Recalibrating)
+	})
+	clk.Advance(time.Second)
+	held.Release() // ends the pin outside the bubble
+	require.False(t, l.Snapshot().Recalibrating)
+}

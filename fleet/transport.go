@@ -281,13 +281,10 @@ func unsent(req *http.Request, err error) error {
 }
 
 // roundTrip sends req once, on a slot of its own (see Node.Transport).
-func (t *transport) roundTrip(req *http.Request) (resp *http.Response, err error) {
+func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	arrived := time.Now()
-	switch {
-	case req.URL == nil:
+	if req.URL == nil {
 		return nil, unsent(req, errors.New("fleet: Transport: the request has a nil URL; not sent"))
-	case req.Header == nil:
-		return nil, unsent(req, errors.New("fleet: Transport: the request has a nil Header; not sent"))
 	}
 	a, err := t.node.acquire(req.Context(), RequestFrom(req.Context()), TokensFrom(req.Context()), true)
 	le := a.lease
@@ -343,17 +340,20 @@ func (t *transport) roundTrip(req *http.Request) (resp *http.Response, err error
 	start := time.Now()
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			// The base may have sent it before it panicked: its slot is
-			// held as an abandoned request's, not lost with the panic.
+		if !returned {
+			// The base panicked (or its goroutine exited) and may have
+			// sent the request first: its slot is held as an abandoned
+			// request's, not lost with the panic, which goes on as it
+			// was.
 			abandon(le, false, bound, cfg.AbandonedHold)
 			unlink()
 			cancel()
-			panic(p)
 		}
 	}()
-	resp, err = t.base.RoundTrip(out)
+	resp, err := t.base.RoundTrip(out)
+	returned = true
 	if resp == nil && err == nil {
 		// A broken base: http.Client refuses this answer too.
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)

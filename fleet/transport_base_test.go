@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -314,28 +315,26 @@ func dialUpgrade(t *testing.T, ctx context.Context, n *Node, srv *httptest.Serve
 	return rwc
 }
 
-// TestTransportRefusesARequestWithoutURLOrHeader: http.Client checks a
-// request's URL before its Transport sees it, but a proxy calling
-// RoundTrip itself need not. A nil URL took a slot, then panicked in
-// Transport's own code after the base's error, and the slot was never
-// freed. Both are refused before admission now, as http.Transport
-// refuses them.
-func TestTransportRefusesARequestWithoutURLOrHeader(t *testing.T) {
+// TestTransportRefusesARequestWithoutURL: http.Client checks a request's
+// URL before its Transport sees it, but a proxy calling RoundTrip itself
+// need not. A nil URL took a slot, then panicked in Transport's own code
+// after the base's error, and the slot was never freed. It is refused
+// before admission now, as http.Transport refuses it. A nil Header is the
+// base's to judge: http.Transport refuses it unsent.
+func TestTransportRefusesARequestWithoutURL(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
 	rt := n.Transport(nil)
-	for _, tc := range []struct {
-		req  *http.Request
-		want string
-	}{
-		{&http.Request{Method: http.MethodGet, Header: http.Header{}}, "nil URL"},
-		{&http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}, "nil Header"},
-	} {
-		resp, err := rt.RoundTrip(tc.req.WithContext(t.Context()))
-		require.Nil(t, resp)
-		require.ErrorContains(t, err, tc.want)
-		require.Zero(t, n.State().Inflight, "refused before admission")
-	}
+	req := &http.Request{Method: http.MethodGet, Header: http.Header{}}
+	resp, err := rt.RoundTrip(req.WithContext(t.Context()))
+	require.Nil(t, resp)
+	require.ErrorContains(t, err, "nil URL")
+	require.Zero(t, n.State().Inflight, "refused before admission")
+
+	req = &http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}
+	_, err = rt.RoundTrip(req.WithContext(t.Context()))
+	require.ErrorContains(t, err, "nil Request.Header")
+	require.Zero(t, n.State().Inflight, "http.Transport refused it before asking for a connection")
 }
 
 // TestTransportBasePanicHoldsTheSlotForAbandonedHold: a base that panics
@@ -352,6 +351,21 @@ func TestTransportBasePanicHoldsTheSlotForAbandonedHold(t *testing.T) {
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:1/", nil)
 	require.NoError(t, err)
 	require.PanicsWithValue(t, "the base's bug", func() { _, _ = rt.RoundTrip(req) })
+	require.Equal(t, 1, n.State().Inflight, "held: the base may have sent it")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot is freed after AbandonedHold")
+
+	// A base whose goroutine exits (t.FailNow in a test's fake base)
+	// returns no more than a panicking one does.
+	rt = n.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		runtime.Goexit()
+		return nil, nil
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = rt.RoundTrip(req)
+	}()
+	<-done
 	require.Equal(t, 1, n.State().Inflight, "held: the base may have sent it")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot is freed after AbandonedHold")
 }

@@ -28,11 +28,15 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if t, err := http.ParseTime(v); err == nil {
 		return clamp(t.Sub(now), MaxRetryAfter), true
 	}
-	if i := strings.IndexByte(v, ','); i > 0 {
+	if i := strings.IndexByte(v, ','); i > 0 && i+1 < len(v) && (v[i+1] == ' ' || v[i+1] == '\t') {
 		// Two lines a proxy joined into one ("5, 10"): the first, as
-		// with two lines. An HTTP date's comma follows a day's name,
-		// which is no number.
-		if d, ok := parseDelay(v[:i], time.Second, MaxRetryAfter); ok {
+		// with two lines, when the rest is a valid value too. An HTTP
+		// date's comma follows a day's name, which is no number; "1,000"
+		// and "1,5" are no list.
+		rest := trim(v[i+1:])
+		_, delay := parseDelay(rest, time.Second, MaxRetryAfter)
+		_, date := http.ParseTime(rest)
+		if d, ok := parseDelay(v[:i], time.Second, MaxRetryAfter); ok && (delay || date == nil) {
 			return d, true
 		}
 	}
