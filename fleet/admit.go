@@ -26,7 +26,7 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // Abandon(true) on a timeout, Ignore otherwise (see Lease). As in the
 // limiter, a free slot is taken even with a ctx already done: the Lease's
 // Context is then done too, so check it (or ctx) before sending, and
-// Ignore the lease; Transport sends nothing then.
+// settle the lease with Unsent; Transport sends nothing then.
 //
 // Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
 // ErrEvicted, ErrFenced while the node is fenced under FailClosed (a
@@ -105,7 +105,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	}
 	n.rate.sent(1, tokens)
 	n.holdWanted(r.Weight)
-	return admission{lease: le, debit: n.rate.newDebit(n, t, tokens, limit, time.Now()), sent: sent}, nil
+	return admission{lease: le, debit: n.rate.newDebit(n, t, !sent.IsZero(), tokens, limit, time.Now()), sent: sent}, nil
 }
 
 // waitRequest is the limiter's AcquireRequest, counting a caller of a

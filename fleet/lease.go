@@ -207,7 +207,27 @@ func (le Lease) record(limited bool) {
 }
 
 // Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
+// A request that was never sent is settled with Unsent instead, which
+// also gives back its rate debit.
 func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
+
+// Unsent settles the lease of a request that was never sent — its Context
+// ended before the send (Acquire takes a free slot even for a context
+// already done), or the caller decided not to send it: its slot is freed
+// at once, without a sample, and on a key with rates its debit from the
+// node's rate shares (one request and its token estimate) is given back
+// and the usage the node reports forgets it, as Transport does for a
+// request it does not send. A later SettleTokens returns an error. Call it
+// only for a request the upstream never received: one that may have
+// reached it is settled with Abandon.
+func (le Lease) Unsent() {
+	le.settle(func() {
+		le.lease.Ignore()
+		if le.debit != nil {
+			le.debit.cancel()
+		}
+	})
+}
 
 // Abandon says the caller gave up on a request that may still run at the
 // upstream (it timed out or was cancelled after it was sent): its Context

@@ -554,6 +554,7 @@ func (r *rateState) setPacerLocked(now time.Time) {
 type debit struct {
 	node     *Node
 	ticket   pace.Ticket // zero when the request was not paced
+	paced    bool        // the request took ticket from the pacer: the key had a rate then
 	estimate int64       // its token estimate
 	limit    int64       // the tokenCap when it was let go: what settle charges at most; 0 for none
 	sec      int64       // the second it was let go (rateState.second)
@@ -561,9 +562,9 @@ type debit struct {
 }
 
 // newDebit returns the debit of a request let go at now with its ticket
-// and token estimate.
-func (r *rateState) newDebit(n *Node, t pace.Ticket, estimate, limit int64, now time.Time) *debit {
-	return &debit{node: n, ticket: t, estimate: estimate, limit: limit, sec: r.second(now)}
+// and token estimate; paced says whether the pacer gave the ticket.
+func (r *rateState) newDebit(n *Node, t pace.Ticket, paced bool, estimate, limit int64, now time.Time) *debit {
+	return &debit{node: n, ticket: t, paced: paced, estimate: estimate, limit: limit, sec: r.second(now)}
 }
 
 // settle charges the debit's actual token cost, once; see
@@ -576,12 +577,17 @@ func (d *debit) settle(actual int64) error {
 		return errors.New("fleet: settle tokens: the request's tokens were settled already")
 	}
 	r := d.node.rate
-	charged := actual
-	if d.limit > 0 {
-		charged = min(actual, d.limit) // the cap its estimate was charged under, whatever the key's rate is now
-	}
-	if err := r.pacer.Settle(time.Now(), d.ticket, charged); err != nil {
-		return fmt.Errorf("fleet: settle tokens: %w", err)
+	if d.paced {
+		// A request let go while the key had no rate took nothing from
+		// the pacer, whose buckets may pace a rate set since: its cost
+		// is only the usage reported.
+		charged := actual
+		if d.limit > 0 {
+			charged = min(actual, d.limit) // the cap its estimate was charged under, whatever the key's rate is now
+		}
+		if err := r.pacer.Settle(time.Now(), d.ticket, charged); err != nil {
+			return fmt.Errorf("fleet: settle tokens: %w", err)
+		}
 	}
 	r.mu.Lock()
 	r.correctLocked(d.sec, 0, actual-d.estimate)
@@ -598,7 +604,9 @@ func (d *debit) cancel() {
 		return
 	}
 	r := d.node.rate
-	r.pacer.Cancel(time.Now(), d.ticket)
+	if d.paced {
+		r.pacer.Cancel(time.Now(), d.ticket)
+	}
 	r.mu.Lock()
 	r.correctLocked(d.sec, -1, -d.estimate)
 	r.mu.Unlock()

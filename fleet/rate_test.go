@@ -688,3 +688,56 @@ func TestRateSmallSharesWithABurstThatHoldsARequest(t *testing.T) {
 		require.GreaterOrEqual(t, len(sent), 10, "the fleet is served")
 	})
 }
+
+// TestSettleAfterARateAppearsChargesNothing: a request let go while the
+// key had no token rate took nothing from the pacer; settled after an
+// operator set a rate, its actual cost was charged in full against the
+// new buckets (a zero ticket is no free one), far past the one Window a
+// request may take: a million tokens put the node 166 windows in debt,
+// and its demand claimed nearly the whole key's rate for hours.
+func TestSettleAfterARateAppearsChargesNothing(t *testing.T) {
+	t.Parallel()
+	c := coord.NewMemory(nil)
+	require.NoError(t, c.CreateKey(t.Context(), "k", nil, nil))
+	n := startNode(t, c, testConfig("k", "a"))
+	le, err := n.Acquire(WithTokens(t.Context(), 100))
+	require.NoError(t, err)
+	_, err = c.SetRates(t.Context(), "k", coord.RatesChange{SetTokens: true, Tokens: 6000})
+	require.NoError(t, err)
+	waitForTokenShare(t, n)
+	require.NoError(t, le.SettleTokens(1_000_000))
+	le.Release()
+	require.Greater(t, tokenLevel(n), -10.0, "nothing was debited, so nothing is charged")
+}
+
+// TestUnsentGivesTheDebitBack: a slot is taken even for a context already
+// done, and the request is then not sent; a caller of Acquire had no way
+// to give back the request and tokens it was debited, which Transport
+// gives back for a request it does not send. Lease.Unsent does.
+func TestUnsentGivesTheDebitBack(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		n := startNode(t, rateKey(t, 600, 60000), testConfig("k", "a"))
+		for range 5 { // demand, for a share of the rates
+			le, err := n.Acquire(WithTokens(t.Context(), 100))
+			require.NoError(t, err)
+			le.Release()
+		}
+		hold, err := n.Acquire(t.Context()) // the share in use: the next caller is admitted, not queued
+		require.NoError(t, err)
+		defer hold.Release()
+		time.Sleep(2 * time.Second)
+		now := time.Now()
+		r0, t0 := n.rate.pacer.Levels(now)
+		done, cancel := context.WithCancel(t.Context())
+		cancel()
+		le, err := n.Acquire(WithTokens(done, 100))
+		require.NoError(t, err, "a free slot is taken even for a done context")
+		require.Error(t, le.Context().Err())
+		le.Unsent()
+		r1, t1 := n.rate.pacer.Levels(now)
+		require.Equal(t, r0, r1, "the request is given back")
+		require.Equal(t, t0, t1, "and its token estimate")
+		require.Equal(t, 1, n.State().Inflight, "its slot is free")
+		require.Error(t, le.SettleTokens(5), "settled already")
+	})
+}
