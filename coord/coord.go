@@ -17,7 +17,8 @@ type Report struct {
 	// node_id held by another instance is refused with ErrNodeIDInUse.
 	Instance string
 	// Seq increases with every report of one instance. A report whose Seq is
-	// not newer than the stored one is ignored (Grant.Stale).
+	// not newer than the stored one, or one of an instance that has left
+	// (Leave), is ignored (Grant.Stale).
 	Seq int64
 	// LLocal is the node's own inference of the whole backend's capacity.
 	LLocal int
@@ -31,7 +32,12 @@ type Report struct {
 	AppliedGen int64
 	// LeaseTTL is how long the coordinator keeps the node alive without a
 	// heartbeat. The lease is measured on the database's clock. It must lie
-	// in [MinLeaseTTL, MaxLeaseTTL] and is kept in whole microseconds.
+	// in [MinLeaseTTL, MaxLeaseTTL] and is kept in whole microseconds. Each
+	// report sets the lease anew from its own LeaseTTL (and the hold from
+	// MaxRequestDuration), so an instance keeps both the same from report to
+	// report, as a fleet node does: a shorter one would end the row's lease
+	// or hold before a deadline an earlier grant gave the node, under which
+	// it may still admit.
 	LeaseTTL time.Duration
 	// MaxRequestDuration is the longest any request the node admits may
 	// run, from its admission until it has really ended at the upstream.
@@ -117,7 +123,8 @@ type Grant struct {
 	// is not counted.
 	Waiting int
 	// Stale is true when the report was ignored because its Seq was not newer
-	// than the stored one; the other fields then describe the stored state.
+	// than the stored one, or because its instance has left (Status
+	// StatusDeparted); the other fields then describe the stored state.
 	Stale bool
 	// Rate is the key's rate per minute on each dimension; 0 means the key
 	// has none there, and the node does not pace that dimension.

@@ -2,7 +2,10 @@ package coord_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,4 +166,57 @@ func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
 			require.NoError(t, c.DeleteKey(ctx, "k2", true))
 		})
 	}
+}
+
+// TestHeartbeatsRacingAForcedDelete: a heartbeat that found no key row
+// creates it and looks again; a forced DeleteKey in between left it no
+// row to lock, and it failed writing the node's row with a bare
+// not-null violation (4 % of heartbeats in a tight loop), wrapping no
+// sentinel. It is run again, as Memory's, which cannot race, never fails.
+func TestHeartbeatsRacingAForcedDelete(t *testing.T) {
+	t.Parallel()
+	p := newPostgres(t, fleettest.Pool(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	var beats, failed atomic.Int64
+	var firstErr atomic.Value
+	for i := range 2 {
+		wg.Go(func() {
+			id := fmt.Sprintf("n%d", i)
+			for seq := int64(1); ctx.Err() == nil; seq++ {
+				_, err := p.Heartbeat(ctx, coord.Report{Key: "race", NodeID: id, Instance: id + "/1", Seq: seq,
+					LLocal: 10, Demand: 1, LeaseTTL: time.Second})
+				if err != nil && ctx.Err() == nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+				beats.Add(1)
+			}
+		})
+	}
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if err := p.DeleteKey(ctx, "race", true); err != nil && ctx.Err() == nil && !errors.Is(err, coord.ErrUnknownKey) {
+				firstErr.CompareAndSwap(nil, err)
+				failed.Add(1)
+			}
+		}
+	})
+	wg.Wait()
+	require.Zero(t, failed.Load(), "of %d heartbeats; first error: %v", beats.Load(), firstErr.Load())
+	require.Positive(t, beats.Load())
+}
+
+// TestUpdateLimitsIgnoresAnUnsetBound: a bound whose Set flag is false
+// keeps its value, whatever its pointer holds. Postgres sent the pointer
+// anyway, and one past an int4 failed to encode, where Memory ignored it.
+func TestUpdateLimitsIgnoresAnUnsetBound(t *testing.T) {
+	onBoth(t, func(t *testing.T, c coordinator, _ *fakeClock) {
+		ctx := context.Background()
+		require.NoError(t, c.CreateKey(ctx, "k", new(2), new(10)))
+		minL, maxL, err := c.UpdateLimits(ctx, "k", coord.LimitsChange{SetMax: true, Max: new(20), Min: new(1 << 40)})
+		require.NoError(t, err)
+		require.Equal(t, [2]int{2, 20}, [2]int{*minL, *maxL})
+	})
 }

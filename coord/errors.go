@@ -10,8 +10,9 @@ import "errors"
 var ErrInvalidReport = errors.New("invalid report")
 
 // ErrNodeIDInUse is returned by Heartbeat when the node id is held by a live
-// row of another instance (two processes configured with one node id), and by
-// Leave when the row belongs to another instance. Nothing is written.
+// row of another instance (two processes configured with one node id).
+// Nothing is written. (Leave of a row that another instance holds returns
+// ErrUnknownNode: this instance has no row to leave.)
 var ErrNodeIDInUse = errors.New("node id in use by another instance")
 
 // ErrUnknownKey is returned by the operator operations and Leave when the key

@@ -113,8 +113,9 @@ func (p *Postgres) now() *time.Time {
 // fleetlimit.heartbeat_waiting (fleetlimit.heartbeat, the rate rule, then
 // the count of the members waiting, Grant.Waiting). It returns errors
 // wrapping ErrInvalidReport or ErrNodeIDInUse as State.Heartbeat does, and
-// "coord: heartbeat: ..." around database errors. A transient conflict is
-// retried up to 5 times. When ctx ends while the statement runs, the
+// "coord: heartbeat: ..." around database errors. A transient conflict,
+// or a race with the key's forced deletion (see retryable), is retried up
+// to 5 times. When ctx ends while the statement runs, the
 // statement may still finish for as long as ctx gave the call (at most
 // 1 s), and its grant is returned; past that the call returns an error
 // wrapping ctx's and ErrOutcomeUnknown (the report may yet be recorded),
@@ -633,7 +634,7 @@ func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange)
 	if err := storable(key, "-"); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
-	err = p.call(ctx, sqlUpdateLimits, []any{key, c.SetMin, valueOf(c.Min), c.SetMax, valueOf(c.Max)}, &minLimit, &maxLimit)
+	err = p.call(ctx, sqlUpdateLimits, []any{key, c.SetMin, valueOf(pick(c.SetMin, c.Min)), c.SetMax, valueOf(pick(c.SetMax, c.Max))}, &minLimit, &maxLimit)
 	if err != nil {
 		return nil, nil, pgError("update limits", err)
 	}
