@@ -56,12 +56,18 @@ func checkRate(rate float64) (float64, error) {
 	return min(rate, Unlimited), nil
 }
 
-// checkUnits returns an error naming n, for what, unless n is finite and
-// >= 0: an infinite debit would be a debt no time repays, and its level
-// NaN.
+// MaxUnits is the most units one reservation, or one settlement, may
+// carry. The bucket keeps its level and its marks in float64: a debit
+// further beyond this would round away the units of the reservations
+// beside it (undoing it would forgive their debts), and an infinite one
+// would be a debt no time repays, its level NaN.
+const MaxUnits = 1e12
+
+// checkUnits returns an error naming n, for what, unless n is in
+// [0, MaxUnits].
 func checkUnits(what string, n float64) error {
-	if !(n >= 0) || math.IsInf(n, 1) {
-		return fmt.Errorf("pace: %s must be finite and >= 0, got %v", what, n)
+	if !(n >= 0 && n <= MaxUnits) {
+		return fmt.Errorf("pace: %s must be in [0, %g], got %v", what, float64(MaxUnits), n)
 	}
 	return nil
 }
@@ -124,7 +130,7 @@ func NewBucket(cfg BucketConfig, now time.Time) (*Bucket, error) {
 // they stand; see Delay for a later look. Reserve never refuses: a
 // reservation larger than the bucket may act once the bucket is full and
 // leaves it in debt. It returns an error naming n when n is negative,
-// infinite or NaN; nothing is debited then.
+// NaN or above MaxUnits; nothing is debited then.
 func (b *Bucket) Reserve(now time.Time, n float64) (Reservation, time.Duration, error) {
 	if err := checkUnits("reserve: units", n); err != nil {
 		return Reservation{}, 0, err
@@ -143,7 +149,7 @@ func (b *Bucket) Reserve(now time.Time, n float64) (Reservation, time.Duration, 
 
 // TryReserve reserves n units at now only if the reservation may act at
 // once, and reports whether it did. It returns an error naming n when n is
-// negative, infinite or NaN.
+// negative, NaN or above MaxUnits.
 func (b *Bucket) TryReserve(now time.Time, n float64) (Reservation, bool, error) {
 	if err := checkUnits("reserve: units", n); err != nil {
 		return Reservation{}, false, err
@@ -183,7 +189,7 @@ func (b *Bucket) Delay(now time.Time, r Reservation) time.Duration {
 // under-estimate is charged, taking the level below zero if need be, so
 // that later reservations wait for it. Settle a reservation at most once,
 // and not after Cancel. It returns an error naming actual when it is
-// negative, infinite or NaN; nothing is changed then. While the rate is Unlimited,
+// negative, NaN or above MaxUnits; nothing is changed then. While the rate is Unlimited,
 // and for a reservation made then, it does nothing.
 func (b *Bucket) Settle(now time.Time, r Reservation, actual float64) error {
 	if err := checkUnits("settle: actual units", actual); err != nil {

@@ -71,10 +71,10 @@ func New(cfg Config, now time.Time) (*Pacer, error) {
 // now until the request may be sent (0: at once), the longer of the two
 // buckets' delays. A caller that sleeps should check Delay again when it
 // wakes, or use Wait. It returns an error naming tokens when it is
-// negative; nothing is debited then.
+// negative or above MaxUnits; nothing is debited then.
 func (p *Pacer) Reserve(now time.Time, tokens int64) (Ticket, time.Duration, error) {
-	if tokens < 0 {
-		return Ticket{}, 0, fmt.Errorf("pace: reserve: tokens must be >= 0, got %d", tokens)
+	if tokens < 0 || tokens > MaxUnits {
+		return Ticket{}, 0, fmt.Errorf("pace: reserve: tokens must be in [0, %g], got %d", float64(MaxUnits), tokens)
 	}
 	rr, dr, _ := p.requests.Reserve(now, 1)
 	tr, dt, _ := p.tokens.Reserve(now, float64(tokens))
@@ -83,10 +83,10 @@ func (p *Pacer) Reserve(now time.Time, tokens int64) (Ticket, time.Duration, err
 
 // TryReserve admits a request estimated at tokens tokens at now only if it
 // may be sent at once, and reports whether it did. It returns an error
-// naming tokens when it is negative.
+// naming tokens when it is negative or above MaxUnits.
 func (p *Pacer) TryReserve(now time.Time, tokens int64) (Ticket, bool, error) {
-	if tokens < 0 {
-		return Ticket{}, false, fmt.Errorf("pace: reserve: tokens must be >= 0, got %d", tokens)
+	if tokens < 0 || tokens > MaxUnits {
+		return Ticket{}, false, fmt.Errorf("pace: reserve: tokens must be in [0, %g], got %d", float64(MaxUnits), tokens)
 	}
 	rr, ok, _ := p.requests.TryReserve(now, 1)
 	if !ok {
@@ -110,7 +110,8 @@ func (p *Pacer) Delay(now time.Time, t Ticket) time.Duration {
 // Wait admits a request estimated at tokens tokens and blocks until it may
 // be sent, looking again whenever a rate changes or units are given back.
 // If ctx ends first, the reservation is canceled and Wait returns ctx's
-// error, wrapped; it returns an error naming tokens when it is negative.
+// error, wrapped; it returns an error naming tokens when it is negative
+// or above MaxUnits.
 // It reads time.Now.
 func (p *Pacer) Wait(ctx context.Context, tokens int64) (Ticket, error) {
 	if err := ctx.Err(); err != nil {
@@ -158,10 +159,10 @@ func (p *Pacer) Wait(ctx context.Context, tokens int64) (Ticket, error) {
 // charged, taking the token bucket into debt if need be so that later
 // requests wait for it (see Bucket.Settle). Settle a ticket at most once,
 // and not after Cancel. It returns an error naming actual when it is
-// negative; nothing is changed then.
+// negative or above MaxUnits; nothing is changed then.
 func (p *Pacer) Settle(now time.Time, t Ticket, actual int64) error {
-	if actual < 0 {
-		return fmt.Errorf("pace: settle: actual tokens must be >= 0, got %d", actual)
+	if actual < 0 || actual > MaxUnits {
+		return fmt.Errorf("pace: settle: actual tokens must be in [0, %g], got %d", float64(MaxUnits), actual)
 	}
 	return p.tokens.Settle(now, t.tokens, float64(actual))
 }
