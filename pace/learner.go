@@ -99,10 +99,11 @@ func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
 	if !(cfg.SeedRate > 0) || !finite(cfg.SeedRate) {
 		return cfg, fmt.Errorf("pace: LearnerConfig.SeedRate must be > 0 and finite, got %v", cfg.SeedRate)
 	}
-	if cfg.MinRate == 0 {
+	minDefault, maxDefault := cfg.MinRate == 0, cfg.MaxRate == 0
+	if minDefault {
 		cfg.MinRate = cfg.SeedRate / 2
 	}
-	if cfg.MaxRate == 0 {
+	if maxDefault {
 		cfg.MaxRate = cfg.SeedRate * 2
 	}
 	if cfg.CheckPeriod == 0 {
@@ -127,6 +128,10 @@ func (cfg LearnerConfig) withDefaults() (LearnerConfig, error) {
 		cfg.ProbeFraction = 1
 	}
 	switch {
+	case minDefault && !(cfg.MinRate > 0):
+		return cfg, fmt.Errorf("pace: LearnerConfig.SeedRate = %v leaves MinRate's default, SeedRate/2, at 0: set MinRate", cfg.SeedRate)
+	case maxDefault && !finite(cfg.MaxRate):
+		return cfg, fmt.Errorf("pace: LearnerConfig.SeedRate = %v leaves MaxRate's default, 2·SeedRate, infinite: set MaxRate", cfg.SeedRate)
 	case !(cfg.MinRate > 0) || !finite(cfg.MinRate):
 		return cfg, fmt.Errorf("pace: LearnerConfig.MinRate must be > 0 and finite, got %v", cfg.MinRate)
 	case !(cfg.MaxRate >= cfg.MinRate) || !finite(cfg.MaxRate):
@@ -284,10 +289,10 @@ func (l *Learner) RecordSent(now, sent time.Time, limited bool, scale float64) {
 	if limited && l.cut && sent.Before(l.cutAt) {
 		return
 	}
-	l.requests++
+	l.requests = min(l.requests, math.MaxInt64-1) + 1
 	switch {
 	case limited:
-		l.errs++
+		l.errs = min(l.errs, math.MaxInt64-1) + 1
 		if l.cfg.CutEarlyAfter > 0 && l.errs >= l.cfg.CutEarlyAfter &&
 			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) {
 			if now.Before(l.start) {
@@ -311,8 +316,9 @@ func (l *Learner) RecordN(now time.Time, requests, errs int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
-	l.requests += requests
-	l.errs += errs
+	// Saturated: a period's counts past MaxInt64 say no more than that.
+	l.requests = min(l.requests, math.MaxInt64-requests) + requests
+	l.errs = min(l.errs, math.MaxInt64-errs) + errs
 	return nil
 }
 

@@ -150,6 +150,8 @@ func TestLearnerConfigValidate(t *testing.T) {
 		{LearnerConfig{SeedRate: 1, MinRate: -1}, "LearnerConfig.MinRate must be > 0 and finite, got -1"},
 		{LearnerConfig{SeedRate: 1, MinRate: 1, MaxRate: 0.5}, "LearnerConfig.MaxRate must be finite and >= MinRate (1), got 0.5"},
 		{LearnerConfig{SeedRate: 5, MinRate: 1, MaxRate: 4}, "LearnerConfig.SeedRate must be within [MinRate, MaxRate] = [1, 4], got 5"},
+		{LearnerConfig{SeedRate: 1e308}, "LearnerConfig.SeedRate = 1e+308 leaves MaxRate's default, 2·SeedRate, infinite: set MaxRate"},
+		{LearnerConfig{SeedRate: 5e-324}, "LearnerConfig.SeedRate = 5e-324 leaves MinRate's default, SeedRate/2, at 0: set MinRate"},
 		{LearnerConfig{SeedRate: 2, WarmRate: 5}, "LearnerConfig.WarmRate must be 0 or within [MinRate, MaxRate] = [1, 4], got 5"},
 		{LearnerConfig{SeedRate: 2, CheckPeriod: -time.Second}, "LearnerConfig.CheckPeriod must be > 0, got -1s"},
 		{LearnerConfig{SeedRate: 2, TargetErrorPct: 101}, "LearnerConfig.TargetErrorPct must be in (0, 100], got 101"},
@@ -369,4 +371,18 @@ func TestLearnerEarlyCutOncePerOverload(t *testing.T) {
 	if c.Errors != 0 {
 		t.Fatalf("the period after the cut counted %d stale 429s", c.Errors)
 	}
+}
+
+// TestLearnerCountsSaturate: a period's counts wrapped past MaxInt64, and
+// the check reported negative requests and errors.
+func TestLearnerCountsSaturate(t *testing.T) {
+	t.Parallel()
+	l, err := NewLearner(LearnerConfig{SeedRate: 10}, epoch)
+	require.NoError(t, err)
+	require.NoError(t, l.RecordN(epoch, math.MaxInt64, math.MaxInt64))
+	require.NoError(t, l.RecordN(epoch, 1, 1))
+	l.Record(epoch, true)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Equal(t, [2]int64{math.MaxInt64, math.MaxInt64}, [2]int64{l.requests, l.errs})
 }
