@@ -26,7 +26,7 @@ func (n *Node) Quota() quota.Info {
 // readQuota reads the quota headers of a response with the given status,
 // received at now, keeps them for Quota, and pauses admission as they ask:
 //
-//   - A 429 or 503 with a Retry-After (or retry-after-ms) that asks for a
+//   - A 429, 503 or 529 with a Retry-After (or retry-after-ms) that asks for a
 //     wait pauses for that long; RFC 9110 and the IETF RateLimit draft give
 //     it precedence over the quota fields.
 //   - Otherwise, on any response — a Retry-After of 0 or a date already
@@ -42,8 +42,7 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 	}
 	n.metrics.quota.Store(&info)
 	n.readRateQuota(info, now)
-	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
-	if throttled && info.HasRetryAfter && info.RetryAfter > 0 {
+	if refusedStatus(status) && info.HasRetryAfter && info.RetryAfter > 0 {
 		n.lim.RetryAfter(info.RetryAfter)
 		return
 	}
@@ -51,4 +50,14 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 		n.metrics.quotaPaused.Add(1)
 		n.lim.RetryAfter(min(until.Sub(now), quota.MaxRetryAfter))
 	}
+}
+
+// statusOverloaded is the status Anthropic's API answers when it is
+// overloaded as a whole (overloaded_error), as another would answer 503.
+const statusOverloaded = 529
+
+// refusedStatus reports whether a response's status refuses the request for
+// the upstream's load: 429, 503, or 529 (statusOverloaded).
+func refusedStatus(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == statusOverloaded
 }

@@ -38,7 +38,8 @@ import (
 // slot is freed when the request has ended at the upstream, a refusal's
 // no sooner than a served request's headers would have come:
 //
-//   - A 429 or 503 is a drop (the node's estimate backs off) at once; its
+//   - A 429, a 503, or a 529 (Anthropic's "overloaded") is a drop (the
+//     node's estimate backs off) at once; its
 //     slot stays held until a served request's headers would have come,
 //     the limiter's RTTNoload after it was sent (no longer than the
 //     bound), so refusals answered at once turn a slot over no faster
@@ -62,7 +63,7 @@ import (
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
 //     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
 //     says nothing is left until a reset, the node's admission pauses until
-//     that reset, at most quota.MaxRetryAfter; on a 429 or 503, a
+//     that reset, at most quota.MaxRetryAfter; on a 429, 503 or 529, a
 //     Retry-After that asks for a wait takes precedence (one of 0, or a
 //     date already past, leaves the pause to the quota fields). Node.Quota
 //     returns the latest ones read.
@@ -402,7 +403,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	t.node.readQuota(resp.Header, resp.StatusCode, now)
 	t.node.observeRate(now, start, resp.StatusCode == http.StatusTooManyRequests)
 	switch code := resp.StatusCode; {
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+	case refusedStatus(code):
 		// A refusal is a drop at once. Its slot stays held for the
 		// refusal's hold and until its body's transfer has ended.
 		hold := t.node.refusalHold(admitted, body.rtt, now)

@@ -168,6 +168,8 @@ func TestTransportClassifiesResponses(t *testing.T) {
 		switch r.URL.Path {
 		case "/503":
 			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/529": // Anthropic's overloaded_error
+			w.WriteHeader(529)
 		case "/500":
 			w.WriteHeader(http.StatusInternalServerError)
 		case "/slow":
@@ -196,11 +198,15 @@ func TestTransportClassifiesResponses(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, uint64(1), n.State().Drops, "503 is a drop")
+	resp, err = get(t, client, srv.URL+"/529")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, uint64(2), n.State().Drops, "529, Anthropic's overloaded, is a drop")
 
 	timeoutClient := &http.Client{Transport: n.Transport(nil), Timeout: 300 * time.Millisecond}
 	_, err = get(t, timeoutClient, srv.URL+"/slow")
 	require.Error(t, err)
-	require.Equal(t, uint64(2), n.State().Drops, "a timeout is a drop at once")
+	require.Equal(t, uint64(3), n.State().Drops, "a timeout is a drop at once")
 	require.Equal(t, 1, n.State().Inflight, "the upstream may still serve it")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "held for AbandonedHold: %+v", n.State())
 
