@@ -81,7 +81,10 @@ import (
 //     as a body read to its length (also when a Content-Length it should
 //     not carry makes the read fail); Go's HTTP/2 client gives a HEAD's
 //     response no body, so it ends when read or closed, and work after
-//     its headers cannot be seen. A 2xx or 3xx
+//     its headers cannot be seen. A 3xx is the upstream's whole answer:
+//     its body closed before its end (http.Client closes one over 2 KiB
+//     unread when it follows the redirect) has ended, and frees its slot
+//     at once. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -411,6 +414,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		body.refused, body.rtt = now.Add(hold), -1
 	case code < 400:
 		t.node.floor.served(admitted)
+		body.redirect = code >= 300
 	case code >= 400:
 		// An error answered at once (404, 400, 401…) says nothing of the
 		// upstream's no-load latency; an internal error says nothing of
@@ -519,6 +523,11 @@ type leaseBody struct {
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
 	refused time.Time
+	// redirect is a 3xx: the upstream's answer is its status and
+	// Location, and its body no work of the upstream's (http.Client
+	// closes one over 2 KiB unread when it follows it): closed early, it
+	// has ended.
+	redirect bool
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
@@ -575,7 +584,7 @@ func (b *leaseBody) close() error {
 	reading := b.reading > 0
 	b.mu.Unlock()
 	switch {
-	case b.empty || b.eof.Load() || !b.refused.IsZero():
+	case b.empty || b.eof.Load() || !b.refused.IsZero() || b.redirect:
 		b.finish()
 	case reading:
 		b.abandon()
@@ -702,7 +711,7 @@ func (b *leaseBody) finish() {
 // counted then). A refusal's body is no work of the upstream's, and ends
 // with its transfer: a refusal given up on is one that ended (finish).
 func (b *leaseBody) abandon() {
-	if !b.refused.IsZero() {
+	if !b.refused.IsZero() || b.redirect {
 		b.finish()
 		return
 	}

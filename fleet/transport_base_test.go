@@ -420,3 +420,33 @@ func TestTransportOverAnotherNodesTransport(t *testing.T) {
 	require.Zero(t, outer.State().Inflight, "the inner node sent nothing: the outer slots are free at once")
 	require.Zero(t, inner.State().Inflight)
 }
+
+// TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest: http.Client
+// closes a redirect's body over 2 KiB unread when it follows it, and
+// Transport held each such hop's slot for AbandonedHold, as a request cut
+// short that the upstream may still serve. A 3xx is the upstream's whole
+// answer: its body closed early has ended.
+func TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/a" {
+			w.Header().Set("Location", "/b")
+			w.WriteHeader(http.StatusMovedPermanently)
+			_, _ = io.WriteString(w, strings.Repeat("<p>moved</p>", 1000)) // 12 KB
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 5 * time.Second
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	resp, err := (&http.Client{Transport: n.Transport(nil)}).Get(srv.URL + "/a")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "ok", string(b))
+	require.NoError(t, resp.Body.Close())
+	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, 5*time.Millisecond,
+		"both hops' slots are free, long before AbandonedHold: %+v", n.State())
+}
