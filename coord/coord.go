@@ -136,7 +136,12 @@ type Grant struct {
 }
 
 // Coordinator folds the fleet's reports into grants. Implementations are
-// safe for concurrent use.
+// safe for concurrent use, and their calls return soon after ctx ends: a
+// fleet node's Start and Stop are bounded by their contexts only as far
+// as the calls they wait for are (Postgres's return within a second of
+// ctx's end; Memory's never block). Calls on one node come one at a time,
+// and an implementation answers each with the grant its report earned
+// (a node ignores a grant older than the last it applied).
 type Coordinator interface {
 	// Heartbeat records r, renews the node's lease and returns its grant.
 	// It returns an error wrapping ErrInvalidReport for a report out of

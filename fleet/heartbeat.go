@@ -510,6 +510,20 @@ func (n *Node) report(now time.Time) coord.Report {
 	}
 }
 
+// olderGrant reports whether g comes before the grant the node applied
+// last, and that grant's epoch and generation: an earlier epoch, or an
+// earlier generation of the same epoch. The coordinator never answers so
+// (an epoch only moves forward, and generations within it), and the
+// safety argument takes it that a node never goes back to an older grant:
+// its share may already be a peer's (design §4). A Coordinator that
+// replays or reorders replies (a wrapper's cache) would take the node
+// back to it.
+func (n *Node) olderGrant(g coord.Grant) (epoch, gen int64, older bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch, n.appliedGen, g.Epoch < n.epoch || g.Epoch == n.epoch && g.Generation < n.appliedGen
+}
+
 // beat sends one heartbeat, bounded by timeout, and applies its grant. A
 // heartbeat that Stop cut short (it cancels the loop's ctx) is no outage:
 // it is not counted as a heartbeat error and leaves the node's state as
@@ -576,10 +590,17 @@ func (n *Node) setOutage(err error) {
 	}
 }
 
-// apply takes a grant that answered the heartbeat sent at sent.
+// apply takes a grant that answered the heartbeat sent at sent. A stale
+// grant, or one older than the grant applied last, is ignored: it renews
+// nothing.
 func (n *Node) apply(sent time.Time, g coord.Grant) {
 	now := time.Now()
 	if g.Stale {
+		return
+	}
+	if epoch, gen, older := n.olderGrant(g); older {
+		n.log.Warn("fleet: ignored a grant older than the one the node applied last (a Coordinator that replays or reorders its replies?)",
+			"epoch", g.Epoch, "generation", g.Generation, "applied_epoch", epoch, "applied_generation", gen)
 		return
 	}
 	_, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)

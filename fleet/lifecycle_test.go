@@ -393,3 +393,63 @@ func TestAbandonRacingRelease(t *testing.T) {
 		require.Error(t, le.Context().Err(), "either one ends the context")
 	}
 }
+
+// replayer is a Coordinator that passes every heartbeat through and, once
+// armed, answers one with the first grant it saw instead: a wrapper that
+// caches or reorders replies.
+type replayer struct {
+	coord.Coordinator
+	mu    sync.Mutex
+	first *coord.Grant
+	armed atomic.Bool
+	fired atomic.Bool
+}
+
+func (r *replayer) Heartbeat(ctx context.Context, rep coord.Report) (coord.Grant, error) {
+	g, err := r.Coordinator.Heartbeat(ctx, rep)
+	if err != nil {
+		return g, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		r.first = &g
+	}
+	if r.armed.Load() && r.fired.CompareAndSwap(false, true) {
+		return *r.first, nil
+	}
+	return g, nil
+}
+
+// TestAnOlderGrantIsIgnored: the safety argument takes it that a node
+// never goes back to a grant older than the one it applied; the node took
+// whatever grant it was given. Replayed by a wrapper after a peer joined,
+// its first grant, alone on the key, took it back to the whole max while
+// the peer held half: 9 in flight at an upstream on a max of 6.
+func TestAnOlderGrantIsIgnored(t *testing.T) {
+	t.Parallel()
+	m := coord.NewMemory(nil)
+	require.NoError(t, m.CreateKey(t.Context(), "k", nil, new(6)))
+	rp := &replayer{Coordinator: m}
+	a := startNode(t, rp, testConfig("k", "a"))
+	hold := func(n *Node) {
+		for range 6 {
+			if le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1}); err == nil {
+				t.Cleanup(le.Release)
+			}
+		}
+	}
+	hold(a) // demand
+	eventually(t, func() bool { return a.State().Share == 6 }, "a alone holds the max")
+	b := startNode(t, m, testConfig("k", "b"))
+	le, err := b.Acquire(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(le.Release)
+	eventually(t, func() bool { return a.State().Share < 6 && b.State().Share > 0 }, "a's share falls as b asks")
+	gen := a.State().Generation
+	rp.armed.Store(true)
+	eventually(t, func() bool { return rp.fired.Load() }, "the old grant is replayed")
+	st := a.State()
+	require.GreaterOrEqual(t, st.Generation, gen, "the older generation is not applied")
+	require.Less(t, st.Share, 6, "nor its share")
+}

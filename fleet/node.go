@@ -193,7 +193,8 @@ func (n *Node) Limiter() *adaptive.Limiter { return n.lim }
 // first heartbeat (a second one if the first grant came back stale), which
 // may have to open a database connection, are each bounded by ctx and by
 // 5s or Config.HeartbeatTimeout, whichever is longer (a Postgres heartbeat
-// then may still finish for as long again, at most 1s); the loop
+// then may still finish for as long again, at most 1s; a Coordinator that
+// ignores its context holds Start as long as its call lasts); the loop
 // runs until Stop has drained the node, whatever happens to ctx (its values
 // are kept). The node admits as soon as that first grant is applied. Start
 // returns the first heartbeat's error otherwise (coord.ErrNodeIDInUse when
@@ -328,7 +329,9 @@ func (n *Node) leaveIfSent(ctx context.Context) error {
 // reached the coordinator; on a node never started it only marks it
 // stopped. A second Stop waits until the first has left and returns what
 // the first returned. Either wait ends early, with an error wrapping
-// ctx.Err(), if ctx ends.
+// ctx.Err(), if ctx ends. Stop waits for a heartbeat under way to return,
+// and for the departure, however ctx ends: a Coordinator's calls must
+// return soon after their context ends (see coord.Coordinator).
 func (n *Node) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	switch n.phase {
