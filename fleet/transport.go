@@ -584,10 +584,16 @@ func (b *leaseBody) close() error {
 	reading := b.reading > 0
 	b.mu.Unlock()
 	switch {
-	case b.empty || b.eof.Load() || !b.refused.IsZero() || b.redirect:
+	case b.empty || b.eof.Load() || !b.refused.IsZero():
 		b.finish()
 	case reading:
 		b.abandon()
+	case b.redirect:
+		// Ended: its slot is free now. What is left of its body is read
+		// only so that the connection can be used again.
+		b.finish()
+		go func() { _ = b.drain(false) }()
+		return nil
 	default:
 		whole := b.length >= 0 && b.read.Load() >= b.length
 		done := make(chan error, 1)

@@ -450,3 +450,40 @@ func TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest(t *testing.T) {
 	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, 5*time.Millisecond,
 		"both hops' slots are free, long before AbandonedHold: %+v", n.State())
 }
+
+// TestTransportRedirectKeepsItsConnection: freeing a redirect's slot when
+// its body is closed early must not give up the connection: what is left
+// of a body of a few KiB is still read in the background, as for any body
+// closed early, so that the next request reuses the connection.
+func TestTransportRedirectKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/a" {
+			w.Header().Set("Location", "/b")
+			w.WriteHeader(http.StatusMovedPermanently)
+			_, _ = io.WriteString(w, strings.Repeat("x", 3<<10)) // over http.Client's 2 KiB, within the drain's 4
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(nil)}
+	for range 10 {
+		resp, err := client.Get(srv.URL + "/a")
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		// The drain runs in the background: give it its moment.
+		require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.LessOrEqual(t, conns.Load(), int64(5), "the connections are reused (11 without the drain)")
+}
