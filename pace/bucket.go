@@ -57,11 +57,14 @@ func checkRate(rate float64) (float64, error) {
 }
 
 // MaxUnits is the most units one reservation, or one settlement, may
-// carry. The bucket keeps its level and its marks in float64: a debit
-// further beyond this would round away the units of the reservations
-// beside it (undoing it would forgive their debts), and an infinite one
-// would be a debt no time repays, its level NaN.
-const MaxUnits = 1e12
+// carry (fleet.MaxTokens, the largest token count a fleet node debits, is
+// as much). The bucket keeps its level and its marks in float64, and
+// compares them within a rounding allowance that grows with the units
+// ever reserved: a debit far beyond this would round away the units of
+// the reservations beside it, or widen the allowance past a unit, and
+// forgive their debts; an infinite one would be a debt no time repays,
+// its level NaN.
+const MaxUnits = 1e9
 
 // checkUnits returns an error naming n, for what, unless n is in
 // [0, MaxUnits].

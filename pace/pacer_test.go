@@ -116,7 +116,7 @@ func TestPacerSettle(t *testing.T) {
 		_, err = p.Wait(context.Background(), 10)
 		require.NoError(t, err)
 		require.Equal(t, 600*ms, time.Since(start), "100 − 150 − 10 = −60 owed at 100/s")
-		require.EqualError(t, p.Settle(start, tk, -1), "pace: settle: actual tokens must be in [0, 1e+12], got -1")
+		require.EqualError(t, p.Settle(start, tk, -1), "pace: settle: actual tokens must be in [0, 1e+09], got -1")
 	})
 }
 
@@ -185,7 +185,7 @@ func TestPacerTryReserve(t *testing.T) {
 	_, ok, _ = p.TryReserve(epoch, 0)
 	require.False(t, ok, "no requests left")
 	_, _, err = p.TryReserve(epoch, -1)
-	require.EqualError(t, err, "pace: reserve: tokens must be in [0, 1e+12], got -1")
+	require.EqualError(t, err, "pace: reserve: tokens must be in [0, 1e+09], got -1")
 
 	tk, d, err := p.Reserve(epoch, 10)
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func TestPacerTryReserve(t *testing.T) {
 	require.Equal(t, 250*ms, p.Delay(at(250*ms), tk))
 	p.Cancel(at(250*ms), tk)
 	_, _, err = p.Reserve(epoch, -3)
-	require.EqualError(t, err, "pace: reserve: tokens must be in [0, 1e+12], got -3")
+	require.EqualError(t, err, "pace: reserve: tokens must be in [0, 1e+09], got -3")
 }
 
 func TestPacerConfig(t *testing.T) {
