@@ -157,7 +157,8 @@ func (t *semaphoreTransport) RoundTrip(req *http.Request) (*http.Response, error
 }
 
 // limiterTransport admits through an adaptive.Limiter and classifies the
-// response as fleet.Transport does: 429 and 503 are drops settled at
+// response as fleet.Transport does: 429 and 503 (the simulated provider
+// answers no 529) are drops settled at
 // once, a timeout is a drop, another transport error is ignored, any
 // other response releases its lease with the time to its headers as the
 // sample once its body is closed.

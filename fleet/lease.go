@@ -15,8 +15,9 @@ import (
 // the request must have really ended by then — the fleet keeps the slot
 // reserved that long and no longer, whatever happens to the node. Settle
 // the lease exactly once with Release, ReleaseRTT, Refuse, Unavailable,
-// Drop or Ignore when the request ends, or with Abandon when the caller
-// gave up on it; settling also releases the context's timer. Settling
+// Drop or Ignore when the request ends, with Unsent when it was never
+// sent, or with Abandon when the caller gave up on it; settling also
+// releases the context's timer. Settling
 // again, or settling a copy, is a no-op: after Abandon, a Release (a
 // deferred one, say) does not free the slot the abandoned request may
 // still use upstream, and of a Release and an Abandon called at once on
@@ -152,8 +153,8 @@ func (le Lease) Drop() {
 func (le Lease) Refuse(retryAfter time.Duration) { le.refuse(retryAfter, true) }
 
 // Unavailable settles the lease as the upstream's refusal of the request
-// for want of capacity — a 503, gRPC's UNAVAILABLE — as Transport settles
-// a 503: as Refuse does, except that a node learning the key's rate does
+// for want of capacity — a 503, Anthropic's 529, gRPC's UNAVAILABLE — as
+// Transport settles a 503 or a 529: as Refuse does, except that a node learning the key's rate does
 // not count it against the rate, whose learner counts 429s.
 func (le Lease) Unavailable(retryAfter time.Duration) { le.refuse(retryAfter, false) }
 
@@ -234,10 +235,11 @@ func (le Lease) Unsent() {
 // ends now, but its slot stays held for Config.AbandonedHold, and no longer
 // than the request's bound, since the upstream may still be serving it.
 // With drop set it also counts as an overload signal now (a timeout). A
-// request that surely ended — the upstream answered, or it was never sent —
-// is settled with Release, Refuse, Unavailable, Drop or Ignore instead.
-// Abandon settles the lease: a later Release, ReleaseRTT, Refuse,
-// Unavailable, Drop or Ignore does nothing, and so does a second Abandon.
+// request that surely ended — the upstream answered — is settled with
+// Release, Refuse, Unavailable, Drop or Ignore instead, and one never sent
+// with Unsent. Abandon settles the lease: a later Release, ReleaseRTT,
+// Refuse, Unavailable, Drop, Ignore or Unsent does nothing, and so does a
+// second Abandon.
 func (le Lease) Abandon(drop bool) {
 	if le.ctx == nil || !le.settled.CompareAndSwap(false, true) {
 		return

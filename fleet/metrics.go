@@ -65,7 +65,7 @@ func newMetrics(n *Node) *metrics {
 		liveNodes:    desc("live_nodes", "Live nodes on the key, this one included, as of the last grant."),
 		waitingNodes: desc("waiting_nodes", "Other live nodes on the key that want capacity and hold a share of 0, "+
 			"as of the last grant: above 0 for long, more nodes want the key than its L_global holds, and they take turns."),
-		drops:             desc("drops_total", "Requests settled as dropped (429, 503, timeout)."),
+		drops:             desc("drops_total", "Requests settled as dropped (429, 503, 529, timeout)."),
 		rejections:        desc("rejections_total", rejectionsHelp),
 		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
 		fenceEvents:       desc("fencings_total", "Times the node was fenced."),

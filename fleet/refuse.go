@@ -9,7 +9,7 @@ import (
 )
 
 // refuse settles le, admitted at admitted, as the upstream's refusal of
-// its request (a 429, a 503), which came back at now, rtt after the
+// its request (a 429, 503 or 529), which came back at now, rtt after the
 // request was sent: a drop at once, whose slot stays held for
 // refusalHold, no later than bound.
 func (n *Node) refuse(le adaptive.Lease, admitted time.Time, rtt time.Duration, bound, now time.Time) {

@@ -519,7 +519,7 @@ type leaseBody struct {
 	closing  sync.Once // closes the body
 	closeErr error
 	debit    *debit // the request's debit from the node's rate shares
-	// refused is, for a refusal (a 429, a 503), when its hold ends: its
+	// refused is, for a refusal (a 429, 503 or 529), when its hold ends: its
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
 	refused time.Time
