@@ -141,7 +141,8 @@ type Grant struct {
 // as the calls they wait for are (Postgres's return within a second of
 // ctx's end; Memory's never block). Calls on one node come one at a time,
 // and an implementation answers each with the grant its report earned
-// (a node ignores a grant older than the last it applied).
+// (a node ignores a grant of an earlier generation of the epoch it
+// applied last).
 type Coordinator interface {
 	// Heartbeat records r, renews the node's lease and returns its grant.
 	// It returns an error wrapping ErrInvalidReport for a report out of

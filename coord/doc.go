@@ -64,9 +64,10 @@
 //   - UnackedHigh: the largest share granted since the last heartbeat that
 //     acknowledged the newest grant (AppliedGen ≥ GrantedGen), that
 //     acknowledged share included. Once a node has applied generation g it
-//     never applies an older one (fleet.Node ignores a grant older than the
-//     one it applied last, should a Coordinator that wraps this one replay
-//     or reorder replies), so after the acknowledgement only Share
+//     never applies an older one (fleet.Node ignores a grant of an earlier
+//     generation of the epoch it applied last, should a Coordinator that
+//     wraps this one replay or reorder replies), so after the
+//     acknowledgement only Share
 //     and later grants can ever be enforced; before it, any grant since the
 //     previous acknowledgement can;
 //   - Inflight: the in-flight count of its newest report.

@@ -511,17 +511,19 @@ func (n *Node) report(now time.Time) coord.Report {
 }
 
 // olderGrant reports whether g comes before the grant the node applied
-// last, and that grant's epoch and generation: an earlier epoch, or an
-// earlier generation of the same epoch. The coordinator never answers so
-// (an epoch only moves forward, and generations within it), and the
-// safety argument takes it that a node never goes back to an older grant:
-// its share may already be a peer's (design §4). A Coordinator that
-// replays or reorders replies (a wrapper's cache) would take the node
-// back to it.
+// last, and that grant's epoch and generation: an earlier generation of
+// the same epoch. The coordinator never answers so (generations only move
+// forward within an epoch), and the safety argument takes it that a node
+// never goes back to an older grant: its share may already be a peer's
+// (coord's package documentation). A Coordinator that replays or reorders
+// replies (a wrapper's cache) would take the node back to it. A grant of
+// another epoch is taken: the epoch moves when the database may have lost
+// state (design §10), to its clock's now, which on a server whose clock
+// runs behind the lost one's may be numerically below the last.
 func (n *Node) olderGrant(g coord.Grant) (epoch, gen int64, older bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.epoch, n.appliedGen, g.Epoch < n.epoch || g.Epoch == n.epoch && g.Generation < n.appliedGen
+	return n.epoch, n.appliedGen, g.Epoch == n.epoch && g.Generation < n.appliedGen
 }
 
 // beat sends one heartbeat, bounded by timeout, and applies its grant. A
