@@ -628,13 +628,14 @@ func (p *Postgres) Relearn(ctx context.Context, key string) (time.Time, error) {
 // UpdateLimits implements Admin.UpdateLimits in one call of
 // fleetlimit.update_limits.
 func (p *Postgres) UpdateLimits(ctx context.Context, key string, c LimitsChange) (minLimit, maxLimit *int, err error) {
-	if err := validateLimits(pick(c.SetMin, c.Min), pick(c.SetMax, c.Max)); err != nil {
+	minSet, maxSet := pick(c.SetMin, c.Min), pick(c.SetMax, c.Max) // an unset bound's pointer is ignored
+	if err := validateLimits(minSet, maxSet); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
 	if err := storable(key, "-"); err != nil {
 		return nil, nil, fmt.Errorf("coord: update limits: %w", err)
 	}
-	err = p.call(ctx, sqlUpdateLimits, []any{key, c.SetMin, valueOf(pick(c.SetMin, c.Min)), c.SetMax, valueOf(pick(c.SetMax, c.Max))}, &minLimit, &maxLimit)
+	err = p.call(ctx, sqlUpdateLimits, []any{key, c.SetMin, valueOf(minSet), c.SetMax, valueOf(maxSet)}, &minLimit, &maxLimit)
 	if err != nil {
 		return nil, nil, pgError("update limits", err)
 	}

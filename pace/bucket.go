@@ -66,6 +66,15 @@ func checkRate(rate float64) (float64, error) {
 // its level NaN.
 const MaxUnits = 1e9
 
+// checkTokens is checkUnits for a Pacer's token count, which the Pacer
+// checks itself: it does not pass on its token bucket's error.
+func checkTokens(what string, n int64) error {
+	if n < 0 || n > MaxUnits {
+		return fmt.Errorf("pace: %s must be in [0, %g], got %d", what, float64(MaxUnits), n)
+	}
+	return nil
+}
+
 // checkUnits returns an error naming n, for what, unless n is in
 // [0, MaxUnits].
 func checkUnits(what string, n float64) error {

@@ -73,8 +73,8 @@ func New(cfg Config, now time.Time) (*Pacer, error) {
 // wakes, or use Wait. It returns an error naming tokens when it is
 // negative or above MaxUnits; nothing is debited then.
 func (p *Pacer) Reserve(now time.Time, tokens int64) (Ticket, time.Duration, error) {
-	if tokens < 0 || tokens > MaxUnits {
-		return Ticket{}, 0, fmt.Errorf("pace: reserve: tokens must be in [0, %g], got %d", float64(MaxUnits), tokens)
+	if err := checkTokens("reserve: tokens", tokens); err != nil {
+		return Ticket{}, 0, err
 	}
 	rr, dr, _ := p.requests.Reserve(now, 1)
 	tr, dt, _ := p.tokens.Reserve(now, float64(tokens))
@@ -85,8 +85,8 @@ func (p *Pacer) Reserve(now time.Time, tokens int64) (Ticket, time.Duration, err
 // may be sent at once, and reports whether it did. It returns an error
 // naming tokens when it is negative or above MaxUnits.
 func (p *Pacer) TryReserve(now time.Time, tokens int64) (Ticket, bool, error) {
-	if tokens < 0 || tokens > MaxUnits {
-		return Ticket{}, false, fmt.Errorf("pace: reserve: tokens must be in [0, %g], got %d", float64(MaxUnits), tokens)
+	if err := checkTokens("reserve: tokens", tokens); err != nil {
+		return Ticket{}, false, err
 	}
 	rr, ok, _ := p.requests.TryReserve(now, 1)
 	if !ok {
@@ -161,8 +161,8 @@ func (p *Pacer) Wait(ctx context.Context, tokens int64) (Ticket, error) {
 // and not after Cancel. It returns an error naming actual when it is
 // negative or above MaxUnits; nothing is changed then.
 func (p *Pacer) Settle(now time.Time, t Ticket, actual int64) error {
-	if actual < 0 || actual > MaxUnits {
-		return fmt.Errorf("pace: settle: actual tokens must be in [0, %g], got %d", float64(MaxUnits), actual)
+	if err := checkTokens("settle: actual tokens", actual); err != nil {
+		return err
 	}
 	return p.tokens.Settle(now, t.tokens, float64(actual))
 }
