@@ -215,7 +215,10 @@ inline sendReport(I, D) {
 	normalize()
 }
 
-/* applyReply: fleet.Node.apply and fence.Renew/Evict. */
+/* applyReply: fleet.Node.apply and fence.Renew/Evict. The node also
+ * ignores a grant of an earlier generation of the epoch it applied last
+ * (Node.olderGrant); here a node takes only the reply to the report it
+ * awaits, whose generation is never older, so that rule never acts. */
 inline applyReply(I) {
 	if
 	:: nd[I].gkind == G_INUSE ->
