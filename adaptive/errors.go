@@ -52,15 +52,17 @@ var ErrWouldWait = errors.New("adaptive: no room for the request now")
 // being admitted; it holds no slot. Match it with errors.Is.
 var ErrWaitTimeout = errors.New("adaptive: waited TimeoutFactor × weight without a slot")
 
-// ErrTooHeavy is returned, wrapped in an error naming Config.MaxLimit, by
-// Limiter.AcquireRequest and Limiter.TryAcquireRequest at once for a
-// request whose weight exceeds Config.MaxLimit: the hard bound never
-// exceeds MaxLimit, so no ceiling or estimate could ever hold it. A weight
-// above the limit but within MaxLimit is not refused: it runs alone, or
-// waits (see the package documentation, Admission). The wrapping error is
-// made once per limiter and does not repeat the weight, so refusing
-// allocates nothing. A fleet node also returns it for a weight above the
-// key's global limit (package fleet).
+// ErrTooHeavy is returned, wrapped in an error naming the request's weight
+// and Config.MaxLimit, by Limiter.AcquireRequest and
+// Limiter.TryAcquireRequest at once for a request whose weight exceeds
+// Config.MaxLimit: the hard bound never exceeds MaxLimit, so no ceiling or
+// estimate could ever hold it. A weight above the limit but within
+// MaxLimit is not refused: it runs alone, or waits (see the package
+// documentation, Admission). The limiter keeps the last wrapping error it
+// made and returns it again for the same weight, so refusing one weight
+// over and over allocates nothing; a weight other than the last one
+// refused costs one allocation. A fleet node also returns it for a weight
+// above the key's global limit (package fleet).
 var ErrTooHeavy = errors.New("adaptive: request heavier than the limit")
 
 // ErrInvalidRequest is returned, wrapped in an error naming the field and

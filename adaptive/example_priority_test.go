@@ -54,7 +54,7 @@ func ExampleLimiter_AcquireRequest() {
 			s.Priority, s.Admitted, s.AdmittedWeight, s.Refused, s.Waits)
 	}
 	// Output:
-	// adaptive: request heavier than the limit: Request.Weight exceeds Config.MaxLimit = 2: it can never be admitted
+	// adaptive: request heavier than the limit: Request.Weight = 3 exceeds Config.MaxLimit = 2: it can never be admitted
 	// chat 1 (priority 250, weight 1)
 	// chat 2 (priority 250, weight 2)
 	// search (priority 100, weight 1)

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -112,9 +113,28 @@ func TestTooHeavyOnlyAboveMaxLimit(t *testing.T) {
 	le.Ignore()
 	_, err = l.TryAcquireRequest(Request{Weight: 101})
 	require.ErrorIs(t, err, ErrTooHeavy)
-	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight exceeds Config.MaxLimit = 100: it can never be admitted")
+	require.EqualError(t, err, "adaptive: request heavier than the limit: Request.Weight = 101 exceeds Config.MaxLimit = 100: it can never be admitted")
 	_, err = l.AcquireRequest(context.Background(), Request{Weight: 101})
 	require.ErrorIs(t, err, ErrTooHeavy)
+	require.Zero(t, l.Queued())
+}
+
+// A lone limiter's ErrTooHeavy names the refused weight and MaxLimit, on
+// both paths, and a second weight gets its own message rather than the
+// first's.
+func TestTooHeavyErrorNamesTheWeight(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{InitialLimit: 20, MaxLimit: 100, MaxQueued: 4})
+	for _, w := range []int{101, 250, 101, math.MaxInt} {
+		want := fmt.Sprintf("adaptive: request heavier than the limit: Request.Weight = %d exceeds Config.MaxLimit = 100: it can never be admitted", w)
+		_, err := l.TryAcquireRequest(Request{Weight: w})
+		require.ErrorIs(t, err, ErrTooHeavy)
+		require.EqualError(t, err, want, "TryAcquireRequest")
+		_, err = l.AcquireRequest(context.Background(), Request{Priority: 9, Weight: w})
+		require.ErrorIs(t, err, ErrTooHeavy)
+		require.EqualError(t, err, want, "AcquireRequest")
+	}
+	require.Zero(t, l.Inflight())
 	require.Zero(t, l.Queued())
 }
 

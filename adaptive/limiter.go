@@ -76,9 +76,9 @@ type Limiter struct {
 	recal          recalState
 	free           *leaseRecord
 	queue          wfq
-	waiters        sync.Pool // of *waiter
-	errTooHeavy    error     // the ErrTooHeavy error, made once by New
-	errWaitTimeout error     // the ErrWaitTimeout error, naming TimeoutFactor, made once by New
+	waiters        sync.Pool      // of *waiter
+	errTooHeavy    *tooHeavyError // the last ErrTooHeavy error returned, kept for its weight's next refusal; nil before the first
+	errWaitTimeout error          // the ErrWaitTimeout error, naming TimeoutFactor, made once by New
 
 	// onAdmit, when set by a test, is called with the lock held after every
 	// admission with the new weight in flight, the admitted weight, and the
@@ -104,7 +104,6 @@ func New(cfg Config) (*Limiter, error) {
 		window:   newMinWindow(cfg.RTTWindow),
 		paced:    cfg.InitialLimit,
 
-		errTooHeavy:    newErrTooHeavy(cfg.MaxLimit),
 		errWaitTimeout: newErrWaitTimeout(cfg.TimeoutFactor),
 	}
 	if cfg.Law == Auto {

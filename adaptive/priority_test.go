@@ -365,7 +365,9 @@ func statsOf(l *Limiter, p uint8) PriorityStats {
 }
 
 // Refusing a bad weight allocates nothing either: a weight below 1, above
-// MaxLimit, or so large that a sum with it would overflow.
+// MaxLimit, or so large that a sum with it would overflow (ErrTooHeavy's
+// error is kept for the weight it was made for). Alternating between two
+// weights above MaxLimit costs one allocation a refusal, no more.
 func TestBadWeightRefusalsDoNotAllocate(t *testing.T) {
 	l, _ := newTestLimiter(t, Config{MaxLimit: 100, MaxQueued: 4})
 	ctx := context.Background()
@@ -384,6 +386,14 @@ func TestBadWeightRefusalsDoNotAllocate(t *testing.T) {
 		})
 		require.Zero(t, acquire, "AcquireRequest, weight %d", w)
 	}
+	next := 101
+	alternate := testing.AllocsPerRun(100, func() {
+		next = 203 - next // 101, 102, 101, …
+		if _, err := l.TryAcquireRequest(Request{Priority: 7, Weight: next}); err == nil {
+			panic("admitted")
+		}
+	})
+	require.LessOrEqual(t, alternate, 1.0)
 }
 
 // TestFullQueueEvictsInFairOrderNotStrictPriority: the request a full

@@ -52,10 +52,27 @@ func (r Request) validate() error {
 	return nil
 }
 
-// newErrTooHeavy returns the error for a weight above maxLimit, made once
-// per limiter (New), so that refusing it allocates nothing.
-func newErrTooHeavy(maxLimit int) error {
-	return fmt.Errorf("%w: Request.Weight exceeds Config.MaxLimit = %d: it can never be admitted", ErrTooHeavy, maxLimit)
+// tooHeavyError is the error for a weight above MaxLimit. It formats its
+// message only when read, so making one costs a single small allocation.
+type tooHeavyError struct {
+	weight, maxLimit int
+}
+
+func (e *tooHeavyError) Error() string {
+	return fmt.Sprintf("%v: Request.Weight = %d exceeds Config.MaxLimit = %d: it can never be admitted", ErrTooHeavy, e.weight, e.maxLimit)
+}
+
+func (e *tooHeavyError) Unwrap() error { return ErrTooHeavy }
+
+// errTooHeavyFor returns the error for weight, a weight above MaxLimit. It
+// keeps the last one it made and returns it again for the same weight, so
+// refusing one weight over and over allocates nothing; a weight other than
+// the last costs one allocation. The caller holds l.mu.
+func (l *Limiter) errTooHeavyFor(weight int) error {
+	if e := l.errTooHeavy; e == nil || e.weight != weight {
+		l.errTooHeavy = &tooHeavyError{weight: weight, maxLimit: l.cfg.MaxLimit}
+	}
+	return l.errTooHeavy
 }
 
 // newErrWaitTimeout returns the error for a wait that TimeoutFactor ended,
@@ -78,7 +95,9 @@ func (l *Limiter) tooHeavy(weight int) bool { return weight > l.cfg.MaxLimit }
 // ErrPaused) while admission is paused, an error wrapping ErrTooHeavy when
 // r.Weight exceeds Config.MaxLimit and one wrapping ErrInvalidRequest when
 // it is below 1; on every error the Lease is the zero Lease. Neither an
-// admission nor a refusal allocates. Safe for concurrent use.
+// admission nor a refusal allocates, except an ErrTooHeavy refusal of a
+// weight other than the last one refused (see ErrTooHeavy). Safe for
+// concurrent use.
 func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	if err := r.validate(); err != nil {
 		return Lease{}, err
@@ -89,7 +108,7 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	if l.tooHeavy(r.Weight) {
 		c.refused++
 		l.mu.Unlock()
-		return Lease{}, l.errTooHeavy
+		return Lease{}, l.errTooHeavyFor(r.Weight)
 	}
 	l.tick(now)
 	if le, ok := l.admitNow(now, r); ok {
@@ -130,7 +149,9 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 // begins and with ErrQueueFull when evicted; a refusal in the instant the
 // wait ends returns, and counts in PriorityStats as, ctx.Err() or that
 // error. In every error case no slot is held. A free slot is taken even
-// with a done ctx. Refusing allocates nothing; a call that waits
+// with a done ctx. Refusing allocates nothing, except an ErrTooHeavy
+// refusal of a weight other than the last one refused (see ErrTooHeavy);
+// a call that waits
 // allocates nothing once the limiter's pool of waiters is warm. Safe for
 // concurrent use.
 func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (Lease, error) {
@@ -154,7 +175,7 @@ func (l *Limiter) enter(ctx context.Context, r Request) (Lease, *waiter, error) 
 	c := &l.queue.stats[r.Priority]
 	if l.tooHeavy(r.Weight) {
 		c.refused++
-		return Lease{}, nil, l.errTooHeavy
+		return Lease{}, nil, l.errTooHeavyFor(r.Weight)
 	}
 	l.tick(now)
 	if le, ok := l.admitNow(now, r); ok {

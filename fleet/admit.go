@@ -268,7 +268,7 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		n.noteUnmet(weight, true) // the caller's own bound: its error stands
 	case errors.Is(err, adaptive.ErrTooHeavy) && weight > n.lim.MaxLimit():
-		// The limiter's error, made once, does not name the weight.
+		// The limiter's error names Config.MaxLimit; a node's caller set it as Config.Limiter.MaxLimit.
 		return fmt.Errorf("%w: Request.Weight = %d exceeds Config.Limiter.MaxLimit = %d: it can never be admitted",
 			adaptive.ErrTooHeavy, weight, n.lim.MaxLimit())
 	}
