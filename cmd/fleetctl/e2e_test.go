@@ -332,6 +332,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"watch", "api", "--count", "-1"}, 2, `fleetctl: watch: invalid value -1 for --count: want >= 0`},
 		{[]string{"demo", "--nodes", "0"}, 2, `fleetctl: demo: invalid value 0 for --nodes: want 1..32`},
 		{[]string{"--statement-timeout", "-1s", "keys"}, 2, `fleetctl: keys: invalid value -1s for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
+		{[]string{"--statement-timeout", "1000h", "keys"}, 2, `fleetctl: keys: invalid value 1000h for --statement-timeout: want 0 (no timeout) or whole milliseconds in [1ms, 596h31m23.647s]`},
 		{[]string{"nodes", "nope"}, 1, `fleetctl: nodes: unknown key "nope"`},
 		{[]string{"limits", "get", "nope"}, 1, `fleetctl: limits get: unknown key "nope"`},
 		{[]string{"watch", "nope", "--count", "1"}, 1, `fleetctl: watch: unknown key "nope"`},

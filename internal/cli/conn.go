@@ -56,7 +56,7 @@ const maxStatementTimeout = math.MaxInt32 * time.Millisecond
 
 // statementTimeoutWant is the range of --statement-timeout, as its errors
 // give it.
-var statementTimeoutWant = fmt.Sprintf("want 0 (no timeout) or whole milliseconds in [1ms, %s]", maxStatementTimeout)
+var statementTimeoutWant = fmt.Sprintf("want 0 (no timeout) or whole milliseconds in [1ms, %s]", writtenDuration(maxStatementTimeout))
 
 // connSettings is what the connection flags say.
 type connSettings struct {
@@ -85,10 +85,10 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 	}
 	s.url, s.source = resolveDatabaseURL(c.String(flagDatabaseURL), r.env.Getenv)
 	if t := s.statementTimeout; t != 0 && (t < time.Millisecond || t > maxStatementTimeout) || t%time.Millisecond != 0 {
-		return s, globalUsageErrorf("invalid value %s for --%s: %s", s.statementTimeout, flagStatementTimeout, statementTimeoutWant)
+		return s, globalUsageErrorf("invalid value %s for --%s: %s", writtenDuration(s.statementTimeout), flagStatementTimeout, statementTimeoutWant)
 	}
 	if s.connectTimeout <= 0 {
-		return s, globalUsageErrorf("invalid value %s for --%s: want > 0", s.connectTimeout, flagConnectTimeout)
+		return s, globalUsageErrorf("invalid value %s for --%s: want > 0", writtenDuration(s.connectTimeout), flagConnectTimeout)
 	}
 	return s, nil
 }
@@ -120,9 +120,9 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 		params["application_name"] = appName
 	}
 	timeout := sessionTimeout{value: strconv.FormatInt(s.statementTimeout.Milliseconds(), 10), none: s.statementTimeout == 0}
-	timeout.desc = fmt.Sprintf("%v, fleetctl's default (--%s sets it; 0 for none)", s.statementTimeout, flagStatementTimeout)
+	timeout.desc = fmt.Sprintf("%s, fleetctl's default (--%s sets it; 0 for none)", writtenDuration(s.statementTimeout), flagStatementTimeout)
 	if s.statementTimeoutSet {
-		timeout.desc = fmt.Sprintf("%v, from --%s (0 for none)", s.statementTimeout, flagStatementTimeout)
+		timeout.desc = fmt.Sprintf("%s, from --%s (0 for none)", writtenDuration(s.statementTimeout), flagStatementTimeout)
 	}
 	// pgx keeps the names as written and sends each: one spelling only,
 	// or the server would take whichever came last. Without the flag, the
@@ -171,7 +171,7 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 // refuse it, and reports whether it is none.
 func serverTimeout(v string) (shown string, none bool) {
 	if d, ok := pgTimeout(v); ok {
-		return d.String(), d == 0
+		return writtenDuration(d), d == 0
 	}
 	return strconv.Quote(v), false
 }

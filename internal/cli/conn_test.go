@@ -211,6 +211,23 @@ func TestPoolConfigSessionSettings(t *testing.T) {
 			wantDesc:      "3s, from --statement-timeout (0 for none)",
 		},
 		{
+			// As the flag would be written, not 500h0m0s.
+			name:          "a flag of whole hours",
+			s:             connSettings{url: base, statementTimeout: 500 * time.Hour, statementTimeoutSet: true, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "1800000000",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "500h, from --statement-timeout (0 for none)",
+		},
+		{
+			name:          "the URL's minutes",
+			s:             connSettings{url: base + "?statement_timeout=90min", statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout},
+			wantApp:       "fleetctl",
+			wantStatement: "90min",
+			wantConnect:   DefaultConnectTimeout,
+			wantDesc:      "1h30m, from the connection string (--statement-timeout overrides it; 0 for none)",
+		},
+		{
 			name:          "flags given win over the URL",
 			s:             connSettings{url: base + "?STATEMENT_TIMEOUT=250&connect_timeout=7", statementTimeout: 3 * time.Second, statementTimeoutSet: true, connectTimeout: time.Second, connectTimeoutSet: true},
 			wantApp:       "fleetctl",

@@ -106,13 +106,14 @@ type demoConfig struct {
 func (d demoConfig) validate() error {
 	switch {
 	case d.duration < minDemoDuration || d.duration > maxDemoDuration:
-		return usageErrorf("invalid value %s for --duration: want %s..%s", d.duration, minDemoDuration, maxDemoDuration)
+		return usageErrorf("invalid value %s for --duration: want %s..%s",
+			writtenDuration(d.duration), writtenDuration(minDemoDuration), writtenDuration(maxDemoDuration))
 	case d.nodes < 1 || d.nodes > maxDemoNodes:
 		return usageErrorf("invalid value %d for --nodes: want 1..%d", d.nodes, maxDemoNodes)
 	case d.workers < 1 || d.workers > maxDemoWorkers:
 		return usageErrorf("invalid value %d for --workers: want 1..%d", d.workers, maxDemoWorkers)
 	case d.interval < minInterval:
-		return usageErrorf("invalid value %s for --interval: want >= %s", d.interval, minInterval)
+		return usageErrorf("invalid value %s for --interval: want >= %s", writtenDuration(d.interval), writtenDuration(minInterval))
 	}
 	return nil
 }

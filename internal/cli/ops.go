@@ -50,7 +50,7 @@ passed — and fails with exit status 3 if that has not happened within
 			}
 			timeout := c.Duration("timeout")
 			if timeout <= 0 {
-				return usageErrorf("invalid value %s for --timeout: want > 0", timeout)
+				return usageErrorf("invalid value %s for --timeout: want > 0", writtenDuration(timeout))
 			}
 			if c.IsSet("timeout") && !c.Bool("wait") {
 				return usageErrorf("--timeout bounds --wait: give both, or neither")
@@ -101,7 +101,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 	lastReserve, lastInflight, lastFailure := -1, 0, ""
 	timedOut := func() error {
 		return checkFailedf("node %q on key %q still holds %d (%d in flight) after %s; it stays draining "+
-			"(%s to undo)", nodeID, key, lastReserve, lastInflight, timeout, shellCommand("undrain", key, nodeID))
+			"(%s to undo)", nodeID, key, lastReserve, lastInflight, writtenDuration(timeout), shellCommand("undrain", key, nodeID))
 	}
 	for {
 		rctx, cancel := context.WithDeadline(ctx, latest(deadline, time.Now().Add(drainReadMin)))
@@ -121,7 +121,7 @@ func (r *runner) waitDrained(ctx context.Context, admin coord.Admin, key, nodeID
 			return timedOut() // counts from the last read that succeeded
 		case !time.Now().Before(deadline):
 			return checkFailedf("no read of node %q's rows on key %q succeeded within %s; it stays draining "+
-				"(%s to undo): %w", nodeID, key, timeout, shellCommand("undrain", key, nodeID), adminError(err, key, nodeID))
+				"(%s to undo): %w", nodeID, key, writtenDuration(timeout), shellCommand("undrain", key, nodeID), adminError(err, key, nodeID))
 		default:
 			if reason := strings.Join(strings.Fields(err.Error()), " "); reason != lastFailure {
 				fmt.Fprintf(r.env.Stderr, "a read of node %q failed; trying again until the timeout: %s\n", nodeID, reason)

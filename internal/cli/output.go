@@ -153,6 +153,18 @@ func shortDuration(d time.Duration) string {
 	}
 }
 
+// writtenDuration formats d exactly, as one would write it for a duration
+// flag: time.Duration's String without its zero minutes and seconds, so
+// "1000h", "1h30s", "10m", "1m30s", "250ms" rather than "1000h0m0s" or
+// "1h0m30s". time.ParseDuration reads the result back as d.
+func writtenDuration(d time.Duration) string {
+	s := strings.Replace(d.String(), "h0m", "h", 1)
+	if strings.HasSuffix(s, "h0s") || strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	return s
+}
+
 // labelsString formats labels as sorted name=value pairs: "region=eu,zone=a",
 // or "-" for none, safe for a table cell as it is (see cell). A name or
 // value with a '=', ',' or '"' in it is quoted, so that the pairs read one

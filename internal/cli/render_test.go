@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"math"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -46,6 +47,31 @@ func TestShortDuration(t *testing.T) {
 		-1500 * time.Millisecond:                               "-1.5s",
 	} {
 		require.Equal(t, want, shortDuration(d), "%v", d)
+	}
+}
+
+func TestWrittenDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                                "0s",
+		250 * time.Millisecond:           "250ms",
+		1500 * time.Microsecond:          "1.5ms",
+		10 * time.Second:                 "10s",
+		10 * time.Minute:                 "10m",
+		90 * time.Second:                 "1m30s",
+		1000 * time.Hour:                 "1000h",
+		time.Hour + 30*time.Second:       "1h30s",
+		time.Hour + 10*time.Minute:       "1h10m",
+		time.Hour + 500*time.Millisecond: "1h0.5s",
+		maxStatementTimeout:              "596h31m23.647s",
+		-90 * time.Minute:                "-1h30m",
+		time.Duration(math.MaxInt64):     "2562047h47m16.854775807s",
+	} {
+		got := writtenDuration(d)
+		require.Equal(t, want, got, "%v", d)
+		back, err := time.ParseDuration(got)
+		require.NoError(t, err)
+		require.Equal(t, d, back, "%q reads back as the duration", got)
 	}
 }
 

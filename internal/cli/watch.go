@@ -53,14 +53,14 @@ operator's rights ends the run at once.`,
 			}
 			interval, count := c.Duration("interval"), int(decimalValue(c, "count"))
 			if interval < minInterval {
-				return usageErrorf("invalid value %s for --interval: want >= %s", interval, minInterval)
+				return usageErrorf("invalid value %s for --interval: want >= %s", writtenDuration(interval), writtenDuration(minInterval))
 			}
 			if count < 0 {
 				return usageErrorf("invalid value %d for --count: want >= 0", count)
 			}
 			key := args[0]
 			return r.withPoolAdmin(c, func(ctx context.Context, pool *pgxpool.Pool, admin *coord.Postgres) error {
-				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", interval))
+				v := r.newView(format, fmt.Sprintf("fleetctl watch  every %s  (Ctrl-C quits)", writtenDuration(interval)))
 				defer v.close()
 				w := r.newWatcher("watch", admin, pool, key, interval)
 				w.show = v.show
@@ -161,7 +161,7 @@ func (w *watcher) refresh(ctx context.Context) error {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) && rctx.Err() != nil {
-		err = fmt.Errorf("no answer within %s: %w", w.timeout, err)
+		err = fmt.Errorf("no answer within %s: %w", writtenDuration(w.timeout), err)
 	}
 	now := w.now()
 	if w.failing == 0 {
@@ -169,13 +169,13 @@ func (w *watcher) refresh(ctx context.Context) error {
 	}
 	w.failing++
 	if now.Sub(w.since) >= w.giveUp {
-		return fmt.Errorf("no refresh succeeded for %s (%s): %w", now.Sub(w.since).Round(time.Second),
+		return fmt.Errorf("no refresh succeeded for %s (%s): %w", writtenDuration(now.Sub(w.since).Round(time.Second)),
 			plural(w.failing, "failed refresh", "failed refreshes"), err)
 	}
 	// On one line: a connection error spans several, one per host tried.
 	reason := strings.Join(strings.Fields(err.Error()), " ")
 	if reason != w.lastWarn && !w.last {
-		w.warn(fmt.Sprintf("a refresh failed; trying again every %s: %s", w.interval, reason))
+		w.warn(fmt.Sprintf("a refresh failed; trying again every %s: %s", writtenDuration(w.interval), reason))
 		w.lastWarn = reason
 	}
 	return errRefresh{err}

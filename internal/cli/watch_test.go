@@ -182,7 +182,7 @@ func TestWatcherOutlastsARestart(t *testing.T) {
 		}
 	}
 	require.ErrorIs(t, err, restart)
-	require.ErrorContains(t, err, "no refresh succeeded for 1m0s (7 failed refreshes)")
+	require.ErrorContains(t, err, "no refresh succeeded for 1m (7 failed refreshes)")
 
 	// An unknown key ends it at once.
 	w.failing = 0
