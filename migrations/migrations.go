@@ -127,7 +127,10 @@ func LockHolder(ctx context.Context, pool *pgxpool.Pool) (pid int, exclusive boo
 // disagree, [ErrNoSchemaOnPath] when the search path has no schema for the
 // version table, [ErrVersionGap] when it records a migration as applied
 // but not an older one, and does nothing when nothing is pending, as on a
-// database a newer build migrated (see [Newer]).
+// database a newer build migrated (see [Newer]). A run the database
+// refuses for a privilege the role lacks (a node's role, say) returns an
+// error wrapping [ErrInsufficientPrivilege] that names the role to run it
+// as.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	_, _, err := UpVersions(ctx, pool)
 	return err
@@ -145,7 +148,7 @@ func UpVersions(ctx context.Context, pool *pgxpool.Pool) (before, after int64, e
 		// goose's check for it and its use: look again.
 		before, after, err = up(ctx, pool)
 	}
-	return before, after, err
+	return before, after, explainPrivilege(ctx, pool, err)
 }
 
 func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error) {
@@ -216,7 +219,9 @@ func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error
 // of these, goose creates an empty [VersionTable] in the first schema of
 // the search path, as it does on any run. The check and goose's run are
 // not one step: a state changed by hand, or by a run from another search
-// path, in between is goose's to find.
+// path, in between is goose's to find. A run the database refuses for a
+// privilege the role lacks returns an error wrapping
+// [ErrInsufficientPrivilege] that names the role to run it as.
 func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	_, _, err := DownVersions(ctx, pool, version)
 	return err
@@ -228,6 +233,11 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 // rolled back to version or below reports before == after, as one with
 // nothing to roll back does.
 func DownVersions(ctx context.Context, pool *pgxpool.Pool, version int64) (before, after int64, err error) {
+	before, after, err = downVersions(ctx, pool, version)
+	return before, after, explainPrivilege(ctx, pool, err)
+}
+
+func downVersions(ctx context.Context, pool *pgxpool.Pool, version int64) (before, after int64, err error) {
 	st, err := Status(ctx, pool)
 	if err != nil {
 		return 0, 0, err
@@ -371,8 +381,14 @@ var ErrNoSchemaOnPath = errors.New("migrations: no schema on this role's search 
 // migration 1 does) under that lock, unless a version table is there by
 // then. A version table with a gap ([ErrVersionGap]) is refused, as
 // [DownTo] refuses it, changing nothing: the rollback would skip the
-// missing migrations' own.
+// missing migrations' own. A run the database refuses for a privilege the
+// role lacks returns an error wrapping [ErrInsufficientPrivilege] that
+// names the role to run it as.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
+	return explainPrivilege(ctx, pool, reset(ctx, pool))
+}
+
+func reset(ctx context.Context, pool *pgxpool.Pool) error {
 	st, err := Status(ctx, pool)
 	if errors.Is(err, ErrVersionTableGone) {
 		return dropUnrecordedSchema(ctx, pool)

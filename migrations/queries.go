@@ -84,6 +84,11 @@ const (
 	// pgx.Identifier: the table (schema-qualified) or schema, then the role.
 	sqlGrantSelect = `GRANT SELECT ON TABLE %s TO %s`
 	sqlGrantUsage  = `GRANT USAGE ON SCHEMA %s TO %s`
+	// sqlRoles: the current role, the owner of the fleetlimit schema (NULL
+	// when there is none) and the database's owner, as names.
+	sqlRoles = `SELECT current_user::text,
+	       (SELECT r.rolname::text FROM pg_namespace AS n JOIN pg_roles AS r ON r.oid = n.nspowner WHERE n.nspname = 'fleetlimit'),
+	       (SELECT r.rolname::text FROM pg_database AS d JOIN pg_roles AS r ON r.oid = d.datdba WHERE d.datname = current_database())`
 	// sqlSchemaOwner: whether role $1 owns the fleetlimit schema (false
 	// when there is none).
 	sqlSchemaOwner = `SELECT coalesce(bool_or(n.nspowner = $1::text::regrole), false)

@@ -856,6 +856,16 @@ func TestGrant(t *testing.T) {
 		require.Contains(t, res.stderr, "a role granted operator rights will do (fleetctl grant operator ROLE, as the owner)")
 	}
 
+	// Nor migrate: it is told which role it is and which role may.
+	var owner string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fleetlimit'`).Scan(&owner))
+	mayNot := fmt.Sprintf("the role lacks a privilege that migrating takes: role %q does not own the fleetlimit schema "+
+		"(a node's or an operator's rights do not include changing it); run migrations as its owner, %q", role, owner)
+	res = run(t, u.String(), "migrate", "up")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "permission denied for table fleetlimit_schema_version")
+	require.Contains(t, res.stderr, mayNot)
+
 	// An operator may read them but not migrate, and is told who may.
 	mustRun(t, dsn, "grant", "operator", role)
 	require.Contains(t, mustRun(t, u.String(), "migrate", "validate"), "schema is up to date")
@@ -865,7 +875,8 @@ func TestGrant(t *testing.T) {
 	require.Contains(t, res.stderr, fmt.Sprintf("migrations: rolling back %05d failed and changed nothing; nothing was rolled back: ", coord.SchemaVersion))
 	require.NotContains(t, res.stderr, "partial")
 	require.Contains(t, res.stderr, "permission denied")
-	require.Contains(t, res.stderr, "(run 'fleetctl migrate' as the owner of the fleetlimit schema)")
+	require.Contains(t, res.stderr, mayNot)
+	require.NotContains(t, res.stderr, "(run 'fleetctl migrate' as the owner", "said once")
 	require.Equal(t, before, mustRun(t, dsn, "migrate", "status"))
 	res = run(t, u.String(), "grant", "node", role)
 	require.Equal(t, 1, res.code, res.stderr)
@@ -900,8 +911,6 @@ func TestGrant(t *testing.T) {
 	res = run(t, dsn, "revoke", "Public")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, `revoke the rights of "Public": that is PUBLIC`)
-	var owner string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fleetlimit'`).Scan(&owner))
 	res = run(t, dsn, "revoke", owner)
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "the schema owner's rights cannot be revoked: it owns the fleetlimit schema")

@@ -380,7 +380,9 @@ func readHint(err error) error {
 }
 
 // migrationHint adds to a migration's error what to do: when the role lacked
-// a privilege, that migrations run as the schema owner; when the schema
+// a privilege, that migrations run as the schema owner (the migrations
+// package says so itself, naming the roles, for a run of its own: see
+// migrations.ErrInsufficientPrivilege); when the schema
 // or its version table was dropped by hand, that reset clears what is
 // left; when the
 // version table is not where this role's search path looks, which role or
@@ -388,6 +390,8 @@ func readHint(err error) error {
 // schema to keep it in, how to set a search path.
 func migrationHint(err error) error {
 	switch {
+	case errors.Is(err, migrations.ErrInsufficientPrivilege):
+		return err
 	case sqlState(err) == sqlInsufficientPrivilege:
 		return fmt.Errorf("%w (run 'fleetctl migrate' as the owner of the fleetlimit schema)", err)
 	case errors.Is(err, migrations.ErrSchemaGone):

@@ -1,0 +1,53 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrInsufficientPrivilege reports a run of [Up], [DownTo] or [Reset] (and
+// [UpVersions], [DownVersions]) that the database refused for a privilege
+// the connecting role lacks (SQLSTATE 42501): a node's or an operator's
+// role (see [Grant]), say, which may not read the version table or change
+// the fleetlimit schema. The error wraps the database's, which names the
+// object refused, and says which role was refused and which to run the
+// migrations as: the owner of the fleetlimit schema or, before the first
+// migration, a role that may create it and the version table, such as
+// the database's owner. It names no role when reading them fails too.
+var ErrInsufficientPrivilege = errors.New("the role lacks a privilege that migrating takes")
+
+// explainPrivilege returns err wrapped with ErrInsufficientPrivilege and
+// what to do when the database refused it for a privilege the role lacks;
+// any other err, and one already explained, as it is.
+func explainPrivilege(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || errors.Is(err, ErrInsufficientPrivilege) {
+		return err
+	}
+	var role string
+	var owner, dba *string
+	if qerr := pool.QueryRow(ctx, sqlRoles).Scan(&role, &owner, &dba); qerr != nil {
+		return fmt.Errorf("%w; %w: run migrations as the owner of the fleetlimit schema (and reading which role that is failed: %w)",
+			err, ErrInsufficientPrivilege, qerr)
+	}
+	var advice string
+	switch {
+	case owner == nil && dba != nil:
+		advice = fmt.Sprintf("role %q may not create the fleetlimit schema or the version table; run the first migration "+
+			"as a role that may (CREATE on the database and on the first schema of its search path), such as the database's owner, %q: "+
+			"that role then owns the schema, and runs the migrations after it", role, *dba)
+	case owner == nil:
+		advice = fmt.Sprintf("role %q may not create the fleetlimit schema or the version table; run the first migration "+
+			"as a role that may (CREATE on the database and on the first schema of its search path)", role)
+	case *owner == role:
+		advice = fmt.Sprintf("role %q owns the fleetlimit schema, and lacks the privilege named: grant it that, or run migrations as a superuser", role)
+	default:
+		advice = fmt.Sprintf("role %q does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
+			"run migrations as its owner, %q", role, *owner)
+	}
+	return fmt.Errorf("%w; %w: %s", err, ErrInsufficientPrivilege, advice)
+}
