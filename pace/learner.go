@@ -225,14 +225,17 @@ type Check struct {
 //
 // A Learner reads no clock and starts no goroutine: every method takes the
 // time now, and a period is judged by the first call at or after its end.
-// A now before an earlier call's is treated as that earlier time; a record
-// at a period's end belongs to the next period. It is safe for concurrent
+// A now before an earlier call's is treated as that earlier time: a record
+// made with it counts in the period, and among the Window's accepted
+// requests, at that time, the latest the Learner has seen. A record at a
+// period's end belongs to the next period. It is safe for concurrent
 // use, and its methods allocate nothing.
 type Learner struct {
 	mu       sync.Mutex
 	cfg      LearnerConfig
 	rate     float64
 	start    time.Time // of the period in progress
+	latest   time.Time // the latest now of any call; an earlier now is read as it
 	requests int64
 	errs     int64
 	last     Check
@@ -254,7 +257,7 @@ func NewLearner(cfg LearnerConfig, now time.Time) (*Learner, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Learner{cfg: cfg, rate: cfg.SeedRate, start: now, accepted: windowSum{window: cfg.Window, since: now}}
+	l := &Learner{cfg: cfg, rate: cfg.SeedRate, start: now, latest: now, accepted: windowSum{window: cfg.Window, since: now}}
 	if cfg.WarmRate != 0 {
 		l.rate = cfg.WarmRate
 	}
@@ -272,7 +275,8 @@ func (l *Learner) Record(now time.Time, limited bool) { l.RecordScaled(now, limi
 // window's accepted requests. A fleet node that learns the whole fleet's
 // rate passes that rate over its own share of it, so that its accepted
 // requests stand for the fleet's. A scale that is not > 0 and finite
-// counts as 0.
+// counts as 0. A now before an earlier call's counts at that earlier
+// time, in the window too (see Learner).
 func (l *Learner) RecordScaled(now time.Time, limited bool, scale float64) {
 	l.RecordSent(now, now, limited, scale)
 }
@@ -285,7 +289,7 @@ func (l *Learner) RecordScaled(now time.Time, limited bool, scale float64) {
 func (l *Learner) RecordSent(now, sent time.Time, limited bool, scale float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.advanceLocked(now)
+	now = l.advanceLocked(now)
 	if limited && l.cut && sent.Before(l.cutAt) {
 		return
 	}
@@ -295,9 +299,6 @@ func (l *Learner) RecordSent(now, sent time.Time, limited bool, scale float64) {
 		l.errs = min(l.errs, math.MaxInt64-1) + 1
 		if l.cfg.CutEarlyAfter > 0 && l.errs >= l.cfg.CutEarlyAfter &&
 			100*float64(l.errs) > l.cfg.TargetErrorPct*float64(l.requests) {
-			if now.Before(l.start) {
-				now = l.start
-			}
 			l.judgeLocked(now)
 			l.start = now
 		}
@@ -369,17 +370,23 @@ func (l *Learner) LastCheck(now time.Time) (Check, bool) {
 	return l.last, l.checked
 }
 
-// advanceLocked judges the period in progress if now is past its end, and
-// starts the period that holds now; the periods between, which recorded
-// nothing, change nothing.
-func (l *Learner) advanceLocked(now time.Time) {
+// advanceLocked reads now as the latest time seen when it is earlier,
+// judges the period in progress if now is past its end, and starts the
+// period that holds now; the periods between, which recorded nothing,
+// change nothing. It returns now as read, which l.start never passes.
+func (l *Learner) advanceLocked(now time.Time) time.Time {
+	if now.Before(l.latest) {
+		now = l.latest
+	}
+	l.latest = now
 	p := l.cfg.CheckPeriod
 	end := l.start.Add(p)
 	if now.Before(end) {
-		return
+		return now
 	}
 	l.judgeLocked(end)
 	l.start = end.Add(now.Sub(end) / p * p)
+	return now
 }
 
 // judgeLocked judges the period from l.start to end and clears its
@@ -430,7 +437,10 @@ func (l *Learner) raised() float64 {
 // windowSlots is how many slots a windowSum divides its window into.
 const windowSlots = 60
 
-// windowSum sums values over a trailing window, in windowSlots slots.
+// windowSum sums values over a trailing window, in windowSlots slots. The
+// times add is given never go back (the Learner passes the latest it has
+// seen): an earlier one would land in a slot that has left the window, or
+// clear a newer slot in its place of the ring.
 type windowSum struct {
 	window time.Duration
 	since  time.Time // the first time, whose window is then incomplete

@@ -228,6 +228,44 @@ func TestLearnerHoldAfterCut(t *testing.T) {
 	require.ErrorContains(t, err, "HoldAfterCut must be >= 0")
 }
 
+// TestLearnerWindowTimeGoingBack: an accepted request recorded at a time
+// before an earlier call's counts among the window's accepted requests at
+// that earlier time, as it does in the period: wherever the clock stepped
+// back to, it neither drops out of the window nor takes a slot's records
+// out with it.
+func TestLearnerWindowTimeGoingBack(t *testing.T) {
+	t.Parallel()
+	cfg := LearnerConfig{SeedRate: 100, MinRate: 10, MaxRate: 400, Window: 10 * time.Second, NeedSaturation: true}
+	tick := func(i int) time.Time { return at(time.Duration(i) * 100 * time.Millisecond) }
+	for _, tc := range []struct {
+		name  string
+		ticks int           // one accepted request every 100 ms, for ticks × 100 ms
+		back  time.Duration // when the stepped-back record says it was
+	}{
+		{"within the window", 100, 5 * time.Second},
+		{"before the learner's start", 100, -5 * time.Second},
+		// 2 s is a window and more before 19.9 s, in the place of the
+		// slot ring that holds [12 s, 12.17 s).
+		{"a window and more back", 200, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLearner(t, cfg)
+			for i := range tc.ticks {
+				l.RecordScaled(tick(i), false, 6)
+			}
+			l.RecordScaled(at(tc.back), false, 6) // counts at tick(tc.ticks-1)
+			end := tick(tc.ticks)
+			for range 30 {
+				l.RecordScaled(end.Add(-50*time.Millisecond), true, 6)
+			}
+			// As in TestLearnerCutToAccepted, the window leaves out the
+			// first two records of its span; the stepped-back one is in.
+			require.InDelta(t, (98+1)*6/10.0, l.Rate(end), 1e-9, "the accepted rate over the window")
+		})
+	}
+}
+
 // TestLearnerCutToAccepted: with Window, a cut takes the rate to what the
 // window accepted (scaled), within rate/BackoffMul² and a cut of
 // TargetErrorPct; without a whole window of records it divides by
