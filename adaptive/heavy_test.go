@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,4 +275,32 @@ func TestRecalibrationAdmitsHeavyProbe(t *testing.T) {
 	clk.Advance(2 * time.Millisecond)
 	le.Release()
 	require.False(t, l.Snapshot().Recalibrating)
+}
+
+// Refusals of different weights from several goroutines at once each name
+// their own weight: the kept error is read and replaced under the lock.
+func TestTooHeavyErrorsConcurrently(t *testing.T) {
+	t.Parallel()
+	l, _ := newTestLimiter(t, Config{MaxLimit: 100, MaxQueued: 4})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				w := 101 + (i+g)%3
+				_, err := l.TryAcquireRequest(Request{Weight: w})
+				if want := fmt.Sprintf("Request.Weight = %d exceeds", w); err == nil || !strings.Contains(err.Error(), want) {
+					errs <- fmt.Errorf("weight %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

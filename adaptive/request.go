@@ -107,8 +107,9 @@ func (l *Limiter) TryAcquireRequest(r Request) (Lease, error) {
 	c := &l.queue.stats[r.Priority]
 	if l.tooHeavy(r.Weight) {
 		c.refused++
+		err := l.errTooHeavyFor(r.Weight)
 		l.mu.Unlock()
-		return Lease{}, l.errTooHeavyFor(r.Weight)
+		return Lease{}, err
 	}
 	l.tick(now)
 	if le, ok := l.admitNow(now, r); ok {
