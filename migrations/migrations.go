@@ -148,7 +148,7 @@ func UpVersions(ctx context.Context, pool *pgxpool.Pool) (before, after int64, e
 		// goose's check for it and its use: look again.
 		before, after, err = up(ctx, pool)
 	}
-	return before, after, explainPrivilege(ctx, pool, err)
+	return before, after, ExplainPrivilege(ctx, pool, err)
 }
 
 func up(ctx context.Context, pool *pgxpool.Pool) (before, after int64, err error) {
@@ -234,7 +234,7 @@ func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 // nothing to roll back does.
 func DownVersions(ctx context.Context, pool *pgxpool.Pool, version int64) (before, after int64, err error) {
 	before, after, err = downVersions(ctx, pool, version)
-	return before, after, explainPrivilege(ctx, pool, err)
+	return before, after, ExplainPrivilege(ctx, pool, err)
 }
 
 func downVersions(ctx context.Context, pool *pgxpool.Pool, version int64) (before, after int64, err error) {
@@ -385,7 +385,7 @@ var ErrNoSchemaOnPath = errors.New("migrations: no schema on this role's search 
 // role lacks returns an error wrapping [ErrInsufficientPrivilege] that
 // names the role to run it as.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
-	return explainPrivilege(ctx, pool, reset(ctx, pool))
+	return ExplainPrivilege(ctx, pool, reset(ctx, pool))
 }
 
 func reset(ctx context.Context, pool *pgxpool.Pool) error {

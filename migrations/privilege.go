@@ -18,12 +18,20 @@ import (
 // migrations as: the owner of the fleetlimit schema or, before the first
 // migration, a role that may create it and the version table, such as
 // the database's owner. It names no role when reading them fails too.
+// [ExplainPrivilege] gives the same error for a refusal of a caller's own
+// read on the way to a run.
 var ErrInsufficientPrivilege = errors.New("the role lacks a privilege that migrating takes")
 
-// explainPrivilege returns err wrapped with ErrInsufficientPrivilege and
-// what to do when the database refused it for a privilege the role lacks;
-// any other err, and one already explained, as it is.
-func explainPrivilege(ctx context.Context, pool *pgxpool.Pool, err error) error {
+// ExplainPrivilege returns err wrapped with [ErrInsufficientPrivilege],
+// naming the role refused and the role to run migrations as, when err
+// wraps the database's refusal for a privilege the role lacks (SQLSTATE
+// 42501); any other err, nil, and one already explained, it returns as it
+// is. [Up], [DownTo] and [Reset] explain their own refusals; a caller that
+// reads the database on the way to one of them ([Status] before a
+// rollback, say) explains a refusal of its read with it, as the run
+// would. It reads the roles' names with pool, and is safe for concurrent
+// use.
+func ExplainPrivilege(ctx context.Context, pool *pgxpool.Pool, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || errors.Is(err, ErrInsufficientPrivilege) {
 		return err

@@ -17,7 +17,8 @@ import (
 // privilege that migrating takes — a node's, an operator's, one with no
 // rights on a database not yet migrated — is told, by Up, DownTo and
 // Reset, which role was refused and which to run them as; the database's
-// error, which names the object, stays wrapped.
+// error, which names the object, stays wrapped. ExplainPrivilege tells a
+// caller's own read the same, once.
 func TestRunWithoutTheRightsNamesTheOwner(t *testing.T) {
 	t.Parallel()
 	// refused requires err to be the database's refusal, explained.
@@ -48,6 +49,15 @@ func TestRunWithoutTheRightsNamesTheOwner(t *testing.T) {
 		refused(t, migrations.Up(ctx, as), "table fleetlimit_schema_version", says...)
 		refused(t, migrations.DownTo(ctx, as, 5), "table fleetlimit_schema_version", says...)
 		refused(t, migrations.Reset(ctx, as), "table fleetlimit_schema_version", says...)
+		// A caller's own read on the way to a run is explained alike.
+		_, err = migrations.Status(ctx, as)
+		refused(t, migrations.ExplainPrivilege(ctx, as, err), "table fleetlimit_schema_version", says...)
+		require.NotErrorIs(t, err, migrations.ErrInsufficientPrivilege, "Status, a read, explains nothing itself")
+		explained := migrations.ExplainPrivilege(ctx, as, err)
+		require.Same(t, explained, migrations.ExplainPrivilege(ctx, as, explained), "explained once")
+		require.NoError(t, migrations.ExplainPrivilege(ctx, as, nil))
+		other := errors.New("not the database's")
+		require.Same(t, other, migrations.ExplainPrivilege(ctx, as, other))
 	})
 
 	t.Run("operator", func(t *testing.T) {

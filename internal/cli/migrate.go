@@ -93,7 +93,7 @@ refuses any schema older than this fleetctl's.`,
 						if !c.IsSet("to") {
 							if len(applied) == 1 {
 								if err := migrations.CheckGap(ctx, pool, 0); err != nil {
-									return migrationHint(err) // not the first migration, but a lone row
+									return runHint(ctx, pool, err) // not the first migration, but a lone row
 								}
 								return fmt.Errorf("version %d is the first migration: rolling it back removes the whole "+
 									"schema and every key; use 'fleetctl migrate reset'", before)
@@ -102,7 +102,7 @@ refuses any schema older than this fleetctl's.`,
 						}
 						if to < before {
 							if err := migrations.CheckGap(ctx, pool, to); err != nil {
-								return migrationHint(err)
+								return runHint(ctx, pool, err)
 							}
 							if _, err := refuseLive(ctx, pool, "rolling the schema back", c.Bool("force")); err != nil {
 								return err
@@ -152,7 +152,7 @@ with the rows that put it back.`,
 						gone := errors.Is(err, migrations.ErrSchemaGone)
 						unrecorded := errors.Is(err, migrations.ErrVersionTableGone)
 						if err != nil && !gone && !unrecorded {
-							return err
+							return runHint(ctx, pool, err)
 						}
 						if current == 0 && !unrecorded {
 							// Nothing is left to lose but, maybe, the version
@@ -181,7 +181,7 @@ with the rows that put it back.`,
 						}
 						if !unrecorded {
 							if err := migrations.CheckGap(ctx, pool, 0); err != nil {
-								return migrationHint(err)
+								return runHint(ctx, pool, err)
 							}
 						}
 						use, err := refuseLive(ctx, pool, "resetting", c.Bool("force"))
@@ -262,7 +262,7 @@ this one does not have, is listed last with an empty name.`,
 					return r.withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 						current, pending, err := schemaVersion(ctx, pool)
 						if err != nil {
-							return readHint(err)
+							return readHint(migrationHint(err))
 						}
 						if pending > 0 {
 							if err := migrations.CheckGap(ctx, pool, 0); err != nil {
@@ -301,11 +301,12 @@ func (r *runner) withPool(c *ucli.Context, fn func(ctx context.Context, pool *pg
 // set_limits; migrations.TestRollbackKeepsRights).
 const grantsVersion = 4
 
-// appliedVersions returns the applied migration versions, ascending.
+// appliedVersions returns the applied migration versions, ascending, for
+// a rollback: its error has runHint's advice.
 func appliedVersions(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return nil, migrationHint(err)
+		return nil, runHint(ctx, pool, err)
 	}
 	var out []int64
 	for _, s := range st {
@@ -337,7 +338,9 @@ type schemaUse struct {
 // until their hold ends, an evicted row's rate share while its lease
 // runs. It reads the columns of later migrations through to_jsonb, so
 // that it counts them on every schema a rollback passes through (a
-// column not there yet holds nothing); no schema counts none.
+// column not there yet holds nothing); no schema counts none. It is read
+// on the way to a rollback or a reset: a refusal for a privilege the role
+// lacks names the role to migrate as (migrations.ExplainPrivilege).
 func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 	var u schemaUse
 	err := pool.QueryRow(ctx, sqlLiveNodes).Scan(&u.keys, &u.liveKeys, &u.live, &u.held, &u.heldSlots, &u.heldSlotRows, &u.heldRated, &u.heldKeys)
@@ -345,7 +348,7 @@ func liveNodes(ctx context.Context, pool *pgxpool.Pool) (schemaUse, error) {
 		return schemaUse{}, nil
 	}
 	if err != nil {
-		return schemaUse{}, fmt.Errorf("counting live nodes: %w", err)
+		return schemaUse{}, migrations.ExplainPrivilege(ctx, pool, fmt.Errorf("counting live nodes: %w", err))
 	}
 	return u, nil
 }
@@ -379,12 +382,20 @@ func readHint(err error) error {
 	return err
 }
 
+// runHint is migrationHint for the error of a read on the way to a
+// migration run (down's, reset's): a refusal for a privilege the role
+// lacks names the role refused and the role to migrate as, as the run's
+// own refusal would (migrations.ExplainPrivilege).
+func runHint(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	return migrationHint(migrations.ExplainPrivilege(ctx, pool, err))
+}
+
 // migrationHint adds to a migration's error what to do: when the role lacked
 // a privilege, that migrations run as the schema owner (the migrations
-// package says so itself, naming the roles, for a run of its own: see
-// migrations.ErrInsufficientPrivilege); when the schema
-// or its version table was dropped by hand, that reset clears what is
-// left; when the
+// package says so itself, naming the roles, for a run of its own and for
+// the reads runHint explains: see migrations.ErrInsufficientPrivilege);
+// when the schema or its version table was dropped by hand, that reset
+// clears what is left; when the
 // version table is not where this role's search path looks, which role or
 // search path to migrate with; when it is stale, or the search path has no
 // schema to keep it in, how to set a search path.
@@ -469,11 +480,12 @@ func plural(n int, one, many string) string {
 }
 
 // schemaVersion returns the newest applied migration version (0 for none)
-// and how many embedded migrations are not applied.
+// and how many embedded migrations are not applied. Its error is
+// migrations.Status's, without advice.
 func schemaVersion(ctx context.Context, pool *pgxpool.Pool) (current int64, pending int, err error) {
 	st, err := migrations.Status(ctx, pool)
 	if err != nil {
-		return 0, 0, migrationHint(err)
+		return 0, 0, err
 	}
 	for _, s := range st {
 		if s.State == goose.StateApplied {

@@ -387,3 +387,39 @@ func TestDemoAsAnOperatorSaysOnlyWhatFailed(t *testing.T) {
 	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT count(*) FROM fleetlimit.keys`).Scan(&keys))
 	require.Zero(t, keys)
 }
+
+// TestMigrateDownAndResetWithoutTheRightsNameTheOwner: down and reset run
+// as a node's role are refused at fleetctl's own first read of the
+// version table, and as a role that may read only that table at its count
+// of live nodes; either is told, as migrate up is, which role was refused
+// and which to migrate as, once, and nothing changes.
+func TestMigrateDownAndResetWithoutTheRightsNameTheOwner(t *testing.T) {
+	t.Parallel()
+	db := newMigrateDB(t)
+	fleetctlOK(t, db.dsn, "migrate", "up")
+	var owner string
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fleetlimit'`).Scan(&owner))
+	node, nodeDSN := db.loginRole(t)
+	fleetctlOK(t, db.dsn, "grant", "node", node)
+	reader, readerDSN := db.loginRole(t)
+	db.exec(t, "GRANT SELECT ON fleetlimit_schema_version TO "+pgx.Identifier{reader}.Sanitize())
+	before := fleetctlOK(t, db.dsn, "migrate", "status")
+
+	for _, tt := range []struct{ role, dsn, refused string }{
+		{node, nodeDSN, "permission denied for table fleetlimit_schema_version"},
+		{reader, readerDSN, "permission denied for schema fleetlimit"},
+	} {
+		mayNot := fmt.Sprintf("the role lacks a privilege that migrating takes: role %q does not own the fleetlimit schema "+
+			"(a node's or an operator's rights do not include changing it); run migrations as its owner, %q", tt.role, owner)
+		for _, args := range [][]string{
+			{"migrate", "down"}, {"migrate", "down", "--to", "5", "--force"}, {"migrate", "reset", "--yes", "--force"},
+		} {
+			_, stderr, code := runCLI(t, map[string]string{EnvFleetDatabaseURL: tt.dsn}, args...)
+			require.Equal(t, ExitFailure, code, "%v: %s", args, stderr)
+			require.Contains(t, stderr, tt.refused, args)
+			require.Contains(t, stderr, mayNot, args)
+			require.NotContains(t, stderr, "(run 'fleetctl migrate' as the owner", "said once: %v", args)
+		}
+	}
+	require.Equal(t, before, fleetctlOK(t, db.dsn, "migrate", "status"), "nothing changed")
+}
