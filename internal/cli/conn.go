@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgservicefile"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
@@ -202,25 +204,83 @@ var pgEnv = []string{"PGAPPNAME", "PGCHANNELBINDING", "PGCONNECT_TIMEOUT", "PGDA
 	"PGSSLCERT", "PGSSLCERTMODE", "PGSSLKEY", "PGSSLMODE", "PGSSLNEGOTIATION", "PGSSLPASSWORD", "PGSSLROOTCERT", "PGSSLSNI",
 	"PGTARGETSESSIONATTRS", "PGTZ", "PGUSER"}
 
-// connectTimeoutSetting returns the connect_timeout the connection string
-// s (from source) gives, as written, or else $PGCONNECT_TIMEOUT, with
-// where it came from, for an error naming it.
+// connectTimeoutSetting returns the connect_timeout pgx takes, as
+// written, with where it came from, for an error naming it. pgx's order:
+// the connection string s's (from source), else the one of the service
+// that s or $PGSERVICE names in its service file, else $PGCONNECT_TIMEOUT.
 func connectTimeoutSetting(s, source string) (value, from string) {
-	if m := connectTimeoutParam.FindAllStringSubmatch(s, -1); m != nil {
-		v := m[len(m)-1][1]
-		if uq, ok := strings.CutPrefix(v, "'"); ok {
-			v = strings.NewReplacer(`\'`, "'", `\\`, `\`).Replace(strings.TrimSuffix(uq, "'"))
-		} else if uq, err := url.QueryUnescape(v); err == nil {
-			v = uq
-		}
+	if v, ok := connStringSetting(s, "connect_timeout"); ok {
 		return v, source
+	}
+	if v, from, ok := serviceSetting(s, "connect_timeout"); ok {
+		return v, from
 	}
 	return os.Getenv("PGCONNECT_TIMEOUT"), "$PGCONNECT_TIMEOUT"
 }
 
-// connectTimeoutParam finds connect_timeout in a URL's query or a
-// keyword/value string.
-var connectTimeoutParam = regexp.MustCompile(`(?:^|[?&\s])connect_timeout\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)`)
+// connStringSetting returns the last value the connection string s (a URL
+// or keyword/value) gives the setting key, unquoted or unescaped.
+func connStringSetting(s, key string) (string, bool) {
+	m := connStringParams[key].FindAllStringSubmatch(s, -1)
+	if m == nil {
+		return "", false
+	}
+	v := m[len(m)-1][1]
+	if uq, ok := strings.CutPrefix(v, "'"); ok {
+		v = strings.NewReplacer(`\'`, "'", `\\`, `\`).Replace(strings.TrimSuffix(uq, "'"))
+	} else if uq, err := url.QueryUnescape(v); err == nil {
+		v = uq
+	}
+	return v, true
+}
+
+// connStringParams find each setting connStringSetting reads in a URL's
+// query or a keyword/value string.
+var connStringParams = func() map[string]*regexp.Regexp {
+	out := map[string]*regexp.Regexp{}
+	for _, key := range []string{"connect_timeout", "service", "servicefile"} {
+		out[key] = regexp.MustCompile(`(?:^|[?&\s])` + key + `\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)`)
+	}
+	return out
+}()
+
+// serviceSetting returns the setting key of the service that the
+// connection string s, else $PGSERVICE, names, as its service file
+// (s's servicefile, else $PGSERVICEFILE, else ~/.pg_service.conf) writes
+// it, with where it came from; false without a service, or one that does
+// not set it. pgx takes a service's settings over the PG* variables, and
+// has read the file already: one it could not read failed the connection
+// string.
+func serviceSetting(s, key string) (value, from string, ok bool) {
+	name, ok := connStringSetting(s, "service")
+	if !ok {
+		name = os.Getenv("PGSERVICE")
+	}
+	if name == "" {
+		return "", "", false
+	}
+	file, ok := connStringSetting(s, "servicefile")
+	if !ok {
+		file = os.Getenv("PGSERVICEFILE")
+	}
+	if file == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", "", false
+		}
+		file = filepath.Join(home, ".pg_service.conf")
+	}
+	sf, err := pgservicefile.ReadServicefile(file)
+	if err != nil {
+		return "", "", false
+	}
+	service, err := sf.GetService(name)
+	if err != nil {
+		return "", "", false
+	}
+	value, ok = service.Settings[key]
+	return value, fmt.Sprintf("service %q in %s", name, file), ok
+}
 
 // sessionTimeout is the statement_timeout fleetctl's sessions run with:
 // its value as written (the flag's in milliseconds, as Postgres reads a

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -456,6 +458,61 @@ func TestConnectTimeoutOutOfRange(t *testing.T) {
 		require.Equal(t, ExitUsage, ee.code)
 		require.EqualError(t, err, "invalid connect_timeout "+tt.value+" from --database-url: want whole seconds up to 9223372036")
 	}
+}
+
+// TestServiceFileConnectTimeoutOutOfRange: a service file's
+// connect_timeout, which pgx takes over $PGCONNECT_TIMEOUT, is checked as
+// the connection string's is: past a Duration it is a usage error naming
+// it and the service, not one naming the environment, nor a timeout of the
+// time it wraps to; one in range stands, whatever $PGCONNECT_TIMEOUT says.
+func TestServiceFileConnectTimeoutOutOfRange(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "PG") {
+			t.Setenv(name, "")
+			require.NoError(t, os.Unsetenv(name))
+		}
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pg_service.conf")
+	require.NoError(t, os.WriteFile(file, []byte("[big]\nhost=127.0.0.1\nport=1\nconnect_timeout=99999999999999\n"+
+		"[wraps]\nhost=127.0.0.1\nport=1\nconnect_timeout=36028797018963969\n"+
+		"[fine]\nhost=127.0.0.1\nport=1\nconnect_timeout=7\n"), 0o600))
+	settings := func(url, source string) connSettings {
+		return connSettings{url: url, source: source, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout}
+	}
+	refused := func(s connSettings, want string) {
+		t.Helper()
+		_, _, err := poolConfig(s)
+		var ee *exitError
+		require.ErrorAs(t, err, &ee, s.url)
+		require.Equal(t, ExitUsage, ee.code)
+		require.EqualError(t, err, want)
+	}
+	for _, tt := range []struct{ url, value, service string }{
+		{"service=big servicefile=" + file, "99999999999999", "big"},
+		{"postgres:///x?service=big&servicefile=" + url.QueryEscape(file), "99999999999999", "big"},
+		{"service='wraps' servicefile='" + file + "'", "36028797018963969", "wraps"}, // wraps to 1s
+	} {
+		refused(settings(tt.url, "--database-url"), fmt.Sprintf("invalid connect_timeout %q from service %q in %s: want whole seconds up to 9223372036",
+			tt.value, tt.service, file))
+	}
+
+	// Named by the environment, and over a $PGCONNECT_TIMEOUT in range.
+	t.Setenv("PGSERVICEFILE", file)
+	t.Setenv("PGSERVICE", "big")
+	t.Setenv("PGCONNECT_TIMEOUT", "3")
+	refused(settings("", sourceLibpqEnv), fmt.Sprintf(`invalid connect_timeout "99999999999999" from service "big" in %s: want whole seconds up to 9223372036`, file))
+	// The connection string's own still comes first.
+	cfg, _, err := poolConfig(settings("connect_timeout=2", "--database-url"))
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, cfg.ConnConfig.ConnectTimeout)
+	// A service's in range stands over a $PGCONNECT_TIMEOUT out of range,
+	// which pgx does not read then.
+	t.Setenv("PGSERVICE", "fine")
+	t.Setenv("PGCONNECT_TIMEOUT", "99999999999999")
+	cfg, _, err = poolConfig(settings("", sourceLibpqEnv))
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, cfg.ConnConfig.ConnectTimeout)
 }
 
 // TestConnectTimeoutFlagBoundsTheDial: --connect-timeout replaces the
