@@ -54,11 +54,6 @@ const (
 	   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1::text AND relkind IN ('r', 'p'))`
 	sqlDropSchema      = `DROP SCHEMA fleetlimit CASCADE`
 	sqlHasVersionTable = `SELECT to_regclass('` + VersionTable + `') IS NOT NULL`
-	// sqlVersionTablesAnywhere names the schemas holding a table named
-	// $1, quoted as a search path needs them.
-	sqlVersionTablesAnywhere = `SELECT coalesce(string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname), '')
-	  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-	 WHERE c.relname = $1 AND c.relkind IN ('r', 'p')`
 	// sqlVersionTablePlace: the schema of the version table on the search
 	// path (NULL without one), and the search path's first schema (NULL
 	// when none of its schemas exists and may be used), both quoted as a

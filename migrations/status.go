@@ -240,35 +240,33 @@ func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error)
 	switch {
 	case len(applied) > 0 && !schema:
 		return nil, ErrSchemaGone
-	case len(applied) == 0 && schema && err == nil:
-		// The table on the search path records nothing: when it is the
-		// only one, it lost its rows (deleted by hand), and the mismatch
-		// gives the INSERT that puts them back.
-		only, oerr := onlyVersionTableOnPath(ctx, pool)
-		if oerr != nil {
-			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, oerr)
+	case len(applied) == 0 && schema:
+		tables, lerr := listVersionTables(ctx, pool)
+		if lerr != nil {
+			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, lerr)
 		}
-		if only {
-			if err := checkSchemaVersion(ctx, pool, 0); err != nil {
+		if err == nil && len(tables) == 1 && tables[0].onPath {
+			// The table on the search path records nothing, and it is
+			// the only one: it lost its rows (deleted by hand), and the
+			// mismatch gives the INSERT that puts them back.
+			if err := checkSchemaVersion(ctx, pool, 0, tables); err != nil {
 				return nil, err
 			}
 		}
-		fallthrough
-	case len(applied) == 0 && schema:
-		var where string
-		if err := pool.QueryRow(ctx, sqlVersionTablesAnywhere, VersionTable).Scan(&where); err != nil {
-			return nil, fmt.Errorf("%w (and looking for version tables failed: %w)", ErrSchemaUnrecorded, err)
-		}
-		if where == "" {
+		if len(tables) == 0 {
 			return nil, ErrVersionTableGone
 		}
-		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, where)
+		where := make([]string, len(tables))
+		for i, t := range tables {
+			where[i] = t.quoted
+		}
+		return nil, fmt.Errorf("%w: schemas holding a %s: %s", ErrSchemaUnrecorded, VersionTable, strings.Join(where, ", "))
 	case schema:
 		var newest int64
 		for v := range applied {
 			newest = max(newest, v)
 		}
-		if err := checkSchemaVersion(ctx, pool, newest); err != nil {
+		if err := checkSchemaVersion(ctx, pool, newest, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -278,27 +276,35 @@ func readApplied(ctx context.Context, pool querier) (map[int64]time.Time, error)
 // firstSchemaVersion is the migration that adds fleetlimit.schema_version().
 const firstSchemaVersion = 4
 
-// onlyVersionTableOnPath reports whether the one version table in the
-// database is the one on the search path.
-func onlyVersionTableOnPath(ctx context.Context, q querier) (bool, error) {
+// listedTable is a table named VersionTable, as listVersionTables lists
+// it: its schema, as it is and quoted as a search path needs it, and
+// whether it is the one on the search path.
+type listedTable struct {
+	schema, quoted string
+	onPath         bool
+}
+
+// listVersionTables lists the database's version tables, in the order of
+// their schemas' names.
+func listVersionTables(ctx context.Context, q querier) ([]listedTable, error) {
 	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	onPath, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bool, error) {
-		var schema, quoted string
-		var on bool
-		return on, row.Scan(&schema, &quoted, &on)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (listedTable, error) {
+		var t listedTable
+		return t, row.Scan(&t.schema, &t.quoted, &t.onPath)
 	})
-	return err == nil && len(onPath) == 1 && onPath[0], err
 }
 
 // checkSchemaVersion returns ErrVersionMismatch when recorded, the newest
 // version the version table on the search path records, is not the one
 // fleetlimit.schema_version() returns, or when that function is missing
 // while recorded says it should exist (and the other way round). A role
-// that may not call the function is not checked.
-func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
+// that may not call the function is not checked. tables are the version
+// tables (listVersionTables) when the caller has listed them; nil lists
+// them when the error needs them.
+func checkSchemaVersion(ctx context.Context, q querier, recorded int64, tables []listedTable) error {
 	var exists, callable bool
 	if err := q.QueryRow(ctx, sqlSchemaVersionFunc).Scan(&exists, &callable); err != nil {
 		return fmt.Errorf("migrations: look for fleetlimit.schema_version(): %w", err)
@@ -321,36 +327,26 @@ func checkSchemaVersion(ctx context.Context, q querier, recorded int64) error {
 		return nil
 	}
 
-	type table struct {
-		schema, quoted string
-		onPath         bool
-		newest         int64 // -1: unreadable
+	if tables == nil {
+		var err error
+		if tables, err = listVersionTables(ctx, q); err != nil {
+			return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
+		}
 	}
-	rows, err := q.Query(ctx, sqlVersionTables, VersionTable)
-	if err != nil {
-		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
-	}
-	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
-		var t table
-		return t, row.Scan(&t.schema, &t.quoted, &t.onPath)
-	})
-	if err != nil {
-		return fmt.Errorf("%w (and looking for version tables failed: %w)", ErrVersionMismatch, err)
-	}
-	stale := table{quoted: "?"}
+	stale := listedTable{quoted: "?"}
 	var others, agreeing []string
 	for _, t := range tables {
 		if t.onPath {
 			stale = t
 			continue
 		}
-		t.newest = -1
-		if err := q.QueryRow(ctx, fmt.Sprintf(sqlNewestIn, pgx.Identifier{t.schema, VersionTable}.Sanitize())).Scan(&t.newest); err != nil {
+		var newest int64
+		if err := q.QueryRow(ctx, fmt.Sprintf(sqlNewestIn, pgx.Identifier{t.schema, VersionTable}.Sanitize())).Scan(&newest); err != nil {
 			others = append(others, fmt.Sprintf("the one in schema %s is unreadable (%v)", t.quoted, err))
 			continue
 		}
-		others = append(others, fmt.Sprintf("the one in schema %s records version %d", t.quoted, t.newest))
-		if exists && t.newest == actual {
+		others = append(others, fmt.Sprintf("the one in schema %s records version %d", t.quoted, newest))
+		if exists && newest == actual {
 			agreeing = append(agreeing, t.quoted)
 		}
 	}
