@@ -212,6 +212,11 @@ type rateState struct {
 	// (cutSince, zero when none); see setPacerLocked.
 	cutFactor float64
 	cutSince  time.Time
+	// sampled is the learner's rate, per second, in the last report
+	// sampled; answered the rate in the last report a grant answered:
+	// a rate below it is a cut the key's rate may not have yet (see
+	// observeRate).
+	sampled, answered float64
 	// unpaced is set for good by stopPacing: the node admits nothing
 	// more, and no later grant or cut of the learner paces it again.
 	unpaced bool
@@ -417,7 +422,11 @@ func (n *Node) saturated(now time.Time) {
 
 // observeRate records the outcome of a request sent at sent for the
 // learner: whether the upstream refused it for its rate (a 429, or a
-// drop).
+// drop). A learned rate below the one carried by the last report a grant
+// answered is a cut, which the node's pacing takes at once (see
+// setPacerLocked); a learned rate below the key's with no cut since — the
+// key's rate is the nodes' lower median, above the lower half's — leaves
+// the pacing at the share.
 func (n *Node) observeRate(now, sent time.Time, limited bool) {
 	if !n.cfg.Rate.Learn {
 		return
@@ -430,7 +439,8 @@ func (n *Node) observeRate(now, sent time.Time, limited bool) {
 		scale = float64(r.keyRate.Requests) / float64(r.share.Requests)
 	}
 	r.learner.RecordSent(now, sent, limited, scale)
-	if r.keyRate.Requests > 0 && r.learner.Rate(now)*60 < r.cutFactor*float64(r.keyRate.Requests) {
+	rate := r.learner.Rate(now)
+	if r.keyRate.Requests > 0 && rate < r.answered && rate*60 < r.cutFactor*float64(r.keyRate.Requests) {
 		if r.cutSince.IsZero() {
 			r.cutSince = now
 		}
@@ -486,7 +496,8 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 	}
 	demand = coord.Rates{Requests: clampRate(want[0]), Tokens: clampRate(want[1])}
 	if r.learner != nil {
-		local.Requests = max(clampRate(r.learner.Rate(now)*60), 1)
+		r.sampled = r.learner.Rate(now)
+		local.Requests = max(clampRate(r.sampled*60), 1)
 	}
 	local.Tokens = r.headerTP
 	used = r.usedLocked(now)
@@ -510,6 +521,7 @@ func (n *Node) applyRates(sent, now time.Time, g coord.Grant) {
 	if !r.cutSince.IsZero() && sent.After(r.cutSince) {
 		r.cutSince = time.Time{} // the key's rate has the cut
 	}
+	r.answered = r.sampled
 	if r.learner != nil && !r.warmed && g.Rate.Requests > 0 {
 		r.warmed = true
 		cfg := r.learner.Config()

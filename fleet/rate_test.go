@@ -741,3 +741,58 @@ func TestUnsentGivesTheDebitBack(t *testing.T) {
 		require.Error(t, le.SettleTokens(5), "settled already")
 	})
 }
+
+// TestRateBelowTheKeysWithoutACutPacesAtTheShare: the key's rate is the
+// lower median of the nodes' learned rates, so some nodes learn less than
+// it with no 429 at all. Such a node paces at its whole share, as its
+// peers do; only a cut since its last report scales its pacing down, until
+// a grant answers a report that carried it.
+func TestRateBelowTheKeysWithoutACutPacesAtTheShare(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := coord.NewMemory(nil)
+		nodes := make([]*Node, 3)
+		for i, id := range []string{"a", "b", "c"} {
+			cfg := testConfig("k", id)
+			cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
+			nodes[i] = startNode(t, c, cfg)
+		}
+		time.Sleep(10 * nodes[0].cfg.HeartbeatInterval)
+		// c's learner now holds 8/s where its peers hold 10/s: the key's
+		// rate stays at 600 a minute.
+		low := nodes[2]
+		low.rate.mu.Lock()
+		lcfg := low.rate.learner.Config()
+		lcfg.WarmRate = 8
+		var err error
+		low.rate.learner, err = pace.NewLearner(lcfg, time.Now())
+		low.rate.mu.Unlock()
+		require.NoError(t, err)
+		time.Sleep(10 * nodes[0].cfg.HeartbeatInterval)
+		require.Equal(t, int64(480), low.Rates().Learned.Requests)
+		require.Equal(t, int64(600), low.Rates().Key.Requests)
+
+		paced := func(n *Node) float64 {
+			n.rate.mu.Lock()
+			defer n.rate.mu.Unlock()
+			req, _ := n.rate.pacer.Rates()
+			return req / float64(n.rate.share.Requests)
+		}
+		for _, n := range nodes {
+			le, err := n.Acquire(t.Context())
+			require.NoError(t, err)
+			le.Release()
+		}
+		require.InDelta(t, paced(nodes[0]), paced(low), 1e-12, "paced at the share, as a peer")
+
+		// A cut since the last report a grant answered acts at once.
+		le, err := low.Acquire(t.Context())
+		require.NoError(t, err)
+		low.rate.mu.Lock()
+		lcfg.WarmRate = 4
+		low.rate.learner, err = pace.NewLearner(lcfg, time.Now())
+		low.rate.mu.Unlock()
+		require.NoError(t, err)
+		le.Release()
+		require.InDelta(t, paced(nodes[0])*4.0/10, paced(low), 1e-12, "paced at the share × 4/10")
+	})
+}
