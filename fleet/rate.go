@@ -34,9 +34,11 @@ type RateConfig struct {
 	// counted over a window (docs/design.md §17): HoldAfterCut and Window
 	// = Window (a cut takes the rate to what the fleet got accepted over
 	// the window, scaling the node's accepted requests by the key's rate
-	// over its share), CutEarlyAfter 5 and ProbeFraction 0.5. Until a
-	// grant answers a report carrying a cut, the node paces to its share ×
-	// learned/key rate, so its cut acts before the fleet folds it in. The
+	// over its share), CutEarlyAfter 5 and ProbeFraction 0.5. After a cut
+	// (a learned rate below the one in the last report a grant answered),
+	// until a grant answers a report sent after it, the node paces to its
+	// share × learned/key rate, so its cut acts before the fleet folds it
+	// in; without one it paces at its share, whatever it learned. The
 	// first grant warm-starts the learner at the key's stored rate. A
 	// response's quota headers (x-ratelimit-limit-requests and the like)
 	// cap the learned request rate with their tightest request limit, and
