@@ -25,7 +25,9 @@
 //
 // A reset given in seconds (RateLimit-Reset, X-RateLimit-Reset) of 10⁹ or
 // more is read as a Unix time, as GitHub and others send it, rather than as
-// a delay of more than 31 years.
+// a delay of more than 31 years; one of 10¹² or more as a Unix time in
+// milliseconds, as some providers send it, rather than a time in the year
+// 33658 or later.
 //
 // The Dictionary form of the draft's version 07 (RateLimit: limit=10,
 // remaining=1, reset=7) is not read, nor are headers that put the window

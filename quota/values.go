@@ -38,18 +38,32 @@ func parseCount(v string) (int64, bool) {
 	return n, true
 }
 
-// unixThreshold is the least number of seconds read as a Unix time rather
-// than a delay: 10⁹ seconds is 2001-09-09, and a delay of 31 years.
-const unixThreshold = 1e9
+const (
+	// unixThreshold is the least number of seconds read as a Unix time
+	// rather than a delay: 10⁹ seconds is 2001-09-09, and a delay of 31
+	// years.
+	unixThreshold = 1e9
+	// unixMilliThreshold is the least number read as a Unix time in
+	// milliseconds, as some providers send their resets: 10¹² milliseconds
+	// is 2001-09-09 too, and 10¹² seconds the year 33658.
+	unixMilliThreshold = 1e12
+)
 
 // parseResetSeconds reads a reset given in seconds, a delay or (from
-// unixThreshold on) a Unix time, and returns it as a time within
+// unixThreshold on) a Unix time — in milliseconds from
+// unixMilliThreshold on — and returns it as a time within
 // [now, now+MaxReset].
 func parseResetSeconds(v string, now time.Time) (time.Time, bool) {
 	f, ok := parseNumber(v)
 	switch {
 	case !ok:
 		return time.Time{}, false
+	case f >= unixMilliThreshold && f < float64(math.MaxInt64/int64(time.Millisecond)):
+		ms, frac := math.Modf(f)
+		at := time.UnixMilli(int64(ms)).Add(time.Duration(frac * float64(time.Millisecond)))
+		return now.Add(clamp(at.Sub(now), MaxReset)), true
+	case f >= unixMilliThreshold:
+		return now.Add(MaxReset), true // a Unix time past the year 2262
 	case f >= unixThreshold && f < float64(math.MaxInt64/int64(time.Second)):
 		sec, frac := math.Modf(f)
 		at := time.Unix(int64(sec), int64(frac*1e9))
