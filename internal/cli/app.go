@@ -218,7 +218,7 @@ func (r *runner) app() *ucli.App {
 			&ucli.DurationFlag{
 				Name:  flagConnectTimeout,
 				Value: DefaultConnectTimeout,
-				Usage: "how long to try to connect (not given: the connection string's connect_timeout, else this)",
+				Usage: "how long to try to connect (not given: the connection string's connect_timeout, else its service's, else $PGCONNECT_TIMEOUT's, else this)",
 			},
 		},
 		Commands: []*ucli.Command{

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +105,11 @@ func (r *runner) connSettingsFrom(c *ucli.Context) (connSettings, error) {
 func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	cfg, err := pgxpool.ParseConfig(s.url)
 	if err != nil {
+		if raw, from := connectTimeoutSetting(s.url, s.source); from != s.source && strings.Contains(err.Error(), "invalid connect_timeout") {
+			// Not the string's own: a service's, or the environment's.
+			return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d",
+				raw, from, int64(math.MaxInt64/time.Second))
+		}
 		if s.url == "" {
 			// pgx names the empty string it parsed, not the variables.
 			msg := strings.TrimPrefix(err.Error(), "cannot parse ``: ")
@@ -151,12 +155,20 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	} else {
 		params["statement_timeout"] = timeout.value
 	}
-	// pgx multiplies the seconds into a Duration without a check.
+	// pgx multiplies the seconds into a Duration without a check. The
+	// value read here names the setting only if pgx read the same: where
+	// the two readings differ, pgx's stands.
 	raw, from := connectTimeoutSetting(s.url, s.source)
 	n, err := strconv.ParseInt(raw, 10, 64)
-	if d := cfg.ConnConfig.ConnectTimeout; d < 0 || d%time.Second != 0 || err == nil && n > int64(math.MaxInt64/time.Second) {
-		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d",
-			raw, from, int64(math.MaxInt64/time.Second))
+	d := cfg.ConnConfig.ConnectTimeout
+	same := err == nil && time.Duration(n)*time.Second == d
+	const most = int64(math.MaxInt64 / time.Second)
+	switch {
+	case same && n > most:
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d", raw, from, most)
+	case d < 0 || d%time.Second != 0:
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout: more than %d seconds, read as %v "+
+			"(from the connection string, its service or $PGCONNECT_TIMEOUT): want whole seconds up to %d", most, d, most)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		// The dial's own timeout is the connection string's too.
@@ -219,30 +231,83 @@ func connectTimeoutSetting(s, source string) (value, from string) {
 }
 
 // connStringSetting returns the last value the connection string s (a URL
-// or keyword/value) gives the setting key, unquoted or unescaped.
+// or keyword/value) gives the setting key, decoded as pgx decodes it: a
+// URL's query percent-decoded ('+' stays '+'), a keyword/value string's
+// values unquoted and their backslash escapes undone ('&' is no
+// separator there). false when s does not set it, or cannot be read.
 func connStringSetting(s, key string) (string, bool) {
-	m := connStringParams[key].FindAllStringSubmatch(s, -1)
-	if m == nil {
-		return "", false
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		return urlQuerySetting(s, key)
 	}
-	v := m[len(m)-1][1]
-	if uq, ok := strings.CutPrefix(v, "'"); ok {
-		v = strings.NewReplacer(`\'`, "'", `\\`, `\`).Replace(strings.TrimSuffix(uq, "'"))
-	} else if uq, err := url.QueryUnescape(v); err == nil {
-		v = uq
-	}
-	return v, true
+	return keywordValueSetting(s, key)
 }
 
-// connStringParams find each setting connStringSetting reads in a URL's
-// query or a keyword/value string.
-var connStringParams = func() map[string]*regexp.Regexp {
-	out := map[string]*regexp.Regexp{}
-	for _, key := range []string{"connect_timeout", "service", "servicefile"} {
-		out[key] = regexp.MustCompile(`(?:^|[?&\s])` + key + `\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)`)
+// urlQuerySetting returns the last value a URL's query gives key.
+func urlQuerySetting(s, key string) (value string, found bool) {
+	_, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return "", false
 	}
-	return out
-}()
+	query, _, _ = strings.Cut(query, "#")
+	for pair := range strings.SplitSeq(query, "&") {
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			continue
+		}
+		if k, err := url.PathUnescape(k); err != nil || k != key {
+			continue
+		}
+		if v, err := url.PathUnescape(v); err == nil {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+// keywordValueSetting returns the last value a keyword/value string gives
+// key, as pgx reads one: a value is quoted ('…', with \' and \\) or runs
+// to the next space, a backslash escaping the character after it.
+func keywordValueSetting(s, key string) (value string, found bool) {
+	const spaces = " \t\n\r\v\f"
+	for s = strings.TrimLeft(s, spaces); s != ""; s = strings.TrimLeft(s, spaces) {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return value, found
+		}
+		k := strings.Trim(s[:eq], spaces)
+		s = strings.TrimLeft(s[eq+1:], spaces)
+		quoted := strings.HasPrefix(s, "'")
+		if quoted {
+			s = s[1:]
+		}
+		var v strings.Builder
+		i := 0
+		for ; i < len(s); i++ {
+			c := s[i]
+			if quoted && c == '\'' || !quoted && strings.IndexByte(spaces, c) >= 0 {
+				break
+			}
+			if c == '\\' {
+				if i++; i == len(s) {
+					break
+				}
+				c = s[i]
+			}
+			v.WriteByte(c)
+		}
+		if quoted && i == len(s) {
+			return value, found // unterminated: pgx refuses it
+		}
+		if quoted {
+			i++
+		}
+		s = s[min(i, len(s)):]
+		if k == key {
+			value, found = v.String(), true
+		}
+	}
+	return value, found
+}
 
 // serviceSetting returns the setting key of the service that the
 // connection string s, else $PGSERVICE, names, as its service file
@@ -403,7 +468,7 @@ func connectCause(err error, timeout time.Duration) string {
 		return pgErr.Message
 	}
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		return fmt.Sprintf("timed out after %s", timeout)
+		return fmt.Sprintf("timed out after %s", writtenDuration(timeout))
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {

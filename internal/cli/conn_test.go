@@ -476,7 +476,8 @@ func TestServiceFileConnectTimeoutOutOfRange(t *testing.T) {
 	file := filepath.Join(dir, "pg_service.conf")
 	require.NoError(t, os.WriteFile(file, []byte("[big]\nhost=127.0.0.1\nport=1\nconnect_timeout=99999999999999\n"+
 		"[wraps]\nhost=127.0.0.1\nport=1\nconnect_timeout=36028797018963969\n"+
-		"[fine]\nhost=127.0.0.1\nport=1\nconnect_timeout=7\n"), 0o600))
+		"[fine]\nhost=127.0.0.1\nport=1\nconnect_timeout=7\n"+
+		"[negative]\nhost=127.0.0.1\nport=1\nconnect_timeout=-1\n"), 0o600))
 	settings := func(url, source string) connSettings {
 		return connSettings{url: url, source: source, statementTimeout: DefaultStatementTimeout, connectTimeout: DefaultConnectTimeout}
 	}
@@ -492,10 +493,34 @@ func TestServiceFileConnectTimeoutOutOfRange(t *testing.T) {
 		{"service=big servicefile=" + file, "99999999999999", "big"},
 		{"postgres:///x?service=big&servicefile=" + url.QueryEscape(file), "99999999999999", "big"},
 		{"service='wraps' servicefile='" + file + "'", "36028797018963969", "wraps"}, // wraps to 1s
+		{"service=negative servicefile=" + file, "-1", "negative"},                   // refused by pgx
 	} {
 		refused(settings(tt.url, "--database-url"), fmt.Sprintf("invalid connect_timeout %q from service %q in %s: want whole seconds up to 9223372036",
 			tt.value, tt.service, file))
 	}
+
+	// Read as pgx reads the string: a '+' in a path is a '+', a
+	// backslash escapes a space, and an '&' in a keyword/value string is
+	// part of a value.
+	odd := filepath.Join(dir, "a+b", "my dir")
+	require.NoError(t, os.MkdirAll(odd, 0o700))
+	oddFile := filepath.Join(odd, "pg_service.conf")
+	conf, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(oddFile, conf, 0o600))
+	escaped := strings.ReplaceAll(oddFile, " ", `\ `)
+	for _, tt := range []struct{ url, value, service string }{
+		{"service=big servicefile=" + escaped, "99999999999999", "big"},
+		{"service=wraps servicefile=" + escaped, "36028797018963969", "wraps"},
+		{"postgres:///x?service=wraps&servicefile=" + strings.ReplaceAll(oddFile, " ", "%20"), "36028797018963969", "wraps"},
+	} {
+		refused(settings(tt.url, "--database-url"), fmt.Sprintf("invalid connect_timeout %q from service %q in %s: want whole seconds up to 9223372036",
+			tt.value, tt.service, oddFile))
+	}
+	t.Setenv("PGSERVICEFILE", file)
+	cfg, _, err := poolConfig(settings("host=127.0.0.1 port=1 password=p&service=big", "--database-url"))
+	require.NoError(t, err, "no service: the password is p&service=big")
+	require.Equal(t, "p&service=big", cfg.ConnConfig.Password)
 
 	// Named by the environment, and over a $PGCONNECT_TIMEOUT in range.
 	t.Setenv("PGSERVICEFILE", file)
@@ -503,7 +528,7 @@ func TestServiceFileConnectTimeoutOutOfRange(t *testing.T) {
 	t.Setenv("PGCONNECT_TIMEOUT", "3")
 	refused(settings("", sourceLibpqEnv), fmt.Sprintf(`invalid connect_timeout "99999999999999" from service "big" in %s: want whole seconds up to 9223372036`, file))
 	// The connection string's own still comes first.
-	cfg, _, err := poolConfig(settings("connect_timeout=2", "--database-url"))
+	cfg, _, err = poolConfig(settings("connect_timeout=2", "--database-url"))
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Second, cfg.ConnConfig.ConnectTimeout)
 	// A service's in range stands over a $PGCONNECT_TIMEOUT out of range,

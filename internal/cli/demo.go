@@ -64,7 +64,7 @@ line demo prints (on stderr) names the database. Ctrl-C ends the run early:
 the fleet stops, the summary of the run so far is printed, everything is
 cleaned up, and demo exits 0, as watch does.`,
 		Flags: []ucli.Flag{
-			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: fmt.Sprintf("how long the fleet runs, %s..%s", minDemoDuration, maxDemoDuration)},
+			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: fmt.Sprintf("how long the fleet runs, %s..%s", writtenDuration(minDemoDuration), writtenDuration(maxDemoDuration))},
 			decimalFlagDefault("nodes", fmt.Sprintf("how many fleet nodes, 1..%d", maxDemoNodes), DefaultDemoNodes, fmt.Sprintf("1..%d", maxDemoNodes)),
 			decimalFlagDefault("workers", fmt.Sprintf("request goroutines per node, 1..%d", maxDemoWorkers), DefaultDemoWorkers, fmt.Sprintf("1..%d", maxDemoWorkers)),
 			&ucli.DurationFlag{Name: "interval", Usage: "time between view refreshes", DefaultText: "500ms on a terminal, else 1s"},
