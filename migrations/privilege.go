@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -37,25 +38,38 @@ func ExplainPrivilege(ctx context.Context, pool *pgxpool.Pool, err error) error 
 		return err
 	}
 	var role string
-	var owner, dba *string
-	if qerr := pool.QueryRow(ctx, sqlRoles).Scan(&role, &owner, &dba); qerr != nil {
+	var owner, table, dba *string
+	var ownerLogs bool
+	if qerr := pool.QueryRow(ctx, sqlRoles).Scan(&role, &owner, &ownerLogs, &table, &dba); qerr != nil {
 		return fmt.Errorf("%w; %w: run migrations as the owner of the fleetlimit schema (and reading which role that is failed: %w)",
 			err, ErrInsufficientPrivilege, qerr)
 	}
+	name := func(r string) string { return "role " + pgx.Identifier{r}.Sanitize() }
+	id := func(r string) string { return pgx.Identifier{r}.Sanitize() }
 	var advice string
 	switch {
+	case owner == nil && table != nil && *table != role:
+		advice = fmt.Sprintf("%s does not own the version table %s, and there is no fleetlimit schema; run migrations as its owner, %s",
+			name(role), VersionTable, id(*table))
+	case owner == nil && dba != nil && *dba == role:
+		advice = fmt.Sprintf("%s, the database's owner, may not create the version table in the first schema of its search path: "+
+			"grant it CREATE there, or give it a search path whose first schema it may create in", name(role))
 	case owner == nil && dba != nil:
-		advice = fmt.Sprintf("role %q may not create the fleetlimit schema or the version table; run the first migration "+
-			"as a role that may (CREATE on the database and on the first schema of its search path), such as the database's owner, %q: "+
-			"that role then owns the schema, and runs the migrations after it", role, *dba)
+		advice = fmt.Sprintf("%s may not create the fleetlimit schema or the version table; run the first migration "+
+			"as a role that may (CREATE on the database and on the first schema of its search path), such as the database's owner, %s: "+
+			"that role then owns the schema, and runs the migrations after it", name(role), id(*dba))
 	case owner == nil:
-		advice = fmt.Sprintf("role %q may not create the fleetlimit schema or the version table; run the first migration "+
-			"as a role that may (CREATE on the database and on the first schema of its search path)", role)
+		advice = fmt.Sprintf("%s may not create the fleetlimit schema or the version table; run the first migration "+
+			"as a role that may (CREATE on the database and on the first schema of its search path)", name(role))
 	case *owner == role:
-		advice = fmt.Sprintf("role %q owns the fleetlimit schema, and lacks the privilege named: grant it that, or run migrations as a superuser", role)
+		advice = fmt.Sprintf("%s owns the fleetlimit schema, and lacks the privilege named: grant it that, or run migrations as a superuser", name(role))
+	case !ownerLogs:
+		advice = fmt.Sprintf("%s does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
+			"run migrations as its owner, %s, which may not log in: connect as a member of it with options=-c role=%s",
+			name(role), id(*owner), id(*owner))
 	default:
-		advice = fmt.Sprintf("role %q does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
-			"run migrations as its owner, %q", role, *owner)
+		advice = fmt.Sprintf("%s does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
+			"run migrations as its owner, %s", name(role), id(*owner))
 	}
 	return fmt.Errorf("%w; %w: %s", err, ErrInsufficientPrivilege, advice)
 }

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -127,4 +128,81 @@ func schemaOwner(t *testing.T, pool *pgxpool.Pool) string {
 	var owner string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fleetlimit'`).Scan(&owner))
 	return owner
+}
+
+// TestPrivilegeAdviceNamesWhoMay: the advice of a refusal names a role
+// that may do what was refused: the database's owner is not sent to
+// itself, a version table left without its schema names the table's
+// owner, and an owner that may not log in is reached through a member.
+func TestPrivilegeAdviceNamesWhoMay(t *testing.T) {
+	t.Parallel()
+	t.Run("the database's owner", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		dsn := fleettest.EmptyDSN(t)
+		admin := openAs(t, dsn, "")
+		dbo := newPasswordRole(t, admin)
+		locked := "locked_" + dbo
+		for _, stmt := range []string{
+			"ALTER DATABASE " + pgx.Identifier{dbName(t, admin)}.Sanitize() + " OWNER TO " + dbo,
+			"CREATE SCHEMA " + locked,
+			"GRANT USAGE ON SCHEMA " + locked + " TO " + dbo,
+			"ALTER ROLE " + dbo + " SET search_path = " + locked + ", public",
+		} {
+			_, err := admin.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+		_, _, err := migrations.UpVersions(ctx, openAs(t, dsn, dbo))
+		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
+		require.ErrorContains(t, err, "permission denied for schema "+locked)
+		require.ErrorContains(t, err, `role "`+dbo+`", the database's owner, may not create the version table in the first schema of its search path`)
+	})
+	t.Run("a version table without its schema", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		dsn := fleettest.DSN(t)
+		admin := openAs(t, dsn, "")
+		op := newPasswordRole(t, admin)
+		require.NoError(t, migrations.Grant(ctx, admin, op, "operator"))
+		tableOwner := newRole(t, admin)
+		for _, stmt := range []string{
+			"ALTER TABLE " + migrations.VersionTable + " OWNER TO " + tableOwner,
+			"DROP SCHEMA fleetlimit CASCADE",
+		} {
+			_, err := admin.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+		err := migrations.Reset(ctx, openAs(t, dsn, op))
+		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
+		require.ErrorContains(t, err, `role "`+op+`" does not own the version table `+migrations.VersionTable+
+			`, and there is no fleetlimit schema; run migrations as its owner, "`+tableOwner+`"`)
+	})
+	t.Run("an owner that may not log in", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		dsn := fleettest.DSN(t)
+		admin := openAs(t, dsn, "")
+		group := newRole(t, admin)
+		member := newPasswordRole(t, admin)
+		for _, stmt := range []string{
+			"ALTER ROLE " + group + " NOLOGIN",
+			"ALTER ROLE " + member + " NOINHERIT",
+			"GRANT " + group + " TO " + member,
+			"ALTER SCHEMA fleetlimit OWNER TO " + group,
+		} {
+			_, err := admin.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+		err := migrations.Reset(ctx, openAs(t, dsn, member))
+		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
+		require.ErrorContains(t, err, `run migrations as its owner, "`+group+`", which may not log in: connect as a member of it with options=-c role="`+group+`"`)
+	})
+}
+
+// dbName is the name of pool's database.
+func dbName(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var name string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&name))
+	return name
 }

@@ -79,11 +79,17 @@ const (
 	// pgx.Identifier: the table (schema-qualified) or schema, then the role.
 	sqlGrantSelect = `GRANT SELECT ON TABLE %s TO %s`
 	sqlGrantUsage  = `GRANT USAGE ON SCHEMA %s TO %s`
-	// sqlRoles: the current role, the owner of the fleetlimit schema (NULL
-	// when there is none) and the database's owner, as names.
-	sqlRoles = `SELECT current_user::text,
-	       (SELECT r.rolname::text FROM pg_namespace AS n JOIN pg_roles AS r ON r.oid = n.nspowner WHERE n.nspname = 'fleetlimit'),
-	       (SELECT r.rolname::text FROM pg_database AS d JOIN pg_roles AS r ON r.oid = d.datdba WHERE d.datname = current_database())`
+	// sqlRoles: the current role; the owner of the fleetlimit schema
+	// (NULL when there is none) and whether it may log in; the owner of
+	// the version table the search path finds (NULL when none); and the
+	// database's owner, as names.
+	sqlRoles = `SELECT current_user::text, r.rolname::text, coalesce(r.rolcanlogin, true),
+	       (SELECT t.rolname::text FROM pg_class AS c JOIN pg_roles AS t ON t.oid = c.relowner
+	         WHERE c.oid = to_regclass('` + VersionTable + `')),
+	       (SELECT d.rolname::text FROM pg_database AS b JOIN pg_roles AS d ON d.oid = b.datdba WHERE b.datname = current_database())
+	  FROM (SELECT 1) AS one
+	  LEFT JOIN pg_namespace AS n ON n.nspname = 'fleetlimit'
+	  LEFT JOIN pg_roles AS r ON r.oid = n.nspowner`
 	// sqlSchemaOwner: whether role $1 owns the fleetlimit schema (false
 	// when there is none).
 	sqlSchemaOwner = `SELECT coalesce(bool_or(n.nspowner = $1::text::regrole), false)
