@@ -16,7 +16,8 @@
 //
 // Settling a lease twice, or settling a copy, is a no-op. Neither admitting
 // nor refusing allocates (a call that waits allocates nothing once the
-// limiter's pool of waiters is warm). The limiter starts no goroutine: every
+// limiter's pool of waiters is warm), but for an ErrTooHeavy refusal of a
+// weight other than the last one refused, which costs one. The limiter starts no goroutine: every
 // adjustment happens while a lease settles, and time comes from
 // Config.Clock, so tests drive it with a fake clock (advanced between an
 // admission and its Release, for a latency sample).

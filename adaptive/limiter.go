@@ -14,7 +14,8 @@ import (
 // of the upstream's capacity as leases settle. Create it with New. All
 // methods are safe for concurrent use; each takes one short lock and none
 // starts a goroutine. An admission and its Release cost about 200ns
-// together and do not allocate; neither does a refusal.
+// together and do not allocate; neither does a refusal, but for an
+// ErrTooHeavy one of a weight other than the last one refused.
 type Limiter struct {
 	cfg Config // defaulted and validated; read-only after New
 
