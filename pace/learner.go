@@ -227,7 +227,10 @@ type Check struct {
 // time now, and a period is judged by the first call at or after its end.
 // A now before an earlier call's is treated as that earlier time: a record
 // made with it counts in the period, and among the Window's accepted
-// requests, at that time, the latest the Learner has seen. A record at a
+// requests, at that time, the latest the Learner has seen; so one now far
+// ahead (a wall clock stepped forward, then back) holds every later call
+// at that time, judging no period, until the clock passes it. Pass
+// readings of time.Now, whose monotonic clock never steps. A record at a
 // period's end belongs to the next period. It is safe for concurrent
 // use, and its methods allocate nothing.
 type Learner struct {
