@@ -384,7 +384,9 @@ func TestPGTimeoutsAreTheServers(t *testing.T) {
 	defer pool.Close()
 	for v, want := range pgTimeouts {
 		var ms int64
-		err := pool.QueryRow(t.Context(), `SELECT set_config('statement_timeout', $1, false)::text IS NOT NULL,
+		// Set for the statement's own transaction: a session's timeout
+		// of a millisecond could cancel the next value's statement.
+		err := pool.QueryRow(t.Context(), `SELECT set_config('statement_timeout', $1, true)::text IS NOT NULL,
 			(SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout')`, v).Scan(new(bool), &ms)
 		if want < 0 {
 			require.Error(t, err, "%q", v)
