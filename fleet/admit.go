@@ -100,9 +100,13 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		n.metrics.rejected.Add(1)
 		if ctx.Err() == nil {
 			n.metrics.refused[r.Priority].Add(1)
+		} else {
+			n.metrics.rateCancelled[r.Priority].Add(1)
 		}
 		return admission{}, err
 	}
+	n.metrics.admitted[r.Priority].Add(1)
+	n.metrics.admittedWeight[r.Priority].Add(uint64(r.Weight))
 	n.rate.sent(1, tokens)
 	n.holdWanted(r.Weight)
 	return admission{lease: le, debit: n.rate.newDebit(n, t, !sent.IsZero(), tokens, limit, time.Now()), sent: sent}, nil

@@ -13,14 +13,18 @@ import (
 // metrics holds the node's counters and the latest quota headers read
 // (Node.Quota), and exposes the node's state as a prometheus.Collector.
 type metrics struct {
-	node            *Node
-	rejected        atomic.Uint64
-	refused         [256]atomic.Uint64 // by priority: the node's refusals before its limiter (Node.PriorityStats)
-	heartbeatErrors atomic.Uint64
-	fencings        atomic.Uint64
-	quotaPaused     atomic.Uint64
-	quota           atomic.Pointer[quota.Info]
-	heartbeat       prometheus.Histogram
+	node     *Node
+	rejected atomic.Uint64
+	refused  [256]atomic.Uint64 // by priority: the node's refusals, before its limiter or at the rate (Node.PriorityStats)
+	// By priority: the requests the node handed a lease to (past the
+	// limiter and the rate), their weights, and those whose context ended
+	// while they waited for the rate (Node.PriorityStats).
+	admitted, admittedWeight, rateCancelled [256]atomic.Uint64
+	heartbeatErrors                         atomic.Uint64
+	fencings                                atomic.Uint64
+	quotaPaused                             atomic.Uint64
+	quota                                   atomic.Pointer[quota.Info]
+	heartbeat                               prometheus.Histogram
 
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
@@ -83,13 +87,13 @@ func newMetrics(n *Node) *metrics {
 		rateUsed:           byDimension("used", "What the node sent in the minute before its last report."),
 		rateWaiting:        desc("rate_waiting", "Admitted requests waiting for the node's rate share now."),
 		rateWaits:          desc("rate_waits_total", "Requests that waited for the node's rate share."),
-		prioAdmitted:       byPriority("admitted_total", "Requests admitted by the local limiter at this priority."),
+		prioAdmitted:       byPriority("admitted_total", "Requests at this priority handed a lease, past the local limiter and the key's rate."),
 		prioAdmittedWeight: byPriority("admitted_weight_total", "Sum of the weights of the requests admitted at this priority."),
 		prioRefused: byPriority("refused_total", "Requests at this priority refused: by the local limiter (no room for "+
 			"TryAcquire, queue full on arrival or evicted, paused, heavier than MaxLimit) or by the node (not started, "+
-			"stopped, evicted, fenced, heavier than L_global)."),
+			"stopped, evicted, fenced, heavier than L_global, the rate share spent for TryAcquire, a wait for the rate past MaxRequestDuration)."),
 		prioTimedOut:    byPriority("timed_out_total", "Queued requests at this priority whose TimeoutFactor × weight wait ran out."),
-		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a slot was handed over."),
+		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a lease was handed over, waiting for a slot or for the rate."),
 		prioQueued:      byPriority("queued", "Requests at this priority waiting for a slot now."),
 		prioWaits:       byPriority("waits_total", "Requests at this priority admitted after waiting in the queue."),
 		prioWaitSeconds: byPriority("wait_seconds_total", "Total time the requests in waits_total waited, in seconds."),

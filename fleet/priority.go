@@ -92,30 +92,33 @@ func RequestFrom(ctx context.Context) adaptive.Request {
 }
 
 // PriorityStats returns, for every priority that has seen a request, the
-// local limiter's counters (adaptive.Limiter.PriorityStats) with the
-// node's own refusals added to Refused: the admissions it refused before
-// they reached the limiter — not started, stopped, evicted, fenced, or
-// heavier than L_global — and those it refused at the key's rate after
-// the limiter admitted them (the rate share spent for TryAcquireRequest,
-// or the node stopped or evicted while the request waited for the rate),
-// which Admitted counts too, as the limiter handed them a lease. A
-// request whose context ended while it waited for the rate is in neither
-// Refused nor Cancelled. In increasing priority; it allocates the
-// returned slice. Safe for concurrent use.
+// local limiter's counters (adaptive.Limiter.PriorityStats) as the node's
+// callers saw them: Admitted and AdmittedWeight count the leases the node
+// handed out, past its limiter and the key's rate; Refused adds the
+// node's own refusals — before the limiter (not started, stopped,
+// evicted, fenced, or heavier than L_global) and at the key's rate after
+// the limiter took a slot (the rate share spent for TryAcquireRequest,
+// the wait for it past MaxRequestDuration, or the node stopped or
+// evicted meanwhile) — and Cancelled the calls whose context ended while
+// they waited for the rate. Each call counts once. In increasing
+// priority; it allocates the returned slice. Safe for concurrent use.
 func (n *Node) PriorityStats() []adaptive.PriorityStats {
 	local := n.lim.PriorityStats()
 	out := make([]adaptive.PriorityStats, 0, len(local))
 	next := 0
-	for p := range n.metrics.refused {
-		refused := n.metrics.refused[p].Load()
-		switch {
-		case next < len(local) && int(local[next].Priority) == p:
-			s := local[next]
+	m := n.metrics
+	for p := range m.refused {
+		s := adaptive.PriorityStats{Priority: uint8(p)}
+		seen := false
+		if next < len(local) && int(local[next].Priority) == p {
+			s, seen = local[next], true
 			next++
-			s.Refused += refused
+		}
+		s.Admitted, s.AdmittedWeight = m.admitted[p].Load(), m.admittedWeight[p].Load()
+		s.Refused += m.refused[p].Load()
+		s.Cancelled += m.rateCancelled[p].Load()
+		if seen || s.Admitted > 0 || s.Refused > 0 || s.Cancelled > 0 {
 			out = append(out, s)
-		case refused > 0:
-			out = append(out, adaptive.PriorityStats{Priority: uint8(p), Refused: refused})
 		}
 	}
 	return out

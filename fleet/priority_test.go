@@ -183,7 +183,7 @@ func TestCollectorReportsPriorities(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	want := `
-# HELP fleetlimit_priority_admitted_total Requests admitted by the local limiter at this priority.
+# HELP fleetlimit_priority_admitted_total Requests at this priority handed a lease, past the local limiter and the key's rate.
 # TYPE fleetlimit_priority_admitted_total counter
 fleetlimit_priority_admitted_total{key="k",node="a",priority="1"} 1
 fleetlimit_priority_admitted_total{key="k",node="a",priority="128"} 1
@@ -195,7 +195,7 @@ fleetlimit_priority_admitted_weight_total{key="k",node="a",priority="1"} 10
 fleetlimit_priority_admitted_weight_total{key="k",node="a",priority="128"} 1
 fleetlimit_priority_admitted_weight_total{key="k",node="a",priority="200"} 3
 fleetlimit_priority_admitted_weight_total{key="k",node="a",priority="7"} 0
-# HELP fleetlimit_priority_cancelled_total Requests at this priority whose context ended before a slot was handed over.
+# HELP fleetlimit_priority_cancelled_total Requests at this priority whose context ended before a lease was handed over, waiting for a slot or for the rate.
 # TYPE fleetlimit_priority_cancelled_total counter
 fleetlimit_priority_cancelled_total{key="k",node="a",priority="1"} 0
 fleetlimit_priority_cancelled_total{key="k",node="a",priority="128"} 0

@@ -172,7 +172,7 @@ func TestRateTryAcquire(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		before := statsAt(n, adaptive.DefaultPriority).Refused
+		before := statsAt(n, adaptive.DefaultPriority)
 		admitted, refused := 0, 0
 		for range 10 {
 			le, err := n.TryAcquireRequest(adaptive.Request{Priority: adaptive.DefaultPriority, Weight: 1})
@@ -190,7 +190,25 @@ func TestRateTryAcquire(t *testing.T) {
 		require.Positive(t, refused)
 		require.LessOrEqual(t, admitted, 2, "a one-second bucket at one request a second")
 		require.Zero(t, n.Limiter().Inflight(), "refused requests hold no slot")
-		require.Equal(t, uint64(refused), statsAt(n, adaptive.DefaultPriority).Refused-before, "refusals for the rate count at their priority")
+		after := statsAt(n, adaptive.DefaultPriority)
+		require.Equal(t, uint64(refused), after.Refused-before.Refused, "refusals for the rate count at their priority")
+		require.Equal(t, uint64(admitted), after.Admitted-before.Admitted, "and not as admitted: each call counts once")
+		require.Equal(t, uint64(admitted), after.AdmittedWeight-before.AdmittedWeight)
+
+		// A caller whose context ends while it waits for the rate is
+		// cancelled, not admitted.
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		for ctx.Err() == nil {
+			if le, err := n.Acquire(ctx); err == nil {
+				le.Release()
+				admitted++
+			}
+		}
+		final := statsAt(n, adaptive.DefaultPriority)
+		require.Equal(t, uint64(1), final.Cancelled-after.Cancelled, "the wait the context ended")
+		require.Equal(t, uint64(admitted), final.Admitted-before.Admitted)
+		require.Equal(t, after.Refused, final.Refused)
 	})
 }
 
