@@ -2,7 +2,9 @@ package fleet
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,7 +24,9 @@ type metrics struct {
 	admitted, admittedWeight, rateCancelled [256]atomic.Uint64
 	heartbeatErrors                         atomic.Uint64
 	fencings                                atomic.Uint64
-	quotaPaused                             atomic.Uint64
+	quotaPaused                             atomic.Uint64 // pauses the headers started (see Node.quotaPause)
+	quotaMu                                 sync.Mutex
+	quotaPauseEnd                           time.Time // the end of the latest pause the headers asked for; guarded by quotaMu
 	quota                                   atomic.Pointer[quota.Info]
 	heartbeat                               prometheus.Histogram
 
@@ -76,8 +80,8 @@ func newMetrics(n *Node) *metrics {
 		fenced:            desc("fenced", "1 while the node is fenced: before its first grant, when its lease is about to run out (under HoldLastShare it admits at its last share even so), or once evicted."),
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
-		quotaPauses: desc("quota_pauses_total", "Admission pauses because a response's quota headers said "+
-			"nothing was left until a reset."),
+		quotaPauses: desc("quota_pauses_total", "Admission pauses a response's headers started: a Retry-After on a 429, "+
+			"503 or 529, or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it)."),
 		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
 		rateKey:            byDimension("key", "The key's rate per minute (0: none, unpaced), as last granted."),

@@ -43,13 +43,29 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 	n.metrics.quota.Store(&info)
 	n.readRateQuota(info, now)
 	if refusedStatus(status) && info.HasRetryAfter && info.RetryAfter > 0 {
-		n.lim.RetryAfter(info.RetryAfter)
+		n.quotaPause(now, info.RetryAfter)
 		return
 	}
 	if until, ok := info.Exhausted(now); ok {
-		n.metrics.quotaPaused.Add(1)
-		n.lim.RetryAfter(min(until.Sub(now), quota.MaxRetryAfter))
+		n.quotaPause(now, min(until.Sub(now), quota.MaxRetryAfter))
 	}
+}
+
+// quotaPause pauses admission for d from now, as a response's headers
+// asked, and counts a pause in the metrics when none the headers asked
+// for is in effect at now: responses that arrive together, each asking
+// for the same pause or a little more, are one pause.
+func (n *Node) quotaPause(now time.Time, d time.Duration) {
+	m := n.metrics
+	m.quotaMu.Lock()
+	if !now.Before(m.quotaPauseEnd) {
+		m.quotaPaused.Add(1)
+	}
+	if end := now.Add(d); end.After(m.quotaPauseEnd) {
+		m.quotaPauseEnd = end
+	}
+	m.quotaMu.Unlock()
+	n.lim.RetryAfter(d)
 }
 
 // statusOverloaded is the status Anthropic's API answers when it is

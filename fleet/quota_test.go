@@ -216,10 +216,32 @@ func TestTransportQuotaPauseIsCapped(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP fleetlimit_quota_pauses_total Admission pauses because a response's quota headers said nothing was left until a reset.
+# HELP fleetlimit_quota_pauses_total Admission pauses a response's headers started: a Retry-After on a 429, 503 or 529, or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it).
 # TYPE fleetlimit_quota_pauses_total counter
 fleetlimit_quota_pauses_total{key="k",node="a"} 1
 `), "fleetlimit_quota_pauses_total"))
+}
+
+// TestQuotaPausesCountPauses: fleetlimit_quota_pauses_total counts the
+// pauses the headers start, a 429's Retry-After included, not the
+// responses: responses that arrive while a pause lasts extend it.
+func TestQuotaPausesCountPauses(t *testing.T) {
+	t.Parallel()
+	n, _, _, _ := quotaNode(t, http.StatusOK, func() map[string]string { return nil })
+	now := time.Now()
+	exhausted := http.Header{}
+	exhausted.Set("x-ratelimit-remaining-requests", "0")
+	exhausted.Set("x-ratelimit-reset-requests", "1s")
+	for i := range 8 { // eight responses of one burst
+		n.readQuota(exhausted, http.StatusOK, now.Add(time.Duration(i)*time.Millisecond))
+	}
+	require.Equal(t, uint64(1), n.metrics.quotaPaused.Load(), "one pause, however many responses said so")
+	retry := exhausted.Clone()
+	retry.Set("Retry-After", "1")
+	n.readQuota(retry, http.StatusTooManyRequests, now.Add(1500*time.Millisecond))
+	require.Equal(t, uint64(2), n.metrics.quotaPaused.Load(), "a 429's Retry-After after the first pause ended")
+	n.readQuota(retry, http.StatusTooManyRequests, now.Add(2*time.Second))
+	require.Equal(t, uint64(2), n.metrics.quotaPaused.Load(), "extended, not another")
 }
 
 // TestNodeQuotaConcurrent reads Node.Quota while responses update it; run
