@@ -63,7 +63,7 @@ func newMetrics(n *Node) *metrics {
 			ConstLabels: labels,
 			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
-		limit:        desc("limit", "Requests the node may have in flight now: min(ceiling, local estimate), the ceiling being the share (a rise taken up over a round trip); 0 before the first grant, after Stop, once evicted, and once the lease has run out (under HoldLastShare it keeps the last share then)."),
+		limit:        desc("limit", "Requests the node may have in flight now: min(share less the slots recent drops cut from it, local estimate), so below both after 429s (a rise of the share taken up over a round trip); 0 before the first grant, after Stop, once evicted, and once the lease has run out (under HoldLastShare it keeps the last share then)."),
 		estimate:     desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
 		share:        desc("share", "The node's share of the global limit, as last granted."),
 		lGlobal:      desc("l_global", "The fleet's global limit for the key, as last granted."),
