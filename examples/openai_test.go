@@ -168,6 +168,16 @@ func chatParams(tokens int) openai.ChatCompletionNewParams {
 	}
 }
 
+// admitted is how many requests the node has handed a slot to, at every
+// priority: the requests that went through it.
+func admitted(n *fleet.Node) uint64 {
+	var sum uint64
+	for _, p := range n.PriorityStats() {
+		sum += p.Admitted
+	}
+	return sum
+}
+
 // waitIdle waits until the node has no request in flight.
 func waitIdle(t *testing.T, n *fleet.Node, timeout time.Duration) fleet.State {
 	t.Helper()
@@ -217,6 +227,9 @@ func TestOpenAIStreamReadFully(t *testing.T) {
 	if s.Drops != 0 {
 		t.Errorf("%d drops for streams served in full", s.Drops)
 	}
+	if got := admitted(node); got != streams {
+		t.Errorf("the node admitted %d requests, want the %d streams", got, streams)
+	}
 	t.Logf("after %d full streams: %+v", streams, s)
 }
 
@@ -251,6 +264,9 @@ func TestOpenAIStreamClosedEarly(t *testing.T) {
 	if s.Drops != 0 {
 		t.Errorf("%d drops for streams the caller closed", s.Drops)
 	}
+	if got := admitted(node); got != streams {
+		t.Errorf("the node admitted %d requests, want the %d streams", got, streams)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for f.cut.Load() < streams && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -282,7 +298,7 @@ func TestOpenAIStreamCancelled(t *testing.T) {
 		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Second) }, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := node.State().Drops
+			before, admittedBefore := node.State().Drops, admitted(node)
 			const streams = 8
 			var wg sync.WaitGroup
 			for i := range streams {
@@ -309,6 +325,9 @@ func TestOpenAIStreamCancelled(t *testing.T) {
 			s := waitIdle(t, node, 5*time.Second)
 			if s.Drops != before {
 				t.Errorf("drops went from %d to %d: a caller's own %s after the headers counted as overload", before, s.Drops, tc.name)
+			}
+			if got := admitted(node) - admittedBefore; got != streams {
+				t.Errorf("the node admitted %d requests, want the %d streams", got, streams)
 			}
 			t.Logf("after %d streams ended by %s: %+v", streams, tc.name, s)
 		})
