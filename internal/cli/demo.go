@@ -62,7 +62,9 @@ the end. The PG* variables still fill in what a connection string leaves
 out (PGPASSWORD, PGOPTIONS, ...), the throwaway cluster's included. The first
 line demo prints (on stderr) names the database. Ctrl-C ends the run early:
 the fleet stops, the summary of the run so far is printed, everything is
-cleaned up, and demo exits 0, as watch does.`,
+cleaned up, and demo exits 0, as watch does. Before the run starts (while
+Postgres or the nodes start) there is no summary: Ctrl-C cleans up and
+demo exits 1, saying it was interrupted.`,
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "duration", Value: DefaultDemoDuration, Usage: fmt.Sprintf("how long the fleet runs, %s..%s", writtenDuration(minDemoDuration), writtenDuration(maxDemoDuration))},
 			decimalFlagDefault("nodes", fmt.Sprintf("how many fleet nodes, 1..%d", maxDemoNodes), DefaultDemoNodes, fmt.Sprintf("1..%d", maxDemoNodes)),

@@ -60,9 +60,38 @@ type demoNode struct {
 	base *http.Transport
 	// counted by the workers
 	ok, rejected, refused, failed atomic.Int64
-	// shareSum and samples give the mean share over the view's refreshes.
+	// shareSum and samples give the mean share over the run, sampled every
+	// demoShareTick and at the end (see sampleShares).
 	shareSum, samples int64
 	lastShare         int
+}
+
+// demoShareTick is how often the demo samples each node's share for the
+// summary, whatever --interval says.
+const demoShareTick = 100 * time.Millisecond
+
+// sampleShares samples each node's share every demoShareTick until ctx
+// ends, and once more then. The only writer of the nodes' share counts.
+func sampleShares(ctx context.Context, nodes []*demoNode) {
+	t := time.NewTicker(demoShareTick)
+	defer t.Stop()
+	sample := func() {
+		for _, dn := range nodes {
+			share := dn.node.State().Share
+			dn.shareSum += int64(share)
+			dn.samples++
+			dn.lastShare = share
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			sample()
+			return
+		case <-t.C:
+			sample()
+		}
+	}
 }
 
 // demoLimiter configures the nodes' limiters for the demo's provider, whose
@@ -137,6 +166,12 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 		}
 	}
 
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sampleShares(runCtx, nodes)
+	}()
+
 	v := r.newView(formatTable, "")
 	// A refresh the database fails (a restart, say) is said and tried
 	// again, as in watch; the fleet rides it out on its own.
@@ -146,15 +181,6 @@ func (r *runner) runDemo(ctx context.Context, pool *pgxpool.Pool, key string, cf
 		learning.note(f)
 		st := provider.Stats()
 		f.Provider = &providerView{Capacity: st.Capacity, Current: st.Current, Successes: st.Successes, Rejected: st.Rejected}
-		for _, n := range f.Nodes {
-			for _, dn := range nodes {
-				if dn.id == n.NodeID {
-					dn.shareSum += int64(n.Share)
-					dn.samples++
-					dn.lastShare = n.Share
-				}
-			}
-		}
 		v.title = fmt.Sprintf("fleetctl demo  %s × %s  %s / %s  (Ctrl-C stops early)",
 			plural(cfg.nodes, "node", "nodes"), plural(cfg.workers, "worker", "workers"), time.Since(start).Truncate(100*time.Millisecond), cfg.duration)
 		return v.show(f)

@@ -94,7 +94,7 @@ func newDemoSummary(key string, cfg demoConfig, schedule []sim.Step, offset, ela
 func (s demoSummary) write(w io.Writer) {
 	st := s.stats
 	secs := s.elapsed.Seconds()
-	sent := st.Successes + st.Rejected + st.Canceled
+	sent := st.Successes + st.Rejected + st.Canceled + int64(st.Current) // those still running count as sent
 	goodput := 0.0
 	if secs > 0 {
 		goodput = float64(st.Successes) / secs

@@ -64,3 +64,13 @@ func TestDemoSummarySaysLearningMode(t *testing.T) {
 	require.Contains(t, b.String(), "  learning mode     in 3 of 4 reads of the key, until 14:03:07: the database may have lost state "+
 		"(a failover, a restore or a server restart), so each node was granted no more than it held (design §10)\n")
 }
+
+// TestDemoSummaryCountsRequestsStillRunning: the requests sent are the
+// ones the provider received, those still running at the end included.
+func TestDemoSummaryCountsRequestsStillRunning(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	st := sim.Stats{Successes: 32, Rejected: 4, Canceled: 2, Current: 30}
+	newDemoSummary("k", demoConfig{nodes: 2, workers: 16}, []sim.Step{{Capacity: 40}}, 0, time.Second, st, nil).write(&b)
+	require.Contains(t, b.String(), "4 429s = 5.9% of 68 requests sent")
+}
