@@ -129,7 +129,7 @@ func TestNodeRefusalsCountPerPriority(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	want := `
-# HELP fleetlimit_priority_refused_total Requests at this priority refused: by the local limiter (no room for TryAcquire, queue full on arrival or evicted, paused, heavier than MaxLimit) or by the node (not started, stopped, evicted, fenced, heavier than L_global).
+# HELP fleetlimit_priority_refused_total Requests at this priority refused: by the local limiter (no room for TryAcquire, queue full on arrival or evicted, paused, heavier than MaxLimit) or by the node (not started, stopped, evicted, fenced, heavier than L_global, the rate share spent for TryAcquire, a wait for the rate past MaxRequestDuration).
 # TYPE fleetlimit_priority_refused_total counter
 fleetlimit_priority_refused_total{key="k",node="a",priority="1"} 1
 fleetlimit_priority_refused_total{key="k",node="a",priority="128"} 1

@@ -170,7 +170,7 @@ func (le Lease) refuse(retryAfter time.Duration, limited bool) {
 	}
 	if !le.settle(func() {
 		if retryAfter > 0 {
-			le.node.lim.RetryAfter(min(retryAfter, quota.MaxRetryAfter))
+			le.node.quotaPause(now, min(retryAfter, quota.MaxRetryAfter))
 		}
 		le.node.refuse(le.lease, le.admitted, now.Sub(sent), le.bound, now)
 	}) {

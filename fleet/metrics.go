@@ -63,7 +63,7 @@ func newMetrics(n *Node) *metrics {
 			ConstLabels: labels,
 			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
-		limit:        desc("limit", "Requests the node may have in flight now: min(share less the slots recent drops cut from it, local estimate), so below both after 429s (a rise of the share taken up over a round trip); 0 before the first grant, after Stop, once evicted, and once the lease has run out (under HoldLastShare it keeps the last share then)."),
+		limit:        desc("limit", "Requests the node may have in flight now: at most the local estimate, and at most the share less the slots recent drops cut from it (a rise of the share taken up over a round trip; MinLimit while recalibrating); 0 before the first grant, after Stop, once evicted, and once the lease has run out (under HoldLastShare it keeps the last share then)."),
 		estimate:     desc("estimate", "The node's local inference of the whole upstream's capacity (l_local)."),
 		share:        desc("share", "The node's share of the global limit, as last granted."),
 		lGlobal:      desc("l_global", "The fleet's global limit for the key, as last granted."),
@@ -99,7 +99,7 @@ func newMetrics(n *Node) *metrics {
 		prioTimedOut:    byPriority("timed_out_total", "Queued requests at this priority whose TimeoutFactor × weight wait ran out."),
 		prioCancelled:   byPriority("cancelled_total", "Requests at this priority whose context ended before a lease was handed over, waiting for a slot or for the rate."),
 		prioQueued:      byPriority("queued", "Requests at this priority waiting for a slot now."),
-		prioWaits:       byPriority("waits_total", "Requests at this priority admitted after waiting in the queue."),
+		prioWaits:       byPriority("waits_total", "Requests at this priority the local limiter handed a slot after a wait in its queue (the key's rate may refuse them still)."),
 		prioWaitSeconds: byPriority("wait_seconds_total", "Total time the requests in waits_total waited, in seconds."),
 	}
 }

@@ -52,9 +52,10 @@ func (n *Node) readQuota(h http.Header, status int, now time.Time) {
 }
 
 // quotaPause pauses admission for d from now, as a response's headers
-// asked, and counts a pause in the metrics when none the headers asked
-// for is in effect at now: responses that arrive together, each asking
-// for the same pause or a little more, are one pause.
+// asked (through Transport, or a Lease's Refuse or Unavailable), and
+// counts a pause in the metrics when none they asked for is in effect at
+// now: responses that arrive together, each asking for the same pause or
+// a little more, are one pause.
 func (n *Node) quotaPause(now time.Time, d time.Duration) {
 	m := n.metrics
 	m.quotaMu.Lock()

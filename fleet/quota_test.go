@@ -228,7 +228,7 @@ fleetlimit_quota_pauses_total{key="k",node="a"} 1
 func TestQuotaPausesCountPauses(t *testing.T) {
 	t.Parallel()
 	n, _, _, _ := quotaNode(t, http.StatusOK, func() map[string]string { return nil })
-	now := time.Now()
+	now := time.Now().Add(-10 * time.Second) // the responses' times; each pause runs from the real now
 	exhausted := http.Header{}
 	exhausted.Set("x-ratelimit-remaining-requests", "0")
 	exhausted.Set("x-ratelimit-reset-requests", "1s")
@@ -242,6 +242,13 @@ func TestQuotaPausesCountPauses(t *testing.T) {
 	require.Equal(t, uint64(2), n.metrics.quotaPaused.Load(), "a 429's Retry-After after the first pause ended")
 	n.readQuota(retry, http.StatusTooManyRequests, now.Add(2*time.Second))
 	require.Equal(t, uint64(2), n.metrics.quotaPaused.Load(), "extended, not another")
+
+	// A Retry-After given to Lease.Refuse, past that pause, is one more.
+	time.Sleep(1100 * time.Millisecond) // the limiter's pause, from the real now
+	le, err := n.Acquire(t.Context())
+	require.NoError(t, err)
+	le.Refuse(time.Second)
+	require.Equal(t, uint64(3), n.metrics.quotaPaused.Load(), "a caller's own Retry-After")
 }
 
 // TestNodeQuotaConcurrent reads Node.Quota while responses update it; run

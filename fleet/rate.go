@@ -530,6 +530,7 @@ func (n *Node) applyRates(sent, now time.Time, g coord.Grant) {
 		cfg.WarmRate = min(max(float64(g.Rate.Requests)/60, cfg.MinRate), cfg.MaxRate)
 		if l, err := pace.NewLearner(cfg, now); err == nil {
 			r.learner = l
+			r.answered = l.Rate(now) // a cut from here is one below the key's rate
 		}
 	}
 	r.keyRate, r.share = g.Rate, g.RateShare

@@ -814,3 +814,30 @@ func TestRateBelowTheKeysWithoutACutPacesAtTheShare(t *testing.T) {
 		require.InDelta(t, paced(nodes[0])*4.0/10, paced(low), 1e-12, "paced at the share × 4/10")
 	})
 }
+
+// TestRateCutAfterAWarmStartActsAtOnce: a node whose first grant with a
+// rate warm-starts its learner at the key's rate, above the seed its
+// report carried, takes a cut from there before its next grant — below
+// the key's rate, above the seed — at once.
+func TestRateCutAfterAWarmStartActsAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "c")
+	cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
+	n, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+	require.NoError(t, err)
+	now := time.Now()
+	n.rateReport(now, time.Second) // carries the seed, 10/s
+	n.applyRates(now, now, coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}})
+	r := n.rate
+	r.mu.Lock()
+	require.InDelta(t, 20, r.learner.Rate(now), 1e-9, "warm-started at the key's rate")
+	lcfg := r.learner.Config()
+	lcfg.WarmRate = 13 // a cut, above the seed
+	r.learner, err = pace.NewLearner(lcfg, now)
+	r.mu.Unlock()
+	require.NoError(t, err)
+	n.observeRate(now, now, false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.InDelta(t, 13.0/20, r.cutFactor, 1e-12, "paced at the share × 13/20 at once")
+}

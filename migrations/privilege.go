@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -66,10 +67,16 @@ func ExplainPrivilege(ctx context.Context, pool *pgxpool.Pool, err error) error 
 	case !ownerLogs:
 		advice = fmt.Sprintf("%s does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
 			"run migrations as its owner, %s, which may not log in: connect as a member of it with options=-c role=%s",
-			name(role), id(*owner), id(*owner))
+			name(role), id(*owner), optionsValue(*owner))
 	default:
 		advice = fmt.Sprintf("%s does not own the fleetlimit schema (a node's or an operator's rights do not include changing it); "+
 			"run migrations as its owner, %s", name(role), id(*owner))
 	}
 	return fmt.Errorf("%w; %w: %s", err, ErrInsufficientPrivilege, advice)
+}
+
+// optionsValue writes v as a value in a connection's options, which the
+// server splits at spaces, a backslash escaping the character after it.
+func optionsValue(v string) string {
+	return strings.NewReplacer(`\`, `\\`, " ", `\ `).Replace(v)
 }

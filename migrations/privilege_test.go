@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -195,7 +196,17 @@ func TestPrivilegeAdviceNamesWhoMay(t *testing.T) {
 		}
 		err := migrations.Reset(ctx, openAs(t, dsn, member))
 		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
-		require.ErrorContains(t, err, `run migrations as its owner, "`+group+`", which may not log in: connect as a member of it with options=-c role="`+group+`"`)
+		require.ErrorContains(t, err, `run migrations as its owner, "`+group+`", which may not log in: connect as a member of it with options=-c role=`+group)
+		// The advice works: so connected, the member runs as the owner.
+		u, err := url.Parse(dsn)
+		require.NoError(t, err)
+		u.User = url.UserPassword(member, "fl-pw")
+		// pgx reads '+' as itself: spaces go as %20.
+		opts := "options=" + strings.ReplaceAll(url.QueryEscape("-c role="+group), "+", "%20")
+		u.RawQuery = strings.TrimPrefix(u.RawQuery+"&"+opts, "&")
+		var current string
+		require.NoError(t, openAs(t, u.String(), "").QueryRow(ctx, `SELECT current_user::text`).Scan(&current))
+		require.Equal(t, group, current)
 	})
 }
 

@@ -167,8 +167,8 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	case same && n > most:
 		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d", raw, from, most)
 	case d < 0 || d%time.Second != 0:
-		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout: more than %d seconds, read as %v "+
-			"(from the connection string, its service or $PGCONNECT_TIMEOUT): want whole seconds up to %d", most, d, most)
+		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout: more than %d seconds, read as %s "+
+			"(from the connection string, its service or $PGCONNECT_TIMEOUT): want whole seconds up to %d", most, writtenDuration(d), most)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		// The dial's own timeout is the connection string's too.
@@ -242,26 +242,43 @@ func connStringSetting(s, key string) (string, bool) {
 	return keywordValueSetting(s, key)
 }
 
-// urlQuerySetting returns the last value a URL's query gives key.
+// urlQuerySetting returns the last value a URL's query gives key, as pgx
+// finds it: past the user information (up to the first '@' before any
+// '/'), after the first '?', with no fragment ('#' is a character like
+// any other), each part decoded by uriDecode.
 func urlQuerySetting(s, key string) (value string, found bool) {
-	_, query, ok := strings.Cut(s, "?")
+	rest := s[strings.Index(s, "://")+len("://"):]
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		rest = rest[i+1:]
+	}
+	_, query, ok := strings.Cut(rest, "?")
 	if !ok {
 		return "", false
 	}
-	query, _, _ = strings.Cut(query, "#")
 	for pair := range strings.SplitSeq(query, "&") {
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
 			continue
 		}
-		if k, err := url.PathUnescape(k); err != nil || k != key {
+		if k, ok := uriDecode(k); !ok || k != key {
 			continue
 		}
-		if v, err := url.PathUnescape(v); err == nil {
+		if v, ok := uriDecode(v); ok {
 			value, found = v, true
 		}
 	}
 	return value, found
+}
+
+// uriDecode percent-decodes a URL's part as pgx does: spaces around it
+// trimmed, none inside, no %00; false for what pgx refuses.
+func uriDecode(raw string) (string, bool) {
+	raw = strings.Trim(raw, " ")
+	if strings.Contains(raw, " ") || strings.Contains(raw, "%00") {
+		return "", false
+	}
+	v, err := url.PathUnescape(raw)
+	return v, err == nil
 }
 
 // keywordValueSetting returns the last value a keyword/value string gives

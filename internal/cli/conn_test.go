@@ -523,6 +523,14 @@ func TestServiceFileConnectTimeoutOutOfRange(t *testing.T) {
 	cfg, _, err := poolConfig(settings("host=127.0.0.1 port=1 password=p&service=big", "--database-url"))
 	require.NoError(t, err, "no service: the password is p&service=big")
 	require.Equal(t, "p&service=big", cfg.ConnConfig.Password)
+	// A URL's '#' is a character, and a '?' before the '@' is the
+	// password's.
+	for _, u := range []string{
+		"postgres://127.0.0.1:1/x?application_name=a#&connect_timeout=36028797018963969",
+		"postgres://u:p?q@127.0.0.1:1/x?connect_timeout=36028797018963969",
+	} {
+		refused(settings(u, "--database-url"), `invalid connect_timeout "36028797018963969" from --database-url: want whole seconds up to 9223372036`)
+	}
 
 	// Named by the environment, and over a $PGCONNECT_TIMEOUT in range.
 	t.Setenv("PGSERVICEFILE", file)
