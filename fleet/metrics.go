@@ -81,7 +81,7 @@ func newMetrics(n *Node) *metrics {
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
 		quotaPauses: desc("quota_pauses_total", "Admission pauses a response's headers started: a Retry-After on a 429, "+
-			"503 or 529, or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it)."),
+			"503 or 529 (or given to Lease.Refuse or Unavailable), or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it)."),
 		learning: desc("learning", "1 while the key is in learning mode: its database lost state, and no node "+
 			"is granted more than it holds until the leases and requests of before the loss have run out."),
 		rateKey:            byDimension("key", "The key's rate per minute (0: none, unpaced), as last granted."),

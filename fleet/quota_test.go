@@ -216,7 +216,7 @@ func TestTransportQuotaPauseIsCapped(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(n.Collector()))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP fleetlimit_quota_pauses_total Admission pauses a response's headers started: a Retry-After on a 429, 503 or 529, or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it).
+# HELP fleetlimit_quota_pauses_total Admission pauses a response's headers started: a Retry-After on a 429, 503 or 529 (or given to Lease.Refuse or Unavailable), or quota headers saying nothing was left until a reset (responses asking while a pause lasts extend it).
 # TYPE fleetlimit_quota_pauses_total counter
 fleetlimit_quota_pauses_total{key="k",node="a"} 1
 `), "fleetlimit_quota_pauses_total"))
