@@ -81,10 +81,12 @@ import (
 //     as a body read to its length (also when a Content-Length it should
 //     not carry makes the read fail); Go's HTTP/2 client gives a HEAD's
 //     response no body, so it ends when read or closed, and work after
-//     its headers cannot be seen. A 3xx is the upstream's whole answer:
-//     its body closed before its end (http.Client closes one over 2 KiB
-//     unread when it follows the redirect) has ended, and frees its slot
-//     at once. A 2xx or 3xx
+//     its headers cannot be seen. A 3xx's body closed before its end
+//     (http.Client closes one over 2 KiB unread when it follows the
+//     redirect) is read to its end in the background, however long, and
+//     frees its slot there, when the upstream is done with the request,
+//     or, if its end does not come by the request's deadline, as an
+//     abandoned request's, for AbandonedHold. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -524,9 +526,9 @@ type leaseBody struct {
 	// any other response.
 	refused time.Time
 	// redirect is a 3xx: the upstream's answer is its status and
-	// Location, and its body no work of the upstream's (http.Client
-	// closes one over 2 KiB unread when it follows it): closed early, it
-	// has ended.
+	// Location; closed before its end (http.Client closes a body over 2
+	// KiB unread when it follows it), its body is read to its end in the
+	// background, where the slot is freed (see drainRedirect).
 	redirect bool
 }
 
@@ -589,10 +591,10 @@ func (b *leaseBody) close() error {
 	case reading:
 		b.abandon()
 	case b.redirect:
-		// Ended: its slot is free now. What is left of its body is read
-		// only so that the connection can be used again.
-		b.finish()
-		go func() { _ = b.drain(false) }()
+		// The upstream's answer, its status and Location, is in; the
+		// request ends when the upstream has sent the rest of its body,
+		// which is read for it in the background (see drainRedirect).
+		go b.drainRedirect()
 		return nil
 	default:
 		whole := b.length >= 0 && b.read.Load() >= b.length
@@ -698,6 +700,30 @@ func (b *leaseBody) drain(whole bool) error {
 	return err
 }
 
+// drainRedirect reads what is left of a redirect's body closed before its
+// end — http.Client closes one over 2 KiB unread when it follows it —
+// and frees its slot at the body's end, when the upstream is done with
+// the request; one whose end does not come by the request's deadline is
+// given up as abandoned (see abandon). The read is also what lets the
+// connection be used again.
+func (b *leaseBody) drainRedirect() {
+	unblock := context.AfterFunc(b.ctx, func() { _ = b.ReadCloser.Close() })
+	n, err := io.Copy(io.Discard, b.ReadCloser)
+	if err == nil {
+		err = io.EOF // io.Copy's nil is the body's end
+	}
+	unclosed := unblock()
+	if b.ended(b.read.Load()+n, err) {
+		b.finish()
+	} else {
+		b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
+	}
+	if unclosed {
+		_ = b.ReadCloser.Close()
+	}
+	b.release()
+}
+
 // finish settles the lease of a response that has ended.
 func (b *leaseBody) finish() {
 	b.once.Do(func() {
@@ -717,7 +743,7 @@ func (b *leaseBody) finish() {
 // counted then). A refusal's body is no work of the upstream's, and ends
 // with its transfer: a refusal given up on is one that ended (finish).
 func (b *leaseBody) abandon() {
-	if !b.refused.IsZero() || b.redirect {
+	if !b.refused.IsZero() {
 		b.finish()
 		return
 	}

@@ -424,8 +424,8 @@ func TestTransportOverAnotherNodesTransport(t *testing.T) {
 // TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest: http.Client
 // closes a redirect's body over 2 KiB unread when it follows it, and
 // Transport held each such hop's slot for AbandonedHold, as a request cut
-// short that the upstream may still serve. A 3xx is the upstream's whole
-// answer: its body closed early has ended.
+// short that the upstream may still serve. Its body is read to its end in
+// the background instead, and the slot freed there.
 func TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -449,6 +449,49 @@ func TestTransportRedirectBodyClosedEarlyIsNoAbandonedRequest(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, 5*time.Millisecond,
 		"both hops' slots are free, long before AbandonedHold: %+v", n.State())
+}
+
+// TestTransportRedirectHeldUntilTheUpstreamEndsIt: a redirect whose body
+// the upstream is still sending when http.Client closes it to follow the
+// Location is a request the upstream still serves: its slot is held until
+// the body's end, where the upstream is done, and freed then.
+func TestTransportRedirectHeldUntilTheUpstreamEndsIt(t *testing.T) {
+	t.Parallel()
+	var serving atomic.Int64 // the upstream's own count of requests it serves
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serving.Add(1)
+		defer serving.Add(-1)
+		if r.URL.Path == "/a" {
+			w.Header().Set("Location", "/b")
+			w.WriteHeader(http.StatusFound)
+			_, _ = io.WriteString(w, strings.Repeat("x", 3<<10)) // over http.Client's 2 KiB
+			w.(http.Flusher).Flush()
+			<-release // the rest of the body comes later
+			_, _ = io.WriteString(w, strings.Repeat("y", 3<<10))
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	resp, err := (&http.Client{Transport: n.Transport(nil)}).Get(srv.URL + "/a")
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	time.Sleep(50 * time.Millisecond)
+	require.EqualValues(t, 1, serving.Load(), "the upstream still sends the redirect's body")
+	require.Equal(t, 1, n.State().Inflight, "its slot is held while it does")
+	close(release)
+	require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, time.Millisecond,
+		"freed at the body's end, long before AbandonedHold")
 }
 
 // TestTransportRedirectKeepsItsConnection: freeing a redirect's slot when
