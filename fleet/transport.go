@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -528,7 +529,7 @@ type leaseBody struct {
 	// redirect is a 3xx: the upstream's answer is its status and
 	// Location; closed before its end (http.Client closes a body over 2
 	// KiB unread when it follows it), its body is read to its end in the
-	// background, where the slot is freed (see drainRedirect).
+	// background, where the slot is freed (see drain).
 	redirect bool
 }
 
@@ -592,14 +593,21 @@ func (b *leaseBody) close() error {
 		b.abandon()
 	case b.redirect:
 		// The upstream's answer, its status and Location, is in; the
-		// request ends when the upstream has sent the rest of its body,
-		// which is read for it in the background (see drainRedirect).
-		go b.drainRedirect()
+		// request ends when the upstream has sent the rest of its body
+		// (http.Client closes one over 2 KiB unread when it follows it),
+		// which is read for it in the background, however long, until
+		// the request's context ends. The read also lets the connection
+		// be used again.
+		go func() { _ = b.drain(math.MaxInt64-1, 0) }()
 		return nil
 	default:
 		whole := b.length >= 0 && b.read.Load() >= b.length
+		wait := drainWait
+		if whole {
+			wait = 0
+		}
 		done := make(chan error, 1)
-		go func() { done <- b.drain(whole) }()
+		go func() { done <- b.drain(drainLimit, wait) }()
 		if !whole {
 			return nil
 		}
@@ -664,30 +672,32 @@ const (
 	endWait    = 10 * time.Millisecond
 )
 
-// drain reads for the body's end after the caller closed it, and then
-// closes it. A body read to its known length (whole) ends when its
+// drain reads for the body's end after the caller closed it, at most
+// limit bytes (below math.MaxInt64) and, with a wait above 0, for at most
+// wait, and then closes it. A body read to its known length ends when its
 // stream does — over HTTP/2 the upstream sends the stream's end once it
 // is done with the request, after trailers or work after the last byte —
-// and is waited for as long as the request's context runs (its bound, or
-// the caller's deadline), holding the slot. A body closed before that may
-// be arriving at its end anyway (a client that stops at an SSE "data:
-// [DONE]"): it is read for at most drainLimit and drainWait. An end
-// completes the request with its sample; anything else abandons it, as a
-// request cut short that the upstream may still serve.
-func (b *leaseBody) drain(whole bool) error {
+// and is waited for with no wait of its own, as long as the request's
+// context runs (its bound, or the caller's deadline), holding the slot;
+// so is the rest of a redirect's body, however long. Another body closed
+// before that may be arriving at its end anyway (a client that stops at
+// an SSE "data: [DONE]"): it is read for at most drainLimit and
+// drainWait. An end completes the request with its sample; anything else
+// abandons it, as a request cut short that the upstream may still serve.
+func (b *leaseBody) drain(limit int64, wait time.Duration) error {
 	// The context's end closes the body, which ends a Read that the
 	// context alone does not (a base's own body).
 	unblock := context.AfterFunc(b.ctx, func() { _ = b.ReadCloser.Close() })
 	var timer *time.Timer
-	if !whole {
-		timer = time.AfterFunc(drainWait, b.cancel) // ends a blocked Read
+	if wait > 0 {
+		timer = time.AfterFunc(wait, b.cancel) // ends a blocked Read
 	}
-	n, err := io.CopyN(io.Discard, b.ReadCloser, drainLimit+1)
+	n, err := io.CopyN(io.Discard, b.ReadCloser, limit+1)
 	if timer != nil {
 		timer.Stop()
 	}
 	unclosed := unblock()
-	if n <= drainLimit && b.ended(b.read.Load()+n, err) {
+	if n <= limit && b.ended(b.read.Load()+n, err) {
 		b.finish()
 	} else {
 		b.abandon()
@@ -698,30 +708,6 @@ func (b *leaseBody) drain(whole bool) error {
 	}
 	b.release()
 	return err
-}
-
-// drainRedirect reads what is left of a redirect's body closed before its
-// end — http.Client closes one over 2 KiB unread when it follows it —
-// and frees its slot at the body's end, when the upstream is done with
-// the request; one whose end does not come by the request's deadline is
-// given up as abandoned (see abandon). The read is also what lets the
-// connection be used again.
-func (b *leaseBody) drainRedirect() {
-	unblock := context.AfterFunc(b.ctx, func() { _ = b.ReadCloser.Close() })
-	n, err := io.Copy(io.Discard, b.ReadCloser)
-	if err == nil {
-		err = io.EOF // io.Copy's nil is the body's end
-	}
-	unclosed := unblock()
-	if b.ended(b.read.Load()+n, err) {
-		b.finish()
-	} else {
-		b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
-	}
-	if unclosed {
-		_ = b.ReadCloser.Close()
-	}
-	b.release()
 }
 
 // finish settles the lease of a response that has ended.
