@@ -107,8 +107,7 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	if err != nil {
 		if raw, from := connectTimeoutSetting(s.url, s.source); from != s.source && strings.Contains(err.Error(), "invalid connect_timeout") {
 			// Not the string's own: a service's, or the environment's.
-			return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d",
-				raw, from, int64(math.MaxInt64/time.Second))
+			return nil, sessionTimeout{}, invalidConnectTimeout(raw, from)
 		}
 		if s.url == "" {
 			// pgx names the empty string it parsed, not the variables.
@@ -162,13 +161,13 @@ func poolConfig(s connSettings) (*pgxpool.Config, sessionTimeout, error) {
 	n, err := strconv.ParseInt(raw, 10, 64)
 	d := cfg.ConnConfig.ConnectTimeout
 	same := err == nil && time.Duration(n)*time.Second == d
-	const most = int64(math.MaxInt64 / time.Second)
 	switch {
-	case same && n > most:
-		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d", raw, from, most)
+	case same && n > maxConnectTimeout:
+		return nil, sessionTimeout{}, invalidConnectTimeout(raw, from)
 	case d < 0 || d%time.Second != 0:
 		return nil, sessionTimeout{}, globalUsageErrorf("invalid connect_timeout: more than %d seconds, read as %s "+
-			"(from the connection string, its service or $PGCONNECT_TIMEOUT): want whole seconds up to %d", most, writtenDuration(d), most)
+			"(from the connection string, its service or $PGCONNECT_TIMEOUT): want whole seconds up to %d",
+			maxConnectTimeout, writtenDuration(d), maxConnectTimeout)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || s.connectTimeoutSet {
 		// The dial's own timeout is the connection string's too.
@@ -215,6 +214,16 @@ var pgEnv = []string{"PGAPPNAME", "PGCHANNELBINDING", "PGCONNECT_TIMEOUT", "PGDA
 	"PGMINPROTOCOLVERSION", "PGOPTIONS", "PGPASSFILE", "PGPASSWORD", "PGPORT", "PGREQUIREAUTH", "PGSERVICE", "PGSERVICEFILE",
 	"PGSSLCERT", "PGSSLCERTMODE", "PGSSLKEY", "PGSSLMODE", "PGSSLNEGOTIATION", "PGSSLPASSWORD", "PGSSLROOTCERT", "PGSSLSNI",
 	"PGTARGETSESSIONATTRS", "PGTZ", "PGUSER"}
+
+// maxConnectTimeout is the most seconds of a connect_timeout that pgx
+// turns into a Duration without wrapping.
+const maxConnectTimeout = int64(math.MaxInt64 / time.Second)
+
+// invalidConnectTimeout is the usage error for a connect_timeout raw,
+// from the source named, that pgx refuses or would wrap.
+func invalidConnectTimeout(raw, from string) error {
+	return globalUsageErrorf("invalid connect_timeout %q from %s: want whole seconds up to %d", raw, from, maxConnectTimeout)
+}
 
 // connectTimeoutSetting returns the connect_timeout pgx takes, as
 // written, with where it came from, for an error naming it. pgx's order:
