@@ -144,15 +144,12 @@ func TestPrivilegeAdviceNamesWhoMay(t *testing.T) {
 		admin := openAs(t, dsn, "")
 		dbo := newPasswordRole(t, admin)
 		locked := "locked_" + dbo
-		for _, stmt := range []string{
-			"ALTER DATABASE " + pgx.Identifier{dbName(t, admin)}.Sanitize() + " OWNER TO " + dbo,
-			"CREATE SCHEMA " + locked,
-			"GRANT USAGE ON SCHEMA " + locked + " TO " + dbo,
-			"ALTER ROLE " + dbo + " SET search_path = " + locked + ", public",
-		} {
-			_, err := admin.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
+		execAll(t, admin,
+			"ALTER DATABASE "+pgx.Identifier{dbName(t, admin)}.Sanitize()+" OWNER TO "+dbo,
+			"CREATE SCHEMA "+locked,
+			"GRANT USAGE ON SCHEMA "+locked+" TO "+dbo,
+			"ALTER ROLE "+dbo+" SET search_path = "+locked+", public",
+		)
 		_, _, err := migrations.UpVersions(ctx, openAs(t, dsn, dbo))
 		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
 		require.ErrorContains(t, err, "permission denied for schema "+locked)
@@ -166,13 +163,10 @@ func TestPrivilegeAdviceNamesWhoMay(t *testing.T) {
 		op := newPasswordRole(t, admin)
 		require.NoError(t, migrations.Grant(ctx, admin, op, "operator"))
 		tableOwner := newRole(t, admin)
-		for _, stmt := range []string{
-			"ALTER TABLE " + migrations.VersionTable + " OWNER TO " + tableOwner,
+		execAll(t, admin,
+			"ALTER TABLE "+migrations.VersionTable+" OWNER TO "+tableOwner,
 			"DROP SCHEMA fleetlimit CASCADE",
-		} {
-			_, err := admin.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
+		)
 		err := migrations.Reset(ctx, openAs(t, dsn, op))
 		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
 		require.ErrorContains(t, err, `role "`+op+`" does not own the version table `+migrations.VersionTable+
@@ -185,15 +179,12 @@ func TestPrivilegeAdviceNamesWhoMay(t *testing.T) {
 		admin := openAs(t, dsn, "")
 		group := newRole(t, admin)
 		member := newPasswordRole(t, admin)
-		for _, stmt := range []string{
-			"ALTER ROLE " + group + " NOLOGIN",
-			"ALTER ROLE " + member + " NOINHERIT",
-			"GRANT " + group + " TO " + member,
-			"ALTER SCHEMA fleetlimit OWNER TO " + group,
-		} {
-			_, err := admin.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
+		execAll(t, admin,
+			"ALTER ROLE "+group+" NOLOGIN",
+			"ALTER ROLE "+member+" NOINHERIT",
+			"GRANT "+group+" TO "+member,
+			"ALTER SCHEMA fleetlimit OWNER TO "+group,
+		)
 		err := migrations.Reset(ctx, openAs(t, dsn, member))
 		require.ErrorIs(t, err, migrations.ErrInsufficientPrivilege)
 		require.ErrorContains(t, err, `run migrations as its owner, "`+group+`", which may not log in: connect as a member of it with options=-c role=`+group)
@@ -216,4 +207,13 @@ func dbName(t *testing.T, pool *pgxpool.Pool) string {
 	var name string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&name))
 	return name
+}
+
+// execAll runs each statement on pool, in order.
+func execAll(t *testing.T, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, stmt := range stmts {
+		_, err := pool.Exec(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
 }
