@@ -70,6 +70,7 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 	started := time.Now()
 	var done atomic.Bool
 	var failed atomic.Int64
+	var firstErr atomic.Value // the first client error, for the report
 	// Ends the load whatever the outcome (a failed check stops the test
 	// early), before the nodes' Stop.
 	t.Cleanup(func() { done.Store(true); wg.Wait() })
@@ -80,6 +81,7 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 				for !done.Load() && time.Since(started) < 30*time.Second {
 					if _, err := client.Get(t.Context(), "/"); err != nil {
 						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err)
 					}
 				}
 			})
@@ -109,5 +111,10 @@ func TestTwoNodesShareTheQuota(t *testing.T) {
 	}
 	if u.served.Load() == 0 {
 		t.Error("upstream served nothing")
+	}
+	// The upstream refuses nothing and the nodes queue what their shares
+	// cannot take: every request the clients sent is served.
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d client errors, the first: %v", n, firstErr.Load())
 	}
 }
