@@ -87,16 +87,32 @@ import (
 //     redirect) is read to its end in the background, however long, and
 //     frees its slot there, when the upstream is done with the request,
 //     or, if its end does not come by the request's deadline, as an
-//     abandoned request's, for AbandonedHold. A 2xx or 3xx
+//     abandoned request's, for AbandonedHold.
+//   - A request has also not ended before its body has been sent: an
+//     upstream may answer before it has read the whole body (HTTP/2 allows
+//     it, and an HTTP/1.1 server may) and go on reading and working.
+//     Whatever ends the response, its slot is held until the base reports
+//     the request written (httptrace's WroteRequest; a base that reports no
+//     written headers is not waited for), and the request's context is
+//     not ended before then, so the upload goes on. A write that fails —
+//     http.Transport gives up an HTTP/1.1 upload 50 ms after the response
+//     has ended, Go's HTTP/2 client stops one the upstream asks it to stop
+//     — is a request given up mid-upload: its slot is held for
+//     AbandonedHold from then. A write still going on AbandonedHold after
+//     the response's end (or at the bound) is given up: the request's
+//     context ends, which cuts it, and the slot is held for AbandonedHold
+//     from then. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
 //   - A 101 response's body is the upgraded connection (a WebSocket's), an
 //     io.ReadWriteCloser as http.Transport gives it. Its slot is held
-//     until the caller closes it (then, unless Read had seen the
-//     upstream's end, as an abandoned request's, for AbandonedHold) or
+//     until the caller closes it (then as an abandoned request's, for
+//     AbandonedHold, unless the upstream ended its half after the caller
+//     had ended its own with CloseWrite: Read saw EOF after CloseWrite) or
 //     the bound closes it: the upstream's end of its half (EOF) leaves the
-//     connection writable. The caller's context does not end an upgraded
+//     connection writable, and an upstream that ended its half first may
+//     go on reading, and working, until it sees the close. The caller's context does not end an upgraded
 //     connection, as with http.Transport.
 //   - The caller's context ends the request only until the caller closes
 //     the response's body (http.Client's Timeout cancels it as the body
@@ -394,7 +410,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, caller: req.Context(), cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
-		empty: req.Method == http.MethodHead}
+		empty: req.Method == http.MethodHead, way: &way}
 	if deadline.Equal(bound) {
 		body.limit = cfg.MaxRequestDuration
 	}
@@ -451,7 +467,9 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 // http.Transport gives it).
 type upgradedBody struct {
 	*leaseBody
-	w io.Writer
+	w       io.Writer
+	halfway atomic.Bool // CloseWrite ended the caller's half
+	after   atomic.Bool // Read saw the upstream end its half after the caller had ended its own
 }
 
 func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
@@ -461,7 +479,11 @@ func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
 // may answer. The slot stays held.
 func (u *upgradedBody) CloseWrite() error {
 	if cw, ok := u.w.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
+		err := cw.CloseWrite()
+		if err == nil {
+			u.halfway.Store(true)
+		}
+		return err
 	}
 	return fmt.Errorf("fleet: the upgraded connection (%T) cannot close its write half: %w", u.w, http.ErrNotSupported)
 }
@@ -470,23 +492,27 @@ func (u *upgradedBody) CloseWrite() error {
 // the connection stays writable and the upstream may go on reading, so
 // the slot is held until Close or the bound.
 func (u *upgradedBody) Read(p []byte) (int, error) {
+	halfway := u.halfway.Load()
 	n, err := u.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) {
-		u.eof.Store(true)
+	if errors.Is(err, io.EOF) && halfway {
+		u.after.Store(true)
 	}
 	return n, err
 }
 
 // Close closes the connection at once: the upstream sees the session end.
-// Unless the upstream had ended its half (Read saw EOF), the slot is held
-// as an abandoned request's, for whatever it still does. A connection the
-// bound closed closes without an error.
+// Unless the upstream had ended its half after the caller ended its own
+// (CloseWrite, then EOF from Read: the upstream was done with the
+// session), the slot is held as an abandoned request's, for whatever the
+// upstream still does once it sees the close — also when the upstream
+// had ended its half first and reads on. A connection the bound closed
+// closes without an error.
 func (u *upgradedBody) Close() error {
 	err := u.ReadCloser.Close()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
-	if u.eof.Load() {
+	if u.after.Load() {
 		u.finish()
 	} else {
 		u.abandon()
@@ -521,7 +547,8 @@ type leaseBody struct {
 	once     sync.Once // settles the lease
 	closing  sync.Once // closes the body
 	closeErr error
-	debit    *debit // the request's debit from the node's rate shares
+	debit    *debit     // the request's debit from the node's rate shares
+	way      *sendTrace // the request's way out: when its write ended
 	// refused is, for a refusal (a 429, 503 or 529), when its hold ends: its
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
@@ -710,33 +737,46 @@ func (b *leaseBody) drain(limit int64, wait time.Duration) error {
 	return err
 }
 
-// finish settles the lease of a response that has ended.
-func (b *leaseBody) finish() {
+// finish settles the lease of a response that has ended, once the
+// request has been written (see sendTrace.whenWritten): a write that
+// failed is a request given up mid-upload, which the upstream may still
+// serve, and is settled as abandon does.
+func (b *leaseBody) finish() { b.settle(false) }
+
+// abandon gives the lease up as abandoned: its slot stays held for the
+// hold, from when the request's write has ended. It is never a drop: the
+// headers came back (a refusal's drop counted then). A refusal's body is
+// no work of the upstream's, and ends with its transfer: a refusal given
+// up on is one that ended (finish).
+func (b *leaseBody) abandon() { b.settle(b.refused.IsZero()) }
+
+// settle settles the lease, the first time it is called, once the
+// request's write has ended: as an abandoned request's or, unless the
+// write failed, as one that ended.
+func (b *leaseBody) settle(abandoned bool) {
 	b.once.Do(func() {
-		switch {
-		case !b.refused.IsZero():
-			abandon(b.lease, false, b.bound, time.Until(b.refused))
-		case b.rtt < 0:
-			b.lease.Ignore()
-		default:
-			b.lease.ReleaseRTT(b.rtt)
-		}
+		b.afterWrite(func(werr error) {
+			switch {
+			case abandoned || werr != nil:
+				hold := b.hold
+				if !b.refused.IsZero() {
+					hold = max(hold, time.Until(b.refused))
+				}
+				abandon(b.lease, false, b.bound, hold)
+			case !b.refused.IsZero():
+				abandon(b.lease, false, b.bound, time.Until(b.refused))
+			case b.rtt < 0:
+				b.lease.Ignore()
+			default:
+				b.lease.ReleaseRTT(b.rtt)
+			}
+		})
 	})
 }
 
-// abandon gives the lease up as abandoned: its slot stays held for the
-// hold. It is never a drop: the headers came back (a refusal's drop
-// counted then). A refusal's body is no work of the upstream's, and ends
-// with its transfer: a refusal given up on is one that ended (finish).
-func (b *leaseBody) abandon() {
-	if !b.refused.IsZero() {
-		b.finish()
-		return
-	}
-	b.once.Do(func() { abandon(b.lease, false, b.bound, b.hold) })
-}
-
-// release ends the request's context once the body is done with.
+// release ends the request's context once the body is done with and the
+// request's write has ended: ending it sooner would cut an upload the
+// upstream still reads.
 func (b *leaseBody) release() {
 	if b.stop != nil {
 		b.stop()
@@ -744,22 +784,85 @@ func (b *leaseBody) release() {
 	if b.unlink != nil {
 		b.unlink()
 	}
-	b.cancel()
+	b.afterWrite(func(error) { b.cancel() })
+}
+
+// afterWrite calls f once the request's write has ended (see
+// sendTrace.whenWritten), or has gone on for the hold from now (and not
+// past the bound): an upload the upstream no longer reads, or one the
+// caller's body holds up, is then given up, f called with
+// errWriteUnended.
+func (b *leaseBody) afterWrite(f func(error)) {
+	giveUp := time.Now().Add(b.hold)
+	if b.bound.Before(giveUp) {
+		giveUp = b.bound
+	}
+	b.way.whenWritten(giveUp, f)
 }
 
 // sendTrace is what a base RoundTripper reported, through
 // net/http/httptrace, of one request's way out: whether it asked for a
-// connection (GetConn) and whether it wrote the request's headers
-// (WroteHeaders). Safe for concurrent use: a base may report from its
-// own goroutines.
-type sendTrace struct{ asked, wrote atomic.Bool }
+// connection (GetConn), whether it wrote the request's headers
+// (WroteHeaders), and whether the writing of the whole request, its body
+// included, has ended since (WroteRequest), with the write's error. Safe
+// for concurrent use: a base may report from its own goroutines.
+type sendTrace struct {
+	asked, wrote atomic.Bool
+	mu           sync.Mutex
+	written      bool          // WroteRequest came after the last WroteHeaders, under mu
+	err          error         // its error, under mu
+	waiting      []func(error) // whenWritten's, under mu
+}
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		GetConn:      func(string) { s.asked.Store(true) },
-		WroteHeaders: func() { s.wrote.Store(true) },
+		GetConn: func(string) { s.asked.Store(true) },
+		WroteHeaders: func() {
+			s.mu.Lock()
+			s.written, s.err = false, nil // a resend writes the request again
+			s.wrote.Store(true)
+			s.mu.Unlock()
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			s.mu.Lock()
+			s.written, s.err = true, info.Err
+			waiting := s.waiting
+			s.waiting = nil
+			s.mu.Unlock()
+			for _, f := range waiting {
+				f(info.Err)
+			}
+		},
 	}
 }
+
+// whenWritten calls f once the request has been written, body and all,
+// with the write's error: at once when the base reported that end, or
+// reported no headers written (a base that reports no httptrace event),
+// else when it reports it, and at giveUp at the latest, with
+// errWriteUnended. An upstream may answer before it has read the whole
+// body (HTTP/2 allows it, and an HTTP/1.1 server may) and go on reading
+// it: until the write ends, the request is not over.
+func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
+	s.mu.Lock()
+	if s.written || !s.wrote.Load() {
+		err := s.err
+		s.mu.Unlock()
+		f(err)
+		return
+	}
+	var once sync.Once
+	call := func(err error) { once.Do(func() { f(err) }) }
+	timer := time.AfterFunc(time.Until(giveUp), func() { call(errWriteUnended) })
+	s.waiting = append(s.waiting, func(err error) {
+		timer.Stop()
+		call(err)
+	})
+	s.mu.Unlock()
+}
+
+// errWriteUnended is a write given up before it ended.
+var errWriteUnended = errors.New("fleet: the request's body was still being written when it was given up")
 
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body

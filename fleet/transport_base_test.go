@@ -279,6 +279,35 @@ func TestTransportUpgradedCloseWrite(t *testing.T) {
 	require.Zero(t, n.State().Inflight, "the upstream had ended its half: the slot comes back at Close")
 }
 
+// TestTransportUpgradedEndedByTheUpstreamFirst: an upstream that ends
+// its half first (EOF to the caller) and reads on learns of the
+// session's end from the caller's Close, and may still work on it. Its
+// slot was freed at Close since Read had seen EOF; it is held for
+// AbandonedHold, as for any connection the caller closes, unless the
+// caller's half had ended first (TestTransportUpgradedCloseWrite).
+func TestTransportUpgradedEndedByTheUpstreamFirst(t *testing.T) {
+	t.Parallel()
+	var up upstreamCount
+	srv := upgradeServer(t, &up, func(conn net.Conn, rw *bufio.ReadWriter) {
+		_, _ = conn.Write([]byte("bye"))
+		_ = conn.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, rw)     // until the caller closes
+		time.Sleep(100 * time.Millisecond) // and work on the session after
+	})
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = time.Second
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	conn := dialUpgrade(t, t.Context(), n, srv)
+	b, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	require.Equal(t, "bye", string(b))
+	require.NoError(t, conn.Close())
+	time.Sleep(20 * time.Millisecond)
+	require.EqualValues(t, 1, up.now.Load(), "the upstream works on after the caller's close")
+	require.Equal(t, 1, n.State().Inflight, "so the slot is held")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "for AbandonedHold")
+}
+
 // upgradeServer is an upstream that switches every request's connection
 // to a session, which session runs; up counts the sessions.
 func upgradeServer(t *testing.T, up *upstreamCount, session func(conn net.Conn, rw *bufio.ReadWriter)) *httptest.Server {
