@@ -173,24 +173,21 @@ import (
 //     golang/go#47635) or its connection goes away. The upstream may have
 //     received the first attempt and go on serving it (a proxy or load
 //     balancer cutting the connection). Once the request's headers were
-//     written, Transport makes such a resend ask for the body (GetBody)
-//     and refuses it: the first attempt keeps its slot as an abandoned
+//     written, Transport ends such a resend before it writes anything:
+//     one with a body when it asks for the body again (GetBody refuses),
+//     any other when it asks for its connection (httptrace's GetConn,
+//     which http.Transport and Go's HTTP/2 client report for every
+//     attempt; the request's context ends then, with ErrNotResent as its
+//     cause). The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
 //     refused or beyond a GOAWAY), which Transport cannot tell — and
 //     Transport sends the request once more itself, on a slot of its own
 //     (admitted as a new request, its tokens debited again); when it
-//     cannot, the error wraps ErrNotResent. For that, a request without a
-//     body of method GET, HEAD, DELETE or OPTIONS goes to the base with an
-//     empty body it can rewind: http.Transport sends it as none over
-//     HTTP/1.1 (it reads the body before it writes the headers), and Go's
-//     HTTP/2 client as an empty DATA frame that ends the stream, without
-//     a content-length (a Go server sees ContentLength -1 and an empty
-//     body). Still resent on one slot: a request without a body of
-//     another method — over HTTP/1.1 a TRACE or one with an
-//     Idempotency-Key or X-Idempotency-Key header, over HTTP/2 any, such
-//     as a POST without a body — and any request of a base that retries
-//     or hedges by itself. Retry above Transport (as the official SDKs
+//     cannot, the error wraps ErrNotResent. Still resent on one slot:
+//     any request of a base that retries
+//     or hedges by itself without reporting GetConn for each attempt.
+//     Retry above Transport (as the official SDKs
 //     do, through the http.Client), where each attempt takes its own
 //     slot, and build the retry from the request you sent: a response's
 //     Request is Transport's copy, whose Context ends with the body and
@@ -363,6 +360,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
+	way.resend = func() { end(ErrNotResent) }
 	returned := false
 	defer func() {
 		if !returned {
@@ -382,6 +380,11 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		err = fmt.Errorf("fleet: Transport's base RoundTripper (%T) returned a nil *http.Response with a nil error", t.base)
 	}
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrNotResent) && !errors.Is(err, ErrNotResent) {
+			// The base's own second attempt, ended as it asked for its
+			// connection (see sendTrace).
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
 		if deadline.Equal(bound) {
 			// The bound, not the caller, may have ended it: a bare
 			// deadline error would not say whose.
@@ -808,15 +811,24 @@ func (b *leaseBody) afterWrite(f func(error)) {
 // for concurrent use: a base may report from its own goroutines.
 type sendTrace struct {
 	asked, wrote atomic.Bool
-	mu           sync.Mutex
-	written      bool          // WroteRequest came after the last WroteHeaders, under mu
-	err          error         // its error, under mu
-	waiting      []func(error) // whenWritten's, under mu
+	// resend, when set, ends the request's context with ErrNotResent as
+	// its cause: called by a GetConn that comes once the headers were
+	// written, a base's own second attempt asking for its connection.
+	resend  func()
+	mu      sync.Mutex
+	written bool          // WroteRequest came after the last WroteHeaders, under mu
+	err     error         // its error, under mu
+	waiting []func(error) // whenWritten's, under mu
 }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		GetConn: func(string) { s.asked.Store(true) },
+		GetConn: func(string) {
+			if s.wrote.Load() && s.resend != nil {
+				s.resend() // before the second attempt writes anything
+			}
+			s.asked.Store(true)
+		},
 		WroteHeaders: func() {
 			s.mu.Lock()
 			s.written, s.err = false, nil // a resend writes the request again
@@ -868,31 +880,14 @@ var errWriteUnended = errors.New("fleet: the request's body was still being writ
 // first attempt's headers were written, ask out.GetBody for the body
 // again, and has GetBody refuse then (ErrNotResent): the first attempt may
 // still run at the upstream, and out has one slot. http.Transport and Go's
-// HTTP/2 client rewind a body through GetBody to resend it; a request
-// without a body they resend as it is. So a request without a body whose
-// method http.Transport sends without one whatever its Body (GET, HEAD,
-// DELETE, OPTIONS: it reads an empty body before it writes the headers,
-// and sends none) is given an empty one to rewind. A request with a body
-// and no GetBody is not resent once its body was read. Left unguarded
-// (see Node.Transport): a request without a body of another method, which
-// an empty body would make chunked over HTTP/1.1, and a base that resends
-// by other means. A resend of a request whose headers were never written
-// goes through.
+// HTTP/2 client rewind a body through GetBody to resend it. A request
+// with a body and no GetBody is not resent once its body was read; one
+// without a body is resent as it is, and its resend is ended when it asks
+// for its connection (see sendTrace). A resend of a request whose headers
+// were never written goes through.
 func guardResends(out *http.Request, way *sendTrace) {
 	getBody := out.GetBody
-	switch {
-	case out.Body == nil || out.Body == http.NoBody:
-		if out.ContentLength != 0 {
-			return // the base refuses a length without a body
-		}
-		switch out.Method {
-		case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
-		default:
-			return
-		}
-		out.Body, out.ContentLength = emptyBody{}, 0
-		getBody = func() (io.ReadCloser, error) { return emptyBody{}, nil }
-	case getBody == nil:
+	if out.Body == nil || out.Body == http.NoBody || getBody == nil {
 		return
 	}
 	out.GetBody = func() (io.ReadCloser, error) {
@@ -902,14 +897,6 @@ func guardResends(out *http.Request, way *sendTrace) {
 		return getBody()
 	}
 }
-
-// emptyBody is a request body with no bytes; unlike http.NoBody, a base
-// takes it for a body that it must rewind to send the request again.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-
-func (emptyBody) Close() error { return nil }
 
 // mayHaveSent reports whether the upstream may have the request req that
 // the base failed with err, as way traced it. Written headers say it may.

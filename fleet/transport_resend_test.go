@@ -95,6 +95,19 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 			r.Header.Set("Idempotency-Key", "k")
 			return r
 		}},
+		// No body to rewind, and none to give it: an empty one would go
+		// chunked. The base's second attempt is ended as it asks for a
+		// connection instead.
+		{"POST without a body, with an Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, url, nil)
+			r.Header.Set("Idempotency-Key", "k")
+			return r
+		}},
+		{"PUT without a body, with an X-Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPut, url, nil)
+			r.Header.Set("X-Idempotency-Key", "k")
+			return r
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,10 +135,12 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 	}
 }
 
-// TestTransportSendsBodilessRequestsOverHTTP2: the empty body a request
-// without one goes to the base with (see guardResends) reaches an HTTP/2
-// upstream as no bytes, without a content-length (ContentLength -1, as
-// the Transport documentation says).
+// TestTransportSendsBodilessRequestsOverHTTP2: a request without a body
+// reaches an HTTP/2 upstream as through http.Transport alone: no bytes,
+// and a content length of 0. It went to the base with an empty body to
+// rewind, for the resend guard, which Go's HTTP/2 client sent as an empty
+// DATA frame (the upstream saw ContentLength -1); the base's resend is
+// now ended as it asks for its connection (see sendTrace).
 func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 	t.Parallel()
 	var proto, framed atomic.Value
@@ -138,7 +153,7 @@ func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			proto.Store(r.Proto)
-			framed.Store(len(b) > 0 || r.ContentLength != -1 || len(r.TransferEncoding) > 0)
+			framed.Store(len(b) > 0 || r.ContentLength != 0 || len(r.TransferEncoding) > 0)
 			_, _ = io.WriteString(w, "ok")
 		}),
 	}
@@ -195,4 +210,103 @@ func TestTransportSaysWhenItCouldNotSendAgain(t *testing.T) {
 	require.True(t, timeout.Timeout(), "a deadline that ended the wait for a slot is a timeout")
 	require.EqualValues(t, 1, up.cuts.Load())
 	require.Equal(t, 1, n.State().Inflight, "the first attempt's slot is held")
+}
+
+// resettingH2Upstream is an HTTP/2 upstream on 127.0.0.1 (prior
+// knowledge, no TLS) that resets every stream it is sent with
+// PROTOCOL_ERROR once it has the request's headers, and works on each
+// request for work after that: Go's HTTP/2 client sends such a request
+// again, up to 6 times (golang/go#47635). peak is the most requests it
+// worked on at once.
+type resettingH2Upstream struct {
+	addr string
+	upstreamCount
+	total atomic.Int64 // requests received
+}
+
+func startResettingH2Upstream(t *testing.T, work time.Duration) *resettingH2Upstream {
+	t.Helper()
+	u := &resettingH2Upstream{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	u.addr = ln.Addr().String()
+	frame := func(typ, flags byte, stream uint32, payload []byte) []byte {
+		f := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags,
+			byte(stream >> 24), byte(stream >> 16), byte(stream >> 8), byte(stream)}
+		return append(f, payload...)
+	}
+	serve := func(conn net.Conn) {
+		defer conn.Close()
+		preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+		if _, err := io.ReadFull(conn, preface); err != nil {
+			return
+		}
+		if _, err := conn.Write(frame(0x4, 0, 0, nil)); err != nil { // SETTINGS
+			return
+		}
+		head := make([]byte, 9)
+		for {
+			if _, err := io.ReadFull(conn, head); err != nil {
+				return
+			}
+			payload := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
+			if _, err := io.ReadFull(conn, payload); err != nil {
+				return
+			}
+			typ, flags := head[3], head[4]
+			stream := uint32(head[5]&0x7f)<<24 | uint32(head[6])<<16 | uint32(head[7])<<8 | uint32(head[8])
+			switch {
+			case typ == 0x4 && flags&0x1 == 0: // the client's SETTINGS: acknowledge
+				_, _ = conn.Write(frame(0x4, 0x1, 0, nil))
+			case typ == 0x1: // HEADERS: the request is in; reset it and work on
+				u.total.Add(1)
+				u.enter()
+				time.AfterFunc(work, u.leave)
+				_, _ = conn.Write(frame(0x3, 0, stream, []byte{0, 0, 0, 1})) // RST_STREAM PROTOCOL_ERROR
+			}
+		}
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(conn)
+		}
+	}()
+	return u
+}
+
+// TestTransportDoesNotResendBesideTheFirstAttemptOverHTTP2: Go's HTTP/2
+// client sends a request again when its stream is reset with
+// PROTOCOL_ERROR, also one without a body of any method, which no GetBody
+// can refuse: the upstream ran up to 7 attempts of a POST on the one slot
+// the node admitted. The base's resend is ended as it asks for its
+// connection, the first attempt keeps its slot for AbandonedHold, and
+// Transport sends the request once more on a slot of its own.
+func TestTransportDoesNotResendBesideTheFirstAttemptOverHTTP2(t *testing.T) {
+	t.Parallel()
+	const work = 200 * time.Millisecond
+	up := startResettingH2Upstream(t, work)
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
+	cfg.MaxRequestDuration = 3 * time.Second
+	cfg.AbandonedHold = work + 100*time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	base := &http.Transport{Protocols: &protocols}
+	t.Cleanup(base.CloseIdleConnections)
+	client := &http.Client{Transport: n.Transport(base)}
+	for _, method := range []string{http.MethodPost, http.MethodGet} {
+		req, err := http.NewRequest(method, "http://"+up.addr+"/", nil)
+		require.NoError(t, err)
+		_, err = client.Do(req)
+		require.ErrorIs(t, err, ErrNotResent, "%s: reset again when sent once more", method)
+	}
+	require.EqualValues(t, 1, up.peak.Load(), "the upstream ran more attempts at once than the node admits")
+	require.EqualValues(t, 4, up.total.Load(), "each request went out twice: once by the base, once more by Transport")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the held slots are freed")
 }
