@@ -58,21 +58,25 @@ func parseResetSeconds(v string, now time.Time) (time.Time, bool) {
 	switch {
 	case !ok:
 		return time.Time{}, false
-	case f >= unixMilliThreshold && f < float64(math.MaxInt64/int64(time.Millisecond)):
-		ms, frac := math.Modf(f)
-		at := time.UnixMilli(int64(ms)).Add(time.Duration(frac * float64(time.Millisecond)))
-		return now.Add(clamp(at.Sub(now), MaxReset)), true
 	case f >= unixMilliThreshold:
-		return now.Add(MaxReset), true // a Unix time past the year 2262
-	case f >= unixThreshold && f < float64(math.MaxInt64/int64(time.Second)):
-		sec, frac := math.Modf(f)
-		at := time.Unix(int64(sec), int64(frac*1e9))
-		return now.Add(clamp(at.Sub(now), MaxReset)), true
+		return unixReset(f, time.Millisecond, now), true
 	case f >= unixThreshold:
-		return now.Add(MaxReset), true // a Unix time past the year 2262
+		return unixReset(f, time.Second, now), true
 	}
 	d, _ := parseDelay(v, time.Second, MaxReset)
 	return now.Add(d), true
+}
+
+// unixReset is the Unix time f, counted in unit since the epoch, as a
+// time within [now, now+MaxReset]; one past the year 2262, which
+// time.Time's nanoseconds since the epoch cannot hold, is now+MaxReset.
+func unixReset(f float64, unit time.Duration, now time.Time) time.Time {
+	if f >= float64(math.MaxInt64/int64(unit)) {
+		return now.Add(MaxReset)
+	}
+	whole, frac := math.Modf(f)
+	at := time.Unix(0, 0).Add(time.Duration(whole) * unit).Add(time.Duration(frac * float64(unit)))
+	return now.Add(clamp(at.Sub(now), MaxReset))
 }
 
 // parseResetTime reads an RFC 3339 time (Anthropic's resets) and returns it
