@@ -209,3 +209,16 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelCheckNamesTheLabel: a raw SQL caller whose label value is not
+// a short string was told "label : want a string…", the label's name
+// lost (the check quoted the bad name, which was null); Go's own check,
+// which Heartbeat runs first, names it.
+func TestLabelCheckNamesTheLabel(t *testing.T) {
+	t.Parallel()
+	pool := fleettest.Pool(t)
+	_, err := pool.Exec(context.Background(),
+		`SELECT * FROM fleetlimit.heartbeat('k', 'a', 'a-1', 1, 4, 0, 0, 0, 0, 2000000, 0, '{"tier": 1}')`)
+	require.Equal(t, "FL001", sqlstate(err), "%v", err)
+	require.ErrorContains(t, err, `label 'tier': want a string of at most 200 bytes`)
+}

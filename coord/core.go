@@ -80,7 +80,7 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		return s, s.evictedGrant(now), nil
 	}
 	if found && s.lostState(r, &s.Nodes[i]) || !found && s.lostState(r, nil) {
-		s = s.learn(now, r)
+		s = s.learnFrom(now, r)
 	}
 	if found {
 		stored := s.Nodes[i]

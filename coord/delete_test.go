@@ -172,7 +172,8 @@ func TestDeleteKeyWaitsAfterALoss(t *testing.T) {
 // creates it and looks again; a forced DeleteKey in between left it no
 // row to lock, and it failed writing the node's row with a bare
 // not-null violation (4 % of heartbeats in a tight loop), wrapping no
-// sentinel. It is run again, as Memory's, which cannot race, never fails.
+// sentinel. The function now creates the row again until it locks one
+// (migration 16), as Memory's, which cannot race, never fails.
 func TestHeartbeatsRacingAForcedDelete(t *testing.T) {
 	t.Parallel()
 	p := newPostgres(t, fleettest.Pool(t))

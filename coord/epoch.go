@@ -1,6 +1,9 @@
 package coord
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // lostState reports whether r proves that the database forgot grants it had
 // issued. A report that applied no grant yet (epoch 0) proves nothing.
@@ -155,6 +158,20 @@ func (s State) learn(now time.Time, r Report) State {
 	bound := max(k.MaxRequestDuration, requestBound(r))
 	if until := now.Add(ttl + bound); until.After(k.LearningUntil) {
 		k.LearningUntil = until
+	}
+	return next
+}
+
+// learnFrom is learn for a report r that proved the loss (see lostState):
+// the new epoch also passes r's, which the lost state issued and which a
+// server whose clock runs behind the one that issued it may not reach;
+// otherwise r's node, still reporting that epoch until it applies its
+// new grant, would prove a loss again at its next report. An epoch of
+// math.MaxInt64 has none past it.
+func (s State) learnFrom(now time.Time, r Report) State {
+	next := s.learn(now, r)
+	if r.Epoch >= next.Key.Epoch && r.Epoch < math.MaxInt64 {
+		next.Key.Epoch = r.Epoch + 1
 	}
 	return next
 }

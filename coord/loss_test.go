@@ -267,3 +267,33 @@ func TestUncheckedIsWhatTheNextCheckLearns(t *testing.T) {
 	}
 	require.Equal(t, 3*3*3*4*3*2, cases)
 }
+
+// TestLearningPassesTheReportsEpoch pins, on Memory and on Postgres, the
+// epoch a report's proof of a loss moves the key to. A grant the lost
+// state issued on a server whose clock ran ahead of this one's carries
+// an epoch past this server's clock: learning moved the key's epoch past
+// its own and past the clock, not past the report's, so the node's next
+// report, still of that epoch until it applies its new grant, proved a
+// loss again and the key learned once more. The new epoch passes the
+// report's.
+func TestLearningPassesTheReportsEpoch(t *testing.T) {
+	onBoth(t, func(t *testing.T, c coordinator, clock *fakeClock) {
+		ctx := context.Background()
+		g, err := c.Heartbeat(ctx, rep("a", 1, 8, 0, 1, 0))
+		require.NoError(t, err)
+		ahead := g.Epoch + (10 * time.Second).Microseconds() // the lost server's, 10 s ahead
+		r := rep("a", 2, 8, 1, 1, g.Generation)
+		r.Epoch = ahead
+		clock.Advance(time.Millisecond)
+		g2, err := c.Heartbeat(ctx, r)
+		require.NoError(t, err)
+		require.True(t, g2.Learning, "an epoch the key never had proves a loss")
+		require.Greater(t, g2.Epoch, ahead, "the new epoch passes the report's")
+
+		r.Seq = 3 // the grant of g2 not applied yet: still the epoch of before
+		clock.Advance(time.Millisecond)
+		g3, err := c.Heartbeat(ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, g2.Epoch, g3.Epoch, "the same report's epoch proves no second loss")
+	})
+}

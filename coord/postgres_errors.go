@@ -65,15 +65,11 @@ func pgError(op string, err error) error {
 // retryable reports whether err is a transient conflict (serialization
 // failure or deadlock) after which the whole call may simply be repeated.
 // At READ COMMITTED the functions raise neither; this covers pools whose
-// sessions default to a stricter isolation level. It also covers a
-// heartbeat that raced a key's deletion: the key row it found missing and
-// created was deleted (DeleteKey with force) before it could lock it, and
-// writing the node's row without one failed, with nothing written.
+// sessions default to a stricter isolation level.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
-	return pgErr.Code == "40001" || pgErr.Code == "40P01" ||
-		pgErr.Code == "23502" && pgErr.TableName == "nodes" && pgErr.ColumnName == "granted_gen"
+	return pgErr.Code == "40001" || pgErr.Code == "40P01"
 }
