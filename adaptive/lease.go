@@ -49,7 +49,12 @@ func (le Lease) Drop() { le.settle(dropped, -1) }
 
 // Ignore settles the lease without a sample: the slot is freed and the
 // estimate is untouched. Use it for requests whose outcome says nothing
-// about the upstream's capacity (a client-side error, a cancellation).
+// about the upstream's capacity and that have surely ended: one never
+// sent, or one the upstream answered with an error of the request's own
+// (a 400, a 404). A request cancelled, or timed out, after it was sent
+// may still run at the upstream: keep its slot until it surely ended
+// (ObserveDrop counts a timeout now), or the limiter hands it on while
+// the upstream still serves it.
 func (le Lease) Ignore() { le.settle(ignored, -1) }
 
 // ObserveDrop counts an overload signal for the lease now, as Drop would,

@@ -21,12 +21,16 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // waiting in the local limiter's queue while Config.Limiter.MaxQueued
 // allows (see adaptive.Limiter.AcquireRequest). Run the request with the
 // returned Lease's Context, which ends at the request's hard bound
-// (Config.MaxRequestDuration) or with ctx, and settle the lease when the
-// request ends: Release on success, Refuse on a 429, Unavailable on a 503,
-// Abandon(true) on a timeout, Ignore otherwise (see Lease). As in the
-// limiter, a free slot is taken even with a ctx already done: the Lease's
-// Context is then done too, so check it (or ctx) before sending, and
-// settle the lease with Unsent; Transport sends nothing then.
+// (Config.MaxRequestDuration) or with ctx; call the Lease's CheckSend
+// right before sending, and settle the lease when the request ends:
+// Release on success, Refuse on a 429, Unavailable on a 503, Ignore on
+// another answer from the upstream, and Abandon — Abandon(true) for a
+// timeout — on anything after sending that leaves the answer unread (a
+// cancellation, a timeout, a broken connection: the upstream may still
+// serve it; see Lease). As in the limiter, a free slot is taken even with
+// a ctx already done: the Lease's Context is then done too, CheckSend
+// says so, and the lease is settled with Unsent; Transport sends nothing
+// then.
 //
 // Besides the limiter's own errors it returns ErrNotStarted, ErrStopped,
 // ErrEvicted, ErrFenced while the node is fenced under FailClosed (a

@@ -89,12 +89,16 @@ func ExampleLease_Refuse() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := lease.CheckSend(); err != nil {
+		lease.Unsent()
+		log.Fatal(err)
+	}
 	retryAfter, refused, err := call(lease.Context())
 	switch {
 	case refused:
 		lease.Refuse(retryAfter)
 	case err != nil:
-		lease.Ignore()
+		lease.Abandon(false) // given up after sending: the upstream may still serve it
 	default:
 		lease.Release()
 	}

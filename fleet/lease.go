@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -13,11 +14,14 @@ import (
 // Context carries the request's hard bound: it is done at admission +
 // Config.MaxRequestDuration, or when the context given to Acquire is, and
 // the request must have really ended by then — the fleet keeps the slot
-// reserved that long and no longer, whatever happens to the node. Settle
-// the lease exactly once with Release, ReleaseRTT, Refuse, Unavailable,
-// Drop or Ignore when the request ends, with Unsent when it was never
-// sent, or with Abandon when the caller gave up on it; settling also
-// releases the context's timer. Settling
+// reserved that long and no longer, whatever happens to the node. Call
+// CheckSend right before sending. Settle the lease exactly once with
+// Release, ReleaseRTT, Refuse, Unavailable, Drop or Ignore when the
+// upstream has answered, with Unsent when the request was never sent, or
+// with Abandon when the caller gave up on it after sending it (any
+// cancellation, timeout or failure that leaves the upstream's answer
+// unread: the upstream may still serve it); settling also releases the
+// context's timer. Settling
 // again, or settling a copy, is a no-op: after Abandon, a Release (a
 // deferred one, say) does not free the slot the abandoned request may
 // still use upstream, and of a Release and an Abandon called at once on
@@ -69,6 +73,32 @@ func (le Lease) Context() context.Context {
 		return context.Background()
 	}
 	return le.ctx
+}
+
+// CheckSend reports whether the request may still be sent: call it right
+// before sending it, and when it returns an error send nothing and settle
+// the lease with Unsent. The error wraps ErrEvicted when the node was
+// evicted since the admission; ErrFenced when, under FailClosed, the
+// node's lease did not hold without a break since the admission (the
+// process was frozen, or cut off from the database, in between — even if
+// a renewal has lifted the fence since); or the Context's cause when it
+// has ended (its bound passed, or Acquire's context ended: a free slot is
+// taken even for a context already done). A process frozen between the
+// admission and the send would otherwise send the request so late that it
+// ran at the upstream past its bound, when its slot is freed, and past the
+// capacity the fleet reserved for the node, beside requests admitted into
+// that capacity since. Transport makes the same check before every send.
+// The zero Lease's is nil.
+func (le Lease) CheckSend() error {
+	if le.node != nil {
+		if err := le.node.sendErr(le.admitted); err != nil {
+			return err
+		}
+	}
+	if le.ctx != nil && le.ctx.Err() != nil {
+		return fmt.Errorf("fleet: the lease's context ended before the request was sent: %w", context.Cause(le.ctx))
+	}
+	return nil
 }
 
 // Deadline returns the request's hard bound: admission +
@@ -207,9 +237,15 @@ func (le Lease) record(limited bool) {
 	}
 }
 
-// Ignore settles the lease without a sample; see adaptive.Lease.Ignore.
-// A request that was never sent is settled with Unsent instead, which
-// also gives back its rate debit.
+// Ignore settles the lease of a request that surely ended without a
+// sample, and frees its slot at once: the upstream answered with an error
+// that says nothing of its capacity (a 400, a 404). A request given up on
+// after it was sent — a cancellation, any timeout (a context's deadline,
+// a driver's read deadline, a gRPC DeadlineExceeded or Canceled), a
+// connection that failed — may still run at the upstream: settle it with
+// Abandon, or its slot is handed on while the upstream still serves it. A
+// request that was never sent is settled with Unsent, which also gives
+// back its rate debit.
 func (le Lease) Ignore() { le.settle(le.lease.Ignore) }
 
 // Unsent settles the lease of a request that was never sent — its Context

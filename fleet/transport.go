@@ -92,16 +92,19 @@ import (
 //     upstream may answer before it has read the whole body (HTTP/2 allows
 //     it, and an HTTP/1.1 server may) and go on reading and working.
 //     Whatever ends the response, its slot is held until the base reports
-//     the request written (httptrace's WroteRequest; a base that reports no
-//     written headers is not waited for), and the request's context is
-//     not ended before then, so the upload goes on. A write that fails —
-//     http.Transport gives up an HTTP/1.1 upload 50 ms after the response
-//     has ended, Go's HTTP/2 client stops one the upstream asks it to stop
-//     — is a request given up mid-upload: its slot is held for
-//     AbandonedHold from then. A write still going on AbandonedHold after
-//     the response's end (or at the bound) is given up: the request's
-//     context ends, which cuts it, and the slot is held for AbandonedHold
-//     from then. A 2xx or 3xx
+//     the request written (httptrace's WroteRequest; a base that reports
+//     no httptrace event is not waited for), and the request's context is
+//     not ended before then, so the upload goes on (the caller's context
+//     still ends it until the caller closes the body). A write that fails
+//     after a 1xx or 2xx response — http.Transport gives up an HTTP/1.1
+//     upload 50 ms after the response has ended — is a request given up
+//     mid-upload: its slot is held for AbandonedHold from then. A write
+//     that fails after a status of 300 or more (Go's HTTP/2 client stops
+//     the upload then by itself) ends with the response: the upstream
+//     turned the request away, and a refusal keeps only its own hold. A
+//     write still going on AbandonedHold after the response's end (or at
+//     the bound) is given up: the request's context ends, which cuts it,
+//     and the slot is held for AbandonedHold from then. A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -109,7 +112,8 @@ import (
 //     io.ReadWriteCloser as http.Transport gives it. Its slot is held
 //     until the caller closes it (then as an abandoned request's, for
 //     AbandonedHold, unless the upstream ended its half after the caller
-//     had ended its own with CloseWrite: Read saw EOF after CloseWrite) or
+//     had ended its own with CloseWrite: a Read begun after CloseWrite
+//     returned saw EOF; one already blocked then does not count) or
 //     the bound closes it: the upstream's end of its half (EOF) leaves the
 //     connection writable, and an upstream that ended its half first may
 //     go on reading, and working, until it sees the close. The caller's context does not end an upgraded
@@ -173,20 +177,29 @@ import (
 //     golang/go#47635) or its connection goes away. The upstream may have
 //     received the first attempt and go on serving it (a proxy or load
 //     balancer cutting the connection). Once the request's headers were
-//     written, Transport ends such a resend before it writes anything:
-//     one with a body when it asks for the body again (GetBody refuses),
-//     any other when it asks for its connection (httptrace's GetConn,
-//     which http.Transport and Go's HTTP/2 client report for every
-//     attempt; the request's context ends then, with ErrNotResent as its
-//     cause). The first attempt keeps its slot as an abandoned
+//     written, Transport ends such a resend: one with a body when it asks
+//     for the body again (GetBody refuses), any other when it asks for its
+//     connection (httptrace's GetConn, which http.Transport and Go's
+//     HTTP/2 client report for every attempt) while the attempt before it
+//     had no response (GotFirstResponseByte): a base that sends a second
+//     round trip on purpose after reading the first's answer (a digest or
+//     NTLM challenge) goes on. The request's context ends then, with
+//     ErrNotResent as its cause: Go's HTTP/2 client writes nothing more,
+//     and http.Transport, which may already have handed the request to
+//     an idle connection, closes that connection as the request ends,
+//     before its buffered headers are flushed (in a test, none of 300 such
+//     resends reached the upstream, the idle connection lost each time).
+//     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
 //     refused or beyond a GOAWAY), which Transport cannot tell — and
 //     Transport sends the request once more itself, on a slot of its own
 //     (admitted as a new request, its tokens debited again); when it
 //     cannot, the error wraps ErrNotResent. Still resent on one slot:
-//     any request of a base that retries
-//     or hedges by itself without reporting GetConn for each attempt.
+//     any request of a base that retries or hedges by itself without
+//     reporting GetConn for each attempt, and a resend of Go's HTTP/2
+//     client that it puts on a connection another request has just
+//     opened (its pool reports no GetConn for that one).
 //     Retry above Transport (as the official SDKs
 //     do, through the http.Client), where each attempt takes its own
 //     slot, and build the retry from the request you sent: a response's
@@ -413,7 +426,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &leaseBody{ReadCloser: resp.Body, lease: le, rtt: time.Since(start), ctx: ctx, caller: req.Context(), cancel: cancel, unlink: unlink,
 		detached: detached, length: resp.ContentLength, bound: bound, hold: cfg.AbandonedHold, debit: a.debit,
-		empty: req.Method == http.MethodHead, way: &way}
+		empty: req.Method == http.MethodHead, way: &way, status: resp.StatusCode}
 	if deadline.Equal(bound) {
 		body.limit = cfg.MaxRequestDuration
 	}
@@ -552,6 +565,7 @@ type leaseBody struct {
 	closeErr error
 	debit    *debit     // the request's debit from the node's rate shares
 	way      *sendTrace // the request's way out: when its write ended
+	status   int        // the response's status code
 	// refused is, for a refusal (a 429, 503 or 529), when its hold ends: its
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
@@ -742,8 +756,9 @@ func (b *leaseBody) drain(limit int64, wait time.Duration) error {
 
 // finish settles the lease of a response that has ended, once the
 // request has been written (see sendTrace.whenWritten): a write that
-// failed is a request given up mid-upload, which the upstream may still
-// serve, and is settled as abandon does.
+// failed after a 1xx or 2xx response is a request given up mid-upload,
+// which the upstream may still serve, and is settled as abandon does;
+// after a status of 300 or more the upstream turned the request away.
 func (b *leaseBody) finish() { b.settle(false) }
 
 // abandon gives the lease up as abandoned: its slot stays held for the
@@ -760,14 +775,12 @@ func (b *leaseBody) settle(abandoned bool) {
 	b.once.Do(func() {
 		b.afterWrite(func(werr error) {
 			switch {
-			case abandoned || werr != nil:
-				hold := b.hold
-				if !b.refused.IsZero() {
-					hold = max(hold, time.Until(b.refused))
-				}
-				abandon(b.lease, false, b.bound, hold)
 			case !b.refused.IsZero():
+				// The upstream refused the request: whatever the
+				// write, no work of its own is left.
 				abandon(b.lease, false, b.bound, time.Until(b.refused))
+			case abandoned || werr != nil && b.status < 300:
+				abandon(b.lease, false, b.bound, b.hold)
 			case b.rtt < 0:
 				b.lease.Ignore()
 			default:
@@ -779,15 +792,18 @@ func (b *leaseBody) settle(abandoned bool) {
 
 // release ends the request's context once the body is done with and the
 // request's write has ended: ending it sooner would cut an upload the
-// upstream still reads.
+// upstream still reads. Until then the caller's context still ends it,
+// until the caller closes the body (see detached).
 func (b *leaseBody) release() {
 	if b.stop != nil {
 		b.stop()
 	}
-	if b.unlink != nil {
-		b.unlink()
-	}
-	b.afterWrite(func(error) { b.cancel() })
+	b.afterWrite(func(error) {
+		if b.unlink != nil {
+			b.unlink()
+		}
+		b.cancel()
+	})
 }
 
 // afterWrite calls f once the request's write has ended (see
@@ -813,25 +829,29 @@ type sendTrace struct {
 	asked, wrote atomic.Bool
 	// resend, when set, ends the request's context with ErrNotResent as
 	// its cause: called by a GetConn that comes once the headers were
-	// written, a base's own second attempt asking for its connection.
-	resend  func()
-	mu      sync.Mutex
-	written bool          // WroteRequest came after the last WroteHeaders, under mu
-	err     error         // its error, under mu
-	waiting []func(error) // whenWritten's, under mu
+	// written and before any response to them (GotFirstResponseByte), a
+	// base's own second attempt asking for its connection.
+	resend   func()
+	answered atomic.Bool // a response's first byte came since the last WroteHeaders
+	mu       sync.Mutex
+	written  bool          // WroteRequest came after the last WroteHeaders, under mu
+	err      error         // its error, under mu
+	waiting  []func(error) // whenWritten's, under mu
 }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GetConn: func(string) {
-			if s.wrote.Load() && s.resend != nil {
-				s.resend() // before the second attempt writes anything
+			if s.wrote.Load() && !s.answered.Load() && s.resend != nil {
+				s.resend() // before the second attempt is written
 			}
 			s.asked.Store(true)
 		},
+		GotFirstResponseByte: func() { s.answered.Store(true) },
 		WroteHeaders: func() {
 			s.mu.Lock()
 			s.written, s.err = false, nil // a resend writes the request again
+			s.answered.Store(false)
 			s.wrote.Store(true)
 			s.mu.Unlock()
 		},
@@ -850,14 +870,15 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 
 // whenWritten calls f once the request has been written, body and all,
 // with the write's error: at once when the base reported that end, or
-// reported no headers written (a base that reports no httptrace event),
-// else when it reports it, and at giveUp at the latest, with
-// errWriteUnended. An upstream may answer before it has read the whole
+// reported no httptrace event at all (neither GetConn nor WroteHeaders),
+// else when it reports it — Go's HTTP/2 client reports WroteHeaders only
+// after it has sent them, so a response may end before — and at giveUp
+// at the latest, with errWriteUnended. An upstream may answer before it has read the whole
 // body (HTTP/2 allows it, and an HTTP/1.1 server may) and go on reading
 // it: until the write ends, the request is not over.
 func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
 	s.mu.Lock()
-	if s.written || !s.wrote.Load() {
+	if s.written || !s.wrote.Load() && !s.asked.Load() {
 		err := s.err
 		s.mu.Unlock()
 		f(err)

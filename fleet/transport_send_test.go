@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -232,4 +233,55 @@ func TestTransportRefundsTheRateOfARequestThatFailedBeforeItWasSent(t *testing.T
 			}
 		})
 	}
+}
+
+// TestCheckSend: a caller of Acquire had no way to make Transport's check
+// before the send. A process frozen between the admission and the send,
+// past its lease, sent the request with its Context still running — so
+// late that it ran at the upstream past its bound, beside the requests
+// admitted into the capacity the fleet had reserved for it (a stranger's
+// test: 7 in flight at a key of max 6). Lease.CheckSend refuses it, also
+// once a renewal has lifted the fence, and refuses a lease whose Context
+// has ended and one of a node evicted since.
+func TestCheckSend(t *testing.T) {
+	t.Parallel()
+	t.Run("fenced since the admission", func(t *testing.T) {
+		t.Parallel()
+		r, fc, freeze := newLapseRig(t)
+		lease, err := r.n.Acquire(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, lease.CheckSend(), "a fresh lease may be sent")
+		freeze()
+		require.Eventually(t, func() bool { return r.n.State().Fenced }, 5*time.Second, time.Millisecond, "the lease ran out")
+		fc.fail.Store(false)
+		require.Eventually(t, func() bool { return !r.n.State().Fenced }, 5*time.Second, time.Millisecond, "and was renewed")
+		require.NoError(t, lease.Context().Err(), "the request's context still runs")
+		require.ErrorIs(t, lease.CheckSend(), ErrFenced)
+		lease.Unsent()
+		require.Zero(t, r.n.State().Inflight)
+	})
+	t.Run("evicted since the admission", func(t *testing.T) {
+		t.Parallel()
+		mem := coord.NewMemory(nil)
+		cfg := testConfig("k", "a")
+		cfg.Outage = HoldLastShare
+		r := newSendRig(t, mem, cfg)
+		lease, err := r.n.Acquire(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, mem.Evict(t.Context(), "k", "a"))
+		require.Eventually(t, func() bool { return r.n.fence.State().Evicted }, time.Second, time.Millisecond)
+		require.ErrorIs(t, lease.CheckSend(), ErrEvicted)
+		lease.Unsent()
+	})
+	t.Run("its context ended", func(t *testing.T) {
+		t.Parallel()
+		r := newSendRig(t, coord.NewMemory(nil), testConfig("k", "a"))
+		ctx, cancel := context.WithCancel(t.Context())
+		lease, err := r.n.Acquire(ctx)
+		require.NoError(t, err)
+		cancel()
+		require.ErrorIs(t, lease.CheckSend(), context.Canceled)
+		lease.Unsent()
+		require.NoError(t, Lease{}.CheckSend(), "the zero Lease holds nothing to refuse")
+	})
 }

@@ -123,3 +123,125 @@ func TestTransportHeldWhileTheUpstreamReadsTheUpload(t *testing.T) {
 	require.Equal(t, 1, n.State().Inflight, "an upload given up is held for AbandonedHold")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
 }
+
+// TestTransportRefusalMidUploadKeepsOnlyItsHold: an upstream that refuses
+// a request before it has read its body ends the upload: Go's HTTP/2
+// client stops it at any status of 300 or more, and http.Transport gives
+// it up. That failed write held the refusal's slot for AbandonedHold, as
+// an upload given up, though the upstream had turned the request away:
+// a node at a limit of 1 stalled that long after every such 429.
+func TestTransportRefusalMidUploadKeepsOnlyItsHold(t *testing.T) {
+	t.Parallel()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests) // without reading the upload
+	}))
+	srv.Config.Protocols = &protocols
+	srv.Start()
+	defer srv.Close()
+	for _, h2 := range []bool{false, true} {
+		cfg := testConfig("k", "a")
+		cfg.AbandonedHold = 5 * time.Second
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		var bp http.Protocols
+		if h2 {
+			bp.SetUnencryptedHTTP2(true)
+		} else {
+			bp.SetHTTP1(true)
+		}
+		base := &http.Transport{Protocols: &bp}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader(strings.Repeat("x", 8<<20)))
+		require.NoError(t, err)
+		resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, 5*time.Millisecond,
+			"HTTP/2 %v: the refusal keeps its own hold, not AbandonedHold", h2)
+		base.CloseIdleConnections()
+	}
+}
+
+// TestTransportLetsABaseAnswerAChallenge: a base that reads a 401 to its
+// end and sends the request again on purpose (a digest or NTLM
+// challenge), on the same context, was taken for its own resend of an
+// unanswered request and always failed with ErrNotResent. A second
+// attempt after a response goes on, on the request's slot: the two run
+// one after the other.
+func TestTransportLetsABaseAnswerAChallenge(t *testing.T) {
+	t.Parallel()
+	var up upstreamCount
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.enter()
+		defer up.leave()
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Digest realm="r", nonce="n"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	inner := &http.Transport{}
+	defer inner.CloseIdleConnections()
+	challenged := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		again := r.Clone(r.Context())
+		again.Header.Set("Authorization", `Digest response="…"`)
+		return inner.RoundTrip(again)
+	})
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	resp, err := (&http.Client{Transport: n.Transport(challenged)}).Get(srv.URL)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, "ok", string(b))
+	require.EqualValues(t, 1, up.peak.Load())
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "its slot is freed")
+}
+
+// TestTransportCallerStillEndsAnUploadBeforeClose: the caller's context
+// ends the request until the caller closes the body. Read's EOF, with
+// the upload still going on, unlinked it: a cancellation between EOF and
+// Close no longer cut the upload.
+func TestTransportCallerStillEndsAnUploadBeforeClose(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 3 * time.Second // when an upload still going on is given up
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	sent := make(chan context.Context, 1)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.WroteHeaders()
+		go func() {
+			<-r.Context().Done() // the upload runs until it is cut
+			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
+		}()
+		sent <- r.Context()
+		return &http.Response{StatusCode: http.StatusOK, ContentLength: 2, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	rctx := <-sent
+	cancel() // after EOF, before Close
+	require.Eventually(t, func() bool { return rctx.Err() != nil }, time.Second, time.Millisecond,
+		"the caller's cancellation cuts the upload, long before it is given up")
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 1, n.State().Inflight, "an upload cut after a 200 is held for AbandonedHold")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
+}
