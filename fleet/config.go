@@ -111,12 +111,14 @@ type Config struct {
 	// dead node's capacity sooner and shortens the learning mode after a
 	// database failover. The node asks the
 	// coordinator to hold 0.1% more, for clock-rate drift. The bound runs
-	// from admission, not from sending: a process stalled in between, or a
-	// wait for a connection, leaves the request that much less (Transport
-	// sends nothing once the lease has lapsed since the admission, so a
-	// stall leaves at least the bound less a LeaseTTL), so keep it above
-	// the upstream's own longest request by a LeaseTTL, by the longest
-	// wait for a connection, and by the longest the network may hold a
+	// from admission, not from sending: a process stalled in between, a
+	// wait for the key's rate (RateConfig: the slot is taken first), or a
+	// wait for a connection, leaves the request that much less (Transport,
+	// and a caller of Acquire that calls Lease.CheckSend, sends nothing
+	// once the lease has lapsed since the admission, so a stall leaves at
+	// least the bound less a LeaseTTL), so keep it above the upstream's
+	// own longest request by a LeaseTTL, by the longest wait for the rate
+	// and for a connection, and by the longest the network may hold a
 	// request up on its way. Defaults to 5m.
 	// Must be in [1ms, 23h].
 	MaxRequestDuration time.Duration

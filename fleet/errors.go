@@ -50,7 +50,7 @@ var ErrLate = errors.New("fleet: too late to send")
 // have resent it as well. The first attempt may still run at the
 // upstream, so its slot stays held as an abandoned request's
 // (Config.AbandonedHold); a retry takes a slot of its own.
-var ErrNotResent = errors.New("fleet: the request was sent and went unanswered (its connection failed or its stream was reset), and it may still run upstream")
+var ErrNotResent = errors.New("fleet: the request was sent and its base would have sent it again before an answer (its connection failed or its stream was reset), and it may still run upstream")
 
 // ErrDraining, ErrLearning, ErrNoShare and ErrShareRising say why a node
 // refused a request it could neither admit nor queue: the errors of

@@ -184,8 +184,13 @@ func (le Lease) Refuse(retryAfter time.Duration) { le.refuse(retryAfter, true) }
 
 // Unavailable settles the lease as the upstream's refusal of the request
 // for want of capacity — a 503, Anthropic's 529, gRPC's UNAVAILABLE — as
-// Transport settles a 503 or a 529: as Refuse does, except that a node learning the key's rate does
-// not count it against the rate, whose learner counts 429s.
+// Transport settles a 503 or a 529: as Refuse does, except that a node
+// learning the key's rate does not count it against the rate, whose
+// learner counts 429s. Both say the upstream turned the request away, so
+// its slot is freed after the refusal's hold: a 503 that a proxy returns
+// while the upstream behind it may still serve the request (a gateway
+// timeout, a backend connection reset mid-request) is a request given up
+// on, settled with Abandon(true).
 func (le Lease) Unavailable(retryAfter time.Duration) { le.refuse(retryAfter, false) }
 
 // refuse is Refuse; limited says whether the refusal was for the rate.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,8 @@ import (
 //     turned the request away, and a refusal keeps only its own hold. A
 //     write still going on AbandonedHold after the response's end (or at
 //     the bound) is given up: the request's context ends, which cuts it,
-//     and the slot is held for AbandonedHold from then. A 2xx or 3xx
+//     and the slot is held for AbandonedHold from then, whatever the
+//     status (the upstream was still reading it). A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
@@ -181,14 +183,16 @@ import (
 //     for the body again (GetBody refuses), any other when it asks for its
 //     connection (httptrace's GetConn, which http.Transport and Go's
 //     HTTP/2 client report for every attempt) while the attempt before it
-//     had no response (GotFirstResponseByte): a base that sends a second
+//     had no answer (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
-//     NTLM challenge) goes on. The request's context ends then, with
-//     ErrNotResent as its cause: Go's HTTP/2 client writes nothing more,
-//     and http.Transport, which may already have handed the request to
-//     an idle connection, closes that connection as the request ends,
-//     before its buffered headers are flushed (in a test, none of 300 such
-//     resends reached the upstream, the idle connection lost each time).
+//     NTLM challenge, its body asked for again with GetBody) goes on; an
+//     interim 1xx response (Got1xxResponse) is no answer. The request's
+//     context ends then, with ErrNotResent as its cause: Go's HTTP/2
+//     client writes nothing more, and http.Transport, which may already
+//     have handed the request to an idle connection, cancels it there,
+//     closing the connection in a race with the flush of its buffered
+//     headers (in a test none of 300 such resends reached the upstream;
+//     the idle connection is lost each time).
 //     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
@@ -775,6 +779,10 @@ func (b *leaseBody) settle(abandoned bool) {
 	b.once.Do(func() {
 		b.afterWrite(func(werr error) {
 			switch {
+			case errors.Is(werr, errWriteUnended):
+				// Given up while the upstream still read the upload,
+				// whatever it answered: the cut is the client going away.
+				abandon(b.lease, false, b.bound, b.hold)
 			case !b.refused.IsZero():
 				// The upstream refused the request: whatever the
 				// write, no work of its own is left.
@@ -829,10 +837,12 @@ type sendTrace struct {
 	asked, wrote atomic.Bool
 	// resend, when set, ends the request's context with ErrNotResent as
 	// its cause: called by a GetConn that comes once the headers were
-	// written and before any response to them (GotFirstResponseByte), a
-	// base's own second attempt asking for its connection.
-	resend   func()
-	answered atomic.Bool // a response's first byte came since the last WroteHeaders
+	// written and before an answer to them, a base's own second attempt
+	// asking for its connection.
+	resend func()
+	// answered: the attempt's response began (GotFirstResponseByte) and
+	// was no 1xx (Got1xxResponse), since the attempt's GetConn.
+	answered atomic.Bool
 	mu       sync.Mutex
 	written  bool          // WroteRequest came after the last WroteHeaders, under mu
 	err      error         // its error, under mu
@@ -845,13 +855,17 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			if s.wrote.Load() && !s.answered.Load() && s.resend != nil {
 				s.resend() // before the second attempt is written
 			}
+			s.answered.Store(false) // a new attempt
 			s.asked.Store(true)
 		},
 		GotFirstResponseByte: func() { s.answered.Store(true) },
+		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+			s.answered.Store(false) // an interim response answers nothing
+			return nil
+		},
 		WroteHeaders: func() {
 			s.mu.Lock()
 			s.written, s.err = false, nil // a resend writes the request again
-			s.answered.Store(false)
 			s.wrote.Store(true)
 			s.mu.Unlock()
 		},
@@ -912,7 +926,7 @@ func guardResends(out *http.Request, way *sendTrace) {
 		return
 	}
 	out.GetBody = func() (io.ReadCloser, error) {
-		if way.wrote.Load() {
+		if way.wrote.Load() && !way.answered.Load() {
 			return nil, ErrNotResent
 		}
 		return getBody()

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -224,7 +225,9 @@ type resettingH2Upstream struct {
 	total atomic.Int64 // requests received
 }
 
-func startResettingH2Upstream(t *testing.T, work time.Duration) *resettingH2Upstream {
+// startResettingH2Upstream starts a resettingH2Upstream; with hints, it
+// answers each request with a 103 Early Hints before it resets it.
+func startResettingH2Upstream(t *testing.T, work time.Duration, hints bool) *resettingH2Upstream {
 	t.Helper()
 	u := &resettingH2Upstream{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -263,6 +266,11 @@ func startResettingH2Upstream(t *testing.T, work time.Duration) *resettingH2Upst
 				u.total.Add(1)
 				u.enter()
 				time.AfterFunc(work, u.leave)
+				if hints {
+					// HEADERS, END_HEADERS: ":status: 103", a literal of
+					// the static table's name 8.
+					_, _ = conn.Write(frame(0x1, 0x4, stream, []byte{0x08, 3, '1', '0', '3'}))
+				}
 				_, _ = conn.Write(frame(0x3, 0, stream, []byte{0, 0, 0, 1})) // RST_STREAM PROTOCOL_ERROR
 			}
 		}
@@ -288,8 +296,21 @@ func startResettingH2Upstream(t *testing.T, work time.Duration) *resettingH2Upst
 // Transport sends the request once more on a slot of its own.
 func TestTransportDoesNotResendBesideTheFirstAttemptOverHTTP2(t *testing.T) {
 	t.Parallel()
+	for _, hints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("103 first %v", hints), func(t *testing.T) {
+			t.Parallel()
+			testNoResendOverHTTP2(t, hints)
+		})
+	}
+}
+
+// testNoResendOverHTTP2 is TestTransportDoesNotResendBesideTheFirstAttemptOverHTTP2
+// on an upstream that answers with a 103 Early Hints, or not, before it
+// resets: an interim response took the first attempt for an answered one,
+// and the base's resends ran on one slot (2383 at once).
+func testNoResendOverHTTP2(t *testing.T, hints bool) {
 	const work = 200 * time.Millisecond
-	up := startResettingH2Upstream(t, work)
+	up := startResettingH2Upstream(t, work, hints)
 	cfg := testConfig("k", "a")
 	cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
 	cfg.MaxRequestDuration = 3 * time.Second

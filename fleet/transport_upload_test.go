@@ -199,14 +199,91 @@ func TestTransportLetsABaseAnswerAChallenge(t *testing.T) {
 		return inner.RoundTrip(again)
 	})
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
-	resp, err := (&http.Client{Transport: n.Transport(challenged)}).Get(srv.URL)
+	client := &http.Client{Transport: n.Transport(challenged)}
+	resp, err := client.Get(srv.URL)
 	require.NoError(t, err)
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, "ok", string(b))
+
+	// With a body, asked for again: GetBody refused it once the headers
+	// were written, answer or none.
+	challengedWithBody := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		again := r.Clone(r.Context())
+		again.Header.Set("Authorization", `Digest response="…"`)
+		if again.Body, err = r.GetBody(); err != nil {
+			return nil, err
+		}
+		return inner.RoundTrip(again)
+	})
+	resp, err = (&http.Client{Transport: n.Transport(challengedWithBody)}).Post(srv.URL, "text/plain", strings.NewReader("body"))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.EqualValues(t, 1, up.peak.Load())
-	eventually(t, func() bool { return n.State().Inflight == 0 }, "its slot is freed")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "the slots are freed")
+
+	// Go's HTTP/2 client reports WroteHeaders after it has sent them, so
+	// the answer's first byte may come first: that answer still counts.
+	early := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.GotFirstResponseByte() // the 401, before WroteHeaders is reported
+		trace.WroteHeaders()
+		trace.WroteRequest(httptrace.WroteRequestInfo{})
+		trace.GetConn(r.URL.Host) // the answer to the challenge
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+		trace.WroteHeaders()
+		trace.WroteRequest(httptrace.WroteRequestInfo{})
+		trace.GotFirstResponseByte()
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+	})
+	resp, err = (&http.Client{Transport: n.Transport(early)}).Get("http://127.0.0.1:1/")
+	require.NoError(t, err, "an answer whose first byte came before WroteHeaders")
+	require.NoError(t, resp.Body.Close())
+}
+
+// TestTransportUploadGivenUpAfterARefusalIsHeld: an upload still going on
+// AbandonedHold after the response's end is cut then, whatever the
+// status: the upstream was still reading it, and learns of the end from
+// the cut. After a 404 its slot was freed at the cut.
+func TestTransportUploadGivenUpAfterARefusalIsHeld(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 300 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	cut := make(chan time.Time, 1)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.WroteHeaders()
+		go func() {
+			<-r.Context().Done() // uploads until it is cut
+			cut <- time.Now()
+			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
+		}()
+		return &http.Response{StatusCode: http.StatusNotFound, ContentLength: 2, Body: io.NopCloser(strings.NewReader("no"))}, nil
+	})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	at := <-cut
+	time.Sleep(time.Until(at.Add(100 * time.Millisecond)))
+	require.Equal(t, 1, n.State().Inflight, "the cut upload is held for AbandonedHold")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
 }
 
 // TestTransportCallerStillEndsAnUploadBeforeClose: the caller's context
