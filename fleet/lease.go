@@ -87,8 +87,9 @@ func (le Lease) Context() context.Context {
 // admission and the send would otherwise send the request so late that it
 // ran at the upstream past its bound, when its slot is freed, and past the
 // capacity the fleet reserved for the node, beside requests admitted into
-// that capacity since. Transport makes the same check before every send.
-// The zero Lease's is nil.
+// that capacity since. Transport makes the same check before every send
+// (and refuses one too late for its deadline, ErrLate, which CheckSend
+// leaves to the caller). The zero Lease's is nil.
 func (le Lease) CheckSend() error {
 	if le.node != nil {
 		if err := le.node.sendErr(le.admitted); err != nil {

@@ -94,32 +94,34 @@ import (
 //     it, and an HTTP/1.1 server may) and go on reading and working.
 //     Whatever ends the response, its slot is held until the base reports
 //     the request written (httptrace's WroteRequest; a base that reports
-//     no httptrace event is not waited for), and the request's context is
-//     not ended before then, so the upload goes on (the caller's context
-//     still ends it until the caller closes the body). A write that fails
-//     after a 1xx or 2xx response — http.Transport gives up an HTTP/1.1
-//     upload 50 ms after the response has ended — is a request given up
-//     mid-upload: its slot is held for AbandonedHold from then. A write
-//     that fails after a status of 300 or more (Go's HTTP/2 client stops
-//     the upload then by itself) ends with the response: the upstream
-//     turned the request away, and a refusal keeps only its own hold. A
-//     write still going on AbandonedHold after the response's end (or at
-//     the bound) is given up: the request's context ends, which cuts it,
-//     and the slot is held for AbandonedHold from then, whatever the
-//     status (the upstream was still reading it). A 2xx or 3xx
+//     no httptrace event is not waited for), and the response's end alone
+//     does not end the request's context, so the upload goes on. What
+//     ends that context cuts the upload: the caller's (until the caller
+//     closes the body), its deadline or the bound, the 100 ms drain of a
+//     body closed before its end, and a give-up (below); a write cut so
+//     holds the slot for AbandonedHold from then, whatever the status. A
+//     write that fails otherwise after a 1xx or 2xx response —
+//     http.Transport gives up an HTTP/1.1 upload 50 ms after the response
+//     has ended — is a request given up mid-upload, held for
+//     AbandonedHold too. One that fails otherwise after a status of 300 or
+//     more (Go's HTTP/2 client stops the upload then by itself) ends with
+//     the response: the upstream turned the request away, and a refusal
+//     keeps only its own hold. A write still going on AbandonedHold after
+//     the response's end is given up: the request's context ends, which
+//     cuts it, and the slot is held for AbandonedHold from then (at the
+//     bound, the request's end by assumption, the slot is freed). A 2xx or 3xx
 //     response's time to headers is a latency sample; any other status
 //     gives none (a 404 answered at once is not the upstream's no-load
 //     latency).
 //   - A 101 response's body is the upgraded connection (a WebSocket's), an
 //     io.ReadWriteCloser as http.Transport gives it. Its slot is held
-//     until the caller closes it (then as an abandoned request's, for
-//     AbandonedHold, unless the upstream ended its half after the caller
-//     had ended its own with CloseWrite: a Read begun after CloseWrite
-//     returned saw EOF; one already blocked then does not count) or
-//     the bound closes it: the upstream's end of its half (EOF) leaves the
-//     connection writable, and an upstream that ended its half first may
-//     go on reading, and working, until it sees the close. The caller's context does not end an upgraded
-//     connection, as with http.Transport.
+//     until the caller closes it, then as an abandoned request's, for
+//     AbandonedHold, or until the bound closes it: the upstream's end of
+//     its half (EOF) leaves the connection writable, and the upstream may
+//     go on reading, and working, until it sees the caller's close — a
+//     WebSocket server ends its session there. Give an upstream of such
+//     sessions a short AbandonedHold. The caller's context does not end an
+//     upgraded connection, as with http.Transport.
 //   - The caller's context ends the request only until the caller closes
 //     the response's body (http.Client's Timeout cancels it as the body
 //     closes): after Close the request's end is read for as said here.
@@ -186,13 +188,17 @@ import (
 //     had no answer (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
 //     NTLM challenge, its body asked for again with GetBody) goes on; an
-//     interim 1xx response (Got1xxResponse) is no answer. The request's
+//     interim 1xx response (Got1xxResponse) is no answer, and as no hook
+//     reports the final response after one, an attempt that had a 1xx
+//     counts as unanswered (a challenge after a 103 fails with
+//     ErrNotResent). The request's
 //     context ends then, with ErrNotResent as its cause: Go's HTTP/2
 //     client writes nothing more, and http.Transport, which may already
 //     have handed the request to an idle connection, cancels it there,
 //     closing the connection in a race with the flush of its buffered
 //     headers (in a test none of 300 such resends reached the upstream;
-//     the idle connection is lost each time).
+//     the idle connection is lost each time; a resend that wins the race
+//     runs beside the first attempt on its slot).
 //     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
@@ -487,9 +493,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 // http.Transport gives it).
 type upgradedBody struct {
 	*leaseBody
-	w       io.Writer
-	halfway atomic.Bool // CloseWrite ended the caller's half
-	after   atomic.Bool // Read saw the upstream end its half after the caller had ended its own
+	w io.Writer
 }
 
 func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
@@ -499,11 +503,7 @@ func (u *upgradedBody) Write(p []byte) (int, error) { return u.w.Write(p) }
 // may answer. The slot stays held.
 func (u *upgradedBody) CloseWrite() error {
 	if cw, ok := u.w.(interface{ CloseWrite() error }); ok {
-		err := cw.CloseWrite()
-		if err == nil {
-			u.halfway.Store(true)
-		}
-		return err
+		return cw.CloseWrite()
 	}
 	return fmt.Errorf("fleet: the upgraded connection (%T) cannot close its write half: %w", u.w, http.ErrNotSupported)
 }
@@ -511,32 +511,20 @@ func (u *upgradedBody) CloseWrite() error {
 // Read reads the connection. Its end (EOF) is only the upstream's half:
 // the connection stays writable and the upstream may go on reading, so
 // the slot is held until Close or the bound.
-func (u *upgradedBody) Read(p []byte) (int, error) {
-	halfway := u.halfway.Load()
-	n, err := u.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && halfway {
-		u.after.Store(true)
-	}
-	return n, err
-}
+func (u *upgradedBody) Read(p []byte) (int, error) { return u.ReadCloser.Read(p) }
 
 // Close closes the connection at once: the upstream sees the session end.
-// Unless the upstream had ended its half after the caller ended its own
-// (CloseWrite, then EOF from Read: the upstream was done with the
-// session), the slot is held as an abandoned request's, for whatever the
-// upstream still does once it sees the close — also when the upstream
-// had ended its half first and reads on. A connection the bound closed
-// closes without an error.
+// The slot is held as an abandoned request's, for whatever the upstream
+// still does once it sees the close: whether the upstream had ended its
+// half, and when, a closed connection does not say (its end may wait
+// unread behind the caller's CloseWrite while the upstream reads on). A
+// connection the bound closed closes without an error.
 func (u *upgradedBody) Close() error {
 	err := u.ReadCloser.Close()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
-	if u.after.Load() {
-		u.finish()
-	} else {
-		u.abandon()
-	}
+	u.abandon()
 	u.release()
 	return err
 }
@@ -779,9 +767,12 @@ func (b *leaseBody) settle(abandoned bool) {
 	b.once.Do(func() {
 		b.afterWrite(func(werr error) {
 			switch {
-			case errors.Is(werr, errWriteUnended):
-				// Given up while the upstream still read the upload,
-				// whatever it answered: the cut is the client going away.
+			case errors.Is(werr, errWriteUnended) || werr != nil && b.ctx.Err() != nil:
+				// Given up, or cut by the request's context (the
+				// caller's, its deadline, a drain's wait, a give-up's
+				// cut), while the upstream still read the upload,
+				// whatever it answered: the cut is the client going
+				// away.
 				abandon(b.lease, false, b.bound, b.hold)
 			case !b.refused.IsZero():
 				// The upstream refused the request: whatever the

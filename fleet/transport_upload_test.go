@@ -322,3 +322,37 @@ func TestTransportCallerStillEndsAnUploadBeforeClose(t *testing.T) {
 	require.Equal(t, 1, n.State().Inflight, "an upload cut after a 200 is held for AbandonedHold")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
 }
+
+// TestTransportUploadCutByTheCallerAfterA404IsHeld: after a 404, an
+// upload the caller's context cut (its cancellation before Close) ended
+// with the context's error, which the status rule took for the client
+// library stopping the upload, and freed the slot at once while the
+// upstream still read it. A write cut by the request's context is an
+// upload given up, whatever the status.
+func TestTransportUploadCutByTheCallerAfterA404IsHeld(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = time.Second
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.WroteHeaders()
+		go func() {
+			<-r.Context().Done() // uploads until it is cut
+			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
+		}()
+		return &http.Response{StatusCode: http.StatusNotFound, ContentLength: 2, Body: io.NopCloser(strings.NewReader("no"))}, nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	cancel() // after EOF, before Close: cuts the upload
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, 1, n.State().Inflight, "the cut upload is held for AbandonedHold")
+	require.NoError(t, resp.Body.Close())
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
+}
