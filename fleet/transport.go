@@ -99,11 +99,15 @@ import (
 //     ends that context cuts the upload: the caller's (until the caller
 //     closes the body), its deadline or the bound, the 100 ms drain of a
 //     body closed before its end, and a give-up (below); a write cut so
-//     holds the slot for AbandonedHold from then, whatever the status. A
+//     holds the slot for AbandonedHold from then, whatever the status
+//     (so does one Go's HTTP/2 client aborts when the caller closes the
+//     body before the upload's end, after a 1xx or 2xx). A
 //     write that fails otherwise after a 1xx or 2xx response —
 //     http.Transport gives up an HTTP/1.1 upload 50 ms after the response
 //     has ended — is a request given up mid-upload, held for
-//     AbandonedHold too. One that fails otherwise after a status of 300 or
+//     AbandonedHold too (http.Transport reports an HTTP/1.1 write's end
+//     before it flushes its last buffered bytes, a few KiB at most: a
+//     flush that fails then goes unseen). One that fails otherwise after a status of 300 or
 //     more (Go's HTTP/2 client stops the upload then by itself) ends with
 //     the response: the upstream turned the request away, and a refusal
 //     keeps only its own hold. A write still going on AbandonedHold after
@@ -214,7 +218,8 @@ import (
 //     do, through the http.Client), where each attempt takes its own
 //     slot, and build the retry from the request you sent: a response's
 //     Request is Transport's copy, whose Context ends with the body and
-//     whose GetBody refuses once its headers were written. A retry of a request whose headers were not written goes
+//     whose GetBody refuses once its headers were written, until an
+//     answer. A retry of a request whose headers were not written goes
 //     through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
@@ -384,6 +389,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
 	way.resend = func() { end(ErrNotResent) }
+	way.ctx = ctx
 	returned := false
 	defer func() {
 		if !returned {
@@ -767,12 +773,17 @@ func (b *leaseBody) settle(abandoned bool) {
 	b.once.Do(func() {
 		b.afterWrite(func(werr error) {
 			switch {
-			case errors.Is(werr, errWriteUnended) || werr != nil && b.ctx.Err() != nil:
-				// Given up, or cut by the request's context (the
-				// caller's, its deadline, a drain's wait, a give-up's
-				// cut), while the upstream still read the upload,
-				// whatever it answered: the cut is the client going
-				// away.
+			case errors.Is(werr, errWriteUnended):
+				// Given up while the upstream still read the upload,
+				// whatever it answered: cut it (release may not come
+				// before the caller's Close), and hold the slot for
+				// what the upstream does once it sees the cut.
+				b.cancel()
+				abandon(b.lease, false, b.bound, b.hold)
+			case errors.Is(werr, errWriteCut):
+				// Cut by the request's context (the caller's, a
+				// deadline, a drain's wait, a give-up's cut) while the
+				// upstream still read it, whatever it answered.
 				abandon(b.lease, false, b.bound, b.hold)
 			case !b.refused.IsZero():
 				// The upstream refused the request: whatever the
@@ -834,10 +845,13 @@ type sendTrace struct {
 	// answered: the attempt's response began (GotFirstResponseByte) and
 	// was no 1xx (Got1xxResponse), since the attempt's GetConn.
 	answered atomic.Bool
-	mu       sync.Mutex
-	written  bool          // WroteRequest came after the last WroteHeaders, under mu
-	err      error         // its error, under mu
-	waiting  []func(error) // whenWritten's, under mu
+	// ctx is the request's context: a write that fails once it has ended
+	// was cut by it (errWriteCut).
+	ctx     context.Context
+	mu      sync.Mutex
+	written bool          // WroteRequest came after the last WroteHeaders, under mu
+	err     error         // its error, under mu
+	waiting []func(error) // whenWritten's, under mu
 }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
@@ -861,13 +875,17 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			s.mu.Unlock()
 		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			err := info.Err
+			if err != nil && s.ctx != nil && s.ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", errWriteCut, err)
+			}
 			s.mu.Lock()
-			s.written, s.err = true, info.Err
+			s.written, s.err = true, err
 			waiting := s.waiting
 			s.waiting = nil
 			s.mu.Unlock()
 			for _, f := range waiting {
-				f(info.Err)
+				f(err)
 			}
 		},
 	}
@@ -899,8 +917,12 @@ func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
 	s.mu.Unlock()
 }
 
-// errWriteUnended is a write given up before it ended.
-var errWriteUnended = errors.New("fleet: the request's body was still being written when it was given up")
+// errWriteUnended is a write given up before it ended; errWriteCut wraps
+// the error of a write that failed once the request's context had ended.
+var (
+	errWriteUnended = errors.New("fleet: the request's body was still being written when it was given up")
+	errWriteCut     = errors.New("fleet: the request's body was cut by its context")
+)
 
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body

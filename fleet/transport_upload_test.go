@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -355,4 +356,39 @@ func TestTransportUploadCutByTheCallerAfterA404IsHeld(t *testing.T) {
 	require.Equal(t, 1, n.State().Inflight, "the cut upload is held for AbandonedHold")
 	require.NoError(t, resp.Body.Close())
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
+}
+
+// TestTransportGiveUpCutsTheUpload: a body whose Read failed is abandoned
+// at once; with its upload still going on, the hold waits for the
+// write's end, and a give-up AbandonedHold later started the hold but
+// left the upload running until the caller's Close: nothing else ends
+// the request's context on that path. The give-up cuts it.
+func TestTransportGiveUpCutsTheUpload(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = 200 * time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	sent := make(chan context.Context, 1)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.WroteHeaders()
+		go func() {
+			<-r.Context().Done() // uploads until it is cut
+			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
+		}()
+		sent <- r.Context()
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(iotest.ErrReader(errors.New("reset")))}, nil
+	})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	require.Error(t, err)
+	rctx := <-sent
+	require.Eventually(t, func() bool { return rctx.Err() != nil }, 2*time.Second, time.Millisecond,
+		"the give-up cuts the upload, the body still open")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "and the hold ends")
 }
