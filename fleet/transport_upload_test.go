@@ -18,22 +18,43 @@ import (
 	"github.com/fleetlimit/fleetlimit/coord"
 )
 
-// uploadBase is a base that answers at once, before it has written the
-// whole request (as an upstream that answers before it has read the body
-// lets it), and reports the write's end (WroteRequest) when written is
-// closed, with writeErr.
-func uploadBase(written <-chan struct{}, writeErr error, sent chan<- context.Context) http.RoundTripper {
+// uploadBase is a base that answers at once with resp(), before it has
+// written the whole request (as an upstream that answers before it has
+// read the body lets it), and reports the write's end (WroteRequest):
+// with writeErr once written is closed (a nil written: never), or with
+// the request's context's error once that context ends (the upload cut),
+// whichever comes first. It sends each request's context on sent.
+func uploadBase(resp func() *http.Response, written <-chan struct{}, writeErr error, sent chan<- context.Context) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		// As net/http does, only the hooks that are set are called.
 		trace := httptrace.ContextClientTrace(r.Context())
-		trace.GetConn(r.URL.Host)
-		trace.WroteHeaders()
+		if trace.GetConn != nil {
+			trace.GetConn(r.URL.Host)
+		}
+		if trace.WroteHeaders != nil {
+			trace.WroteHeaders()
+		}
 		go func() {
-			<-written
-			trace.WroteRequest(httptrace.WroteRequestInfo{Err: writeErr})
+			err := writeErr
+			select {
+			case <-written:
+			case <-r.Context().Done():
+				err = r.Context().Err()
+			}
+			if trace.WroteRequest != nil {
+				trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
+			}
 		}()
 		sent <- r.Context()
-		return &http.Response{StatusCode: http.StatusOK, ContentLength: 2, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+		return resp(), nil
 	})
+}
+
+// answer returns a response of the given status and body, for uploadBase.
+func answer(status int, body string) func() *http.Response {
+	return func() *http.Response {
+		return &http.Response{StatusCode: status, ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
+	}
 }
 
 // TestTransportHeldUntilTheRequestIsWritten: a response that ended while
@@ -57,7 +78,7 @@ func TestTransportHeldUntilTheRequestIsWritten(t *testing.T) {
 			n := startNode(t, coord.NewMemory(nil), cfg)
 			written := make(chan struct{})
 			sent := make(chan context.Context, 1)
-			client := &http.Client{Transport: n.Transport(uploadBase(written, tc.writeErr, sent))}
+			client := &http.Client{Transport: n.Transport(uploadBase(answer(http.StatusOK, "ok"), written, tc.writeErr, sent))}
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
 			require.NoError(t, err)
 			resp, err := client.Do(req)
@@ -263,26 +284,17 @@ func TestTransportUploadGivenUpAfterARefusalIsHeld(t *testing.T) {
 	cfg := testConfig("k", "a")
 	cfg.AbandonedHold = 300 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
-	cut := make(chan time.Time, 1)
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		trace := httptrace.ContextClientTrace(r.Context())
-		trace.GetConn(r.URL.Host)
-		trace.WroteHeaders()
-		go func() {
-			<-r.Context().Done() // uploads until it is cut
-			cut <- time.Now()
-			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
-		}()
-		return &http.Response{StatusCode: http.StatusNotFound, ContentLength: 2, Body: io.NopCloser(strings.NewReader("no"))}, nil
-	})
+	sent := make(chan context.Context, 1)
+	base := uploadBase(answer(http.StatusNotFound, "no"), nil, nil, sent)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
 	require.NoError(t, err)
 	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	require.NoError(t, resp.Body.Close())
-	at := <-cut
-	time.Sleep(time.Until(at.Add(100 * time.Millisecond)))
+	rctx := <-sent
+	<-rctx.Done() // the give-up's cut
+	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, 1, n.State().Inflight, "the cut upload is held for AbandonedHold")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
 }
@@ -297,17 +309,7 @@ func TestTransportCallerStillEndsAnUploadBeforeClose(t *testing.T) {
 	cfg.AbandonedHold = 3 * time.Second // when an upload still going on is given up
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	sent := make(chan context.Context, 1)
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		trace := httptrace.ContextClientTrace(r.Context())
-		trace.GetConn(r.URL.Host)
-		trace.WroteHeaders()
-		go func() {
-			<-r.Context().Done() // the upload runs until it is cut
-			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
-		}()
-		sent <- r.Context()
-		return &http.Response{StatusCode: http.StatusOK, ContentLength: 2, Body: io.NopCloser(strings.NewReader("ok"))}, nil
-	})
+	base := uploadBase(answer(http.StatusOK, "ok"), nil, nil, sent)
 	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
 	require.NoError(t, err)
@@ -335,16 +337,7 @@ func TestTransportUploadCutByTheCallerAfterA404IsHeld(t *testing.T) {
 	cfg := testConfig("k", "a")
 	cfg.AbandonedHold = time.Second
 	n := startNode(t, coord.NewMemory(nil), cfg)
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		trace := httptrace.ContextClientTrace(r.Context())
-		trace.GetConn(r.URL.Host)
-		trace.WroteHeaders()
-		go func() {
-			<-r.Context().Done() // uploads until it is cut
-			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
-		}()
-		return &http.Response{StatusCode: http.StatusNotFound, ContentLength: 2, Body: io.NopCloser(strings.NewReader("no"))}, nil
-	})
+	base := uploadBase(answer(http.StatusNotFound, "no"), nil, nil, make(chan context.Context, 1))
 	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
 	require.NoError(t, err)
@@ -369,17 +362,10 @@ func TestTransportGiveUpCutsTheUpload(t *testing.T) {
 	cfg.AbandonedHold = 200 * time.Millisecond
 	n := startNode(t, coord.NewMemory(nil), cfg)
 	sent := make(chan context.Context, 1)
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		trace := httptrace.ContextClientTrace(r.Context())
-		trace.GetConn(r.URL.Host)
-		trace.WroteHeaders()
-		go func() {
-			<-r.Context().Done() // uploads until it is cut
-			trace.WroteRequest(httptrace.WroteRequestInfo{Err: r.Context().Err()})
-		}()
-		sent <- r.Context()
-		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(iotest.ErrReader(errors.New("reset")))}, nil
-	})
+	failing := func() *http.Response {
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(iotest.ErrReader(errors.New("reset")))}
+	}
+	base := uploadBase(failing, nil, nil, sent)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
 	require.NoError(t, err)
 	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
