@@ -847,10 +847,16 @@ type sendTrace struct {
 	answered atomic.Bool
 	// ctx is the request's context: a write that fails once it has ended
 	// was cut by it (errWriteCut).
-	ctx     context.Context
-	mu      sync.Mutex
-	written bool          // WroteRequest came after the last WroteHeaders, under mu
-	err     error         // its error, under mu
+	ctx context.Context
+	mu  sync.Mutex
+	// unended counts the attempts whose headers were written
+	// (WroteHeaders) and whose write has not ended (WroteRequest), under
+	// mu. A base that sends twice (a challenge answered) may report the
+	// first attempt's end after the second's headers: that end is not
+	// the second's.
+	unended int
+	written bool          // every attempt's write has ended, under mu
+	err     error         // the last one's error, under mu
 	waiting []func(error) // whenWritten's, under mu
 }
 
@@ -871,6 +877,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 		WroteHeaders: func() {
 			s.mu.Lock()
 			s.written, s.err = false, nil // a resend writes the request again
+			s.unended++
 			s.wrote.Store(true)
 			s.mu.Unlock()
 		},
@@ -880,6 +887,13 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 				err = fmt.Errorf("%w: %w", errWriteCut, err)
 			}
 			s.mu.Lock()
+			// http.Transport reports the end of a write whose headers
+			// failed without WroteHeaders.
+			s.unended = max(s.unended-1, 0)
+			if s.unended > 0 {
+				s.mu.Unlock()
+				return // an earlier attempt's write ended; the last one's goes on
+			}
 			s.written, s.err = true, err
 			waiting := s.waiting
 			s.waiting = nil

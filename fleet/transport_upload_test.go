@@ -275,6 +275,52 @@ func TestTransportLetsABaseAnswerAChallenge(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 }
 
+// TestTransportLateWriteOfAChallengedAttempt: a base that answers a
+// challenge sends the request twice, and the first attempt's upload may
+// end (WroteRequest) after the second's headers were written — an
+// upstream that answered 401 before reading the body. That end was taken
+// for the second's: the slot was freed at the response's end while the
+// second upload went on.
+func TestTransportLateWriteOfAChallengedAttempt(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	first, second := make(chan struct{}), make(chan struct{})
+	firstEnded := make(chan struct{})
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		trace.GetConn(r.URL.Host)
+		trace.WroteHeaders()
+		trace.GotFirstResponseByte() // the 401, its upload still going
+		trace.GetConn(r.URL.Host)    // the answer to the challenge
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+		trace.WroteHeaders()
+		go func() {
+			<-first
+			trace.WroteRequest(httptrace.WroteRequestInfo{})
+			close(firstEnded)
+			<-second
+			trace.WroteRequest(httptrace.WroteRequestInfo{})
+		}()
+		trace.GotFirstResponseByte()
+		return answer(http.StatusOK, "ok")(), nil
+	})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", strings.NewReader("upload"))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: n.Transport(base)}).Do(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	close(first)
+	<-firstEnded
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, 1, n.State().Inflight, "the first attempt's upload ended, the second's goes on: the slot is held")
+	close(second)
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "freed when the second's ends")
+}
+
 // TestTransportUploadGivenUpAfterARefusalIsHeld: an upload still going on
 // AbandonedHold after the response's end is cut then, whatever the
 // status: the upstream was still reading it, and learns of the end from
