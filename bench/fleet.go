@@ -293,6 +293,10 @@ type FleetResult struct {
 	Series []FleetSample
 	// ServerSuccesses and ServerRejected are the provider's own counts.
 	ServerSuccesses, ServerRejected int64
+	// ServerOverCapacity is the total time the provider's own in-flight
+	// count (its handlers, from arrival to the response's end) was above
+	// the capacity.
+	ServerOverCapacity time.Duration
 }
 
 // Goodput returns successful requests per second.
@@ -423,6 +427,7 @@ func RunFleetWay(ctx context.Context, sc FleetScenario, way FleetWay, env FleetE
 	res := m.result(way, sc)
 	st := prov.Stats()
 	res.ServerSuccesses, res.ServerRejected = st.Successes, st.Rejected
+	res.ServerOverCapacity = st.OverCapacity
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
