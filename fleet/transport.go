@@ -779,7 +779,7 @@ func (b *leaseBody) settle(abandoned bool) {
 				// before the caller's Close), and hold the slot for
 				// what the upstream does once it sees the cut.
 				b.cancel()
-				abandon(b.lease, false, b.bound, b.hold)
+				fallthrough
 			case errors.Is(werr, errWriteCut):
 				// Cut by the request's context (the caller's, a
 				// deadline, a drain's wait, a give-up's cut) while the
