@@ -125,7 +125,9 @@ type Config struct {
 	// AbandonedHold is how long the upstream may go on serving a request
 	// after its client abandoned it — the caller's context ended, the body
 	// was closed before its end, the connection failed after the request
-	// was sent. The request's slot stays held that long (never past its
+	// was sent, an upload was cut after an early answer (Transport: a
+	// large upload refused before the upstream read it, over HTTP/1.1).
+	// The request's slot stays held that long (never past its
 	// MaxRequestDuration bound), since the upstream may still count it.
 	// Defaults to MaxRequestDuration, which is right for any upstream; an
 	// upstream that stops serving as soon as the connection closes (most

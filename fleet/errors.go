@@ -47,10 +47,15 @@ var ErrLate = errors.New("fleet: too late to send")
 // again on a slot of its own: the caller's context had ended, rewinding
 // the body (GetBody) failed, that second attempt was not admitted (the
 // error wraps its cause too: a deadline, ErrFenced…), or its base would
-// have resent it as well. The first attempt may still run at the
-// upstream, so its slot stays held as an abandoned request's
-// (Config.AbandonedHold); a retry takes a slot of its own.
-var ErrNotResent = errors.New("fleet: the request was sent and its base would have sent it again before an answer (its connection failed or its stream was reset), and it may still run upstream")
+// have resent it as well. It is also wrapped, without that resend, for a
+// base that would have sent the request again after the first attempt's
+// answer (a digest or NTLM challenge) while that attempt's upload had not
+// ended cleanly: an upstream that answered before it read the whole body
+// may read on, and sending the request again would meet the same answer.
+// The first attempt may still run at the upstream, so its slot stays held
+// as an abandoned request's (Config.AbandonedHold); a retry takes a slot
+// of its own.
+var ErrNotResent = errors.New("fleet: the request was sent, and its base would have sent it again while the first attempt may still run upstream")
 
 // ErrDraining, ErrLearning, ErrNoShare and ErrShareRising say why a node
 // refused a request it could neither admit nor queue: the errors of

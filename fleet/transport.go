@@ -101,15 +101,19 @@ import (
 //     body closed before its end, and a give-up (below); a write cut so
 //     holds the slot for AbandonedHold from then, whatever the status
 //     (so does one Go's HTTP/2 client aborts when the caller closes the
-//     body before the upload's end, after a 1xx or 2xx). A
-//     write that fails otherwise after a 1xx or 2xx response —
-//     http.Transport gives up an HTTP/1.1 upload 50 ms after the response
-//     has ended — is a request given up mid-upload, held for
-//     AbandonedHold too (http.Transport reports an HTTP/1.1 write's end
-//     before it flushes its last buffered bytes, a few KiB at most: a
-//     flush that fails then goes unseen). One that fails otherwise after a status of 300 or
-//     more (Go's HTTP/2 client stops the upload then by itself) ends with
-//     the response: the upstream turned the request away, and a refusal
+//     body before the upload's end, after a 1xx or 2xx). So is a write
+//     that this side's close of its connection ends (net.ErrClosed:
+//     http.Transport gives up an HTTP/1.1 upload 50 ms after the
+//     response has ended), whatever the status: an upstream that
+//     answered first may read on what reached it. A write that fails
+//     otherwise after a 1xx or 2xx response is a request given up
+//     mid-upload, held for AbandonedHold too (http.Transport reports an
+//     HTTP/1.1 write's end before it flushes its last buffered bytes, a
+//     few KiB at most: a flush that fails then goes unseen). One that
+//     fails otherwise after a status of 300 or more (the upstream reset
+//     the connection, or Go's HTTP/2 client stopped the upload by itself,
+//     resetting the stream when the body is closed) ends with the
+//     response: the upstream turned the request away, and a refusal
 //     keeps only its own hold. A write still going on AbandonedHold after
 //     the response's end is given up: the request's context ends, which
 //     cuts it, and the slot is held for AbandonedHold from then (at the
@@ -191,7 +195,11 @@ import (
 //     HTTP/2 client report for every attempt) while the attempt before it
 //     had no answer (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
-//     NTLM challenge, its body asked for again with GetBody) goes on; an
+//     NTLM challenge, its body asked for again with GetBody) goes on, once
+//     the first attempt's upload has ended without an error (GetBody waits
+//     for that end, and refuses a cut or failed one with ErrNotResent: an
+//     upstream that answered before it read the whole body may read on;
+//     the request then fails, its slot held, and is not sent again); an
 //     interim 1xx response (Got1xxResponse) is no answer, and as no hook
 //     reports the final response after one, an attempt that had a 1xx
 //     counts as unanswered (a challenge after a 103 fails with
@@ -291,7 +299,9 @@ type transport struct {
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.roundTrip(req)
-	if !errors.Is(err, ErrNotResent) || req.Context().Err() != nil {
+	if !errors.Is(err, ErrNotResent) || errors.Is(err, errUncleanUpload) || req.Context().Err() != nil {
+		// Not a resend of the base's own, or one after an answer (a
+		// challenge), which a resend would meet again.
 		return resp, err
 	}
 	// The base would have sent req again (see guardResends); its first
@@ -388,7 +398,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
-	way.resend = func() { end(ErrNotResent) }
+	way.resend = func() { end(errUnanswered) }
 	way.ctx = ctx
 	returned := false
 	defer func() {
@@ -780,10 +790,13 @@ func (b *leaseBody) settle(abandoned bool) {
 				// what the upstream does once it sees the cut.
 				b.cancel()
 				fallthrough
-			case errors.Is(werr, errWriteCut):
+			case errors.Is(werr, errWriteCut), closedHere(werr):
 				// Cut by the request's context (the caller's, a
-				// deadline, a drain's wait, a give-up's cut) while the
-				// upstream still read it, whatever it answered.
+				// deadline, a drain's wait, a give-up's cut), or by
+				// this side's close of its connection (http.Transport
+				// gives an HTTP/1.1 upload up 50 ms after the
+				// response's end), while the upstream still read it,
+				// whatever it answered.
 				abandon(b.lease, false, b.bound, b.hold)
 			case !b.refused.IsZero():
 				// The upstream refused the request: whatever the
@@ -837,10 +850,15 @@ func (b *leaseBody) afterWrite(f func(error)) {
 // for concurrent use: a base may report from its own goroutines.
 type sendTrace struct {
 	asked, wrote atomic.Bool
+	// attempt: the headers were written since the last GetConn. net/http
+	// reports GetConn twice for one attempt over its own unencrypted
+	// HTTP/2 on a connection it reuses (from its pool, then from the
+	// HTTP/2 one's): the second comes with no headers written since.
+	attempt atomic.Bool
 	// resend, when set, ends the request's context with ErrNotResent as
-	// its cause: called by a GetConn that comes once the headers were
-	// written and before an answer to them, a base's own second attempt
-	// asking for its connection.
+	// its cause: called by a GetConn that comes once the attempt before
+	// wrote its headers and before an answer to them, a base's own second
+	// attempt asking for its connection.
 	resend func()
 	// answered: the attempt's response began (GotFirstResponseByte) and
 	// was no 1xx (Got1xxResponse), since the attempt's GetConn.
@@ -863,10 +881,11 @@ type sendTrace struct {
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GetConn: func(string) {
-			if s.wrote.Load() && !s.answered.Load() && s.resend != nil {
+			if s.attempt.Load() && !s.answered.Load() && s.resend != nil {
 				s.resend() // before the second attempt is written
 			}
 			s.answered.Store(false) // a new attempt
+			s.attempt.Store(false)
 			s.asked.Store(true)
 		},
 		GotFirstResponseByte: func() { s.answered.Store(true) },
@@ -879,6 +898,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			s.written, s.err = false, nil // a resend writes the request again
 			s.unended++
 			s.wrote.Store(true)
+			s.attempt.Store(true)
 			s.mu.Unlock()
 		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
@@ -910,7 +930,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 // reported no httptrace event at all (neither GetConn nor WroteHeaders),
 // else when it reports it — Go's HTTP/2 client reports WroteHeaders only
 // after it has sent them, so a response may end before — and at giveUp
-// at the latest, with errWriteUnended. An upstream may answer before it has read the whole
+// at the latest, with errWriteUnended (a zero giveUp: never). An upstream may answer before it has read the whole
 // body (HTTP/2 allows it, and an HTTP/1.1 server may) and go on reading
 // it: until the write ends, the request is not over.
 func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
@@ -919,6 +939,11 @@ func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
 		err := s.err
 		s.mu.Unlock()
 		f(err)
+		return
+	}
+	if giveUp.IsZero() {
+		s.waiting = append(s.waiting, f)
+		s.mu.Unlock()
 		return
 	}
 	var once sync.Once
@@ -931,6 +956,37 @@ func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
 	s.mu.Unlock()
 }
 
+// writeEnded waits until every attempt's write has ended (see
+// whenWritten), or ctx has, and returns the last write's error, or ctx's
+// cause.
+func (s *sendTrace) writeEnded(ctx context.Context) error {
+	ended := make(chan error, 1)
+	s.whenWritten(time.Time{}, func(err error) { ended <- err })
+	select {
+	case err := <-ended:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// errUnanswered is ErrNotResent for a second attempt of a base whose
+// first had no answer.
+var errUnanswered = fmt.Errorf("%w: the first attempt had no answer (its connection failed or its stream was reset)", ErrNotResent)
+
+// errUncleanUpload is ErrNotResent for a second attempt of a base whose
+// first was answered (a challenge) but whose upload did not end cleanly.
+var errUncleanUpload = fmt.Errorf("%w: the first attempt was answered, but its upload did not end cleanly", ErrNotResent)
+
+// closedHere reports whether err, a write's error, comes from this side's
+// close of the connection under it (net.ErrClosed). http.Transport
+// reports the failed copy of an HTTP/1.1 body in a type of its own that
+// does not unwrap (it cannot tell the body's read from the connection's
+// write), so the message is matched too.
+func closedHere(err error) bool {
+	return err != nil && (errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), net.ErrClosed.Error()))
+}
+
 // errWriteUnended is a write given up before it ended; errWriteCut wraps
 // the error of a write that failed once the request's context had ended.
 var (
@@ -940,21 +996,31 @@ var (
 
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body
-// again, and has GetBody refuse then (ErrNotResent): the first attempt may
-// still run at the upstream, and out has one slot. http.Transport and Go's
-// HTTP/2 client rewind a body through GetBody to resend it. A request
-// with a body and no GetBody is not resent once its body was read; one
-// without a body is resent as it is, and its resend is ended when it asks
-// for its connection (see sendTrace). A resend of a request whose headers
-// were never written goes through.
+// again, and has GetBody refuse then (ErrNotResent) unless the attempt
+// was answered and its upload has ended without an error (GetBody waits
+// for that end): the first attempt may still run at the upstream, and
+// out has one slot. An upstream that answered before it read the whole
+// body (a 401 challenge, say) may read on what reached it after its
+// answer, until it sees the upload's end; a cut upload's end it sees when
+// it comes to it. http.Transport and Go's HTTP/2 client rewind a body
+// through GetBody to resend it, as do bases that answer a challenge. A
+// request with a body and no GetBody is not resent once its body was
+// read; one without a body is resent as it is, and its resend is ended
+// when it asks for its connection (see sendTrace). A resend of a request
+// whose headers were never written goes through.
 func guardResends(out *http.Request, way *sendTrace) {
 	getBody := out.GetBody
 	if out.Body == nil || out.Body == http.NoBody || getBody == nil {
 		return
 	}
 	out.GetBody = func() (io.ReadCloser, error) {
-		if way.wrote.Load() && !way.answered.Load() {
-			return nil, ErrNotResent
+		if way.wrote.Load() {
+			if !way.answered.Load() {
+				return nil, errUnanswered
+			}
+			if err := way.writeEnded(out.Context()); err != nil {
+				return nil, fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err)
+			}
 		}
 		return getBody()
 	}

@@ -146,13 +146,17 @@ func TestTransportHeldWhileTheUpstreamReadsTheUpload(t *testing.T) {
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
 }
 
-// TestTransportRefusalMidUploadKeepsOnlyItsHold: an upstream that refuses
-// a request before it has read its body ends the upload: Go's HTTP/2
-// client stops it at any status of 300 or more, and http.Transport gives
-// it up. That failed write held the refusal's slot for AbandonedHold, as
-// an upload given up, though the upstream had turned the request away:
-// a node at a limit of 1 stalled that long after every such 429.
-func TestTransportRefusalMidUploadKeepsOnlyItsHold(t *testing.T) {
+// TestTransportRefusalMidUpload: an upstream that refuses a request
+// before it has read its body. Go's HTTP/2 client stops the upload by
+// itself at any status of 300 or more and resets the stream when the
+// body is closed, which the upstream learns at once: the refusal keeps
+// its own hold (it held AbandonedHold once, and a node at a limit of 1
+// stalled that long after every such 429). http.Transport closes an
+// HTTP/1.1 connection whose upload goes on 50 ms after the response's
+// end: the upstream may read on what reached it (see
+// TestTransportUploadClosedByThisSideIsHeld), so the slot is held for
+// AbandonedHold, the price of a large upload refused early.
+func TestTransportRefusalMidUpload(t *testing.T) {
 	t.Parallel()
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -165,7 +169,7 @@ func TestTransportRefusalMidUploadKeepsOnlyItsHold(t *testing.T) {
 	defer srv.Close()
 	for _, h2 := range []bool{false, true} {
 		cfg := testConfig("k", "a")
-		cfg.AbandonedHold = 5 * time.Second
+		cfg.AbandonedHold = time.Second
 		n := startNode(t, coord.NewMemory(nil), cfg)
 		var bp http.Protocols
 		if h2 {
@@ -181,8 +185,16 @@ func TestTransportRefusalMidUploadKeepsOnlyItsHold(t *testing.T) {
 		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
-		require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 2*time.Second, 5*time.Millisecond,
-			"HTTP/2 %v: the refusal keeps its own hold, not AbandonedHold", h2)
+		ended := time.Now()
+		if h2 {
+			require.Eventually(t, func() bool { return n.State().Inflight == 0 }, 500*time.Millisecond, 5*time.Millisecond,
+				"HTTP/2: the refusal keeps its own hold, not AbandonedHold")
+		} else {
+			time.Sleep(300 * time.Millisecond)
+			require.Equal(t, 1, n.State().Inflight, "HTTP/1.1: the upload cut by this side is held for AbandonedHold")
+			eventually(t, func() bool { return n.State().Inflight == 0 }, "and freed after it")
+			require.GreaterOrEqual(t, time.Since(ended), 900*time.Millisecond)
+		}
 		base.CloseIdleConnections()
 	}
 }
@@ -423,4 +435,199 @@ func TestTransportGiveUpCutsTheUpload(t *testing.T) {
 	require.Eventually(t, func() bool { return rctx.Err() != nil }, 2*time.Second, time.Millisecond,
 		"the give-up cuts the upload, the body still open")
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "and the hold ends")
+}
+
+// earlyAnswer is an upstream that answers a request without an
+// Authorization header with status before it has read the body, then
+// reads on what reaches it (HTTP/1.1 full duplex) for up to readOn,
+// counted in up from its entry to its return; one with the header it
+// reads whole and answers 200.
+func earlyAnswer(up *upstreamCount, status int, readOn time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		up.enter()
+		defer up.leave()
+		if r.Header.Get("Authorization") != "" {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		_ = rc.SetReadDeadline(time.Now().Add(readOn))
+		w.Header().Set("WWW-Authenticate", `Digest realm="r", nonce="n"`)
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(status)
+		_ = rc.Flush()
+		buf := make([]byte, 1<<10)
+		for {
+			if _, err := r.Body.Read(buf); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// bigUpload returns a POST of n zero bytes to url, its body rewindable.
+func bigUpload(t *testing.T, url string, n int64) *http.Request {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, io.LimitReader(zeros{}, n))
+	require.NoError(t, err)
+	req.ContentLength = n
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.LimitReader(zeros{}, n)), nil }
+	return req
+}
+
+// TestTransportUploadClosedByThisSideIsHeld: an upstream that answered
+// 404 before reading a large upload and read on. http.Transport closes
+// the connection under the upload 50 ms after the response's end, and
+// the failed write after a status of 300 or more freed the slot, the
+// upstream's handler still running (its answer did not end its work).
+func TestTransportUploadClosedByThisSideIsHeld(t *testing.T) {
+	t.Parallel()
+	var up upstreamCount
+	srv := httptest.NewServer(earlyAnswer(&up, http.StatusNotFound, 500*time.Millisecond))
+	defer srv.Close()
+	inner := &http.Transport{}
+	defer inner.CloseIdleConnections()
+	cfg := testConfig("k", "a")
+	cfg.AbandonedHold = time.Second
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	resp, err := (&http.Client{Transport: n.Transport(inner)}).Do(bigUpload(t, srv.URL, 64<<20))
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body) // ends once http.Transport gave the upload up
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	time.Sleep(50 * time.Millisecond)
+	require.EqualValues(t, 1, up.now.Load(), "the upstream reads on")
+	require.Equal(t, 1, n.State().Inflight, "this side cut the upload: the slot is held")
+	eventually(t, func() bool { return up.now.Load() == 0 }, "the upstream's handler returns")
+	eventually(t, func() bool { return n.State().Inflight == 0 }, "freed after AbandonedHold")
+}
+
+// TestTransportChallengeWaitsForTheFirstUpload: a base answering a 401
+// that the upstream sent before reading the upload sent the request again
+// while the upstream still read the first attempt's: two handlers on one
+// slot. GetBody waits for the first attempt's upload to end, and refuses
+// a second attempt after one that did not end cleanly.
+func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
+	t.Parallel()
+	challenged := func(inner http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := inner.RoundTrip(r)
+			if err != nil || resp.StatusCode != http.StatusUnauthorized {
+				return resp, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			again := r.Clone(r.Context())
+			again.Header.Set("Authorization", `Digest response="…"`)
+			if again.Body, err = r.GetBody(); err != nil {
+				return nil, err
+			}
+			return inner.RoundTrip(again)
+		})
+	}
+	t.Run("upload cut", func(t *testing.T) {
+		t.Parallel()
+		var up upstreamCount
+		srv := httptest.NewServer(earlyAnswer(&up, http.StatusUnauthorized, 300*time.Millisecond))
+		defer srv.Close()
+		inner := &http.Transport{}
+		defer inner.CloseIdleConnections()
+		cfg := testConfig("k", "a")
+		cfg.AbandonedHold = 600 * time.Millisecond // longer than the upstream reads on
+		mem := coord.NewMemory(nil)
+		require.NoError(t, mem.CreateKey(t.Context(), "k", nil, new(1)))
+		n := startNode(t, mem, cfg)
+		_, err := (&http.Client{Transport: n.Transport(challenged(inner))}).Do(bigUpload(t, srv.URL, 64<<20))
+		require.ErrorIs(t, err, ErrNotResent)
+		require.ErrorContains(t, err, "upload did not end cleanly")
+		eventually(t, func() bool { return up.now.Load() == 0 && n.State().Inflight == 0 }, "the slots are freed")
+		require.EqualValues(t, 1, up.peak.Load(), "never two attempts at once at a max of 1")
+	})
+	t.Run("upload ended after the answer", func(t *testing.T) {
+		t.Parallel()
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		var writeEnded, bodyAsked atomic.Int64
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			trace := httptrace.ContextClientTrace(r.Context())
+			trace.GetConn(r.URL.Host)
+			trace.WroteHeaders()
+			trace.GotFirstResponseByte() // the 401, the upload still going
+			go func() {
+				time.Sleep(30 * time.Millisecond)
+				writeEnded.Store(time.Now().UnixNano())
+				trace.WroteRequest(httptrace.WroteRequestInfo{})
+			}()
+			body, err := r.GetBody()
+			bodyAsked.Store(time.Now().UnixNano())
+			if err != nil {
+				return nil, err
+			}
+			_ = body.Close()
+			trace.GetConn(r.URL.Host)
+			trace.WroteHeaders()
+			trace.WroteRequest(httptrace.WroteRequestInfo{})
+			trace.GotFirstResponseByte()
+			return answer(http.StatusOK, "ok")(), nil
+		})
+		resp, err := (&http.Client{Transport: n.Transport(base)}).Post("http://127.0.0.1:1/", "text/plain", strings.NewReader("upload"))
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		eventually(t, func() bool { return writeEnded.Load() != 0 }, "the first upload ends")
+		require.GreaterOrEqual(t, bodyAsked.Load(), writeEnded.Load(), "GetBody returned once the first upload ended")
+	})
+}
+
+// TestTransportChallengeOverHTTP2Cleartext: net/http's own unencrypted
+// HTTP/2 reports GetConn twice for an attempt on a connection it reuses;
+// the second was taken for a resend of an unanswered attempt, and every
+// challenge answered on such a connection failed with ErrNotResent.
+func TestTransportChallengeOverHTTP2Cleartext(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, r.Proto)
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	inner := &http.Transport{Protocols: new(http.Protocols)}
+	inner.Protocols.SetUnencryptedHTTP2(true)
+	defer inner.CloseIdleConnections()
+	challenged := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		again := r.Clone(r.Context())
+		again.Header.Set("Authorization", `Digest response="…"`)
+		return inner.RoundTrip(again)
+	})
+	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+	client := &http.Client{Transport: n.Transport(challenged)}
+	for range 3 { // the first opens the connection, the others reuse it
+		resp, err := client.Get(srv.URL)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, "HTTP/2.0", string(b))
+	}
 }
