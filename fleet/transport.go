@@ -199,7 +199,11 @@ import (
 //     the first attempt's upload has ended without an error (GetBody waits
 //     for that end, and refuses a cut or failed one with ErrNotResent: an
 //     upstream that answered before it read the whole body may read on;
-//     the request then fails, its slot held, and is not sent again); an
+//     the request then fails, its slot held, and is not sent again). A
+//     base that closes that answer before its end (an HTTP/2 stream it
+//     resets) sends the second attempt while the upstream may still run
+//     the first, until it notices the reset: read the challenge's answer
+//     to its end before sending again. An
 //     interim 1xx response (Got1xxResponse) is no answer, and as no hook
 //     reports the final response after one, an attempt that had a 1xx
 //     counts as unanswered (a challenge after a 103 fails with
