@@ -126,7 +126,7 @@ type Config struct {
 	// after its client abandoned it — the caller's context ended, the body
 	// was closed before its end, the connection failed after the request
 	// was sent, an upload was cut after an early answer (Transport: a
-	// large upload refused before the upstream read it, over HTTP/1.1).
+	// large upload answered before the upstream read it, over HTTP/1.1).
 	// The request's slot stays held that long (never past its
 	// MaxRequestDuration bound), since the upstream may still count it.
 	// Defaults to MaxRequestDuration, which is right for any upstream; an

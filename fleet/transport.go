@@ -196,10 +196,17 @@ import (
 //     had no answer (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
 //     NTLM challenge, its body asked for again with GetBody) goes on, once
-//     the first attempt's upload has ended without an error (GetBody waits
-//     for that end, and refuses a cut or failed one with ErrNotResent: an
-//     upstream that answered before it read the whole body may read on;
-//     the request then fails, its slot held, and is not sent again). A
+//     the first attempt's upload has ended and was not cut (GetBody waits
+//     for that end, up to 100 ms, and refuses with ErrNotResent an upload
+//     still going or cut by this side — over HTTP/1.1, http.Transport's
+//     close 50 ms after the answer: an upstream that answered before it
+//     read the whole body may read on; the request then fails, its slot
+//     held, and is not sent again. Over HTTP/2 Go's client stops the
+//     upload itself and resets the stream, which the upstream learns at
+//     once: the challenge goes on). A base that sends its own copy of the
+//     body, asking for no GetBody, has its second attempt ended as soon as
+//     the first's upload is known cut, which may come after it reached the
+//     upstream. A
 //     base that closes that answer before its end (an HTTP/2 stream it
 //     resets) sends the second attempt while the upstream may still run
 //     the first, until it notices the reset: read the challenge's answer
@@ -231,7 +238,7 @@ import (
 //     slot, and build the retry from the request you sent: a response's
 //     Request is Transport's copy, whose Context ends with the body and
 //     whose GetBody refuses once its headers were written, until an
-//     answer. A retry of a request whose headers were not written goes
+//     answer and the upload's end (see above). A retry of a request whose headers were not written goes
 //     through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
@@ -402,7 +409,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	out := req.WithContext(ctx)
 	guardResends(out, &way)
-	way.resend = func() { end(errUnanswered) }
+	way.resend = end
 	way.ctx = ctx
 	returned := false
 	defer func() {
@@ -794,14 +801,15 @@ func (b *leaseBody) settle(abandoned bool) {
 				// what the upstream does once it sees the cut.
 				b.cancel()
 				fallthrough
-			case errors.Is(werr, errWriteCut), closedHere(werr):
+			case cutWrite(werr):
 				// Cut by the request's context (the caller's, a
 				// deadline, a drain's wait, a give-up's cut), or by
 				// this side's close of its connection (http.Transport
 				// gives an HTTP/1.1 upload up 50 ms after the
 				// response's end), while the upstream still read it,
-				// whatever it answered.
-				abandon(b.lease, false, b.bound, b.hold)
+				// whatever it answered; a refusal's own hold, if
+				// longer, still counts.
+				abandon(b.lease, false, b.bound, max(b.hold, time.Until(b.refused)))
 			case !b.refused.IsZero():
 				// The upstream refused the request: whatever the
 				// write, no work of its own is left.
@@ -859,11 +867,12 @@ type sendTrace struct {
 	// HTTP/2 on a connection it reuses (from its pool, then from the
 	// HTTP/2 one's): the second comes with no headers written since.
 	attempt atomic.Bool
-	// resend, when set, ends the request's context with ErrNotResent as
-	// its cause: called by a GetConn that comes once the attempt before
-	// wrote its headers and before an answer to them, a base's own second
-	// attempt asking for its connection.
-	resend func()
+	// resend, when set, ends the request's context with its cause, which
+	// wraps ErrNotResent: called by a GetConn that comes once the attempt
+	// before wrote its headers and before an answer to them (a base's own
+	// second attempt asking for its connection), or after an answer when
+	// an upload was cut, then or later (see cut).
+	resend func(cause error)
 	// answered: the attempt's response began (GotFirstResponseByte) and
 	// was no 1xx (Got1xxResponse), since the attempt's GetConn.
 	answered atomic.Bool
@@ -877,16 +886,47 @@ type sendTrace struct {
 	// first attempt's end after the second's headers: that end is not
 	// the second's.
 	unended int
-	written bool          // every attempt's write has ended, under mu
-	err     error         // the last one's error, under mu
-	waiting []func(error) // whenWritten's, under mu
+	written bool // every attempt's write has ended, under mu
+	// err is the first cut write's error (see cutWrite), or else the
+	// last write's, under mu: an upstream that answered an attempt
+	// before it read the whole body may read on what reached it, beside
+	// the attempts after it.
+	err error
+	cut error // the first cut write's error, under mu
+	// headers and ends count WroteHeaders and WroteRequest; againAt is
+	// headers when an attempt began after an answer (0: none), so the
+	// ends up to it are the attempts' before it. Under mu.
+	headers, ends, againAt int
+	waiting                []func(error) // whenWritten's, under mu
+}
+
+// cutWrite reports whether err, a write's error, says the upload was cut
+// while the upstream may still read it: by the request's context, or by
+// this side's close of the connection.
+func cutWrite(err error) bool {
+	return errors.Is(err, errWriteCut) || closedHere(err)
 }
 
 func (s *sendTrace) hooks() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GetConn: func(string) {
-			if s.attempt.Load() && !s.answered.Load() && s.resend != nil {
-				s.resend() // before the second attempt is written
+			if s.attempt.Load() && s.resend != nil {
+				// A second attempt, before it is written.
+				if !s.answered.Load() {
+					s.resend(errUnanswered)
+				} else {
+					// After an answer: ended if an upload was cut,
+					// now or once it is (see WroteRequest). It cannot
+					// wait here: Go's HTTP/2 pool reports GetConn
+					// holding its lock.
+					s.mu.Lock()
+					s.againAt = s.headers
+					cut := s.cut
+					s.mu.Unlock()
+					if cut != nil {
+						s.resend(fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, cut))
+					}
+				}
 			}
 			s.answered.Store(false) // a new attempt
 			s.attempt.Store(false)
@@ -901,6 +941,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			s.mu.Lock()
 			s.written, s.err = false, nil // a resend writes the request again
 			s.unended++
+			s.headers++
 			s.wrote.Store(true)
 			s.attempt.Store(true)
 			s.mu.Unlock()
@@ -911,12 +952,27 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 				err = fmt.Errorf("%w: %w", errWriteCut, err)
 			}
 			s.mu.Lock()
+			s.ends++
+			// An attempt before the one that began after an answer had
+			// its upload cut: end the later one, which runs beside it.
+			earlier := cutWrite(err) && s.ends <= s.againAt && s.cut == nil
+			if cutWrite(err) && s.cut == nil {
+				s.cut = err
+			}
 			// http.Transport reports the end of a write whose headers
 			// failed without WroteHeaders.
 			s.unended = max(s.unended-1, 0)
+			if earlier && s.resend != nil {
+				s.mu.Unlock()
+				s.resend(fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err))
+				s.mu.Lock()
+			}
 			if s.unended > 0 {
 				s.mu.Unlock()
 				return // an earlier attempt's write ended; the last one's goes on
+			}
+			if s.cut != nil {
+				err = s.cut
 			}
 			s.written, s.err = true, err
 			waiting := s.waiting
@@ -1022,7 +1078,14 @@ func guardResends(out *http.Request, way *sendTrace) {
 			if !way.answered.Load() {
 				return nil, errUnanswered
 			}
-			if err := way.writeEnded(out.Context()); err != nil {
+			// Waiting no longer than a closed body's drain: a base
+			// that asks before it has read the answer to its end holds
+			// up http.Transport's own give-up of the upload.
+			wait, stop := context.WithTimeoutCause(out.Context(), drainWait, errWriteUnended)
+			err := way.writeEnded(wait)
+			late := wait.Err() != nil
+			stop()
+			if late || cutWrite(err) {
 				return nil, fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err)
 			}
 		}

@@ -24,9 +24,10 @@ import (
 
 // upstreamCount is an upstream's own count of the requests it is serving,
 // from its handler's entry to its return, and the most at once.
-type upstreamCount struct{ now, peak atomic.Int64 }
+type upstreamCount struct{ now, peak, total atomic.Int64 }
 
 func (c *upstreamCount) enter() {
+	c.total.Add(1)
 	n := c.now.Add(1)
 	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
 	}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -506,10 +507,12 @@ func TestTransportUploadClosedByThisSideIsHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // past http.Transport's 50 ms: the write has failed
 	require.EqualValues(t, 1, up.now.Load(), "the upstream reads on")
-	require.Equal(t, 1, n.State().Inflight, "this side cut the upload: the slot is held")
-	eventually(t, func() bool { return up.now.Load() == 0 }, "the upstream's handler returns")
+	for up.now.Load() > 0 {
+		require.Equal(t, 1, n.State().Inflight, "this side cut the upload: the slot is held while the upstream reads")
+		time.Sleep(5 * time.Millisecond)
+	}
 	eventually(t, func() bool { return n.State().Inflight == 0 }, "freed after AbandonedHold")
 }
 
@@ -553,6 +556,80 @@ func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
 		require.ErrorContains(t, err, "upload did not end cleanly")
 		eventually(t, func() bool { return up.now.Load() == 0 && n.State().Inflight == 0 }, "the slots are freed")
 		require.EqualValues(t, 1, up.peak.Load(), "never two attempts at once at a max of 1")
+		require.EqualValues(t, 1, up.total.Load(), "nor sent again by Transport: it would meet the same answer")
+	})
+	t.Run("body buffered by the base", func(t *testing.T) {
+		// A base that reads the body itself and sends its own copy
+		// twice asks for no GetBody: its second attempt is ended once
+		// the first's upload is known cut.
+		t.Parallel()
+		var up upstreamCount
+		srv := httptest.NewServer(earlyAnswer(&up, http.StatusUnauthorized, 300*time.Millisecond))
+		defer srv.Close()
+		inner := &http.Transport{}
+		defer inner.CloseIdleConnections()
+		buffering := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			first := r.Clone(r.Context())
+			first.Body, first.GetBody = io.NopCloser(bytes.NewReader(body)), nil
+			resp, err := inner.RoundTrip(first)
+			if err != nil || resp.StatusCode != http.StatusUnauthorized {
+				return resp, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			again := r.Clone(r.Context())
+			again.Header.Set("Authorization", `Digest response="…"`)
+			again.Body, again.GetBody = io.NopCloser(bytes.NewReader(body)), nil
+			return inner.RoundTrip(again)
+		})
+		cfg := testConfig("k", "a")
+		cfg.AbandonedHold = 600 * time.Millisecond
+		mem := coord.NewMemory(nil)
+		require.NoError(t, mem.CreateKey(t.Context(), "k", nil, new(1)))
+		n := startNode(t, mem, cfg)
+		_, err := (&http.Client{Transport: n.Transport(buffering)}).Do(bigUpload(t, srv.URL, 16<<20))
+		require.ErrorIs(t, err, ErrNotResent)
+		require.ErrorContains(t, err, "upload did not end cleanly")
+		require.Equal(t, 1, n.State().Inflight, "held for AbandonedHold")
+		eventually(t, func() bool { return up.now.Load() == 0 && n.State().Inflight == 0 }, "the slot is freed")
+		t.Logf("upstream: %d handlers, at most %d at once", up.total.Load(), up.peak.Load())
+	})
+	t.Run("HTTP/2 stops the upload itself", func(t *testing.T) {
+		// Go's HTTP/2 client stops an upload at a status of 300 or
+		// more and resets the stream, which the upstream learns at
+		// once: the challenge goes on.
+		t.Parallel()
+		var up upstreamCount
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.enter()
+			defer up.leave()
+			if r.Header.Get("Authorization") == "" {
+				w.WriteHeader(http.StatusUnauthorized) // without reading the upload
+				return
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = io.WriteString(w, "ok")
+		}))
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		srv.Start()
+		defer srv.Close()
+		inner := &http.Transport{Protocols: new(http.Protocols)}
+		inner.Protocols.SetUnencryptedHTTP2(true)
+		defer inner.CloseIdleConnections()
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		resp, err := (&http.Client{Transport: n.Transport(challenged(inner))}).Do(bigUpload(t, srv.URL, 4<<20))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, "ok", string(b))
+		eventually(t, func() bool { return n.State().Inflight == 0 }, "the slot is freed")
+		require.EqualValues(t, 2, up.total.Load())
 	})
 	t.Run("upload ended after the answer", func(t *testing.T) {
 		t.Parallel()
