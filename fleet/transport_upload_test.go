@@ -200,6 +200,28 @@ func TestTransportRefusalMidUpload(t *testing.T) {
 	}
 }
 
+// challengeBase answers a 401 from inner as a digest or NTLM client does:
+// it reads the 401 to its end and sends the request again with an
+// Authorization header, its body asked for again with GetBody.
+func challengeBase(inner http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		again := r.Clone(r.Context())
+		again.Header.Set("Authorization", `Digest response="…"`)
+		if r.GetBody != nil {
+			if again.Body, err = r.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		return inner.RoundTrip(again)
+	})
+}
+
 // TestTransportLetsABaseAnswerAChallenge: a base that reads a 401 to its
 // end and sends the request again on purpose (a digest or NTLM
 // challenge), on the same context, was taken for its own resend of an
@@ -222,17 +244,7 @@ func TestTransportLetsABaseAnswerAChallenge(t *testing.T) {
 	defer srv.Close()
 	inner := &http.Transport{}
 	defer inner.CloseIdleConnections()
-	challenged := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := inner.RoundTrip(r)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			return resp, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		again := r.Clone(r.Context())
-		again.Header.Set("Authorization", `Digest response="…"`)
-		return inner.RoundTrip(again)
-	})
+	challenged := challengeBase(inner)
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
 	client := &http.Client{Transport: n.Transport(challenged)}
 	resp, err := client.Get(srv.URL)
@@ -244,20 +256,7 @@ func TestTransportLetsABaseAnswerAChallenge(t *testing.T) {
 
 	// With a body, asked for again: GetBody refused it once the headers
 	// were written, answer or none.
-	challengedWithBody := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := inner.RoundTrip(r)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			return resp, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		again := r.Clone(r.Context())
-		again.Header.Set("Authorization", `Digest response="…"`)
-		if again.Body, err = r.GetBody(); err != nil {
-			return nil, err
-		}
-		return inner.RoundTrip(again)
-	})
+	challengedWithBody := challengeBase(inner)
 	resp, err = (&http.Client{Transport: n.Transport(challengedWithBody)}).Post(srv.URL, "text/plain", strings.NewReader("body"))
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -523,22 +522,6 @@ func TestTransportUploadClosedByThisSideIsHeld(t *testing.T) {
 // a second attempt after one that did not end cleanly.
 func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
 	t.Parallel()
-	challenged := func(inner http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			resp, err := inner.RoundTrip(r)
-			if err != nil || resp.StatusCode != http.StatusUnauthorized {
-				return resp, err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			again := r.Clone(r.Context())
-			again.Header.Set("Authorization", `Digest response="…"`)
-			if again.Body, err = r.GetBody(); err != nil {
-				return nil, err
-			}
-			return inner.RoundTrip(again)
-		})
-	}
 	t.Run("upload cut", func(t *testing.T) {
 		t.Parallel()
 		var up upstreamCount
@@ -551,7 +534,7 @@ func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
 		mem := coord.NewMemory(nil)
 		require.NoError(t, mem.CreateKey(t.Context(), "k", nil, new(1)))
 		n := startNode(t, mem, cfg)
-		_, err := (&http.Client{Transport: n.Transport(challenged(inner))}).Do(bigUpload(t, srv.URL, 64<<20))
+		_, err := (&http.Client{Transport: n.Transport(challengeBase(inner))}).Do(bigUpload(t, srv.URL, 64<<20))
 		require.ErrorIs(t, err, ErrNotResent)
 		require.ErrorContains(t, err, "upload did not end cleanly")
 		eventually(t, func() bool { return up.now.Load() == 0 && n.State().Inflight == 0 }, "the slots are freed")
@@ -573,18 +556,10 @@ func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			first := r.Clone(r.Context())
-			first.Body, first.GetBody = io.NopCloser(bytes.NewReader(body)), nil
-			resp, err := inner.RoundTrip(first)
-			if err != nil || resp.StatusCode != http.StatusUnauthorized {
-				return resp, err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			again := r.Clone(r.Context())
-			again.Header.Set("Authorization", `Digest response="…"`)
-			again.Body, again.GetBody = io.NopCloser(bytes.NewReader(body)), nil
-			return inner.RoundTrip(again)
+			own := r.Clone(r.Context()) // its body is the base's copy
+			own.Body = io.NopCloser(bytes.NewReader(body))
+			own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			return challengeBase(inner).RoundTrip(own)
 		})
 		cfg := testConfig("k", "a")
 		cfg.AbandonedHold = 600 * time.Millisecond
@@ -622,7 +597,7 @@ func TestTransportChallengeWaitsForTheFirstUpload(t *testing.T) {
 		inner.Protocols.SetUnencryptedHTTP2(true)
 		defer inner.CloseIdleConnections()
 		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
-		resp, err := (&http.Client{Transport: n.Transport(challenged(inner))}).Do(bigUpload(t, srv.URL, 4<<20))
+		resp, err := (&http.Client{Transport: n.Transport(challengeBase(inner))}).Do(bigUpload(t, srv.URL, 4<<20))
 		require.NoError(t, err)
 		b, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
@@ -686,17 +661,7 @@ func TestTransportChallengeOverHTTP2Cleartext(t *testing.T) {
 	inner := &http.Transport{Protocols: new(http.Protocols)}
 	inner.Protocols.SetUnencryptedHTTP2(true)
 	defer inner.CloseIdleConnections()
-	challenged := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := inner.RoundTrip(r)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			return resp, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		again := r.Clone(r.Context())
-		again.Header.Set("Authorization", `Digest response="…"`)
-		return inner.RoundTrip(again)
-	})
+	challenged := challengeBase(inner)
 	n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
 	client := &http.Client{Transport: n.Transport(challenged)}
 	for range 3 { // the first opens the connection, the others reuse it
