@@ -206,12 +206,11 @@ import (
 //     once: the challenge goes on). A base that sends its own copy of the
 //     body, asking for no GetBody, has its second attempt ended as soon as
 //     the first's upload is known cut, which may come after it reached the
-//     upstream. A
-//     base that closes that answer before its end (an HTTP/2 stream it
-//     resets) sends the second attempt while the upstream may still run
-//     the first, until it notices the reset: read the challenge's answer
-//     to its end before sending again. An
-//     interim 1xx response (Got1xxResponse) is no answer, and as no hook
+//     upstream. A base that closes that answer before its end (an HTTP/2
+//     stream it resets) sends the second attempt while the upstream may
+//     still run the first, until it notices the reset: read the
+//     challenge's answer to its end before sending again. An interim 1xx
+//     response (Got1xxResponse) is no answer, and as no hook
 //     reports the final response after one, an attempt that had a 1xx
 //     counts as unanswered (a challenge after a 103 fails with
 //     ErrNotResent). The request's
@@ -238,8 +237,8 @@ import (
 //     slot, and build the retry from the request you sent: a response's
 //     Request is Transport's copy, whose Context ends with the body and
 //     whose GetBody refuses once its headers were written, until an
-//     answer and the upload's end (see above). A retry of a request whose headers were not written goes
-//     through on its slot.
+//     answer and the upload's end (see above). A retry of a request whose
+//     headers were not written goes through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
 //     ErrLate, ErrFenced, context's errors), and is a timeout (the
@@ -924,7 +923,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 					cut := s.cut
 					s.mu.Unlock()
 					if cut != nil {
-						s.resend(fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, cut))
+						s.resend(uncleanUpload(cut))
 					}
 				}
 			}
@@ -964,7 +963,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			s.unended = max(s.unended-1, 0)
 			if earlier && s.resend != nil {
 				s.mu.Unlock()
-				s.resend(fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err))
+				s.resend(uncleanUpload(err))
 				s.mu.Lock()
 			}
 			if s.unended > 0 {
@@ -990,9 +989,10 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 // reported no httptrace event at all (neither GetConn nor WroteHeaders),
 // else when it reports it — Go's HTTP/2 client reports WroteHeaders only
 // after it has sent them, so a response may end before — and at giveUp
-// at the latest, with errWriteUnended (a zero giveUp: never). An upstream may answer before it has read the whole
-// body (HTTP/2 allows it, and an HTTP/1.1 server may) and go on reading
-// it: until the write ends, the request is not over.
+// at the latest, with errWriteUnended (a zero giveUp: never). An upstream
+// may answer before it has read the whole body (HTTP/2 allows it, and an
+// HTTP/1.1 server may) and go on reading it: until the write ends, the
+// request is not over.
 func (s *sendTrace) whenWritten(giveUp time.Time, f func(error)) {
 	s.mu.Lock()
 	if s.written || !s.wrote.Load() && !s.asked.Load() {
@@ -1038,6 +1038,11 @@ var errUnanswered = fmt.Errorf("%w: the first attempt had no answer (its connect
 // first was answered (a challenge) but whose upload did not end cleanly.
 var errUncleanUpload = fmt.Errorf("%w: the first attempt was answered, but its upload did not end cleanly", ErrNotResent)
 
+// uncleanUpload is errUncleanUpload for an upload that ended with err.
+func uncleanUpload(err error) error {
+	return fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err)
+}
+
 // closedHere reports whether err, a write's error, comes from this side's
 // close of the connection under it (net.ErrClosed). http.Transport
 // reports the failed copy of an HTTP/1.1 body in a type of its own that
@@ -1057,9 +1062,9 @@ var (
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body
 // again, and has GetBody refuse then (ErrNotResent) unless the attempt
-// was answered and its upload has ended without an error (GetBody waits
-// for that end): the first attempt may still run at the upstream, and
-// out has one slot. An upstream that answered before it read the whole
+// was answered and its upload has ended without being cut (GetBody waits
+// up to drainWait for that end): the first attempt may still run at the
+// upstream, and out has one slot. An upstream that answered before it read the whole
 // body (a 401 challenge, say) may read on what reached it after its
 // answer, until it sees the upload's end; a cut upload's end it sees when
 // it comes to it. http.Transport and Go's HTTP/2 client rewind a body
@@ -1086,7 +1091,7 @@ func guardResends(out *http.Request, way *sendTrace) {
 			late := wait.Err() != nil
 			stop()
 			if late || cutWrite(err) {
-				return nil, fmt.Errorf("%w (%w), and the upstream may still read it", errUncleanUpload, err)
+				return nil, uncleanUpload(err)
 			}
 		}
 		return getBody()
