@@ -196,14 +196,15 @@ import (
 //     had no answer (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
 //     NTLM challenge, its body asked for again with GetBody) goes on, once
-//     the first attempt's upload has ended and was not cut (GetBody waits
+//     the first attempt's upload has ended without an error (GetBody waits
 //     for that end, up to 100 ms, and refuses with ErrNotResent an upload
-//     still going or cut by this side — over HTTP/1.1, http.Transport's
-//     close 50 ms after the answer: an upstream that answered before it
-//     read the whole body may read on; the request then fails, its slot
-//     held, and is not sent again. Over HTTP/2 Go's client stops the
-//     upload itself and resets the stream, which the upstream learns at
-//     once: the challenge goes on). A base that sends its own copy of the
+//     still going or one that failed — over HTTP/1.1, http.Transport's
+//     close 50 ms after the answer; over HTTP/2, the client's own stop of
+//     an upload its answer came before: an upstream that answered before
+//     it read the whole body may read on what reached it, and Go's HTTP/2
+//     server lets a handler read what it had buffered after the stream's
+//     reset; the request then fails, its slot held, and is not sent
+//     again). A base that sends its own copy of the
 //     body, asking for no GetBody, has its second attempt ended as soon as
 //     the first's upload is known cut, which may come after it reached the
 //     upstream. A base that closes that answer before its end (an HTTP/2
@@ -1062,7 +1063,7 @@ var (
 // guardResends makes a base that would send out a second time, after its
 // first attempt's headers were written, ask out.GetBody for the body
 // again, and has GetBody refuse then (ErrNotResent) unless the attempt
-// was answered and its upload has ended without being cut (GetBody waits
+// was answered and its upload has ended without an error (GetBody waits
 // up to drainWait for that end): the first attempt may still run at the
 // upstream, and out has one slot. An upstream that answered before it read the whole
 // body (a 401 challenge, say) may read on what reached it after its
@@ -1090,7 +1091,11 @@ func guardResends(out *http.Request, way *sendTrace) {
 			err := way.writeEnded(wait)
 			late := wait.Err() != nil
 			stop()
-			if late || cutWrite(err) {
+			if late || err != nil {
+				// Cut, or stopped by the base itself (Go's HTTP/2
+				// client stops an upload its answer came before, and
+				// Go's HTTP/2 server lets a handler read on what it
+				// had buffered after the stream's reset).
 				return nil, uncleanUpload(err)
 			}
 		}
