@@ -953,20 +953,18 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			}
 			s.mu.Lock()
 			s.ends++
-			// An attempt before the one that began after an answer had
-			// its upload cut: end the later one, which runs beside it.
-			earlier := cutWrite(err) && s.ends <= s.againAt && s.cut == nil
 			if cutWrite(err) && s.cut == nil {
 				s.cut = err
+				if s.ends <= s.againAt && s.resend != nil {
+					// An attempt before the one that began after an
+					// answer had its upload cut: end the later one,
+					// which runs beside it (once mu is released).
+					defer s.resend(uncleanUpload(err))
+				}
 			}
 			// http.Transport reports the end of a write whose headers
 			// failed without WroteHeaders.
 			s.unended = max(s.unended-1, 0)
-			if earlier && s.resend != nil {
-				s.mu.Unlock()
-				s.resend(uncleanUpload(err))
-				s.mu.Lock()
-			}
 			if s.unended > 0 {
 				s.mu.Unlock()
 				return // an earlier attempt's write ended; the last one's goes on
