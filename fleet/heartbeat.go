@@ -605,7 +605,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 			"epoch", g.Epoch, "generation", g.Generation, "applied_epoch", epoch, "applied_generation", gen)
 		return
 	}
-	_, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
+	fenced, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
 	if g.Status == coord.StatusEvicted {
 		n.mu.Lock()
 		if n.evictedAt.IsZero() {
@@ -618,6 +618,10 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.mu.Lock()
 	first := !n.joined
 	wasOutage, oldShare, oldStatus, wasLearning := n.outage, n.share, n.status, n.learning
+	lifted := n.leaseFenced && !fenced
+	if lifted {
+		n.leaseFenced = false
+	}
 	n.joined = true
 	n.outage = false
 	n.lastErr = nil
@@ -694,6 +698,9 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	if wasOutage {
 		n.log.Info("coordinator reachable again", "share", g.Share)
 	}
+	if lifted {
+		n.log.Info("lease renewed: fence lifted, admitting again", "share", g.Share)
+	}
 	if g.Status != oldStatus && !first {
 		n.log.Info("node status changed", "status", g.Status, "was", oldStatus)
 	}
@@ -748,6 +755,9 @@ func (n *Node) onFenced(r fence.Reason) {
 		n.log.Warn("lease expiring: fenced, admitting nothing until a heartbeat succeeds")
 	}
 	n.mu.Lock()
+	if r == fence.ReasonLeaseExpiring && n.cfg.Outage != HoldLastShare {
+		n.leaseFenced = true
+	}
 	n.applyCeilingLocked()
 	n.mu.Unlock()
 }

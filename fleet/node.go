@@ -118,6 +118,7 @@ type Node struct {
 	claimed        bool        // a heartbeat claimed capacity (share or rate) this period
 	left           bool        // an evicted node drained and left on its own
 	evictedAt      time.Time   // when the node learned it was evicted
+	leaseFenced    bool        // its lease's expiry fenced the node and no renewal has lifted the fence since
 	fenceTimer     *time.Timer
 }
 

@@ -1050,3 +1050,42 @@ func TestLabelsAreCopied(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"zone": "a"}, nodes[0].Labels)
 }
+
+// slowCoordinator answers every heartbeat after a delay, when one is set:
+// the replies of a process frozen past its fence deadline, which come
+// late but come.
+type slowCoordinator struct {
+	coord.Coordinator
+	delay atomic.Int64 // nanoseconds
+}
+
+func (s *slowCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	return s.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestFenceLiftedIsLogged: a node fenced by its lease's expiry with no
+// heartbeat failing (its replies came late, as a frozen process's do)
+// says so in its log when a renewal lifts the fence, not only when it
+// fenced.
+func TestFenceLiftedIsLogged(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		s := &slowCoordinator{Coordinator: coord.NewMemory(nil)}
+		var logs syncBuffer
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatTimeout = cfg.LeaseTTL
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		a := startNode(t, s, cfg)
+		// The fence deadline is a reply's send time + LeaseTTL − FenceMargin
+		// (150 ms): replies 170 ms late let it pass before each one comes.
+		s.delay.Store(int64(170 * time.Millisecond))
+		eventually(t, func() bool { return a.State().Fenced }, "fenced by late replies")
+		s.delay.Store(0)
+		eventually(t, func() bool { return !a.State().Fenced }, "renewed")
+		eventually(t, func() bool { return strings.Contains(logs.String(), "fence lifted") }, "the lift logged")
+		require.Contains(t, logs.String(), "lease expiring: fenced")
+		require.NotContains(t, logs.String(), "coordinator reachable again", "no heartbeat failed")
+	})
+}
