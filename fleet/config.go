@@ -155,7 +155,9 @@ type Config struct {
 	// heartbeat interval without requests, so sparse traffic meets it at
 	// every request — and while a share that rose is being taken up (just
 	// after Start, for one): the error says which. Set MaxQueued to let
-	// such requests wait for the next grant instead.
+	// such requests wait for the next grant instead. Its MaxLimit and
+	// InitialLimit must be at most coord.MaxCount, the largest limit the
+	// coordinator stores.
 	Limiter adaptive.Config
 
 	// Rate configures the node's part in the key's rate budgets: pacing
@@ -267,6 +269,14 @@ func (c Config) validate() error {
 	if boundOK && (c.AbandonedHold < time.Millisecond || c.AbandonedHold > c.MaxRequestDuration) {
 		bad("AbandonedHold = %v, want 0 (MaxRequestDuration) or [1ms, MaxRequestDuration] = [1ms, %v]%s",
 			c.AbandonedHold, c.MaxRequestDuration, unitHint(c.AbandonedHold))
+	}
+	// The coordinator stores no limit above coord.MaxCount: a larger
+	// MaxLimit or InitialLimit would be cut to it without a word.
+	if c.Limiter.MaxLimit > coord.MaxCount {
+		bad("Limiter.MaxLimit = %d, want at most coord.MaxCount (%d), the largest limit the coordinator stores", c.Limiter.MaxLimit, coord.MaxCount)
+	}
+	if c.Limiter.InitialLimit > coord.MaxCount {
+		bad("Limiter.InitialLimit = %d, want at most coord.MaxCount (%d), the largest limit the coordinator stores", c.Limiter.InitialLimit, coord.MaxCount)
 	}
 	if clk := c.Limiter.Clock; clk != nil {
 		// The node's heartbeats, fence and request bounds run on real

@@ -97,6 +97,12 @@ func TestConfigValidation(t *testing.T) {
 			"Config.Rate.Burst = 1ns, want 0 (Window/60) or in [1ms, Window] (a number with no unit is nanoseconds"},
 		{"outage", func(c *Config) { c.Outage = 7 }, "Config.Outage = OutagePolicy(7)"},
 		{"limiter", func(c *Config) { c.Limiter.Smoothing = 2 }, "Config.Limiter: adaptive: Config.Smoothing = 2"},
+		// The coordinator stores no limit above coord.MaxCount: a larger
+		// one was cut to it without a word.
+		{"max limit above the coordinator's", func(c *Config) { c.Limiter.MaxLimit = 2_000_000 },
+			"fleet: Config.Limiter.MaxLimit = 2000000, want at most coord.MaxCount (1000000), the largest limit the coordinator stores"},
+		{"initial limit above the coordinator's", func(c *Config) { c.Limiter.InitialLimit, c.Limiter.MaxLimit = 1_500_000, 1_000_000 },
+			"fleet: Config.Limiter.InitialLimit = 1500000, want at most coord.MaxCount (1000000)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
