@@ -360,6 +360,27 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// TestLimitsSetCrossingTheStoredBound: a --min above the max the key has
+// (or a --max below its min) is refused, and the error says the other
+// bound is the stored one and how to move it.
+func TestLimitsSetCrossingTheStoredBound(t *testing.T) {
+	t.Parallel()
+	dsn := fleettest.DSN(t)
+	seed(t, dsn)
+	mustRun(t, dsn, "limits", "set", "api", "--max", "6")
+	res := run(t, dsn, "limits", "set", "api", "--min", "10")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Equal(t, "fleetctl: limits set: invalid override: max = 6 is below min = 10 "+
+		"(the max is the one the key has: give --max too, or --clear-max)\n", res.stderr)
+	mustRun(t, dsn, "limits", "set", "api", "--clear-max", "--min", "4")
+	res = run(t, dsn, "limits", "set", "api", "--max", "2")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Equal(t, "fleetctl: limits set: invalid override: max = 2 is below min = 4 "+
+		"(the min is the one the key has: give --min too, or --clear-min)\n", res.stderr)
+	require.Contains(t, mustRun(t, dsn, "limits", "get", "api"), "MIN")
+	mustRun(t, dsn, "limits", "set", "api", "--max", "10", "--min", "8")
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	res := run(t, "", "version")

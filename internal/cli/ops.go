@@ -478,7 +478,7 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 					minLimit, maxLimit, err = admin.UpdateLimits(ctx, key, coord.LimitsChange{
 						SetMin: minChange.set, Min: minChange.value, SetMax: maxChange.set, Max: maxChange.value})
 					if err != nil {
-						return failed("min/max", err)
+						return failed("min/max", crossedStored(err, minChange.set, maxChange.set))
 					}
 					made = append(made, "min/max")
 				}
@@ -769,4 +769,17 @@ func roleHint(err error, role, command string) error {
 		return fmt.Errorf("%w (%s is the schema owner's to run: the role that ran 'fleetctl migrate up')", err, command)
 	}
 	return schemaHint(err)
+}
+
+// crossedStored names the stored bound in the coordinator's refusal of a
+// min or max that crosses it, when only the other one was given.
+func crossedStored(err error, setMin, setMax bool) error {
+	switch {
+	case !errors.Is(err, coord.ErrInvalidOverride) || setMin == setMax:
+		return err
+	case setMin:
+		return fmt.Errorf("%w (the max is the one the key has: give --max too, or --clear-max)", err)
+	default:
+		return fmt.Errorf("%w (the min is the one the key has: give --min too, or --clear-min)", err)
+	}
 }
