@@ -292,9 +292,9 @@ func (n *Node) limiterRefusal(err error, weight int) error {
 func (n *Node) learningErr(err error) error {
 	return refusal(ErrLearning, err, "key %q is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): "+
 		"until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration "+
-		"its nodes reported (for a key the database first saw after the loss, any key's), at least %v here; "+
-		"fleetctl watch shows when it ends — node %q is granted no more than it holds",
-		n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.NodeID)
+		"its nodes reported (for a key the database first saw after the loss, any key's) from the loss, so at least "+
+		"this node's %v and possibly much longer; fleetctl watch %q shows when it ends — node %q is granted no more than it holds",
+		n.cfg.Key, n.cfg.LeaseTTL+n.cfg.MaxRequestDuration, n.cfg.Key, n.cfg.NodeID)
 }
 
 // drainingErr is err with the reason a drained node refuses: its share

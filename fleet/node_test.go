@@ -1020,8 +1020,8 @@ func TestLearningModeIsSaid(t *testing.T) {
 	require.ErrorIs(t, err, ErrLearning)
 	require.ErrorContains(t, err, `key "k" is in learning mode (the database may have lost state — a failover, a restore or any server restart — or an operator ran fleetctl relearn): `+
 		`until every request of before must have ended — the key's longest lease plus the longest MaxRequestDuration `+
-		`its nodes reported (for a key the database first saw after the loss, any key's), at least 500ms here; `+
-		`fleetctl watch shows when it ends — node "a" is granted no more than it holds`)
+		`its nodes reported (for a key the database first saw after the loss, any key's) from the loss, so at least `+
+		`this node's 500ms and possibly much longer; fleetctl watch "k" shows when it ends — node "a" is granted no more than it holds`)
 	// A wait the limiter's bound ends says so too; a pause (the upstream's
 	// Retry-After) keeps its own reason.
 	_, err = a.AcquireRequest(t.Context(), adaptive.Request{Weight: 1, Priority: adaptive.DefaultPriority})
