@@ -161,7 +161,7 @@ func TestRefusalsNoShareCuresHoldNoFloor(t *testing.T) {
 		weight   int
 	}{
 		{"weight above L_global", 100, 30},
-		{"weight L_global can never reach", 2_000_000, 1_500_000},
+		{"weight of the most a limit can be", coord.MaxCount, coord.MaxCount},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bubble.Test(t, func(t *testing.T) {
