@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // Context carries the request's hard bound: it is done at admission +
 // Config.MaxRequestDuration, or when the context given to Acquire is, and
 // the request must have really ended by then — the fleet keeps the slot
-// reserved that long and no longer, whatever happens to the node. Call
+// reserved that long and no longer, whatever happens to the node: a lease
+// still unsettled at its bound is freed then, and the node's log says so
+// (at most once a minute, with the count). Call
 // CheckSend right before sending. Settle the lease exactly once with
 // Release, ReleaseRTT, Refuse, Unavailable, Drop or Ignore when the
 // upstream has answered, with Unsent when the request was never sent, or
@@ -44,6 +47,7 @@ type Lease struct {
 	recorded *atomic.Bool
 
 	settled *atomic.Bool // set by the first settle or Abandon; nil for the zero Lease
+	expiry  *time.Timer  // frees the slot at the bound if the lease is still unsettled; nil for the zero Lease
 }
 
 // bound returns a lease for a under parent's context, bounded by n's
@@ -54,7 +58,42 @@ func (n *Node) bound(parent context.Context, a admission) Lease {
 	if n.cfg.Rate.Learn {
 		le.recorded = new(atomic.Bool)
 	}
+	le.expiry = time.AfterFunc(time.Until(le.bound), le.expire)
 	return le
+}
+
+// expire frees the slot of a lease its caller did not settle by its
+// bound, when the request has ended by assumption, as Ignore would: a
+// lease lost by its caller (a path that forgot to settle it, a panic
+// recovered above it) would hold its slot for the life of the process.
+func (le Lease) expire() {
+	if le.settle(le.lease.Ignore) {
+		le.node.expired.note(le.node.log, le.node.cfg.MaxRequestDuration)
+	}
+}
+
+// expiredLeases counts the leases freed unsettled at their bound, for a
+// warning at most once a minute. Safe for concurrent use.
+type expiredLeases struct {
+	count  atomic.Uint64 // since the last warning
+	logged atomic.Int64  // Unix nanoseconds of the last warning; 0: none
+}
+
+// expiredLogEvery is the least time between two warnings of expired leases.
+const expiredLogEvery = time.Minute
+
+// note counts one expired lease, and logs the count since the last warning
+// unless one was logged less than expiredLogEvery ago.
+func (e *expiredLeases) note(log *slog.Logger, bound time.Duration) {
+	n := e.count.Add(1)
+	now := time.Now().UnixNano()
+	last := e.logged.Load()
+	if last != 0 && now-last < int64(expiredLogEvery) || !e.logged.CompareAndSwap(last, now) {
+		return
+	}
+	n = e.count.Swap(0)
+	log.Warn("leases not settled by their bound were freed there: settle every lease Acquire returns (a deferred Abandon(false) after the others is a no-op once one ran)",
+		"leases", n, "max_request_duration", bound)
 }
 
 // bound returns a lease for le under parent's context, bounded by cfg.
@@ -286,6 +325,7 @@ func (le Lease) Abandon(drop bool) {
 	if le.ctx == nil || !le.settled.CompareAndSwap(false, true) {
 		return
 	}
+	le.stopExpiry()
 	le.cancel()
 	abandon(le.lease, drop, le.bound, le.hold)
 }
@@ -311,9 +351,17 @@ func (le Lease) settle(fn func()) bool {
 	if le.settled != nil && !le.settled.CompareAndSwap(false, true) {
 		return false
 	}
+	le.stopExpiry()
 	fn()
 	if le.cancel != nil {
 		le.cancel()
 	}
 	return true
+}
+
+// stopExpiry stops the timer that frees an unsettled lease at its bound.
+func (le Lease) stopExpiry() {
+	if le.expiry != nil {
+		le.expiry.Stop()
+	}
 }

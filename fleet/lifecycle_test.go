@@ -3,15 +3,19 @@ package fleet
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // retryOnce is a coordinator wrapper that sends its first report twice,
@@ -250,18 +254,19 @@ func TestStopDuringAFailingSchemaCheck(t *testing.T) {
 	requireDeparted(t, mem)
 }
 
-// TestStopBoundedByTheRequestBound: a lease never settled holds Stop for
+// TestStopBoundedByTheRequestBound: a slot never freed holds Stop for
 // MaxRequestDuration at most (by then every request admitted before Stop
-// has reached its bound); Stop then leaves, reporting it in flight.
+// has reached its bound); Stop then leaves, reporting it in flight. (A
+// Lease of the node's is freed at its bound, see TestUnsettledLeaseFreedAtItsBound:
+// here the slot is one taken from the node's limiter directly.)
 func TestStopBoundedByTheRequestBound(t *testing.T) {
 	t.Parallel()
 	mem := coord.NewMemory(nil)
 	cfg := testConfig("k", "a")
 	cfg.MaxRequestDuration = 300 * time.Millisecond
 	n := startNode(t, mem, cfg)
-	_, err := n.Acquire(t.Context()) // never settled
-	require.NoError(t, err)
-	err = n.Stop(context.Background())
+	eventually(t, func() bool { _, ok := n.Limiter().TryAcquire(); return ok }, "a slot of the limiter's") // never settled
+	err := n.Stop(context.Background())
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "left with 1 request still in flight")
 	require.ErrorContains(t, err, "MaxRequestDuration (300ms) passed since Stop")
@@ -269,6 +274,39 @@ func TestStopBoundedByTheRequestBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, coord.StatusDeparted, rows[0].Status)
 	require.Equal(t, 1, rows[0].Inflight, "the request still counts until its hold ends")
+}
+
+// TestUnsettledLeaseFreedAtItsBound: a lease its caller never settles
+// (lost on a path that forgot it) frees its slot at its bound, as the
+// Lease's documentation says the fleet keeps it no longer, and the log
+// says so once for the leases of a minute; a settle after it does nothing.
+// Before, the slot stayed held for the life of the process.
+func TestUnsettledLeaseFreedAtItsBound(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		var logs syncBuffer
+		cfg := testConfig("k", "a")
+		cfg.MaxRequestDuration = 300 * time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		lost, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		lost2, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		settled, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		settled.Release()
+		require.Equal(t, 2, n.State().Inflight)
+		time.Sleep(time.Until(lost.Deadline()) - time.Millisecond)
+		require.Equal(t, 2, n.State().Inflight, "held until the bound")
+		time.Sleep(time.Until(lost2.Deadline()))
+		synctest.Wait()
+		require.Zero(t, n.State().Inflight, "freed at the bound")
+		require.Equal(t, 1, strings.Count(logs.String(), "leases not settled by their bound were freed there"), logs.String())
+		lost.Release()
+		lost2.Drop()
+		require.Zero(t, n.Limiter().Snapshot().Drops, "a settle after the bound does nothing")
+		require.NoError(t, n.Stop(context.Background()), "nothing left in flight")
+	})
 }
 
 // TestStopAfterFailedStartLeaves: a Start whose first heartbeat reached

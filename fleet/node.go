@@ -61,6 +61,7 @@ type Node struct {
 	floor    floorBackoff // refusals in a row at the last slot (see Lease.Refuse)
 	wanting  atomic.Bool  // a demand floor (wanted) may be held
 	wantedAt atomic.Int64 // Unix nanoseconds: when the floor was last held (see wantedSince)
+	expired  expiredLeases
 
 	kick       chan struct{} // asks the loop for an early heartbeat
 	stop       chan struct{} // closed by Stop to end the loop
