@@ -337,6 +337,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"limits", "get", "nope"}, 1, `fleetctl: limits get: unknown key "nope"`},
 		{[]string{"watch", "nope", "--count", "1"}, 1, `fleetctl: watch: unknown key "nope"`},
 		{[]string{"drain", "api", "ghost"}, 1, `fleetctl: drain: unknown node "ghost" on key "api"`},
+		{[]string{"drain", "api", " node-a"}, 1, `fleetctl: drain: unknown node " node-a" on key "api" (it begins or ends with white space or a byte order mark, which fleet.New refuses in a node id)`},
+		{[]string{"nodes", "api "}, 1, `fleetctl: nodes: unknown key "api " (it begins or ends with white space or a byte order mark, which fleet.New refuses in a key)`},
 		{[]string{"undrain", "nope", "ghost"}, 1, `fleetctl: undrain: unknown key "nope"`},
 		{[]string{"evict", "api", "ghost"}, 1, `fleetctl: evict: unknown node "ghost" on key "api"`},
 		{[]string{"limits", "set", "api", "--min", "50", "--max", "10"}, 2, `fleetctl: limits set: --max 10 is below --min 50`},

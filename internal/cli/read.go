@@ -44,7 +44,7 @@ func adminError(err error, key, nodeID string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, coord.ErrUnknownNode):
-		return fmt.Errorf("unknown node %q on key %q", nodeID, key)
+		return fmt.Errorf("unknown node %q on key %q%s", nodeID, key, paddedNote(nodeID, "node id"))
 	case errors.Is(err, coord.ErrUnknownKey):
 		return unknownKeyError(key)
 	case errors.Is(err, coord.ErrInvalidOverride):
@@ -100,7 +100,17 @@ func findKey(ctx context.Context, admin coord.Admin, key string) (coord.KeyInfo,
 // unknownKeyError says key has no row; it wraps coord.ErrUnknownKey
 // without repeating its text.
 func unknownKeyError(key string) error {
-	return &wrapped{msg: fmt.Sprintf("unknown key %q", key), err: coord.ErrUnknownKey}
+	return &wrapped{msg: fmt.Sprintf("unknown key %q%s", key, paddedNote(key, "key")), err: coord.ErrUnknownKey}
+}
+
+// paddedNote says why no key or node can have the name s, when s begins or
+// ends with white space or a byte order mark (see coord.Padded): empty
+// otherwise.
+func paddedNote(s, what string) string {
+	if !coord.Padded(s) {
+		return ""
+	}
+	return " (it begins or ends with white space or a byte order mark, which fleet.New refuses in a " + what + ")"
 }
 
 // wrapped is an error with its own message that wraps err.
