@@ -25,7 +25,7 @@
 //
 // Stop keeps heartbeating while the requests in flight finish, then leaves
 // so the node's capacity is free at once; when shutdownCtx ends first, or
-// MaxRequestDuration passes (a lease never settled), the node leaves with
+// MaxRequestDuration passes (a slot never freed), the node leaves with
 // those requests reserved for MaxRequestDuration and Stop says so. An operator may drain a node id (its share drops to 0 until
 // undrained, across restarts) or evict it (every instance of the node id
 // then fences for good, drains and leaves; a new process with the same

@@ -74,8 +74,7 @@ func (n *Node) holdFor() time.Duration {
 
 // evictedAndDrained reports whether the node was evicted and has nothing in
 // flight any more — or MaxRequestDuration has passed since it learned of
-// its eviction, by which every request it admitted has ended (a lease still
-// unsettled then was leaked).
+// its eviction, by which every request it admitted has reached its bound.
 func (n *Node) evictedAndDrained() bool {
 	if !n.fence.State().Evicted {
 		return false
@@ -605,7 +604,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 			"epoch", g.Epoch, "generation", g.Generation, "applied_epoch", epoch, "applied_generation", gen)
 		return
 	}
-	fenced, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
+	_, deadline := n.fence.Renew(now, sent, g.LeaseRemaining)
 	if g.Status == coord.StatusEvicted {
 		n.mu.Lock()
 		if n.evictedAt.IsZero() {
@@ -618,7 +617,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 	n.mu.Lock()
 	first := !n.joined
 	wasOutage, oldShare, oldStatus, wasLearning := n.outage, n.share, n.status, n.learning
-	lifted := n.leaseFenced && !fenced
+	lifted := n.leaseFenced && !n.fence.State().Fenced // after Evict: an evicted node stays fenced
 	if lifted {
 		n.leaseFenced = false
 	}
@@ -699,7 +698,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.log.Info("coordinator reachable again", "share", g.Share)
 	}
 	if lifted {
-		n.log.Info("lease renewed: fence lifted, admitting again", "share", g.Share)
+		n.log.Info("lease renewed: fence lifted", "share", g.Share)
 	}
 	if g.Status != oldStatus && !first {
 		n.log.Info("node status changed", "status", g.Status, "was", oldStatus)

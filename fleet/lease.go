@@ -15,9 +15,10 @@ import (
 // Context carries the request's hard bound: it is done at admission +
 // Config.MaxRequestDuration, or when the context given to Acquire is, and
 // the request must have really ended by then — the fleet keeps the slot
-// reserved that long and no longer, whatever happens to the node: a lease
-// still unsettled at its bound is freed then, and the node's log says so
-// (at most once a minute, with the count). Call
+// reserved that long and no longer, whatever happens to the node. A lease
+// still unsettled a second after its bound (its caller lost it) is freed
+// then, counted in fleetlimit_leases_expired_total, and warned of in the
+// node's log (at most once a minute, and at Stop, with the count). Call
 // CheckSend right before sending. Settle the lease exactly once with
 // Release, ReleaseRTT, Refuse, Unavailable, Drop or Ignore when the
 // upstream has answered, with Unsent when the request was never sent, or
@@ -47,7 +48,7 @@ type Lease struct {
 	recorded *atomic.Bool
 
 	settled *atomic.Bool // set by the first settle or Abandon; nil for the zero Lease
-	expiry  *time.Timer  // frees the slot at the bound if the lease is still unsettled; nil for the zero Lease
+	expiry  *time.Timer  // frees the slot expiryGrace after the bound if the lease is still unsettled; nil for the zero Lease
 }
 
 // bound returns a lease for a under parent's context, bounded by n's
@@ -58,42 +59,58 @@ func (n *Node) bound(parent context.Context, a admission) Lease {
 	if n.cfg.Rate.Learn {
 		le.recorded = new(atomic.Bool)
 	}
-	le.expiry = time.AfterFunc(time.Until(le.bound), le.expire)
+	le.expiry = time.AfterFunc(time.Until(le.bound)+expiryGrace, le.expire)
 	return le
 }
 
-// expire frees the slot of a lease its caller did not settle by its
-// bound, when the request has ended by assumption, as Ignore would: a
-// lease lost by its caller (a path that forgot to settle it, a panic
-// recovered above it) would hold its slot for the life of the process.
+// expiryGrace is how long after its bound a lease still unsettled is
+// freed: a caller whose request ran to the bound settles it just after
+// (Abandon(true) for the timeout, a drop the estimate must see), and only
+// a lease nobody will settle should be freed without its outcome.
+const expiryGrace = time.Second
+
+// expire frees the slot of a lease its caller did not settle by its bound
+// and expiryGrace after it, when the request has ended by assumption, as
+// Ignore would: a lease lost by its caller (a path that forgot to settle
+// it, a panic recovered above it) would hold its slot for the life of the
+// process.
 func (le Lease) expire() {
 	if le.settle(le.lease.Ignore) {
 		le.node.expired.note(le.node.log, le.node.cfg.MaxRequestDuration)
 	}
 }
 
-// expiredLeases counts the leases freed unsettled at their bound, for a
-// warning at most once a minute. Safe for concurrent use.
+// expiredLeases counts the leases freed unsettled (see Lease.expire), for
+// the metric and for a warning at most once a minute. Safe for concurrent
+// use.
 type expiredLeases struct {
-	count  atomic.Uint64 // since the last warning
-	logged atomic.Int64  // Unix nanoseconds of the last warning; 0: none
+	total   atomic.Uint64 // ever
+	pending atomic.Uint64 // since the last warning
+	logged  atomic.Int64  // Unix nanoseconds of the last warning; 0: none
 }
 
 // expiredLogEvery is the least time between two warnings of expired leases.
 const expiredLogEvery = time.Minute
 
-// note counts one expired lease, and logs the count since the last warning
-// unless one was logged less than expiredLogEvery ago.
+// note counts one expired lease, and warns of those not yet warned of
+// unless a warning came less than expiredLogEvery ago.
 func (e *expiredLeases) note(log *slog.Logger, bound time.Duration) {
-	n := e.count.Add(1)
+	e.total.Add(1)
+	e.pending.Add(1)
 	now := time.Now().UnixNano()
 	last := e.logged.Load()
 	if last != 0 && now-last < int64(expiredLogEvery) || !e.logged.CompareAndSwap(last, now) {
 		return
 	}
-	n = e.count.Swap(0)
-	log.Warn("leases not settled by their bound were freed there: settle every lease Acquire returns (a deferred Abandon(false) after the others is a no-op once one ran)",
-		"leases", n, "max_request_duration", bound)
+	e.flush(log, bound)
+}
+
+// flush warns of the expired leases not yet warned of, if any.
+func (e *expiredLeases) flush(log *slog.Logger, bound time.Duration) {
+	if n := e.pending.Swap(0); n > 0 {
+		log.Warn("leases nobody settled were freed a second after their bound: settle every lease (a deferred Abandon(false) after the others is a no-op once one ran)",
+			"leases", n, "max_request_duration", bound)
+	}
 }
 
 // bound returns a lease for le under parent's context, bounded by cfg.

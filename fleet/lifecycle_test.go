@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
@@ -277,10 +280,10 @@ func TestStopBoundedByTheRequestBound(t *testing.T) {
 }
 
 // TestUnsettledLeaseFreedAtItsBound: a lease its caller never settles
-// (lost on a path that forgot it) frees its slot at its bound, as the
-// Lease's documentation says the fleet keeps it no longer, and the log
-// says so once for the leases of a minute; a settle after it does nothing.
-// Before, the slot stayed held for the life of the process.
+// (lost on a path that forgot it) frees its slot a second after its bound,
+// counted in the metric and warned of in the log (once for the leases of
+// a minute, the rest at Stop); a settle after it does nothing. Before, the
+// slot stayed held for the life of the process.
 func TestUnsettledLeaseFreedAtItsBound(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		var logs syncBuffer
@@ -290,22 +293,83 @@ func TestUnsettledLeaseFreedAtItsBound(t *testing.T) {
 		n := startNode(t, coord.NewMemory(nil), cfg)
 		lost, err := n.Acquire(t.Context())
 		require.NoError(t, err)
+		time.Sleep(10 * time.Millisecond)
 		lost2, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		settled, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		settled.Release()
 		require.Equal(t, 2, n.State().Inflight)
-		time.Sleep(time.Until(lost.Deadline()) - time.Millisecond)
-		require.Equal(t, 2, n.State().Inflight, "held until the bound")
-		time.Sleep(time.Until(lost2.Deadline()))
+		time.Sleep(time.Until(lost.Deadline()) + expiryGrace - time.Millisecond)
+		require.Equal(t, 2, n.State().Inflight, "held until a second after the bound")
+		time.Sleep(time.Until(lost2.Deadline()) + expiryGrace)
 		synctest.Wait()
-		require.Zero(t, n.State().Inflight, "freed at the bound")
-		require.Equal(t, 1, strings.Count(logs.String(), "leases not settled by their bound were freed there"), logs.String())
+		require.Zero(t, n.State().Inflight, "freed a second after the bound")
+		require.Equal(t, uint64(2), n.expired.total.Load())
+		reg := prometheus.NewPedanticRegistry()
+		require.NoError(t, reg.Register(n.Collector()))
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleetlimit_leases_expired_total Leases nobody settled, freed a second after their bound (fleet.Lease).
+# TYPE fleetlimit_leases_expired_total counter
+fleetlimit_leases_expired_total{key="k",node="a"} 2
+`), "fleetlimit_leases_expired_total"))
 		lost.Release()
 		lost2.Drop()
-		require.Zero(t, n.Limiter().Snapshot().Drops, "a settle after the bound does nothing")
+		require.Zero(t, n.Limiter().Snapshot().Drops, "a settle after the expiry does nothing")
+		require.Equal(t, 1, strings.Count(logs.String(), "leases nobody settled were freed"), "one warning in a minute")
 		require.NoError(t, n.Stop(context.Background()), "nothing left in flight")
+		warned := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "leases nobody settled were freed") {
+				var k int
+				_, err := fmt.Sscanf(line[strings.Index(line, "leases="):], "leases=%d", &k)
+				require.NoError(t, err)
+				warned += k
+			}
+		}
+		require.Equal(t, 2, warned, "every expired lease warned of, the last at Stop:\n%s", logs.String())
+	})
+}
+
+// TestTimeoutAtTheBoundKeepsItsDrop: a request that runs to its bound and
+// is settled at once with Abandon(true), as the README's program does,
+// counts its drop, and no warning blames its caller: the expiry of a lease
+// nobody settled waits a second past the bound.
+func TestTimeoutAtTheBoundKeepsItsDrop(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		var logs syncBuffer
+		cfg := testConfig("k", "a")
+		cfg.MaxRequestDuration = 300 * time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		drops := n.Limiter().Snapshot().Drops
+		<-le.Context().Done()
+		le.Abandon(true)
+		require.Equal(t, drops+1, n.Limiter().Snapshot().Drops, "the timeout is a drop")
+		time.Sleep(2 * expiryGrace)
+		synctest.Wait()
+		require.Zero(t, n.State().Inflight)
+		require.NotContains(t, logs.String(), "leases nobody settled")
+		require.Zero(t, n.expired.total.Load())
+	})
+}
+
+// TestStopDrainedAsItsWaitEndsIsClean: a lease lost just before Stop is
+// freed about when Stop's wait of MaxRequestDuration ends; a Stop that
+// finds nothing in flight once it ends leaves cleanly, instead of saying
+// it left with 0 requests still in flight.
+func TestStopDrainedAsItsWaitEndsIsClean(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		cfg := testConfig("k", "a")
+		cfg.MaxRequestDuration = 302 * time.Millisecond // Stop's wait polls every 5 ms: it ends between two polls
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		// Freed within Stop's wait, after its last poll.
+		time.AfterFunc(cfg.MaxRequestDuration-time.Millisecond, le.Ignore)
+		require.NoError(t, n.Stop(context.Background()))
 	})
 }
 

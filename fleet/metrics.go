@@ -32,7 +32,7 @@ type metrics struct {
 
 	limit, estimate, share, lGlobal, inflight, queued, peerInflight, liveNodes  *prometheus.Desc
 	drops, rejections, heartbeatFailures, fenceEvents, fenced, outage, draining *prometheus.Desc
-	learning, quotaPauses, waitingNodes                                         *prometheus.Desc
+	learning, quotaPauses, waitingNodes, expiredLeases                          *prometheus.Desc
 
 	// Rate budgets, labelled "dimension" (requests, tokens), per minute.
 	rateKey, rateShare, rateLearned, rateDemand, rateUsed *prometheus.Desc
@@ -77,6 +77,7 @@ func newMetrics(n *Node) *metrics {
 		rejections:        desc("rejections_total", rejectionsHelp),
 		heartbeatFailures: desc("heartbeat_failures_total", "Heartbeats that failed or timed out."),
 		fenceEvents:       desc("fencings_total", "Times the node was fenced."),
+		expiredLeases:     desc("leases_expired_total", "Leases nobody settled, freed a second after their bound (fleet.Lease)."),
 		fenced:            desc("fenced", "1 while the node is fenced: before its first grant, when its lease is about to run out (under HoldLastShare it admits at its last share even so), or once evicted."),
 		outage:            desc("outage", "1 while the last heartbeat failed."),
 		draining:          desc("draining", "1 while an operator drains the node."),
@@ -108,7 +109,7 @@ func newMetrics(n *Node) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.limit, m.estimate, m.share, m.lGlobal, m.inflight, m.queued,
 		m.peerInflight, m.liveNodes, m.waitingNodes, m.drops, m.rejections, m.heartbeatFailures, m.fenceEvents, m.fenced,
-		m.outage, m.draining, m.learning, m.quotaPauses, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
+		m.outage, m.draining, m.learning, m.quotaPauses, m.expiredLeases, m.prioAdmitted, m.prioAdmittedWeight, m.prioRefused,
 		m.prioTimedOut, m.prioCancelled, m.prioQueued, m.prioWaits, m.prioWaitSeconds, m.rateKey, m.rateShare,
 		m.rateLearned, m.rateDemand, m.rateUsed, m.rateWaiting, m.rateWaits} {
 		ch <- d
@@ -139,6 +140,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.heartbeatFailures, m.heartbeatErrors.Load())
 	counter(m.fenceEvents, m.fencings.Load())
 	counter(m.quotaPauses, m.quotaPaused.Load())
+	counter(m.expiredLeases, m.node.expired.total.Load())
 	gauge(m.fenced, b2f(s.Fenced))
 	gauge(m.outage, b2f(s.Outage))
 	gauge(m.draining, b2f(s.Status == coord.StatusDraining))

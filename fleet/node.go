@@ -318,8 +318,7 @@ func (n *Node) leaveIfSent(ctx context.Context) error {
 // finish — so the lease that covers them stays alive — then stops the
 // heartbeats and leaves, freeing the node's capacity at once. If ctx ends
 // first, or Config.MaxRequestDuration passes (by which every request
-// admitted before Stop has reached its bound, where a Lease never settled
-// is freed; a slot taken from the Limiter directly and never freed holds
+// admitted before Stop has reached its bound: a lease never settled holds
 // Stop no longer), Stop leaves anyway and tells the coordinator how many
 // requests are still in flight: their capacity stays reserved for
 // Config.MaxRequestDuration, by which they must have ended; Stop then
@@ -391,7 +390,8 @@ func (n *Node) drainAndLeave(ctx context.Context) error {
 	n.log.Info("fleet node stopping", "inflight", n.lim.Inflight())
 
 	// Every request admitted before now reaches its bound within
-	// MaxRequestDuration: a lease never settled holds Stop no longer.
+	// MaxRequestDuration: a lease never settled (one lost a moment before
+	// Stop is freed a second after that, see Lease) holds Stop no longer.
 	drainCtx, cancelDrain := context.WithTimeout(ctx, n.cfg.MaxRequestDuration)
 	drainErr := n.waitDrained(drainCtx)
 	cancelDrain()
@@ -411,7 +411,11 @@ func (n *Node) drainAndLeave(ctx context.Context) error {
 	if left {
 		return nil
 	}
+	n.expired.flush(n.log, n.cfg.MaxRequestDuration)
 	inflight := n.lim.Inflight()
+	if inflight == 0 {
+		drainErr = nil // drained as the wait ended: nothing is left in flight to say so of
+	}
 	err := n.leave(context.WithoutCancel(ctx), inflight)
 	switch {
 	case err != nil && drainErr != nil:

@@ -1095,3 +1095,43 @@ func TestFenceLiftedIsLogged(t *testing.T) {
 		require.NotContains(t, logs.String(), "coordinator reachable again", "no heartbeat failed")
 	})
 }
+
+// evictingCoordinator is slowCoordinator that, once armed, evicts the
+// node before it answers its next prompt heartbeat.
+type evictingCoordinator struct {
+	*coord.Memory
+	delay     atomic.Int64 // nanoseconds
+	evictNext atomic.Bool
+}
+
+func (s *evictingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		time.Sleep(d)
+	} else if s.evictNext.CompareAndSwap(true, false) {
+		if err := s.Evict(ctx, r.Key, r.NodeID); err != nil {
+			return coord.Grant{}, err
+		}
+	}
+	return s.Memory.Heartbeat(ctx, r)
+}
+
+// TestFenceLiftedIsNotLoggedOnEviction: a renewal that says the node was
+// evicted lifts nothing, and the log does not say it did.
+func TestFenceLiftedIsNotLoggedOnEviction(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		s := &evictingCoordinator{Memory: coord.NewMemory(nil)}
+		var logs syncBuffer
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatTimeout = cfg.LeaseTTL
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		a := startNode(t, s, cfg)
+		s.delay.Store(int64(170 * time.Millisecond))
+		eventually(t, func() bool { return a.State().Fenced }, "fenced by late replies")
+		s.evictNext.Store(true)
+		s.delay.Store(0)
+		eventually(t, func() bool { return strings.Contains(logs.String(), "evicted") }, "evicted")
+		time.Sleep(time.Second)
+		require.True(t, a.State().Fenced)
+		require.NotContains(t, logs.String(), "fence lifted")
+	})
+}

@@ -338,6 +338,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"watch", "nope", "--count", "1"}, 1, `fleetctl: watch: unknown key "nope"`},
 		{[]string{"drain", "api", "ghost"}, 1, `fleetctl: drain: unknown node "ghost" on key "api"`},
 		{[]string{"drain", "api", " node-a"}, 1, `fleetctl: drain: unknown node " node-a" on key "api" (it begins or ends with white space or a byte order mark, which fleet.New refuses in a node id)`},
+		{[]string{"limits", "set", "api ", "--max", "5"}, 1, `fleetctl: limits set: unknown key "api " (it begins or ends with white space or a byte order mark, which fleet.New refuses in a key)`},
 		{[]string{"nodes", "api "}, 1, `fleetctl: nodes: unknown key "api " (it begins or ends with white space or a byte order mark, which fleet.New refuses in a key)`},
 		{[]string{"undrain", "nope", "ghost"}, 1, `fleetctl: undrain: unknown key "nope"`},
 		{[]string{"evict", "api", "ghost"}, 1, `fleetctl: evict: unknown node "ghost" on key "api"`},

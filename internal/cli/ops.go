@@ -446,6 +446,9 @@ Prints the key's limits and rates after the change.`, coord.MaxCount, coord.MaxR
 			}
 			key := args[0]
 			unknownKey := func() error {
+				if coord.Padded(key) {
+					return unknownKeyError(key) // no key can have the name: keys create refuses it
+				}
 				return fmt.Errorf("unknown key %q (to cap a key before any node joins: %s)",
 					key, shellCommand("keys create --max N", key))
 			}
