@@ -376,7 +376,7 @@ func (le Lease) settle(fn func()) bool {
 	return true
 }
 
-// stopExpiry stops the timer that frees an unsettled lease at its bound.
+// stopExpiry stops the timer that frees an unsettled lease after its bound.
 func (le Lease) stopExpiry() {
 	if le.expiry != nil {
 		le.expiry.Stop()

@@ -323,7 +323,7 @@ func (n *Node) leaveIfSent(ctx context.Context) error {
 // requests are still in flight: their capacity stays reserved for
 // Config.MaxRequestDuration, by which they must have ended; Stop then
 // returns an error wrapping ctx.Err() (or context.DeadlineExceeded) that
-// says so. Should the leave itself
+// says so, unless none is left in flight by the time it leaves. Should the leave itself
 // fail, the coordinator still reserves whatever the node may hold until its
 // lease has ended plus MaxRequestDuration. Stop on a node that is
 // starting waits for Start to leave what its heartbeat joined; on a node
@@ -408,10 +408,10 @@ func (n *Node) drainAndLeave(ctx context.Context) error {
 	}
 	left := n.left
 	n.mu.Unlock()
+	n.expired.flush(n.log, n.cfg.MaxRequestDuration)
 	if left {
 		return nil
 	}
-	n.expired.flush(n.log, n.cfg.MaxRequestDuration)
 	inflight := n.lim.Inflight()
 	if inflight == 0 {
 		drainErr = nil // drained as the wait ended: nothing is left in flight to say so of
