@@ -51,11 +51,14 @@ func (n *Node) Acquire(ctx context.Context) (Lease, error) {
 // ceiling has reached a share that rose (see docs/design.md §4: a rise is
 // taken up over a round trip). Safe for concurrent use.
 func (n *Node) AcquireRequest(ctx context.Context, r adaptive.Request) (Lease, error) {
+	arrived := time.Now()
 	a, err := n.acquire(ctx, r, TokensFrom(ctx), true)
 	if err != nil {
 		return Lease{}, err
 	}
-	return n.bound(ctx, a), nil
+	le := n.bound(ctx, a)
+	le.arrived = arrived
+	return le, nil
 }
 
 // admission is an admitted request: its slot, and its debit from the
@@ -447,4 +450,33 @@ func (n *Node) holdWanted(weight int) {
 		n.wantedAt.Store(now.UnixNano())
 	}
 	n.mu.Unlock()
+}
+
+// lateness judges a request whose context's deadline left it at least
+// two no-load round trips of the upstream (the limiter's RTTNoload) when
+// it arrived, and less once admitted: the admission wait took its time.
+// With less than one left, it cannot be answered in time, and an error
+// wrapping ErrLate and context.DeadlineExceeded says not to send it; with
+// less than two, late says that its timeout is no overload signal. A
+// request that arrived with less, or while no round trip is known, is
+// sent — a caller's own short deadline — unless its deadline has passed
+// already: that one is never sent either. Its timeout counts as a drop
+// if it was sent with at least one RTTNoload left, time the upstream
+// answers in with no load; with less, it could not have been answered in
+// time whatever the load (a probe's tight timeout), and late says so.
+func (n *Node) lateness(ctx context.Context, arrived time.Time) (late bool, err error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return false, nil
+	}
+	left := time.Until(deadline)
+	noload := n.lim.RTTNoload()
+	if left > 0 && (noload <= 0 || deadline.Sub(arrived) < 2*noload) {
+		return left < noload, nil
+	}
+	if left < noload || left <= 0 {
+		return false, fmt.Errorf("%w: %v of the deadline left to send it in, the upstream's no-load round trip is %v; not sent: %w",
+			ErrLate, max(left, 0).Round(time.Microsecond), noload.Round(time.Microsecond), context.DeadlineExceeded)
+	}
+	return left < 2*noload, nil
 }

@@ -33,7 +33,8 @@ var ErrNotStarted = errors.New("fleet: node not started")
 // trip (the limiter's RTTNoload), when it arrived with two or more, and
 // for one whose deadline had passed when it was admitted: it could not be
 // answered in time, so it is not sent, its slot is freed at once and its
-// rate debit given back. Acquire, AcquireRequest and Transport also
+// rate debit given back. Lease.CheckSend returns it alike, counting from
+// the call of Acquire: settle the lease with Unsent. Acquire, AcquireRequest and Transport also
 // return it for a request that waited for the key's rate share until its
 // bound (Config.MaxRequestDuration after it took its slot): it is not
 // sent either. The error also wraps context.DeadlineExceeded.

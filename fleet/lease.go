@@ -47,6 +47,7 @@ type Lease struct {
 	sent     time.Time
 	recorded *atomic.Bool
 
+	arrived time.Time    // when AcquireRequest was called; zero for TryAcquireRequest's (see CheckSend)
 	settled *atomic.Bool // set by the first settle or Abandon; nil for the zero Lease
 	expiry  *time.Timer  // frees the slot expiryGrace after the bound if the lease is still unsettled; nil for the zero Lease
 }
@@ -137,18 +138,29 @@ func (le Lease) Context() context.Context {
 // evicted since the admission; ErrFenced when, under FailClosed, the
 // node's lease did not hold without a break since the admission (the
 // process was frozen, or cut off from the database, in between — even if
-// a renewal has lifted the fence since); or the Context's cause when it
-// has ended (its bound passed, or Acquire's context ended: a free slot is
+// a renewal has lifted the fence since); ErrLate when its Context's
+// deadline, which left it at least two of the upstream's no-load round
+// trips (the limiter's RTTNoload) when Acquire was called, now leaves less
+// than one — the admission's and the rate's waits, or the caller's own
+// work since, took its time, and it could not be answered in time — or
+// has passed (its bound, or the caller's deadline); or the Context's cause
+// when it has ended otherwise (Acquire's context ended: a free slot is
 // taken even for a context already done). A process frozen between the
 // admission and the send would otherwise send the request so late that it
 // ran at the upstream past its bound, when its slot is freed, and past the
 // capacity the fleet reserved for the node, beside requests admitted into
-// that capacity since. Transport makes the same check before every send
-// (and refuses one too late for its deadline, ErrLate, which CheckSend
-// leaves to the caller). The zero Lease's is nil.
+// that capacity since. Transport makes the same checks before every send.
+// The zero Lease's is nil.
 func (le Lease) CheckSend() error {
 	if le.node != nil {
 		if err := le.node.sendErr(le.admitted); err != nil {
+			return err
+		}
+		arrived := le.arrived
+		if arrived.IsZero() {
+			arrived = le.admitted // TryAcquireRequest's: no wait before the admission
+		}
+		if _, err := le.node.lateness(le.ctx, arrived); err != nil {
 			return err
 		}
 	}

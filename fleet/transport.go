@@ -367,7 +367,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	err = t.node.sendErr(admitted)
 	late := false
 	if err == nil {
-		late, err = t.lateness(req.Context(), arrived)
+		late, err = t.node.lateness(req.Context(), arrived)
 	}
 	if err == nil && req.Context().Err() != nil {
 		// A free slot is taken even for a context already done (see
@@ -1158,35 +1158,6 @@ func neverConnected(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// lateness judges a request whose context's deadline left it at least
-// two no-load round trips of the upstream (the limiter's RTTNoload) when
-// it arrived, and less once admitted: the admission wait took its time.
-// With less than one left, it cannot be answered in time, and an error
-// wrapping ErrLate and context.DeadlineExceeded says not to send it; with
-// less than two, late says that its timeout is no overload signal. A
-// request that arrived with less, or while no round trip is known, is
-// sent — a caller's own short deadline — unless its deadline has passed
-// already: that one is never sent either. Its timeout counts as a drop
-// if it was sent with at least one RTTNoload left, time the upstream
-// answers in with no load; with less, it could not have been answered in
-// time whatever the load (a probe's tight timeout), and late says so.
-func (t *transport) lateness(ctx context.Context, arrived time.Time) (late bool, err error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return false, nil
-	}
-	left := time.Until(deadline)
-	noload := t.node.lim.RTTNoload()
-	if left > 0 && (noload <= 0 || deadline.Sub(arrived) < 2*noload) {
-		return left < noload, nil
-	}
-	if left < noload || left <= 0 {
-		return false, fmt.Errorf("%w: %v of the deadline left after the admission wait, the upstream's no-load round trip is %v; not sent: %w",
-			ErrLate, max(left, 0).Round(time.Microsecond), noload.Round(time.Microsecond), context.DeadlineExceeded)
-	}
-	return left < 2*noload, nil
 }
 
 // pastDeadline reports whether ctx's deadline has passed. http.Client's

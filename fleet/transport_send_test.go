@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // roundTripFunc is an http.RoundTripper made of a function.
@@ -283,5 +284,44 @@ func TestCheckSend(t *testing.T) {
 		require.ErrorIs(t, lease.CheckSend(), context.Canceled)
 		lease.Unsent()
 		require.NoError(t, Lease{}.CheckSend(), "the zero Lease holds nothing to refuse")
+	})
+}
+
+// TestCheckSendLate: CheckSend refuses, with ErrLate, a request whose
+// deadline left it two or more no-load round trips when Acquire was
+// called and less than one now (the caller's work, or a wait, took its
+// time), as Transport refuses one before sending; with one or more left it
+// lets it go, and a deadline already passed is ErrLate too.
+func TestCheckSendLate(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		const rtt = 20 * time.Millisecond
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		client := &http.Client{Transport: n.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+			time.Sleep(rtt)
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+		}))}
+		for range 3 {
+			resp, err := client.Get("http://upstream.test/")
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		require.Equal(t, rtt, n.Limiter().RTTNoload())
+
+		check := func(work time.Duration) error {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*rtt)
+			defer cancel()
+			le, err := n.Acquire(ctx)
+			require.NoError(t, err)
+			defer le.Unsent()
+			time.Sleep(work)
+			return le.CheckSend()
+		}
+		require.NoError(t, check(3*rtt), "two round trips left")
+		err := check(4*rtt + rtt/2)
+		require.ErrorIs(t, err, ErrLate, "half a round trip left")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, "10ms of the deadline left")
+		require.ErrorIs(t, check(6*rtt), ErrLate, "the deadline passed")
+		require.Zero(t, n.State().Inflight)
 	})
 }
