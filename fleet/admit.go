@@ -454,7 +454,9 @@ func (n *Node) holdWanted(weight int) {
 
 // lateness judges a request whose context's deadline left it at least
 // two no-load round trips of the upstream (the limiter's RTTNoload) when
-// it arrived, and less once admitted: the admission wait took its time.
+// it arrived (at Transport, or at Acquire for Lease.CheckSend), and less
+// now: the admission wait (and, for CheckSend, anything since) took its
+// time.
 // With less than one left, it cannot be answered in time, and an error
 // wrapping ErrLate and context.DeadlineExceeded says not to send it; with
 // less than two, late says that its timeout is no overload signal. A

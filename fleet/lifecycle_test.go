@@ -279,6 +279,16 @@ func TestStopBoundedByTheRequestBound(t *testing.T) {
 	require.Equal(t, 1, rows[0].Inflight, "the request still counts until its hold ends")
 }
 
+// shortBoundNode starts node "a" of key "k" with a MaxRequestDuration of
+// 300 ms, logging to logs.
+func shortBoundNode(t *testing.T, logs *syncBuffer) *Node {
+	t.Helper()
+	cfg := testConfig("k", "a")
+	cfg.MaxRequestDuration = 300 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	return startNode(t, coord.NewMemory(nil), cfg)
+}
+
 // TestUnsettledLeaseFreedAtItsBound: a lease its caller never settles
 // (lost on a path that forgot it) frees its slot a second after its bound,
 // counted in the metric and warned of in the log (once for the leases of
@@ -287,10 +297,7 @@ func TestStopBoundedByTheRequestBound(t *testing.T) {
 func TestUnsettledLeaseFreedAtItsBound(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		var logs syncBuffer
-		cfg := testConfig("k", "a")
-		cfg.MaxRequestDuration = 300 * time.Millisecond
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		n := startNode(t, coord.NewMemory(nil), cfg)
+		n := shortBoundNode(t, &logs)
 		lost, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		time.Sleep(10 * time.Millisecond)
@@ -338,10 +345,7 @@ fleetlimit_leases_expired_total{key="k",node="a"} 2
 func TestTimeoutAtTheBoundKeepsItsDrop(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		var logs syncBuffer
-		cfg := testConfig("k", "a")
-		cfg.MaxRequestDuration = 300 * time.Millisecond
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		n := startNode(t, coord.NewMemory(nil), cfg)
+		n := shortBoundNode(t, &logs)
 		le, err := n.Acquire(t.Context())
 		require.NoError(t, err)
 		drops := n.Limiter().Snapshot().Drops

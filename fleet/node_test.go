@@ -1057,54 +1057,17 @@ func TestLabelsAreCopied(t *testing.T) {
 	require.Equal(t, map[string]string{"zone": "a"}, nodes[0].Labels)
 }
 
-// slowCoordinator answers every heartbeat after a delay, when one is set:
-// the replies of a process frozen past its fence deadline, which come
-// late but come.
-type slowCoordinator struct {
-	coord.Coordinator
-	delay atomic.Int64 // nanoseconds
-}
-
-func (s *slowCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		time.Sleep(d)
-	}
-	return s.Coordinator.Heartbeat(ctx, r)
-}
-
-// TestFenceLiftedIsLogged: a node fenced by its lease's expiry with no
-// heartbeat failing (its replies came late, as a frozen process's do)
-// says so in its log when a renewal lifts the fence, not only when it
-// fenced.
-func TestFenceLiftedIsLogged(t *testing.T) {
-	bubble.Test(t, func(t *testing.T) {
-		s := &slowCoordinator{Coordinator: coord.NewMemory(nil)}
-		var logs syncBuffer
-		cfg := testConfig("k", "a")
-		cfg.HeartbeatTimeout = cfg.LeaseTTL
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		a := startNode(t, s, cfg)
-		// The fence deadline is a reply's send time + LeaseTTL − FenceMargin
-		// (150 ms): replies 170 ms late let it pass before each one comes.
-		s.delay.Store(int64(170 * time.Millisecond))
-		eventually(t, func() bool { return a.State().Fenced }, "fenced by late replies")
-		s.delay.Store(0)
-		eventually(t, func() bool { return !a.State().Fenced }, "renewed")
-		eventually(t, func() bool { return strings.Contains(logs.String(), "fence lifted") }, "the lift logged")
-		require.Contains(t, logs.String(), "lease expiring: fenced")
-		require.NotContains(t, logs.String(), "coordinator reachable again", "no heartbeat failed")
-	})
-}
-
-// evictingCoordinator is slowCoordinator that, once armed, evicts the
-// node before it answers its next prompt heartbeat.
-type evictingCoordinator struct {
+// lateCoordinator answers every heartbeat after a delay, when one is set:
+// the replies of a process frozen past its fence deadline, which come late
+// but come. Once armed with evictNext, it evicts the node before it
+// answers its next prompt heartbeat.
+type lateCoordinator struct {
 	*coord.Memory
 	delay     atomic.Int64 // nanoseconds
 	evictNext atomic.Bool
 }
 
-func (s *evictingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+func (s *lateCoordinator) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
 	if d := time.Duration(s.delay.Load()); d > 0 {
 		time.Sleep(d)
 	} else if s.evictNext.CompareAndSwap(true, false) {
@@ -1115,18 +1078,45 @@ func (s *evictingCoordinator) Heartbeat(ctx context.Context, r coord.Report) (co
 	return s.Memory.Heartbeat(ctx, r)
 }
 
+// fencedByLateReplies starts node "a" of key "k" on a lateCoordinator,
+// logging to logs, and returns once late replies have fenced it, with no
+// heartbeat failed. Call it in a bubble.
+func fencedByLateReplies(t *testing.T, logs *syncBuffer) (*lateCoordinator, *Node) {
+	t.Helper()
+	s := &lateCoordinator{Memory: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.HeartbeatTimeout = cfg.LeaseTTL
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	a := startNode(t, s, cfg)
+	// The fence deadline is a reply's send time + LeaseTTL − FenceMargin
+	// (150 ms): replies 170 ms late let it pass before each one comes.
+	s.delay.Store(int64(170 * time.Millisecond))
+	eventually(t, func() bool { return a.State().Fenced }, "fenced by late replies")
+	return s, a
+}
+
+// TestFenceLiftedIsLogged: a node fenced by its lease's expiry with no
+// heartbeat failing (its replies came late, as a frozen process's do)
+// says so in its log when a renewal lifts the fence, not only when it
+// fenced.
+func TestFenceLiftedIsLogged(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		var logs syncBuffer
+		s, a := fencedByLateReplies(t, &logs)
+		s.delay.Store(0)
+		eventually(t, func() bool { return !a.State().Fenced }, "renewed")
+		eventually(t, func() bool { return strings.Contains(logs.String(), "fence lifted") }, "the lift logged")
+		require.Contains(t, logs.String(), "lease expiring: fenced")
+		require.NotContains(t, logs.String(), "coordinator reachable again", "no heartbeat failed")
+	})
+}
+
 // TestFenceLiftedIsNotLoggedOnEviction: a renewal that says the node was
 // evicted lifts nothing, and the log does not say it did.
 func TestFenceLiftedIsNotLoggedOnEviction(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
-		s := &evictingCoordinator{Memory: coord.NewMemory(nil)}
 		var logs syncBuffer
-		cfg := testConfig("k", "a")
-		cfg.HeartbeatTimeout = cfg.LeaseTTL
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		a := startNode(t, s, cfg)
-		s.delay.Store(int64(170 * time.Millisecond))
-		eventually(t, func() bool { return a.State().Fenced }, "fenced by late replies")
+		s, a := fencedByLateReplies(t, &logs)
 		s.evictNext.Store(true)
 		s.delay.Store(0)
 		eventually(t, func() bool { return strings.Contains(logs.String(), "evicted") }, "evicted")
