@@ -365,6 +365,27 @@ func (n *Node) sendErr(admitted time.Time) error {
 	return fmt.Errorf("%w: the lease ran out after the request was admitted; it was not sent", ErrFenced)
 }
 
+// sendCheck makes the checks before a send of a request admitted at
+// admitted that arrived at arrived, on ctx: sendErr, lateness, and ctx's
+// end. It returns lateness's late, and the first error, with ended set
+// when that error is ctx's cause, returned bare so that each caller can
+// say it in its own words. Transport.roundTrip and Lease.CheckSend make
+// these checks.
+func (n *Node) sendCheck(ctx context.Context, admitted, arrived time.Time) (late, ended bool, err error) {
+	if err := n.sendErr(admitted); err != nil {
+		return false, false, err
+	}
+	if late, err = n.lateness(ctx, arrived); err != nil {
+		return false, false, err
+	}
+	if ctx.Err() != nil {
+		// A free slot is taken even for a context already done (see
+		// Node.AcquireRequest); such a request is not sent.
+		return late, true, context.Cause(ctx)
+	}
+	return late, false, nil
+}
+
 // tooHeavyForFleet returns an error wrapping adaptive.ErrTooHeavy when a
 // weight exceeds the key's global limit as last granted: no share can
 // hold it while L_global stays where it is, and L_global grows only with

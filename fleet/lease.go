@@ -152,22 +152,18 @@ func (le Lease) Context() context.Context {
 // that capacity since. Transport makes the same checks before every send.
 // The zero Lease's is nil.
 func (le Lease) CheckSend() error {
-	if le.node != nil {
-		if err := le.node.sendErr(le.admitted); err != nil {
-			return err
-		}
-		arrived := le.arrived
-		if arrived.IsZero() {
-			arrived = le.admitted // TryAcquireRequest's: no wait before the admission
-		}
-		if _, err := le.node.lateness(le.ctx, arrived); err != nil {
-			return err
-		}
+	if le.node == nil {
+		return nil
 	}
-	if le.ctx != nil && le.ctx.Err() != nil {
-		return fmt.Errorf("fleet: the lease's context ended before the request was sent: %w", context.Cause(le.ctx))
+	arrived := le.arrived
+	if arrived.IsZero() {
+		arrived = le.admitted // TryAcquireRequest's: no wait before the admission
 	}
-	return nil
+	_, ended, err := le.node.sendCheck(le.ctx, le.admitted, arrived)
+	if ended {
+		return fmt.Errorf("fleet: the lease's context ended before the request was sent: %w", err)
+	}
+	return err
 }
 
 // Deadline returns the request's hard bound: admission +

@@ -364,16 +364,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		t.admitted()
 	}
 	admitted := le.Admitted()
-	err = t.node.sendErr(admitted)
-	late := false
-	if err == nil {
-		late, err = t.node.lateness(req.Context(), arrived)
-	}
-	if err == nil && req.Context().Err() != nil {
-		// A free slot is taken even for a context already done (see
-		// Node.AcquireRequest); such a request is not sent.
-		err = context.Cause(req.Context())
-	}
+	late, _, err := t.node.sendCheck(req.Context(), admitted, arrived)
 	if err != nil {
 		le.Ignore()
 		a.debit.cancel()
