@@ -86,7 +86,7 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 		err error
 	)
 	if wait {
-		le, err = n.waitRequest(ctx, r)
+		le, err = n.waitForSlot(ctx, r, tokens)
 	} else {
 		le, err = n.lim.TryAcquireRequest(r)
 	}
@@ -117,6 +117,28 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	n.rate.sent(1, tokens)
 	n.holdWanted(r.Weight)
 	return admission{lease: le, debit: n.rate.newDebit(n, t, !sent.IsZero(), tokens, limit, time.Now()), sent: sent}, nil
+}
+
+// waitForSlot is waitRequest, counting the request, on a key with a rate,
+// as waiting for a slot while it waits: rateReport counts such requests in
+// the rate demand of a node without a rate share, so that a joiner's rate
+// share does not wait for its concurrency share to come first and its
+// requests to reach the pacer.
+func (n *Node) waitForSlot(ctx context.Context, r adaptive.Request, tokens int64) (adaptive.Lease, error) {
+	rs := n.rate
+	if !rs.paced.Load() {
+		return n.waitRequest(ctx, r)
+	}
+	if limit := rs.tokenCap(); limit > 0 {
+		tokens = min(tokens, limit) // as pace counts it
+	}
+	rs.slotWait.Add(1)
+	rs.slotWaitTok.Add(tokens)
+	defer func() {
+		rs.slotWait.Add(-1)
+		rs.slotWaitTok.Add(-tokens)
+	}()
+	return n.waitRequest(ctx, r)
 }
 
 // waitRequest is the limiter's AcquireRequest, counting a caller of a

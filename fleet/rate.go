@@ -185,9 +185,12 @@ type rateState struct {
 	// does not, an admission costs two atomic adds.
 	paced atomic.Bool
 	// arrived counts requests and tokens asked for since the last report;
-	// waiting the requests and tokens waiting on the pacer now.
+	// waiting the requests and tokens waiting on the pacer now; slotWait
+	// those waiting for a slot now, on a key with a rate (see
+	// Node.acquire).
 	arrivedReq, arrivedTok atomic.Int64
 	waiting, waitingTok    atomic.Int64
+	slotWait, slotWaitTok  atomic.Int64
 	waits                  atomic.Uint64 // requests that waited, for the metrics
 	// sentReq and sentTok count the requests let go since the last
 	// report and their tokens: estimates, corrected when settled.
@@ -471,8 +474,12 @@ const demandMemory = 5 * time.Second
 // the previous one: the node's estimate of the key's rate, its rate
 // demand, the shares it applies, and what it sent in the last minute. The
 // demand on each dimension is the larger of what the node was asked for
-// since the last report, plus what waits now and what it owes (a token
-// bucket in debt), per minute, and that amount averaged over demandMemory.
+// since the last report, plus what waits now for the rate — and, on a
+// dimension where the key has a rate and the node no share, for a slot —
+// and what it owes (a token bucket in debt), per minute, and that amount
+// averaged over demandMemory. Requests waiting for a slot count only
+// without a share: a node held back by its own limit would otherwise
+// claim rate it cannot send.
 func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied, used coord.Rates) {
 	r := n.rate
 	elapsed = max(elapsed, 10*time.Millisecond)
@@ -486,9 +493,15 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 		float64(r.arrivedReq.Swap(0)+r.waiting.Load()) * per,
 		(float64(r.arrivedTok.Swap(0)+r.waitingTok.Load()) + debt) * per,
 	}
+	slotWait := [2]int64{r.slotWait.Load(), r.slotWaitTok.Load()}
 	keep := math.Exp(-float64(elapsed) / float64(demandMemory))
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for i, rated := range [2]bool{r.keyRate.Requests > 0 && r.share.Requests == 0, r.keyRate.Tokens > 0 && r.share.Tokens == 0} {
+		if rated {
+			want[i] += float64(slotWait[i]) * per
+		}
+	}
 	for i := range r.avgDemand {
 		if r.avgDemand[i] == 0 {
 			r.avgDemand[i] = want[i] // the first demand seen, not a ramp from nothing

@@ -108,6 +108,42 @@ func TestRateSharedByDemand(t *testing.T) {
 	})
 }
 
+// TestJoinerClaimsRateWhileWaitingForASlot: a node joins a key of 600
+// requests a minute whose whole rate and concurrency another node holds,
+// heartbeats a second apart. Its requests wait for a slot first, before
+// they reach its pacer; counted in its rate demand only from there, its
+// rate share stayed 0 for 4 to 5 heartbeats (the concurrency handover,
+// then the rate's), and it sent 1 request to the other's 42 in its first
+// 5 s. Counted while they wait for the slot, its rate is claimed beside
+// its concurrency, and it has a share within 3 heartbeats.
+func TestJoinerClaimsRateWhileWaitingForASlot(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := rateKey(t, 600, 0)
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = time.Second, 4*time.Second, time.Second
+		a := startNode(t, c, cfg)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		var (
+			mu           sync.Mutex
+			wg           sync.WaitGroup
+			sentA, sentB []time.Time
+		)
+		closedLoop(ctx, a, 4, 0, &sentA, &mu, &wg)
+		time.Sleep(10 * time.Second)
+		require.Equal(t, int64(600), a.Rates().Share.Requests, "the first node holds the whole rate")
+		cfg.NodeID = "b"
+		b := startNode(t, c, cfg)
+		closedLoop(ctx, b, 4, 0, &sentB, &mu, &wg)
+		time.Sleep(3 * time.Second)
+		share := b.Rates().Share.Requests
+		<-ctx.Done()
+		wg.Wait()
+		t.Logf("the joiner's rate share 3 s after it joined: %d of 600", share)
+		require.Positive(t, share, "the joiner claims its rate while its requests wait for a slot")
+	})
+}
+
 // TestRateTokensSettled: a token rate of 6,000 a minute, requests
 // estimated at 10 tokens that cost 100: the settled cost, not the
 // estimate, bounds the pace.
