@@ -318,8 +318,9 @@ func (n *Node) leaveIfSent(ctx context.Context) error {
 // finish — so the lease that covers them stays alive — then stops the
 // heartbeats and leaves, freeing the node's capacity at once. If ctx ends
 // first, or Config.MaxRequestDuration passes (by which every request
-// admitted before Stop has reached its bound: a lease never settled holds
-// Stop no longer), Stop leaves anyway and tells the coordinator how many
+// admitted before Stop has reached its bound; a Lease never settled is
+// freed a second after its bound, so one admitted in the last second
+// before Stop may still be held then), Stop leaves anyway and tells the coordinator how many
 // requests are still in flight: their capacity stays reserved for
 // Config.MaxRequestDuration, by which they must have ended; Stop then
 // returns an error wrapping ctx.Err() (or context.DeadlineExceeded) that
