@@ -161,7 +161,17 @@ func startBackend(ctx context.Context) (*backend, error) {
 	}
 	dockerErr := dockerReachable(ctx)
 	if dockerErr == nil {
-		return startDocker(ctx)
+		b, err := startDocker(ctx)
+		if !errors.Is(err, errNoImage) {
+			return b, err
+		}
+		if _, binErr := pgtemp.FindBinDir(); binErr != nil {
+			return nil, err
+		}
+		if b, err = startInitdb(ctx); err == nil {
+			b.note = fmt.Sprintf("the Docker engine has no image %s (build it with `make pg-image`): using %s", dockerImage(), BackendInitdb)
+		}
+		return b, err
 	}
 	if errors.Is(dockerErr, errUnsafeEnv) {
 		return nil, dockerErr

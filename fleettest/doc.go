@@ -14,7 +14,9 @@
 //  2. A reachable Docker engine: a testcontainers-go postgres container from
 //     the local image FLEET_PG_IMAGE (default "fleetlimit/postgres:15", built
 //     offline by scripts/build-pg-image.sh; `make pg-image`). The image is
-//     never pulled: a missing image is an error. Backend "docker".
+//     never pulled: without it, the backend is initdb's when initdb is
+//     found (the test log says so), and an error naming the image
+//     otherwise. Backend "docker".
 //  3. initdb and postgres on PATH or under /usr/lib/postgresql/*/bin: a
 //     throwaway cluster from internal/pgtemp. Backend "initdb".
 //  4. Otherwise tests skip with a message saying what to install, except when

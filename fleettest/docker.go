@@ -32,6 +32,10 @@ const containerLabel = "org.fleetlimit.fleettest"
 // dockerPingTimeout bounds the check for a reachable Docker engine.
 const dockerPingTimeout = 5 * time.Second
 
+// errNoImage marks a Docker engine without the Postgres image: the
+// backend chosen by default falls back to initdb then.
+var errNoImage = errors.New("the image is never pulled")
+
 // errUnsafeEnv marks an environment in which testcontainers-go could send
 // traffic off the machine or try to pull an image; the docker backend refuses
 // to start in it.
@@ -148,8 +152,8 @@ func startDocker(ctx context.Context) (*backend, error) {
 	defer cli.Close()
 	_, err = cli.ImageInspect(ctx, image)
 	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("fleettest: %s backend: image %s is not present locally and no registry is reachable; build it with `make pg-image` (scripts/build-pg-image.sh %s), or set %s=%s",
-			BackendDocker, image, image, envBackend, BackendInitdb)
+		return nil, fmt.Errorf("fleettest: %s backend: image %s is not present locally and no registry is reachable; build it with `make pg-image` (scripts/build-pg-image.sh %s), or set %s=%s: %w",
+			BackendDocker, image, image, envBackend, BackendInitdb, errNoImage)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fleettest: %s backend: inspect image %s: %w", BackendDocker, image, err)
