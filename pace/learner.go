@@ -218,8 +218,8 @@ type Check struct {
 //	below RecoverPct            rate = rate + SpeedupStep  (additive increase)
 //	otherwise (the dead zone)   rate unchanged
 //
-// then bounds the rate to [MinRate, MaxRate] and to the ceiling, if any
-// (SetCeiling). A period with fewer than
+// then bounds the rate to [MinRate, MaxRate]; the rate paced by is at most
+// the ceiling, if any (SetCeiling), and judged as such. A period with fewer than
 // MinRequests requests changes nothing. The rate starts at WarmRate (a
 // value stored from Rate) or SeedRate.
 //
@@ -244,7 +244,8 @@ type Learner struct {
 	last     Check
 	checked  bool
 	// saturated marks the period in progress (NeedSaturation); ceiling
-	// caps the rate when > 0 (SetCeiling).
+	// caps the rate paced by when > 0 (SetCeiling), and rate keeps what
+	// was learned above it.
 	saturated bool
 	ceiling   float64
 	cutAt     time.Time // end of the period of the last cut
@@ -337,9 +338,12 @@ func (l *Learner) Saturated(now time.Time) {
 
 // SetCeiling caps the rate at ceiling from now on — a provider's stated
 // limit, from its quota headers — lowering it at once if it is above, even
-// below MinRate; increases stop there. A ceiling of 0 removes the cap. It
-// returns an error naming the value when ceiling is negative, NaN or
-// infinite; nothing changes then.
+// below MinRate; increases stop there, and a period above the target error
+// rate cuts from the ceiling. A rate learned above the ceiling is kept,
+// and comes back when a later call lifts the cap: one reply that states a
+// tiny limit does not erase it. A ceiling of 0 removes the cap. It returns
+// an error naming the value when ceiling is negative, NaN or infinite;
+// nothing changes then.
 func (l *Learner) SetCeiling(now time.Time, ceiling float64) error {
 	if !(ceiling >= 0) || math.IsInf(ceiling, 0) {
 		return fmt.Errorf("pace: learner ceiling must be >= 0 and finite, got %v", ceiling)
@@ -348,10 +352,16 @@ func (l *Learner) SetCeiling(now time.Time, ceiling float64) error {
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
 	l.ceiling = ceiling
-	if ceiling > 0 {
-		l.rate = min(l.rate, ceiling)
-	}
 	return nil
+}
+
+// pacedLocked is the rate paced by: the rate, capped by the ceiling if
+// any. The caller holds l.mu.
+func (l *Learner) pacedLocked() float64 {
+	if l.ceiling > 0 {
+		return min(l.rate, l.ceiling)
+	}
+	return l.rate
 }
 
 // Rate returns the rate at now, after judging every period that has ended:
@@ -360,7 +370,7 @@ func (l *Learner) Rate(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
-	return l.rate
+	return l.pacedLocked()
 }
 
 // LastCheck returns the last period judged by now, and false if none has
@@ -403,24 +413,26 @@ func (l *Learner) judgeLocked(end time.Time) {
 		switch {
 		case c.ErrorPct > l.cfg.TargetErrorPct:
 			c.Action = Decreased
-			cut := l.rate / l.cfg.BackoffMul
+			paced := l.pacedLocked()
+			cut := paced / l.cfg.BackoffMul
 			if acc, ok := l.accepted.rate(end); ok {
-				cut = max(cut/l.cfg.BackoffMul, min(acc, l.rate*(1-l.cfg.TargetErrorPct/100)))
+				cut = max(cut/l.cfg.BackoffMul, min(acc, paced*(1-l.cfg.TargetErrorPct/100)))
 			}
 			l.rate = max(l.cfg.MinRate, cut)
 			l.cut, l.cutAt, l.cutTo = true, end, l.rate
 		case c.ErrorPct < l.cfg.RecoverPct && (l.saturated || !l.cfg.NeedSaturation) &&
 			!(l.cut && end.Sub(l.cutAt) < l.cfg.HoldAfterCut):
 			c.Action = Increased
-			l.rate = min(l.cfg.MaxRate, l.raised())
+			raised := min(l.cfg.MaxRate, l.raised())
+			if l.ceiling > 0 && raised > l.ceiling {
+				raised = max(l.rate, l.ceiling) // up to the ceiling; a rate kept above it stays
+			}
+			l.rate = raised
 		default:
 			c.Action = Held
 		}
 	}
-	if l.ceiling > 0 {
-		l.rate = min(l.rate, l.ceiling)
-	}
-	c.Rate = l.rate
+	c.Rate = l.pacedLocked()
 	l.last, l.checked = c, true
 	l.saturated = false
 	l.requests, l.errs = 0, 0

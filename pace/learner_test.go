@@ -194,7 +194,10 @@ func TestLearnerNeedSaturation(t *testing.T) {
 }
 
 // TestLearnerCeiling: a ceiling lowers the rate at once, even below
-// MinRate, and stops increases; 0 removes it; bad values are refused.
+// MinRate, and stops increases; a rate learned above it comes back when it
+// is lifted (it was overwritten: one reply stating a limit of 1 a minute
+// left a learned 720 a minute at 1 for 80 s after the next reply lifted
+// it); 0 removes it; bad values are refused.
 func TestLearnerCeiling(t *testing.T) {
 	t.Parallel()
 	l := newLearner(t, LearnerConfig{SeedRate: 30})
@@ -203,12 +206,29 @@ func TestLearnerCeiling(t *testing.T) {
 	require.NoError(t, l.RecordN(at(2*time.Second), 100, 0))
 	require.Equal(t, 10.0, l.Rate(at(5*time.Second)), "no increase past the ceiling")
 	require.NoError(t, l.SetCeiling(at(6*time.Second), 0))
+	require.Equal(t, 30.0, l.Rate(at(6*time.Second)), "the cap removed, the rate learned comes back")
 	require.NoError(t, l.RecordN(at(6*time.Second), 100, 0))
-	require.Equal(t, 12.0, l.Rate(at(10*time.Second)), "the cap removed, the step applies")
+	require.Equal(t, 32.0, l.Rate(at(10*time.Second)), "and the step applies")
+	require.NoError(t, l.SetCeiling(at(11*time.Second), 1e6))
+	require.Equal(t, 32.0, l.Rate(at(11*time.Second)), "a ceiling above the rate changes nothing")
+	require.NoError(t, l.SetCeiling(at(12*time.Second), 20))
+	require.NoError(t, l.RecordN(at(12*time.Second), 100, 50))
+	require.Less(t, l.Rate(at(15*time.Second)), 20.0, "a bad period cuts from the ceiling, the rate paced by")
 	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
-		require.ErrorContains(t, l.SetCeiling(at(11*time.Second), bad), "ceiling must be >= 0")
+		require.ErrorContains(t, l.SetCeiling(at(16*time.Second), bad), "ceiling must be >= 0")
 	}
-	require.Equal(t, 12.0, l.Rate(at(11*time.Second)))
+}
+
+// TestLearnerCeilingIncreasesUpToIt: under a ceiling above the rate,
+// increases stop at the ceiling.
+func TestLearnerCeilingIncreasesUpToIt(t *testing.T) {
+	t.Parallel()
+	l := newLearner(t, LearnerConfig{SeedRate: 30})
+	require.NoError(t, l.SetCeiling(at(0), 31))
+	require.NoError(t, l.RecordN(at(time.Second), 100, 0))
+	require.Equal(t, 31.0, l.Rate(at(5*time.Second)), "30 + 2 capped at 31")
+	require.NoError(t, l.SetCeiling(at(5*time.Second), 0))
+	require.Equal(t, 31.0, l.Rate(at(5*time.Second)), "the rate learned under the cap is 31")
 }
 
 // TestLearnerHoldAfterCut: after a cut, good periods within HoldAfterCut
