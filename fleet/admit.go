@@ -387,14 +387,31 @@ func (n *Node) sendErr(admitted time.Time) error {
 	return fmt.Errorf("%w: the lease ran out after the request was admitted; it was not sent", ErrFenced)
 }
 
+// pausedSince returns an error wrapping the limiter's *adaptive.PauseError
+// while an upstream's pause (Retry-After, a quota exhausted: see
+// quotaPause) is in effect, for a request admitted before it and not yet
+// sent: nothing is sent while paused. A stopping or evicted node's pause
+// is not the upstream's: nil then, and its own errors say so where they
+// apply.
+func (n *Node) pausedSince() error {
+	perr := n.lim.Paused()
+	if perr == nil || n.admissionErr() != nil {
+		return nil
+	}
+	return fmt.Errorf("fleet: the upstream asked for a pause after the request was admitted; it was not sent: %w", perr)
+}
+
 // sendCheck makes the checks before a send of a request admitted at
-// admitted that arrived at arrived, on ctx: sendErr, lateness, and ctx's
-// end. It returns lateness's late, and the first error, with ended set
+// admitted that arrived at arrived, on ctx: sendErr, pausedSince,
+// lateness, and ctx's end. It returns lateness's late, and the first error, with ended set
 // when that error is ctx's cause, returned bare so that each caller can
 // say it in its own words. Transport.roundTrip and Lease.CheckSend make
 // these checks.
 func (n *Node) sendCheck(ctx context.Context, admitted, arrived time.Time) (late, ended bool, err error) {
 	if err := n.sendErr(admitted); err != nil {
+		return false, false, err
+	}
+	if err := n.pausedSince(); err != nil {
 		return false, false, err
 	}
 	if late, err = n.lateness(ctx, arrived); err != nil {

@@ -143,9 +143,12 @@ func (le Lease) Context() context.Context {
 // trips (the limiter's RTTNoload) when Acquire was called, now leaves less
 // than one — the admission's and the rate's waits, or the caller's own
 // work since, took its time, and it could not be answered in time — or
-// has passed (its bound, or the caller's deadline); or the Context's cause
-// when it has ended otherwise (Acquire's context ended: a free slot is
-// taken even for a context already done). A process frozen between the
+// has passed (its bound, or the caller's deadline); an *adaptive.PauseError
+// (errors.Is adaptive.ErrPaused) while the upstream's pause that started
+// since the admission lasts (a Retry-After, a quota used up: nothing is
+// sent while paused); or the Context's cause when it has ended otherwise
+// (Acquire's context ended: a free slot is taken even for a context
+// already done). A process frozen between the
 // admission and the send would otherwise send the request so late that it
 // ran at the upstream past its bound, when its slot is freed, and past the
 // capacity the fleet reserved for the node, beside requests admitted into

@@ -85,6 +85,8 @@ type Node struct {
 	appliedGen     int64
 	status         coord.Status
 	drained        context.Context // done while an operator drains the node: it ends the waits for the rate (see pace)
+	pausing        context.Context // done when an upstream's pause starts (see quotaPause), then replaced: it ends the waits for the rate
+	endPausing     context.CancelFunc
 	endDrained     context.CancelFunc
 	learning       bool
 	peerInflight   int
@@ -167,6 +169,7 @@ func NewWithCoordinator(c coord.Coordinator, cfg Config) (*Node, error) {
 		done:     make(chan struct{}),
 	}
 	n.drained, n.endDrained = context.WithCancel(context.Background())
+	n.pausing, n.endPausing = context.WithCancel(context.Background())
 	n.fence, err = fence.New(fence.Config{SafetyMargin: cfg.FenceMargin, OnFenced: n.onFenced})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)

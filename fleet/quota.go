@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"time"
@@ -67,6 +68,15 @@ func (n *Node) quotaPause(now time.Time, d time.Duration) {
 	}
 	m.quotaMu.Unlock()
 	n.lim.RetryAfter(d)
+	if d > 0 {
+		// Requests waiting for the rate hold slots admitted before the
+		// pause: they fail with it too (see waitRate), and send nothing.
+		n.mu.Lock()
+		end := n.endPausing
+		n.pausing, n.endPausing = context.WithCancel(context.Background())
+		n.mu.Unlock()
+		end()
+	}
 }
 
 // statusOverloaded is the status Anthropic's API answers when it is

@@ -293,6 +293,10 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.pacer.Cancel(now, t)
 		return pace.Ticket{}, 0, time.Time{}, err
 	}
+	if err := n.pausedSince(); err != nil {
+		r.pacer.Cancel(now, t) // an upstream's pause started as the wait ended
+		return pace.Ticket{}, 0, time.Time{}, err
+	}
 	return t, limit, now, nil
 }
 
@@ -312,25 +316,51 @@ func (r *rateState) tokenCap() int64 {
 	return max(int64(float64(perMinute)*r.cfg.Window.Minutes()), 1)
 }
 
-// waitRate waits for the rate until ctx ends or a drain reaches the node
-// (see pace).
+// waitRate waits for the rate until ctx ends, a drain reaches the node,
+// or an upstream's pause starts (see pace).
 func (n *Node) waitRate(ctx context.Context, tokens int64) (pace.Ticket, error) {
-	n.mu.Lock()
-	drained := n.drained
-	n.mu.Unlock()
+	for {
+		n.mu.Lock()
+		drained, pausing := n.drained, n.pausing
+		n.mu.Unlock()
+		t, err := n.waitRateOnce(ctx, tokens, drained, pausing)
+		if !errors.Is(err, errPausing) {
+			return t, err
+		}
+		if perr := n.lim.Paused(); perr != nil {
+			return pace.Ticket{}, fmt.Errorf("fleet: the upstream asked for a pause while the request waited for the rate; not sent: %w", perr)
+		}
+		// A pause already over: wait on.
+	}
+}
+
+// waitRateOnce is one wait of waitRate, ended by drained or pausing
+// too, the latter with an error wrapping errPausing.
+func (n *Node) waitRateOnce(ctx context.Context, tokens int64, drained, pausing context.Context) (pace.Ticket, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(drained, func() { cancel(errDrained) })
-	defer stop()
+	stopDrained := context.AfterFunc(drained, func() { cancel(errDrained) })
+	defer stopDrained()
+	stopPausing := context.AfterFunc(pausing, func() { cancel(errPausing) })
+	defer stopPausing()
 	t, err := n.rate.pacer.Wait(wctx, tokens)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errDrained) {
-		return pace.Ticket{}, n.drainingErr(fmt.Errorf("%w while waiting for the rate", adaptive.ErrQueueFull))
+	if err != nil && ctx.Err() == nil {
+		switch cause := context.Cause(wctx); {
+		case errors.Is(cause, errDrained):
+			return pace.Ticket{}, n.drainingErr(fmt.Errorf("%w while waiting for the rate", adaptive.ErrQueueFull))
+		case errors.Is(cause, errPausing):
+			return pace.Ticket{}, cause
+		}
 	}
 	return t, err
 }
 
-// errDrained is the cause that ends a wait for the rate at a drain.
-var errDrained = errors.New("drained")
+// errDrained and errPausing are the causes that end a wait for the rate
+// at a drain and at the start of an upstream's pause.
+var (
+	errDrained = errors.New("drained")
+	errPausing = errors.New("pausing")
+)
 
 // sent counts requests let go and their tokens, for the usage reported
 // (Node.acquire, once a request has passed pace).

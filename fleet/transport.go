@@ -242,7 +242,10 @@ import (
 //     headers were not written goes through on its slot.
 //   - The error for a request not sent is its cause's — http.Client's
 //     url.Error adds the method and URL — wrapped (errors.Is finds
-//     ErrLate, ErrFenced, context's errors), and is a timeout (the
+//     ErrLate, ErrFenced, adaptive.ErrPaused — an upstream's pause that
+//     began after the request's admission, while it waited for the rate,
+//     say: nothing is sent while paused — context's errors), and is a
+//     timeout (the
 //     Timeout method that url.Error and os.IsTimeout consult) when its
 //     cause is one: ErrLate, or a deadline that ended while it waited for
 //     admission (a slot or the rate).
