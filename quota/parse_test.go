@@ -223,6 +223,19 @@ func TestParseRetryAfterWithPolicies(t *testing.T) {
 	}, info)
 }
 
+// TestParseOversizedDecimalKeepsTheField: a member whose reset is a
+// 400-digit Decimal dropped the whole RateLimit field, and with it a
+// sibling's nothing-left-for-5-s; it is capped as an Integer is.
+func TestParseOversizedDecimalKeepsTheField(t *testing.T) {
+	t.Parallel()
+	huge := "1" + strings.Repeat("0", 400)
+	for _, v := range []string{huge, huge + ".5"} {
+		until, ok := Parse(header("RateLimit", `"a";r=0;t=5, "b";r=1;t=`+v), now).Exhausted(now)
+		require.True(t, ok, "a t of %d characters", len(v))
+		require.Equal(t, now.Add(5*time.Second), until)
+	}
+}
+
 func TestParseReadsCanonicalNamesOnly(t *testing.T) {
 	t.Parallel()
 	h := http.Header{"x-ratelimit-remaining-requests": {"0"}} // set by hand, not by Set or the client

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -220,8 +221,14 @@ func (p *sfParser) number() (sfValue, bool) {
 		if !p.digits() {
 			return sfValue{}, false
 		}
+		// Digits only, so ParseFloat can only fail on range: saturate as
+		// an Integer does, so that one member's oversized value does not
+		// drop the whole field.
 		f, err := strconv.ParseFloat(p.s[start:p.i], 64)
-		return sfValue{kind: sfDecimal, num: f}, err == nil
+		if err != nil && math.IsInf(f, 0) {
+			f = sign * float64(MaxCount)
+		}
+		return sfValue{kind: sfDecimal, num: f}, true
 	}
 	n, _ := parseCount(p.s[digits:p.i]) // saturates at MaxCount
 	return sfValue{kind: sfInteger, num: sign * float64(n)}, true

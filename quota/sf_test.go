@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,12 +10,14 @@ import (
 func TestParseSFList(t *testing.T) {
 	t.Parallel()
 	valid := map[string][]sfValue{
-		``:                         nil,
-		`  "a"  `:                  {{kind: sfString, str: "a"}},
-		"\"a\" ,\tb":               {{kind: sfString, str: "a"}, {kind: sfToken, str: "b"}},
-		`*tok/en:1`:                {{kind: sfToken, str: "*tok/en:1"}},
-		`-12, 1.5, -0.25`:          {{kind: sfInteger, num: -12}, {kind: sfDecimal, num: 1.5}, {kind: sfDecimal, num: -0.25}},
-		`1234567890123456789`:      {{kind: sfInteger, num: MaxCount}},
+		``:                    nil,
+		`  "a"  `:             {{kind: sfString, str: "a"}},
+		"\"a\" ,\tb":          {{kind: sfString, str: "a"}, {kind: sfToken, str: "b"}},
+		`*tok/en:1`:           {{kind: sfToken, str: "*tok/en:1"}},
+		`-12, 1.5, -0.25`:     {{kind: sfInteger, num: -12}, {kind: sfDecimal, num: 1.5}, {kind: sfDecimal, num: -0.25}},
+		`1234567890123456789`: {{kind: sfInteger, num: MaxCount}},
+		`1` + strings.Repeat("0", 400) + `.5, -1` + strings.Repeat("0", 400) + `.5`: {
+			{kind: sfDecimal, num: MaxCount}, {kind: sfDecimal, num: -MaxCount}}, // saturated as an Integer, not refused
 		`?0, ?1`:                   {{kind: sfBoolean, num: 0}, {kind: sfBoolean, num: 1}},
 		`:YWJj:, ::`:               {{kind: sfBytes, str: "YWJj"}, {kind: sfBytes, str: ""}},
 		`@1659578233`:              {{kind: sfDate, num: 1659578233}},
