@@ -83,6 +83,17 @@ func (n *Node) quotaPause(now time.Time, d time.Duration) {
 // overloaded as a whole (overloaded_error), as another would answer 503.
 const statusOverloaded = 529
 
+// statusOriginTimeout is Cloudflare's "a timeout occurred": it waited for
+// the origin, an LLM API behind it say, as long as it would.
+const statusOriginTimeout = 524
+
+// gatewayTimeout reports whether a response's status says that a gateway
+// gave up waiting for the upstream behind it (504, or
+// statusOriginTimeout), which may still be serving the request.
+func gatewayTimeout(status int) bool {
+	return status == http.StatusGatewayTimeout || status == statusOriginTimeout
+}
+
 // refusedStatus reports whether a response's status refuses the request for
 // the upstream's load: 429, 503, or 529 (statusOverloaded).
 func refusedStatus(status int) bool {

@@ -61,6 +61,10 @@ import (
 //     drained) and a lone node keep the single hold. A Retry-After or
 //     retry-after-ms header pauses the node's admission until it passes
 //     (at most quota.MaxRetryAfter, 10 minutes).
+//   - A 504, or Cloudflare's 524, is a gateway's timeout: the upstream
+//     behind it may still be serving the request. It is a drop at once,
+//     and its slot is held as an abandoned request's, for AbandonedHold
+//     once its body has ended.
 //   - Any response's quota headers (package quota: the IETF RateLimit
 //     fields, X-RateLimit-*, OpenAI's x-ratelimit-*, Anthropic's
 //     anthropic-ratelimit-*) are a ceiling hint: when one of their policies
@@ -478,6 +482,13 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 		hold := t.node.refusalHold(admitted, body.rtt, now)
 		le.ObserveDrop()
 		body.refused, body.rtt = now.Add(hold), -1
+	case gatewayTimeout(code):
+		// A gateway gave up waiting for the upstream, which may still be
+		// serving the request: a timeout, so a drop at once, and a
+		// request given up on, whose slot is held for AbandonedHold once
+		// its body has ended.
+		le.ObserveDrop()
+		body.gaveUp, body.rtt = true, -1
 	case code < 400:
 		t.node.floor.served(admitted)
 		body.redirect = code >= 300
@@ -583,6 +594,9 @@ type leaseBody struct {
 	// slot is held until then even if its body ended before. Zero for
 	// any other response.
 	refused time.Time
+	// gaveUp is a gateway's timeout (a 504 or 524): settled as an
+	// abandoned request's, whatever ends its body.
+	gaveUp bool
 	// redirect is a 3xx: the upstream's answer is its status and
 	// Location; closed before its end (http.Client closes a body over 2
 	// KiB unread when it follows it), its body is read to its end in the
@@ -808,7 +822,7 @@ func (b *leaseBody) settle(abandoned bool) {
 				// The upstream refused the request: whatever the
 				// write, no work of its own is left.
 				abandon(b.lease, false, b.bound, time.Until(b.refused))
-			case abandoned || werr != nil && b.status < 300:
+			case abandoned || b.gaveUp || werr != nil && b.status < 300:
 				abandon(b.lease, false, b.bound, b.hold)
 			case b.rtt < 0:
 				b.lease.Ignore()

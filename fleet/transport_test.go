@@ -452,6 +452,50 @@ func TestTransportAbandonedRequestKeepsItsSlot(t *testing.T) {
 	require.Equal(t, int64(1), peak.Load(), "the provider had more in flight than L_global")
 }
 
+// TestTransportGatewayTimeoutKeepsItsSlot: a gateway answers 504 (or
+// Cloudflare's 524) after 20 ms while the upstream behind it works on for
+// 300 ms. Released as any other 5xx, at once and without a drop, the 504s
+// let the upstream run 48 requests at once under a node limit of 2 (a
+// stranger's test); as a timeout, each is a drop and holds its slot for
+// AbandonedHold, and the upstream never runs more than the limit.
+func TestTransportGatewayTimeoutKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusGatewayTimeout, 524} {
+		var cur, peak atomic.Int64
+		var work sync.WaitGroup
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			n := cur.Add(1)
+			for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+			}
+			work.Go(func() { time.Sleep(300 * time.Millisecond); cur.Add(-1) }) // the upstream behind the gateway
+			time.Sleep(20 * time.Millisecond)
+			w.WriteHeader(status)
+		}))
+		cfg := testConfig("k", "a")
+		cfg.Limiter = adaptive.Config{InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxQueued: 8}
+		cfg.AbandonedHold = 400 * time.Millisecond
+		n := startNode(t, coord.NewMemory(nil), cfg)
+		client := &http.Client{Transport: n.Transport(nil)}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 2 {
+					if resp, err := get(t, client, srv.URL); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		work.Wait()
+		srv.Close()
+		require.Equal(t, int64(2), peak.Load(), "%d: the upstream ran more than the node's limit", status)
+		require.Equal(t, uint64(8), n.State().Drops, "%d: each is a drop", status)
+		require.NoError(t, n.Stop(t.Context()))
+	}
+}
+
 // TestTransportRefusalHoldsItsSlot: a 429 answered at once counts as a
 // drop at once but keeps its slot until a served request would have
 // ended, so a node whose queue meets nothing but refusals sends them no
