@@ -121,9 +121,9 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 
 // waitForSlot is waitRequest, counting the request, on a key with a rate,
 // as waiting for a slot while it waits: rateReport counts such requests in
-// the rate demand of a node without a rate share, so that a joiner's rate
-// share does not wait for its concurrency share to come first and its
-// requests to reach the pacer.
+// the rate demand of a node that has not yet had a rate share, so that a
+// joiner's rate share does not wait for its concurrency share to come
+// first and its requests to reach the pacer.
 func (n *Node) waitForSlot(ctx context.Context, r adaptive.Request, tokens int64) (adaptive.Lease, error) {
 	rs := n.rate
 	if !rs.paced.Load() {
@@ -403,10 +403,10 @@ func (n *Node) pausedSince() error {
 
 // sendCheck makes the checks before a send of a request admitted at
 // admitted that arrived at arrived, on ctx: sendErr, pausedSince,
-// lateness, and ctx's end. It returns lateness's late, and the first error, with ended set
-// when that error is ctx's cause, returned bare so that each caller can
-// say it in its own words. Transport.roundTrip and Lease.CheckSend make
-// these checks.
+// lateness, and ctx's end. It returns lateness's late, and the first
+// error, with ended set when that error is ctx's cause, returned bare so
+// that each caller can say it in its own words. Transport.roundTrip and
+// Lease.CheckSend make these checks.
 func (n *Node) sendCheck(ctx context.Context, admitted, arrived time.Time) (late, ended bool, err error) {
 	if err := n.sendErr(admitted); err != nil {
 		return false, false, err

@@ -202,6 +202,7 @@ type rateState struct {
 	headerTP int64         // the token limit per minute the quota headers gave, 0 if none
 	keyRate  coord.Rates
 	share    coord.Rates
+	shared   [2]bool // the node has had a rate share on each dimension since it started (see rateReport)
 	learned  coord.Rates
 	demand   coord.Rates
 	used     coord.Rates
@@ -505,11 +506,12 @@ const demandMemory = 5 * time.Second
 // demand, the shares it applies, and what it sent in the last minute. The
 // demand on each dimension is the larger of what the node was asked for
 // since the last report, plus what waits now for the rate — and, on a
-// dimension where the key has a rate and the node no share, for a slot —
-// and what it owes (a token bucket in debt), per minute, and that amount
-// averaged over demandMemory. Requests waiting for a slot count only
-// without a share: a node held back by its own limit would otherwise
-// claim rate it cannot send.
+// dimension where the key has a rate and the node has not yet had a share,
+// for a slot — and what it owes (a token bucket in debt), per minute, and
+// that amount averaged over demandMemory. Requests waiting for a slot
+// count only until the first share: a joiner's requests wait for its
+// concurrency share before they reach the pacer, but later a node held
+// back by its own limit would claim rate it cannot send.
 func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied, used coord.Rates) {
 	r := n.rate
 	elapsed = max(elapsed, 10*time.Millisecond)
@@ -527,8 +529,8 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 	keep := math.Exp(-float64(elapsed) / float64(demandMemory))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, rated := range [2]bool{r.keyRate.Requests > 0 && r.share.Requests == 0, r.keyRate.Tokens > 0 && r.share.Tokens == 0} {
-		if rated {
+	for i, rated := range [2]bool{r.keyRate.Requests > 0, r.keyRate.Tokens > 0} {
+		if rated && !r.shared[i] {
 			want[i] += float64(slotWait[i]) * per
 		}
 	}
@@ -577,6 +579,8 @@ func (n *Node) applyRates(sent, now time.Time, g coord.Grant) {
 		}
 	}
 	r.keyRate, r.share = g.Rate, g.RateShare
+	r.shared[0] = r.shared[0] || g.RateShare.Requests > 0
+	r.shared[1] = r.shared[1] || g.RateShare.Tokens > 0
 	r.setPacerLocked(now)
 	r.paced.Store(!g.Rate.IsZero())
 }
