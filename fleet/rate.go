@@ -191,6 +191,7 @@ type rateState struct {
 	arrivedReq, arrivedTok atomic.Int64
 	waiting, waitingTok    atomic.Int64
 	slotWait, slotWaitTok  atomic.Int64
+	refusedTry             atomic.Bool // a TryAcquireRequest was refused for the rate since the last report
 	waits                  atomic.Uint64 // requests that waited, for the metrics
 	// sentReq and sentTok count the requests let go since the last
 	// report and their tokens: estimates, corrected when settled.
@@ -273,6 +274,12 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 	case err != nil:
 		return pace.Ticket{}, 0, time.Time{}, fmt.Errorf("fleet: rate: %w", err)
 	case !ok && !wait:
+		// A caller that tries again in a loop wants one request, not one
+		// per try: the refused try is taken back from the arrivals, and
+		// the report counts one request refused since (see rateReport).
+		r.arrivedReq.Add(-1)
+		r.arrivedTok.Add(-tokens)
+		r.refusedTry.Store(true)
 		n.saturated(now)
 		return pace.Ticket{}, 0, time.Time{}, fmt.Errorf("%w: the node's rate share is spent for now", adaptive.ErrWouldWait)
 	case !ok:
@@ -509,7 +516,8 @@ const demandMemory = 5 * time.Second
 // dimension where the key has a rate and the node has not yet had a share,
 // for a slot, unless the node learns the key's rate — and what it owes (a
 // token bucket in debt), per minute, and that amount averaged over
-// demandMemory. Requests waiting for a slot count only until the first
+// demandMemory. Tries that TryAcquireRequest refused for the rate count as
+// one request, however many: a caller polling in a loop wants one. Requests waiting for a slot count only until the first
 // share: a joiner's requests wait for its concurrency share before they
 // reach the pacer, but later a node held back by its own limit would claim
 // rate it cannot send. A learning node's demand leaves them out: counted,
@@ -527,6 +535,9 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 	want := [2]float64{
 		float64(r.arrivedReq.Swap(0)+r.waiting.Load()) * per,
 		(float64(r.arrivedTok.Swap(0)+r.waitingTok.Load()) + debt) * per,
+	}
+	if r.refusedTry.Swap(false) {
+		want[0] += per // one request wanted, however many tries asked for it
 	}
 	slotWait := [2]int64{r.slotWait.Load(), r.slotWaitTok.Load()}
 	keep := math.Exp(-float64(elapsed) / float64(demandMemory))

@@ -144,6 +144,48 @@ func TestJoinerClaimsRateWhileWaitingForASlot(t *testing.T) {
 	})
 }
 
+// TestRatePollingDoesNotClaimTheKey: on a key of 600 requests a minute, a
+// node whose one caller polls TryAcquire every millisecond beside a node
+// whose 8 callers wait in Acquire. Every refused try counted as a request
+// asked for: the poller's demand was 52,534 a minute against 1,071, and it
+// took 589 of the 600. A refused try counts as one request wanted, however
+// many, so the waiting node's demand is the larger.
+func TestRatePollingDoesNotClaimTheKey(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := rateKey(t, 600, 0)
+		poll := startNode(t, c, testConfig("k", "poll"))
+		wait := startNode(t, c, testConfig("k", "wait"))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		var (
+			mu    sync.Mutex
+			wg    sync.WaitGroup
+			sentW []time.Time
+			polls int
+		)
+		closedLoop(ctx, wait, 8, 0, &sentW, &mu, &wg)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				le, ok := poll.TryAcquire()
+				if !ok {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				polls++
+				time.Sleep(10 * time.Millisecond)
+				le.Release()
+			}
+		})
+		time.Sleep(20 * time.Second)
+		p, w := poll.Rates(), wait.Rates()
+		<-ctx.Done()
+		wg.Wait()
+		t.Logf("poller: demand %d, share %d, %d sent; waiting node: demand %d, share %d, %d sent",
+			p.Demand.Requests, p.Share.Requests, polls, w.Demand.Requests, w.Share.Requests, len(sentW))
+		require.Greater(t, w.Share.Requests, p.Share.Requests, "8 callers waiting want more than one polling")
+	})
+}
+
 // TestRateTokensSettled: a token rate of 6,000 a minute, requests
 // estimated at 10 tokens that cost 100: the settled cost, not the
 // estimate, bounds the pace.
