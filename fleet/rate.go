@@ -191,7 +191,7 @@ type rateState struct {
 	arrivedReq, arrivedTok atomic.Int64
 	waiting, waitingTok    atomic.Int64
 	slotWait, slotWaitTok  atomic.Int64
-	refusedTry             atomic.Bool // a TryAcquireRequest was refused for the rate since the last report
+	refusedTry             atomic.Bool   // a TryAcquireRequest was refused for the rate since the last report
 	waits                  atomic.Uint64 // requests that waited, for the metrics
 	// sentReq and sentTok count the requests let go since the last
 	// report and their tokens: estimates, corrected when settled.
