@@ -246,21 +246,6 @@ func (l *Limiter) PauseUntil(t time.Time) {
 	l.mu.Unlock()
 }
 
-// Paused returns the *PauseError (errors.Is ErrPaused) that Acquire
-// returns while admission is paused (see PauseUntil), or nil when it is
-// not. A caller that holds a lease admitted before the pause and has not
-// yet sent its request reads here that the upstream asked for a pause
-// since. Safe for concurrent use.
-func (l *Limiter) Paused() error {
-	now := l.cfg.Clock.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.paused(now) {
-		return l.pauseErr
-	}
-	return nil
-}
-
 // RetryAfter pauses admission for d from now; see PauseUntil. A d ≤ 0
 // does nothing.
 func (l *Limiter) RetryAfter(d time.Duration) {

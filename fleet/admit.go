@@ -387,18 +387,22 @@ func (n *Node) sendErr(admitted time.Time) error {
 	return fmt.Errorf("%w: the lease ran out after the request was admitted; it was not sent", ErrFenced)
 }
 
-// pausedSince returns an error wrapping the limiter's *adaptive.PauseError
-// while an upstream's pause (Retry-After, a quota exhausted: see
-// quotaPause) is in effect, for a request admitted before it and not yet
-// sent: nothing is sent while paused. A stopping or evicted node's pause
-// is not the upstream's: nil then, and its own errors say so where they
-// apply.
+// pausedSince returns an error wrapping an *adaptive.PauseError while an
+// upstream's pause (Retry-After, a quota used up: see quotaPause) lasts,
+// for a request admitted before it and not yet sent: nothing is sent while
+// paused. It reads the upstream's pauses alone, not the limiter's, which
+// Stop and an eviction pause for good: a stopping node still sends what it
+// admitted, unless the upstream asked for a pause.
 func (n *Node) pausedSince() error {
-	perr := n.lim.Paused()
-	if perr == nil || n.admissionErr() != nil {
+	m := n.metrics
+	m.quotaMu.Lock()
+	end := m.quotaPauseEnd
+	m.quotaMu.Unlock()
+	if !time.Now().Before(end) {
 		return nil
 	}
-	return fmt.Errorf("fleet: the upstream asked for a pause after the request was admitted; it was not sent: %w", perr)
+	return fmt.Errorf("fleet: the upstream asked for a pause after the request was admitted; it was not sent: %w",
+		&adaptive.PauseError{Until: end})
 }
 
 // sendCheck makes the checks before a send of a request admitted at

@@ -331,14 +331,16 @@ func (n *Node) waitRate(ctx context.Context, tokens int64) (pace.Ticket, error) 
 		n.mu.Lock()
 		drained, pausing := n.drained, n.pausing
 		n.mu.Unlock()
+		// quotaPause starts a pause before it ends pausing: one that
+		// began before this wait is seen here.
+		if err := n.pausedSince(); err != nil {
+			return pace.Ticket{}, err
+		}
 		t, err := n.waitRateOnce(ctx, tokens, drained, pausing)
 		if !errors.Is(err, errPausing) {
 			return t, err
 		}
-		if perr := n.lim.Paused(); perr != nil {
-			return pace.Ticket{}, fmt.Errorf("fleet: the upstream asked for a pause while the request waited for the rate; not sent: %w", perr)
-		}
-		// A pause already over: wait on.
+		// Woken by a pause: refused at the loop's top, unless it is over.
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
+	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
@@ -114,5 +115,44 @@ func TestNothingSentWhilePaused(t *testing.T) {
 		require.ErrorIs(t, err, adaptive.ErrPaused, "admitted before the pause, not sent in it")
 		var perr *adaptive.PauseError
 		require.True(t, errors.As(err, &perr))
+	})
+}
+
+// TestStopSendsNothingIntoAPause: a lease admitted before an upstream's
+// pause is refused by CheckSend during Stop too. The check read the
+// limiter's pause, which Stop sets for good, and let a stopping node send
+// into the upstream's (1 ms into Stop, 59 s of a Retry-After left).
+func TestStopSendsNothingIntoAPause(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		n := startNode(t, coord.NewMemory(nil), testConfig("k", "a"))
+		le, err := n.Acquire(t.Context())
+		require.NoError(t, err)
+		n.quotaPause(time.Now(), time.Minute)
+		require.ErrorIs(t, le.CheckSend(), adaptive.ErrPaused, "refused before Stop")
+		stopped := make(chan error, 1)
+		go func() { stopped <- n.Stop(t.Context()) }()
+		time.Sleep(time.Millisecond) // Stop waits for le
+		err = le.CheckSend()
+		le.Unsent()
+		require.NoError(t, <-stopped)
+		require.ErrorIs(t, err, adaptive.ErrPaused, "refused during Stop")
+	})
+}
+
+// TestPauseBeforeTheRateWaitFailsIt: a request that took its slot before
+// a pause began and reaches the wait for the rate after it fails at once.
+// It waited on the next pause's wake-up, its slot held through this one,
+// for 10 s.
+func TestPauseBeforeTheRateWaitFailsIt(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		n := startNode(t, rateKey(t, 6, 0), testConfig("k", "a"))
+		first, err := n.Acquire(t.Context()) // spends the rate
+		require.NoError(t, err)
+		defer first.Release()
+		n.quotaPause(time.Now(), time.Minute)
+		start := time.Now()
+		_, _, _, err = n.pace(t.Context(), 0, true) // as acquire calls it once the slot is taken
+		require.ErrorIs(t, err, adaptive.ErrPaused)
+		require.Zero(t, time.Since(start), "failed at once")
 	})
 }
