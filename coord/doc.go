@@ -124,8 +124,8 @@
 // it issued, moves the epoch past every earlier one and starts learning
 // mode: until the key's longest lease plus request bound (the reporting
 // heartbeat's included) have passed, no node is granted more than the
-// in-flight it reports or the share this epoch already granted it. The database keeps a record of its own (Database)
-// that a loss restores with the key's rows: a key the loss took whole, or
+// in-flight it reports or the share this epoch already granted it. The
+// database keeps a record of its own (Database) that a loss restores with the key's rows: a key the loss took whole, or
 // whose first heartbeats it took, takes the database's learning mode, and
 // at a heartbeat for at least that report's lease plus request bound from
 // the moment the database saw the change. docs/design.md §10 has the

@@ -85,9 +85,9 @@ type Node struct {
 	appliedGen     int64
 	status         coord.Status
 	drained        context.Context // done while an operator drains the node: it ends the waits for the rate (see pace)
-	pausing        context.Context // done when an upstream's pause starts (see quotaPause), then replaced: it ends the waits for the rate
-	endPausing     context.CancelFunc
 	endDrained     context.CancelFunc
+	pausing        context.Context // done when an upstream's pause starts (see quotaPause), then replaced
+	endPausing     context.CancelFunc
 	learning       bool
 	peerInflight   int
 	liveNodes      int

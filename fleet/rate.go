@@ -519,12 +519,13 @@ const demandMemory = 5 * time.Second
 // for a slot, unless the node learns the key's rate — and what it owes (a
 // token bucket in debt), per minute, and that amount averaged over
 // demandMemory. Tries that TryAcquireRequest refused for the rate count as
-// one request, however many: a caller polling in a loop wants one. Requests waiting for a slot count only until the first
-// share: a joiner's requests wait for its concurrency share before they
-// reach the pacer, but later a node held back by its own limit would claim
-// rate it cannot send. A learning node's demand leaves them out: counted,
-// they left section 8's learned way at 81-82 % used in two of three
-// rounds (90-91 % without them).
+// one request, however many: a caller polling in a loop wants one.
+// Requests waiting for a slot count only until the first share: a joiner's
+// requests wait for its concurrency share before they reach the pacer, but
+// later a node held back by its own limit would claim rate it cannot send.
+// A learning node's demand leaves them out: counted, they left section 8's
+// learned way at 81-82 % used in two of three rounds (90-91 % without
+// them).
 func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, applied, used coord.Rates) {
 	r := n.rate
 	elapsed = max(elapsed, 10*time.Millisecond)
