@@ -58,7 +58,8 @@ type Report struct {
 	// each dimension: the rate share it asks for.
 	RateDemand Rates
 	// RateApplied is the rate share the node's pacer enforces now (0
-	// before its first rate share). Only learning mode reads it.
+	// before its first rate share). Only learning mode reads it, for a
+	// lease (see docs/design.md §10).
 	RateApplied Rates
 	// RateUsed is what the node sent in the minute before the report, on
 	// each dimension: requests, and tokens as debited, corrected when

@@ -62,12 +62,20 @@ import (
 //     grant on a row is newer than anything it holds; UnackedHigh becomes
 //     max(UnackedHigh, Share).
 func (s State) Heartbeat(r Report, now time.Time) (State, Grant, error) {
-	return s.heartbeat(r, now, NodeState.Reserve)
+	return s.heartbeat(r, now, NodeState.Reserve, 0)
+}
+
+// heartbeatIn is Heartbeat for a key of database d, as d is after its
+// incarnation check: a rate share's learning mode lasts d's longest lease
+// when that is longer than the key's (see rateLearning).
+func (s State) heartbeatIn(d Database, r Report, now time.Time) (State, Grant, error) {
+	return s.heartbeat(r, now, NodeState.Reserve, d.MaxLeaseTTL)
 }
 
 // heartbeat is Heartbeat with the reserve rule as a parameter, so tests can
-// show that weaker rules break the invariants.
-func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.Time) int) (State, Grant, error) {
+// show that weaker rules break the invariants; dbLease is the database's
+// longest recorded lease (0: the key's alone).
+func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.Time) int, dbLease time.Duration) (State, Grant, error) {
 	if err := r.Validate(); err != nil {
 		return s, Grant{}, err
 	}
@@ -190,7 +198,8 @@ func (s State) heartbeat(r Report, now time.Time, reserve func(NodeState, time.T
 		}
 		share = min(share, proven)
 	}
-	rate, rateShare := next.rateGrant(self, next.Nodes, r, learning, now)
+	rateLearning := learning && next.Key.rateLearning(max(next.Key.MaxLeaseTTL, dbLease), now)
+	rate, rateShare := next.rateGrant(self, next.Nodes, r, rateLearning, now)
 	if !found || share != self.Share || rateShare != self.RateShare || self.Epoch != next.Key.Epoch {
 		next.Key.Generation++
 		self.Share = share

@@ -179,6 +179,18 @@ func (s State) learnFrom(now time.Time, r Report) State {
 // learning reports whether the key is in learning mode at now.
 func (k KeyState) learning(now time.Time) bool { return k.LearningUntil.After(now) }
 
+// rateLearning reports whether a key in learning mode at now still caps
+// rate shares, lease being the longest lease the key or its database
+// recorded. A rate is spent when a request is sent, and a node sends
+// nothing once its lease has run out (it fences itself first), so a rate
+// share the lost state granted ends with its lease: the cap lasts one
+// lease from the key's epoch, which the loss moved to its detection time
+// or later (see learn and Incarnate), and no request bound. Compared in
+// microseconds, as epochs are, without overflow for any epoch.
+func (k KeyState) rateLearning(lease time.Duration, now time.Time) bool {
+	return now.UnixMicro()-lease.Microseconds() < k.Epoch
+}
+
 // Relearn puts the key in learning mode at now, as a detected loss does:
 // for an operator who restored the key's tables in a way the database's
 // incarnation cannot show (rows rewritten in place, a data-only restore).

@@ -408,7 +408,7 @@ func (m model) nodeSuccessors(x *xState, i int, emit func(xAction, *xState)) {
 		next, g, err := y.coord.heartbeat(Report{Key: "k", NodeID: id, Instance: inst, Seq: r.seq, LLocal: r.lLocal,
 			Inflight: r.inflight, Demand: r.demand, Epoch: epoch, AppliedGen: r.appliedGen,
 			LeaseTTL: m.leaseTTL(), MaxRequestDuration: m.requestBound()},
-			modelNow, m.reserveRule())
+			modelNow, m.reserveRule(), 0)
 		if errors.Is(err, ErrNodeIDInUse) {
 			emit(act(actRefused, 0, 0, 0), &y)
 			continue

@@ -9,7 +9,7 @@ import (
 
 // SchemaVersion is the migration version of the fleetlimit schema this
 // library needs (package migrations embeds it).
-const SchemaVersion = 16
+const SchemaVersion = 17
 
 // The bounds a report must respect. The database enforces the same bounds
 // with CHECK constraints and checks in fleetlimit.heartbeat, so a raw SQL

@@ -297,3 +297,59 @@ func TestLearningPassesTheReportsEpoch(t *testing.T) {
 		require.Equal(t, g2.Epoch, g3.Epoch, "the same report's epoch proves no second loss")
 	})
 }
+
+// TestRateLearningLastsALease pins, on Memory and on Postgres, how long
+// learning mode caps a rate share at what its node paces to: one lease
+// from the loss's discovery, the longest lease the key or the database
+// recorded, not the lease plus the request bound that the concurrency
+// shares learn for. A rate is spent when a request is sent, and a node
+// sends nothing once its lease runs out, so a rate share the lost state
+// granted ends with its lease. Node a was granted the key's 600 a minute
+// on a 2-s lease with a 5-minute request bound; a restart's failed
+// heartbeat fenced it (it reports pacing to 0). Its rate share stays 0
+// for the lease from the discovery, then comes back while the key still
+// learns. With another key's 10-s lease on record, the cap lasts 10 s.
+func TestRateLearningLastsALease(t *testing.T) {
+	t.Parallel()
+	for _, impl := range lossBackends {
+		for _, otherLease := range []time.Duration{0, 10 * time.Second} {
+			t.Run(fmt.Sprintf("%s/other lease %v", impl.name, otherLease), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				clock := newFakeClock(t0)
+				b := impl.new(t, clock)
+				if otherLease > 0 {
+					_, err := b.c.Heartbeat(ctx, coord.Report{Key: "other", NodeID: "o", Instance: "o/1", Seq: 1,
+						LLocal: 10, LeaseTTL: otherLease})
+					require.NoError(t, err)
+				}
+				require.NoError(t, b.c.CreateKey(ctx, "k", nil, nil, coord.WithRates(coord.Rates{Requests: 600})))
+				report := func(seq int64, applied int64) coord.Grant {
+					t.Helper()
+					g, err := b.c.Heartbeat(ctx, coord.Report{Key: "k", NodeID: "a", Instance: "a/1", Seq: seq,
+						LLocal: 10, Demand: 1, LeaseTTL: 2 * time.Second, MaxRequestDuration: 5 * time.Minute,
+						RateDemand: coord.Rates{Requests: 100}, RateApplied: coord.Rates{Requests: applied}})
+					require.NoError(t, err)
+					return g
+				}
+				g := report(1, 0)
+				require.Equal(t, int64(600), g.RateShare.Requests)
+				b.save("k")
+				b.lose("k")
+
+				clock.Advance(time.Second) // the loss's discovery
+				lease := max(2*time.Second, otherLease)
+				g = report(2, 0)
+				require.True(t, g.Learning)
+				require.Zero(t, g.RateShare.Requests, "no more than a paces to")
+				clock.Advance(lease - time.Microsecond)
+				g = report(3, 0)
+				require.Zero(t, g.RateShare.Requests, "a lease of before the loss may still run")
+				clock.Advance(time.Microsecond)
+				g = report(4, 0)
+				require.True(t, g.Learning, "the concurrency shares learn for the request bound too")
+				require.Equal(t, int64(600), g.RateShare.Requests, "every rate share of before the loss has ended")
+			})
+		}
+	}
+}

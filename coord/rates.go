@@ -140,10 +140,11 @@ func (n NodeState) RateReserve(now time.Time) Rates {
 //     of R split by rate demand among the eligible members (not draining,
 //     rate demand > 0, self included) by largest remainder (see
 //     apportion): all of R is split, and the targets add up to exactly R.
-//   - Share = max(0, min(target, R − Σ RateReserve of every other row)); in
-//     learning mode also at most what the node reports it enforces
+//   - Share = max(0, min(target, R − Σ RateReserve of every other row));
+//     when learning is set also at most what the node reports it enforces
 //     (RateApplied), since the database may have forgotten rate shares it
-//     granted.
+//     granted. Heartbeat sets it for the first lease of learning mode
+//     only (see KeyState.rateLearning).
 //
 // others are the key's other rows that are still kept; self has taken the
 // report.

@@ -46,8 +46,12 @@
  * FAILOVER 1 adds failovers to a replica that lost rows, at any time, as
  * many as may be: any non-empty set of the rows is gone (their newest
  * grants with them; a row the replica has is as the primary left it), and
- * the key is in learning mode for LEARNT ticks from then (coord.State.learn: the lease plus the request bound; here the
- * lease alone, the least that covers every grant of the old primary).
+ * the key is in learning mode for LEARNT ticks from then, the lease: the
+ * least that covers every grant of the old primary, and what the
+ * coordinator caps rate shares for (coord.KeyState.rateLearning: the
+ * longest lease from the key's epoch, which the loss moved to its
+ * discovery, no sooner than the failover modelled here; the concurrency
+ * shares learn for the request bound too).
  * While learning, a grant is also at most what the node reports it paces
  * to (Report.RateApplied): its rate share while its fence deadline runs,
  * 0 once fenced or stopping (fleet.Node.report). The lemma is checked
@@ -77,6 +81,10 @@
  *                       of its last grant as applied: in learning mode the
  *                       coordinator grants it again, next to the share the
  *                       lost row had let another node take.
+ *   MUT_RATE_LEARN_SHORT  (FAILOVER) learning mode caps the rate shares for
+ *                       a tick less than the lease: a node whose clock
+ *                       stands still still paces to a grant the failover
+ *                       lost when its share is granted to the other node.
  */
 
 #include "config.pml"
@@ -123,7 +131,11 @@
 #define FAILOVER 0
 #endif
 #ifndef LEARNT
+#ifdef MUT_RATE_LEARN_SHORT
+#define LEARNT (TTL - 1)
+#else
 #define LEARNT TTL
+#endif
 #endif
 #if FAILOVER && NN != 2
 #error FAILOVER needs NN 2

@@ -59,7 +59,7 @@ SAFETY=(default drain rate rate-change rate-failover)
 RATESAFETY=(rate rate-change rate-failover)
 # The model file of each configuration and mutant (default fleet.pml).
 declare -A MODEL=([rate]=rate.pml [rate-change]=rate.pml [rate-failover]=rate.pml [MUT_RATE_EAGER]=rate.pml
-	[MUT_RATE_HOLD_NONE]=rate.pml [MUT_RATE_STALE_APPLIED]=rate.pml)
+	[MUT_RATE_HOLD_NONE]=rate.pml [MUT_RATE_STALE_APPLIED]=rate.pml [MUT_RATE_LEARN_SHORT]=rate.pml)
 # Extra pan compile flags: the full configuration's 49 million states do
 # not fit in 12 GB even compressed losslessly (-DCOLLAPSE), so they are
 # stored as hash-compacted signatures (-DHC4, about 4.5 GB): no bitstate
@@ -71,8 +71,9 @@ declare -A CCONF=([full]="-DHC4")
 # searched in, and the search depth bound (a bounded depth-first search
 # finds a short counterexample quickly; a mutant only needs one).
 MUTANTS=(MUT_NO_HOLD MUT_TIMER_FENCE MUT_EVICT_REJOIN MUT_ROW_DRAIN MUT_NO_EPOCH MUT_ACKED_RESERVE
-	MUT_LEAVE_SHORTENS MUT_DELETE_HELD MUT_DELETE_LEARN MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
-RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED)
+	MUT_LEAVE_SHORTENS MUT_DELETE_HELD MUT_DELETE_LEARN MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED
+	MUT_RATE_LEARN_SHORT)
+RATEMUTANTS=(MUT_RATE_EAGER MUT_RATE_HOLD_NONE MUT_RATE_STALE_APPLIED MUT_RATE_LEARN_SHORT)
 declare -A MCONF=(
 	[MUT_NO_HOLD]="$BASE -DDRIFT=1"
 	[MUT_TIMER_FENCE]="$BASE -DDRIFT=1"
@@ -86,6 +87,7 @@ declare -A MCONF=(
 	[MUT_RATE_EAGER]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_HOLD_NONE]="$RBASE -DSTOP=1 -DCRASH=1 -DNOLEMMA"
 	[MUT_RATE_STALE_APPLIED]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1 -DNOLEMMA"
+	[MUT_RATE_LEARN_SHORT]="$RBASE -DSTOP=0 -DCRASH=1 -DFAILOVER=1 -DNOLEMMA"
 )
 declare -A MDEPTH=(
 	[MUT_NO_HOLD]=10000
@@ -100,6 +102,7 @@ declare -A MDEPTH=(
 	[MUT_RATE_EAGER]=40
 	[MUT_RATE_HOLD_NONE]=40
 	[MUT_RATE_STALE_APPLIED]=36
+	[MUT_RATE_LEARN_SHORT]=36
 )
 # The rate mutants' and the delete mutants' searches look for a
 # counterexample within their depth (compiled with -DREACH, which makes a
@@ -108,7 +111,7 @@ declare -A MDEPTH=(
 # per-node lemma out of the rate mutants, so that the counterexample is
 # one of the sum.
 declare -A MPAN=([MUT_RATE_EAGER]="-i" [MUT_RATE_HOLD_NONE]="-i")
-declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_DELETE_LEARN]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH")
+declare -A MCC=([MUT_DELETE_HELD]="-DREACH" [MUT_DELETE_LEARN]="-DREACH" [MUT_RATE_EAGER]="-DREACH" [MUT_RATE_HOLD_NONE]="-DREACH" [MUT_RATE_STALE_APPLIED]="-DREACH" [MUT_RATE_LEARN_SHORT]="-DREACH")
 declare -A MDESC=(
 	[MUT_NO_HOLD]="(a) the lease covers admissions only: a row's reserve ends with its lease"
 	[MUT_TIMER_FENCE]="(b) the fence is checked only by a timer, which may fire late"
@@ -122,6 +125,7 @@ declare -A MDESC=(
 	[MUT_RATE_EAGER]="(h) the rate reserve is the granted rate share only (no RateHigh)"
 	[MUT_RATE_HOLD_NONE]="(i) no fence margin for the rate: a node paces to its lease end on its own clock"
 	[MUT_RATE_STALE_APPLIED]="(j) a fenced node reports its last grant's rate share as applied (learning mode)"
+	[MUT_RATE_LEARN_SHORT]="(m) learning mode caps the rate shares for a tick less than the lease"
 )
 
 # Liveness (-DLIVE, fleet.pml's ltl claims), under weak fairness, after
