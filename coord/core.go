@@ -61,14 +61,19 @@ import (
 //     and on a row whose grant is of an older epoch, so a node's first
 //     grant on a row is newer than anything it holds; UnackedHigh becomes
 //     max(UnackedHigh, Share).
+//   - Rates: see rateGrant; learning mode caps a rate share for the key's
+//     longest lease from its epoch (a coordinator that also records the
+//     database's longest lease runs HeartbeatIn).
 func (s State) Heartbeat(r Report, now time.Time) (State, Grant, error) {
 	return s.heartbeat(r, now, NodeState.Reserve, 0)
 }
 
-// heartbeatIn is Heartbeat for a key of database d, as d is after its
-// incarnation check: a rate share's learning mode lasts d's longest lease
-// when that is longer than the key's (see rateLearning).
-func (s State) heartbeatIn(d Database, r Report, now time.Time) (State, Grant, error) {
+// HeartbeatIn is Heartbeat for a key of database d, as Check returned d
+// before Incarnate: what a coordinator runs (Memory and Postgres do). It
+// differs from Heartbeat only in learning mode's cap on rate shares,
+// which lasts the longest lease the key or d recorded (see
+// KeyState.rateLearning); Heartbeat counts the key's alone.
+func (s State) HeartbeatIn(d Database, r Report, now time.Time) (State, Grant, error) {
 	return s.heartbeat(r, now, NodeState.Reserve, d.MaxLeaseTTL)
 }
 

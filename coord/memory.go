@@ -96,7 +96,7 @@ func (m *Memory) Heartbeat(_ context.Context, r Report) (Grant, error) {
 		s = NewState(r.Key, now)
 	}
 	s, db := m.incarnate(s, now, r)
-	next, g, err := s.heartbeatIn(db, r, now)
+	next, g, err := s.HeartbeatIn(db, r, now)
 	if err != nil {
 		return Grant{}, fmt.Errorf("coord: heartbeat: %w", err)
 	}

@@ -1125,3 +1125,59 @@ func TestFenceLiftedIsNotLoggedOnEviction(t *testing.T) {
 		require.NotContains(t, logs.String(), "fence lifted")
 	})
 }
+
+// TestShortOutageDoesNotFence: with the default heartbeat interval (1 s),
+// lease (2 s) and fence margin (0.5 s), the heartbeat due a second after
+// the last one fails; the database is back 100 ms later. A node that
+// waited for its next periodic heartbeat would try again 2 s after its
+// last success, past its fence deadline (1.5 s); a failed heartbeat is
+// tried again after a poll interval, so the node is never fenced.
+func TestShortOutageDoesNotFence(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
+		a := startNode(t, c, cfg)
+		le, err := a.Acquire(t.Context())
+		require.NoError(t, err)
+		defer le.Release()
+		beat := a.State().LastHeartbeat
+		time.Sleep(time.Until(beat.Add(500 * time.Millisecond)))
+		c.fail.Store(true)
+		time.Sleep(time.Until(beat.Add(1100 * time.Millisecond)))
+		require.True(t, a.State().Outage, "the heartbeat due at 1 s failed")
+		c.fail.Store(false)
+		for time.Since(beat) < 3*time.Second {
+			require.False(t, a.State().Fenced, "fenced %v after its last heartbeat before the outage", time.Since(beat))
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.False(t, a.State().Outage)
+	})
+}
+
+// TestFencedNodeRetriesAtThePeriod: a node retries a failed heartbeat
+// every poll interval only until it is fenced; then once a period, so that
+// a fleet's retries do not crowd a database that is starting up. With the
+// defaults: at most 15 attempts in the 1.5 s to the fence, 1 a second
+// after it.
+func TestFencedNodeRetriesAtThePeriod(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
+		a := startNode(t, c, cfg)
+		beat := a.State().LastHeartbeat
+		start := c.attempts.Load()
+		c.fail.Store(true)
+		time.Sleep(time.Until(beat.Add(1600 * time.Millisecond)))
+		require.True(t, a.State().Fenced)
+		before := c.attempts.Load() - start
+		time.Sleep(10 * time.Second)
+		after := c.attempts.Load() - start - before
+		t.Logf("%d attempts before the fence, %d in the 10 s after it", before, after)
+		// The periodic one at 1 s, then one every 100 ms until 1.5 s.
+		require.GreaterOrEqual(t, before, int64(4), "a failed heartbeat is retried before the fence")
+		require.LessOrEqual(t, before, int64(16))
+		require.InDelta(t, 10, after, 1, "once a period after the fence")
+	})
+}
