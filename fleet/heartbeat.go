@@ -97,36 +97,21 @@ func (n *Node) minEagerGap() time.Duration {
 	return n.cfg.HeartbeatInterval / 4
 }
 
-// eagerDue reports whether an early heartbeat should go now: while the
-// last heartbeat failed and the node is not fenced, a poll interval after
-// it (a fenced node waits for the period); otherwise at least minEagerGap
-// after the last one, after a share was lowered while
-// the key was near its ceiling (to acknowledge it, and again once
-// in-flight has drained under it, so the coordinator frees the difference
-// for others); and, once per period, to claim capacity — when requests
-// wait for a rate share of 0 (the node had no rate demand at its last
-// report), or when the share caps the node below both its demand and a
-// fair split. An early heartbeat moves the next periodic one a whole
-// interval after it (see loop), so a node sends one heartbeat per interval
-// unless one of these calls for another.
+// eagerDue reports whether an early heartbeat should go now, at least
+// minEagerGap after the last one: after a share was lowered while the key
+// was near its ceiling (to acknowledge it, and again once in-flight has
+// drained under it, so the coordinator frees the difference for others);
+// and, once per period, to claim capacity — when requests wait for a rate
+// share of 0 (the node had no rate demand at its last report), or when the
+// share caps the node below both its demand and a fair split. An early
+// heartbeat moves the next periodic one a whole interval after it (see
+// loop), so a node sends one heartbeat per interval unless one of these
+// calls for another.
 func (n *Node) eagerDue(now time.Time) bool {
 	snap := n.lim.Snapshot()
-	fenced := n.fence.State().Fenced
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.phase != phaseRunning || !n.joined {
-		return false
-	}
-	if n.outage {
-		// The last heartbeat failed: try again soon, so that an outage
-		// shorter than the time left to the fence (a database's fast
-		// restart) does not fence the node — a fenced node's requests
-		// end, and after a restart learning mode grants it no more than
-		// it still holds. Once fenced, at the period: a fleet's retries
-		// must not crowd a database that is starting up.
-		return !fenced && now.Sub(n.lastSend) >= n.pollInterval()
-	}
-	if now.Sub(n.lastSend) < n.minEagerGap() {
+	if n.phase != phaseRunning || !n.joined || now.Sub(n.lastSend) < n.minEagerGap() {
 		return false
 	}
 	if n.ackDue || (n.lowered && snap.Inflight <= n.share) {

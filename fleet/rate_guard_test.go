@@ -152,15 +152,13 @@ func TestRateTightestQuotaPolicy(t *testing.T) {
 // reports that reached the coordinator, the last apart.
 type failingCoord struct {
 	coord.Coordinator
-	fail     atomic.Bool
-	attempts atomic.Int64 // every heartbeat, failed or not
-	mu       sync.Mutex
-	last     coord.Report
-	reports  []coord.Report
+	fail    atomic.Bool
+	mu      sync.Mutex
+	last    coord.Report
+	reports []coord.Report
 }
 
 func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
-	c.attempts.Add(1)
 	if c.fail.Load() {
 		return coord.Grant{}, context.DeadlineExceeded
 	}
