@@ -43,14 +43,8 @@ func TestEvictDuringRestart(t *testing.T) {
 		limit = 4
 		lease = time.Second
 	)
-	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop() })
-	admin, err := pgxpool.New(ctx, primary.DSN("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	require.NoError(t, prepare(ctx, admin, key, 100))
-	db := &database{primary: primary, pool: admin}
+	db := startPrimary(t, key)
+	primary := db.primary
 
 	cases := []struct {
 		fromEnd bool // offset from the restart's end, not its start
@@ -65,12 +59,7 @@ func TestEvictDuringRestart(t *testing.T) {
 		if c.fromEnd {
 			when = fmt.Sprintf("%v after the restart ended", c.offset)
 		}
-		pool, err := pgxpool.New(ctx, primary.DSN("postgres"))
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		coordinator, err := coord.NewPostgres(pool)
-		require.NoError(t, err)
-		node := fleettest.StartNode(t, coordinator, fleet.Config{
+		node := fleettest.StartNode(t, ownCoordinator(t, primary), fleet.Config{
 			Key:               key,
 			NodeID:            id,
 			HeartbeatInterval: 100 * time.Millisecond,
@@ -185,4 +174,32 @@ func busy(ctx context.Context, node *fleet.Node, n int) *loadLoop {
 func (l *loadLoop) stop() {
 	l.cancel()
 	l.wg.Wait()
+}
+
+// startPrimary starts a Postgres cluster of the test's own, migrated, with
+// key created at a max of 100, and returns it as a database whose admin
+// pool connects straight to it.
+func startPrimary(t *testing.T, key string) *database {
+	t.Helper()
+	ctx := t.Context()
+	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop() })
+	admin, err := pgxpool.New(ctx, primary.DSN("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	require.NoError(t, prepare(ctx, admin, key, 100))
+	return &database{primary: primary, pool: admin}
+}
+
+// ownCoordinator is a Postgres coordinator on a pool of its own, so that
+// every restart of primary cuts its connections.
+func ownCoordinator(t *testing.T, primary *pgtemp.Cluster) coord.Coordinator {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), primary.DSN("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := coord.NewPostgres(pool)
+	require.NoError(t, err)
+	return c
 }

@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
 	"github.com/fleetlimit/fleetlimit/fleet"
 	"github.com/fleetlimit/fleetlimit/fleettest"
-	"github.com/fleetlimit/fleetlimit/internal/pgtemp"
 )
 
 // TestRateAfterDatabaseOutage: two busy nodes share a key's 1,200
@@ -38,18 +36,11 @@ func TestRateAfterDatabaseOutage(t *testing.T) {
 		key  = "rate-restart"
 		rate = 1200
 	)
-	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop() })
-	admin, err := pgxpool.New(ctx, primary.DSN("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	require.NoError(t, prepare(ctx, admin, key, 100))
-	operator, err := coord.NewPostgres(admin)
+	db := startPrimary(t, key)
+	operator, err := coord.NewPostgres(db.pool)
 	require.NoError(t, err)
 	_, err = operator.SetRates(ctx, key, coord.RatesChange{SetRequests: true, Requests: rate})
 	require.NoError(t, err)
-	db := &database{primary: primary, pool: admin}
 
 	var nodes []*fleet.Node
 	var last [2]atomic.Int64 // the newest short request's admission per node, Unix ns
@@ -57,12 +48,7 @@ func TestRateAfterDatabaseOutage(t *testing.T) {
 	var load sync.WaitGroup
 	t.Cleanup(func() { stopLoad(); load.Wait() })
 	for i, id := range []string{"a", "b"} {
-		pool, err := pgxpool.New(ctx, primary.DSN("postgres"))
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		coordinator, err := coord.NewPostgres(pool)
-		require.NoError(t, err)
-		node := fleettest.StartNode(t, coordinator, fleet.Config{
+		node := fleettest.StartNode(t, ownCoordinator(t, db.primary), fleet.Config{
 			Key:               key,
 			NodeID:            id,
 			HeartbeatInterval: 200 * time.Millisecond,
