@@ -38,6 +38,7 @@ func (n *Node) loop(ctx context.Context) {
 				return
 			}
 		}
+		resend := false
 		select {
 		case <-n.stop:
 			return
@@ -46,7 +47,8 @@ func (n *Node) loop(ctx context.Context) {
 			n.claimed = false
 			n.mu.Unlock()
 		case <-poll.C:
-			if !n.eagerDue(time.Now()) {
+			resend = n.resendDue(time.Now())
+			if !resend && !n.eagerDue(time.Now()) {
 				continue
 			}
 		case <-n.kick:
@@ -54,15 +56,62 @@ func (n *Node) loop(ctx context.Context) {
 				continue
 			}
 		}
-		if err := n.beat(ctx, n.cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
-			n.log.Debug("heartbeat failed", "err", err)
+		var err error
+		if resend {
+			err = n.resend(ctx, n.cfg.HeartbeatTimeout)
+		} else {
+			err = n.beat(ctx, n.cfg.HeartbeatTimeout)
 		}
+		if err != nil && ctx.Err() == nil {
+			n.log.Debug("heartbeat failed", "err", err, "resent", resend)
+		}
+		n.lastEnded = time.Now()
 		// Every heartbeat renews the lease, so the next periodic one is
 		// due a whole interval after it: an early heartbeat moves the
 		// period instead of adding to it.
 		period.Stop()
 		period = time.NewTimer(n.cfg.HeartbeatInterval)
 	}
+}
+
+// resendDue reports whether the report of the heartbeat that failed last
+// should be sent again now: the node is running and joined, not fenced,
+// its fence deadline comes within a heartbeat interval (the next periodic
+// heartbeat, a whole interval after the last attempt, would come too
+// late), and a poll interval has passed since the last attempt ended. So
+// an outage shorter than the time left to the fence (a database's fast
+// restart) does not fence the node, whose requests would then end and,
+// after a restart, leave it no share for the rest of learning mode; and
+// a node adds at most one attempt per poll interval for the last interval
+// before its fence (with the defaults, up to 5 per outage), fewer against
+// a coordinator that is slow to fail. Called from the loop only.
+func (n *Node) resendDue(now time.Time) bool {
+	fs := n.fence.State()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.phase == phaseRunning && n.joined && n.outage && n.failed != nil &&
+		!fs.Fenced && fs.Deadline.Sub(now) <= n.cfg.HeartbeatInterval &&
+		now.Sub(n.lastEnded) >= n.pollInterval()
+}
+
+// resend sends the report of the heartbeat that failed last again, as it
+// was: its seq and counts, so that the node's demand, rate demand and
+// other per-report state count it once — to the coordinator a report
+// delayed in the network, or, if the first reached it after all, a
+// duplicate it answers as stale (any answer ends the resends: the next
+// attempt reports afresh). It applies the grant. As in report, a node
+// under FailClosed whose lease has run out meanwhile reports no rate share
+// applied.
+func (n *Node) resend(ctx context.Context, timeout time.Duration) error {
+	sent := time.Now()
+	n.mu.Lock()
+	r := *n.failed
+	n.mu.Unlock()
+	if fs := n.fence.State(); n.cfg.Outage == FailClosed && (fs.Fenced || !sent.Before(fs.Deadline)) {
+		r.RateApplied = coord.Rates{}
+	}
+	_, err := n.send(ctx, timeout, sent, r)
+	return err
 }
 
 // holdFor is how long the coordinator must keep reserving the node's
@@ -531,7 +580,13 @@ func (n *Node) olderGrant(g coord.Grant) (epoch, gen int64, older bool) {
 // it is. Any other failure, Start's included, is one.
 func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
-	r := n.report(sent)
+	_, err := n.send(ctx, timeout, sent, n.report(sent))
+	return err
+}
+
+// send sends r, sent at sent, bounded by timeout, and applies its grant;
+// a failed report is kept for resend, and a grant ends the resends.
+func (n *Node) send(ctx context.Context, timeout time.Duration, sent time.Time, r coord.Report) (coord.Grant, error) {
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	g, err := n.coord.Heartbeat(callCtx, r)
 	cancel()
@@ -541,20 +596,22 @@ func (n *Node) beat(ctx context.Context, timeout time.Duration) error {
 		if n.stopped() && ctx.Err() != nil {
 			// Stop cancelled the loop: the node is leaving, and the
 			// coordinator is not in trouble.
-			return fmt.Errorf("heartbeat: %w", err)
+			return g, fmt.Errorf("heartbeat: %w", err)
 		}
 		n.metrics.heartbeatErrors.Add(1)
 		n.mu.Lock()
 		n.unsentDemand = max(n.unsentDemand, r.Demand)
+		n.failed = &r
 		n.mu.Unlock()
 		n.setOutage(err)
-		return fmt.Errorf("heartbeat: %w", err)
+		return g, fmt.Errorf("heartbeat: %w", err)
 	}
 	n.mu.Lock()
 	n.unsentDemand = 0
+	n.failed = nil
 	n.mu.Unlock()
 	n.apply(sent, g)
-	return nil
+	return g, nil
 }
 
 // setOutage records a failed heartbeat.

@@ -94,34 +94,36 @@ type Node struct {
 	waiting        int // the other members that want capacity and hold a share of 0, as of the last grant
 	outage         bool
 	lastErr        error
-	lastBeat       time.Time   // send time of the last successful heartbeat
-	lastSend       time.Time   // send time of the last heartbeat attempt
-	unmet          int         // weight of the admissions refused since the last report
-	wanted         int         // the demand floor: the heaviest admission refused since it was last held
-	unsentDemand   int         // the largest demand of reports that failed since the last success
-	yieldUntil     time.Time   // a report before it still steps aside (see waitsForHeavier)
-	admittedAtWait uint64      // admissions at the last report that waitsForHeavier (see stepAside)
-	turnUntil      time.Time   // a report before it still gives the node's turn (see giveTurn)
-	admittedAtTurn uint64      // admissions at the last report that could give a turn
-	heldSince      time.Time   // when the share last rose from 0 (see giveTurn)
-	turnHold       int         // intervals to hold a share of 1 before giving a turn; 0: turnLength
-	turnEnded      time.Time   // when the last turn ended, until a grant says whether it was taken
-	turnAsked      bool        // a grant came after it
-	pressed        int         // the demand of the last report that pressed (see press); 0: not pressing
-	pressShare     int         // the share granted when that report was sent
-	pressAdmitted  uint64      // admissions when pressing last started again
-	pressStuck     bool        // the share reached the most a split gives and the node still waited
-	pressFlat      int         // reports pressing with coord.MaxCount at which the share did not grow
-	pressTop       int         // L_global − (live nodes − 1) when pressStuck was set
-	heavyWaits     map[int]int // callers waiting in AcquireRequest, by weight (above 1)
-	heavyAdmits    uint64      // admissions of such callers of the heaviest weight waiting (see endHeavyWait)
-	lowered        bool        // share fell below in-flight; beat once drained
-	ackDue         bool        // a lowered share was applied; beat to ack it
-	tickedAtReport bool        // the last report took the probe's tick (slow start), so its grant does not
-	claimed        bool        // a heartbeat claimed capacity (share or rate) this period
-	left           bool        // an evicted node drained and left on its own
-	evictedAt      time.Time   // when the node learned it was evicted
-	leaseFenced    bool        // its lease's expiry fenced the node and no renewal has lifted the fence since
+	lastBeat       time.Time     // send time of the last successful heartbeat
+	lastSend       time.Time     // send time of the last heartbeat attempt
+	lastEnded      time.Time     // when the last attempt of the loop ended (the loop's own)
+	failed         *coord.Report // the report of the heartbeat that failed last, while it may be resent (see resend)
+	unmet          int           // weight of the admissions refused since the last report
+	wanted         int           // the demand floor: the heaviest admission refused since it was last held
+	unsentDemand   int           // the largest demand of reports that failed since the last success
+	yieldUntil     time.Time     // a report before it still steps aside (see waitsForHeavier)
+	admittedAtWait uint64        // admissions at the last report that waitsForHeavier (see stepAside)
+	turnUntil      time.Time     // a report before it still gives the node's turn (see giveTurn)
+	admittedAtTurn uint64        // admissions at the last report that could give a turn
+	heldSince      time.Time     // when the share last rose from 0 (see giveTurn)
+	turnHold       int           // intervals to hold a share of 1 before giving a turn; 0: turnLength
+	turnEnded      time.Time     // when the last turn ended, until a grant says whether it was taken
+	turnAsked      bool          // a grant came after it
+	pressed        int           // the demand of the last report that pressed (see press); 0: not pressing
+	pressShare     int           // the share granted when that report was sent
+	pressAdmitted  uint64        // admissions when pressing last started again
+	pressStuck     bool          // the share reached the most a split gives and the node still waited
+	pressFlat      int           // reports pressing with coord.MaxCount at which the share did not grow
+	pressTop       int           // L_global − (live nodes − 1) when pressStuck was set
+	heavyWaits     map[int]int   // callers waiting in AcquireRequest, by weight (above 1)
+	heavyAdmits    uint64        // admissions of such callers of the heaviest weight waiting (see endHeavyWait)
+	lowered        bool          // share fell below in-flight; beat once drained
+	ackDue         bool          // a lowered share was applied; beat to ack it
+	tickedAtReport bool          // the last report took the probe's tick (slow start), so its grant does not
+	claimed        bool          // a heartbeat claimed capacity (share or rate) this period
+	left           bool          // an evicted node drained and left on its own
+	evictedAt      time.Time     // when the node learned it was evicted
+	leaseFenced    bool          // its lease's expiry fenced the node and no renewal has lifted the fence since
 	fenceTimer     *time.Timer
 }
 

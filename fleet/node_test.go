@@ -1125,3 +1125,82 @@ func TestFenceLiftedIsNotLoggedOnEviction(t *testing.T) {
 		require.NotContains(t, logs.String(), "fence lifted")
 	})
 }
+
+// TestShortOutageDoesNotFence: with the default heartbeat interval (1 s),
+// lease (2 s) and fence margin (0.5 s), the heartbeat due a second after
+// the last one fails; the database is back 150 ms later. Waiting for its
+// next periodic heartbeat, 2 s after its last success, the node would
+// fence at 1.5 s; it resends the failed report every poll interval once
+// its fence is within an interval, so it is never fenced, and the report
+// that gets through is the one that failed, counted once.
+func TestShortOutageDoesNotFence(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
+		a := startNode(t, c, cfg)
+		le, err := a.Acquire(t.Context())
+		require.NoError(t, err)
+		defer le.Release()
+		beat := a.State().LastHeartbeat
+		time.Sleep(time.Until(beat.Add(500 * time.Millisecond)))
+		c.fail.Store(true)
+		time.Sleep(time.Until(beat.Add(1150 * time.Millisecond)))
+		require.True(t, a.State().Outage, "the heartbeat due at 1 s failed")
+		c.fail.Store(false)
+		for time.Since(beat) < 3*time.Second {
+			require.False(t, a.State().Fenced, "fenced %v after its last heartbeat before the outage", time.Since(beat))
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.False(t, a.State().Outage)
+		var failed, resent *attempt
+		for _, x := range c.attempts() {
+			if x.failed {
+				failed = &x
+			} else if failed != nil && resent == nil {
+				resent = &x
+			}
+		}
+		require.NotNil(t, resent)
+		require.Equal(t, failed.report, resent.report, "the failed report, resent as it was")
+		require.Less(t, resent.at.Sub(beat), 1500*time.Millisecond)
+	})
+}
+
+// TestResendsOnlyBeforeTheFence: on a 20-s lease (1-s interval, the
+// default margin of 5 s) a database that fails every heartbeat gets one a
+// second until the fence is an interval away, then one every poll
+// interval (100 ms) until it, then one a second again: at most 10 more
+// per outage, however long the lease.
+func TestResendsOnlyBeforeTheFence(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+		cfg := testConfig("k", "a")
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = time.Second, 20*time.Second, 0
+		a := startNode(t, c, cfg)
+		beat := a.State().LastHeartbeat
+		start := len(c.attempts())
+		c.fail.Store(true)
+		time.Sleep(time.Until(beat.Add(25 * time.Second)))
+		require.True(t, a.State().Fenced)
+		tried := c.attempts()[start:]
+		fence := beat.Add(15 * time.Second)
+		var early, last, after int
+		for _, x := range tried {
+			switch {
+			case x.at.Before(fence.Add(-time.Second)):
+				early++
+			case x.at.Before(fence):
+				last++
+			default:
+				after++
+			}
+		}
+		t.Logf("%d attempts in the first 14 s, %d in the last second before the fence, %d in the 10 s after it",
+			early, last, after)
+		require.InDelta(t, 14, early, 1, "one a second")
+		require.LessOrEqual(t, last, 11, "one every poll interval")
+		require.GreaterOrEqual(t, last, 5)
+		require.InDelta(t, 10, after, 1, "one a second")
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,10 +157,22 @@ type failingCoord struct {
 	mu      sync.Mutex
 	last    coord.Report
 	reports []coord.Report
+	tried   []attempt // every heartbeat, failed or not
+}
+
+// attempt is one heartbeat a failingCoord saw.
+type attempt struct {
+	at     time.Time
+	report coord.Report
+	failed bool
 }
 
 func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
-	if c.fail.Load() {
+	failed := c.fail.Load()
+	c.mu.Lock()
+	c.tried = append(c.tried, attempt{time.Now(), r, failed})
+	c.mu.Unlock()
+	if failed {
 		return coord.Grant{}, context.DeadlineExceeded
 	}
 	c.mu.Lock()
@@ -167,6 +180,13 @@ func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gra
 	c.reports = append(c.reports, r)
 	c.mu.Unlock()
 	return c.Coordinator.Heartbeat(ctx, r)
+}
+
+// attempts returns a copy of every heartbeat seen so far.
+func (c *failingCoord) attempts() []attempt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.tried)
 }
 
 // reportCount returns how many reports got through.
