@@ -58,7 +58,13 @@ func (n *Node) loop(ctx context.Context) {
 		}
 		var err error
 		if resend {
-			err = n.resend(ctx, n.cfg.HeartbeatTimeout)
+			var stale bool
+			stale, err = n.resend(ctx, n.cfg.HeartbeatTimeout)
+			if stale {
+				// The first reached the coordinator after all and only its
+				// answer was lost: report afresh at once, for the fence.
+				err = n.beat(ctx, n.cfg.HeartbeatTimeout)
+			}
 		} else {
 			err = n.beat(ctx, n.cfg.HeartbeatTimeout)
 		}
@@ -78,12 +84,14 @@ func (n *Node) loop(ctx context.Context) {
 // should be sent again now: the node is running and joined, not fenced,
 // its fence deadline comes within a heartbeat interval (the next periodic
 // heartbeat, a whole interval after the last attempt, would come too
-// late), and a poll interval has passed since the last attempt ended. So
+// late), and half a poll interval has passed since the last attempt
+// ended (the poll ticks run on their own: a failure that took a few
+// milliseconds must not skip the next tick). So
 // an outage shorter than the time left to the fence (a database's fast
 // restart) does not fence the node, whose requests would then end and,
 // after a restart, leave it no share for the rest of learning mode; and
 // a node adds at most one attempt per poll interval for the last interval
-// before its fence (with the defaults, up to 5 per outage), fewer against
+// before its fence (with the defaults, up to 10 per outage), fewer against
 // a coordinator that is slow to fail. Called from the loop only.
 func (n *Node) resendDue(now time.Time) bool {
 	fs := n.fence.State()
@@ -91,18 +99,18 @@ func (n *Node) resendDue(now time.Time) bool {
 	defer n.mu.Unlock()
 	return n.phase == phaseRunning && n.joined && n.outage && n.failed != nil &&
 		!fs.Fenced && fs.Deadline.Sub(now) <= n.cfg.HeartbeatInterval &&
-		now.Sub(n.lastEnded) >= n.pollInterval()
+		now.Sub(n.lastEnded) >= n.pollInterval()/2
 }
 
 // resend sends the report of the heartbeat that failed last again, as it
 // was: its seq and counts, so that the node's demand, rate demand and
 // other per-report state count it once — to the coordinator a report
 // delayed in the network, or, if the first reached it after all, a
-// duplicate it answers as stale (any answer ends the resends: the next
-// attempt reports afresh). It applies the grant. As in report, a node
-// under FailClosed whose lease has run out meanwhile reports no rate share
+// duplicate it answers as stale, which resend reports (any answer ends
+// the resends). It applies the grant. As in report, a node under
+// FailClosed whose lease has run out meanwhile reports no rate share
 // applied.
-func (n *Node) resend(ctx context.Context, timeout time.Duration) error {
+func (n *Node) resend(ctx context.Context, timeout time.Duration) (stale bool, err error) {
 	sent := time.Now()
 	n.mu.Lock()
 	r := *n.failed
@@ -110,8 +118,8 @@ func (n *Node) resend(ctx context.Context, timeout time.Duration) error {
 	if fs := n.fence.State(); n.cfg.Outage == FailClosed && (fs.Fenced || !sent.Before(fs.Deadline)) {
 		r.RateApplied = coord.Rates{}
 	}
-	_, err := n.send(ctx, timeout, sent, r)
-	return err
+	g, err := n.send(ctx, timeout, sent, r)
+	return err == nil && g.Stale, err
 }
 
 // holdFor is how long the coordinator must keep reserving the node's

@@ -1135,23 +1135,12 @@ func TestFenceLiftedIsNotLoggedOnEviction(t *testing.T) {
 // that gets through is the one that failed, counted once.
 func TestShortOutageDoesNotFence(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
-		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
-		cfg := testConfig("k", "a")
-		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
-		a := startNode(t, c, cfg)
-		le, err := a.Acquire(t.Context())
-		require.NoError(t, err)
-		defer le.Release()
-		beat := a.State().LastHeartbeat
-		time.Sleep(time.Until(beat.Add(500 * time.Millisecond)))
+		c, a, beat := busyDefaultNode(t)
 		c.fail.Store(true)
 		time.Sleep(time.Until(beat.Add(1150 * time.Millisecond)))
 		require.True(t, a.State().Outage, "the heartbeat due at 1 s failed")
 		c.fail.Store(false)
-		for time.Since(beat) < 3*time.Second {
-			require.False(t, a.State().Fenced, "fenced %v after its last heartbeat before the outage", time.Since(beat))
-			time.Sleep(10 * time.Millisecond)
-		}
+		requireNotFenced(t, a, beat, 3*time.Second)
 		require.False(t, a.State().Outage)
 		var failed, resent *attempt
 		for _, x := range c.attempts() {
@@ -1168,13 +1157,13 @@ func TestShortOutageDoesNotFence(t *testing.T) {
 }
 
 // TestResendsOnlyBeforeTheFence: on a 20-s lease (1-s interval, the
-// default margin of 5 s) a database that fails every heartbeat gets one a
-// second until the fence is an interval away, then one every poll
-// interval (100 ms) until it, then one a second again: at most 10 more
-// per outage, however long the lease.
+// default margin of 5 s) a database that fails every heartbeat, each in
+// 3 ms, gets one a second until the fence is an interval away, then one
+// every poll interval (100 ms) until it, then one a second again: at most
+// 10 more per outage, however long the lease.
 func TestResendsOnlyBeforeTheFence(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
-		c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+		c := &failingCoord{Coordinator: coord.NewMemory(nil), delay: 3 * time.Millisecond}
 		cfg := testConfig("k", "a")
 		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = time.Second, 20*time.Second, 0
 		a := startNode(t, c, cfg)
@@ -1200,7 +1189,51 @@ func TestResendsOnlyBeforeTheFence(t *testing.T) {
 			early, last, after)
 		require.InDelta(t, 14, early, 1, "one a second")
 		require.LessOrEqual(t, last, 11, "one every poll interval")
-		require.GreaterOrEqual(t, last, 5)
+		require.GreaterOrEqual(t, last, 8, "a failure of 3 ms does not skip the next tick")
 		require.InDelta(t, 10, after, 1, "one a second")
 	})
+}
+
+// TestLostAnswerDoesNotFence: the heartbeat due at 1 s reaches the
+// coordinator, which renews the lease, but its answer is lost (and so
+// until 1.05 s). The resent report is a duplicate, answered as stale,
+// which renews nothing: the node reports afresh at once rather than at
+// its next period, after the fence.
+func TestLostAnswerDoesNotFence(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		c, a, beat := busyDefaultNode(t)
+		c.lose.Store(true)
+		time.Sleep(time.Until(beat.Add(1050 * time.Millisecond)))
+		require.True(t, a.State().Outage, "the answer at 1 s was lost")
+		c.lose.Store(false)
+		requireNotFenced(t, a, beat, 3*time.Second)
+	})
+}
+
+// busyDefaultNode starts a node with the default heartbeat interval,
+// lease and margin on a failingCoord, holding one request, and returns at
+// half an interval after its last heartbeat, which it returns too. Run it
+// in a bubble.
+func busyDefaultNode(t *testing.T) (*failingCoord, *Node, time.Time) {
+	t.Helper()
+	c := &failingCoord{Coordinator: coord.NewMemory(nil)}
+	cfg := testConfig("k", "a")
+	cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
+	a := startNode(t, c, cfg)
+	le, err := a.Acquire(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(le.Release)
+	beat := a.State().LastHeartbeat
+	time.Sleep(time.Until(beat.Add(500 * time.Millisecond)))
+	return c, a, beat
+}
+
+// requireNotFenced checks every 10 ms until `until` after beat that a is
+// not fenced.
+func requireNotFenced(t *testing.T, a *Node, beat time.Time, until time.Duration) {
+	t.Helper()
+	for time.Since(beat) < until {
+		require.False(t, a.State().Fenced, "fenced %v after its last heartbeat before the outage", time.Since(beat))
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -154,6 +154,8 @@ func TestRateTightestQuotaPolicy(t *testing.T) {
 type failingCoord struct {
 	coord.Coordinator
 	fail    atomic.Bool
+	lose    atomic.Bool   // the report reaches the coordinator; its answer is lost
+	delay   time.Duration // how long a failure takes (set before the node starts)
 	mu      sync.Mutex
 	last    coord.Report
 	reports []coord.Report
@@ -173,6 +175,11 @@ func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gra
 	c.tried = append(c.tried, attempt{time.Now(), r, failed})
 	c.mu.Unlock()
 	if failed {
+		time.Sleep(c.delay)
+		return coord.Grant{}, context.DeadlineExceeded
+	}
+	if c.lose.Load() {
+		_, _ = c.Coordinator.Heartbeat(ctx, r)
 		return coord.Grant{}, context.DeadlineExceeded
 	}
 	c.mu.Lock()
