@@ -115,11 +115,19 @@ func (n *Node) resend(ctx context.Context, timeout time.Duration) (stale bool, e
 	n.mu.Lock()
 	r := *n.failed
 	n.mu.Unlock()
-	if fs := n.fence.State(); n.cfg.Outage == FailClosed && (fs.Fenced || !sent.Before(fs.Deadline)) {
+	if n.sendsNothing(sent) {
 		r.RateApplied = coord.Rates{}
 	}
 	g, err := n.send(ctx, timeout, sent, r)
 	return err == nil && g.Stale, err
+}
+
+// sendsNothing reports whether the node sends nothing at now because its
+// lease has run out under FailClosed: a report then says it paces to no
+// rate share (see report and resend).
+func (n *Node) sendsNothing(now time.Time) bool {
+	fs := n.fence.State()
+	return n.cfg.Outage == FailClosed && (fs.Fenced || !now.Before(fs.Deadline))
 }
 
 // holdFor is how long the coordinator must keep reserving the node's
@@ -448,9 +456,9 @@ func (n *Node) report(now time.Time) coord.Report {
 		elapsed = now.Sub(n.lastSend)
 	}
 	rateLocal, rateDemand, rateApplied, rateUsed := n.rateReport(now, elapsed)
-	if fs := n.fence.State(); n.cfg.Outage == FailClosed && (fs.Fenced || !now.Before(fs.Deadline)) {
-		// A node whose lease ran out sends nothing: in learning mode the
-		// coordinator must not take its old shares as held.
+	if n.sendsNothing(now) {
+		// In learning mode the coordinator must not take its old shares
+		// as held.
 		rateApplied = coord.Rates{}
 	}
 	n.lastSend = now
