@@ -26,6 +26,7 @@ func (n *Node) loop(ctx context.Context) {
 	defer func() { period.Stop() }()
 	poll := time.NewTicker(n.pollInterval())
 	defer poll.Stop()
+	var lastEnded time.Time // when the loop's last attempt ended
 	for {
 		if n.evictedAndDrained() {
 			if err := n.leave(ctx, 0); err != nil {
@@ -47,7 +48,7 @@ func (n *Node) loop(ctx context.Context) {
 			n.claimed = false
 			n.mu.Unlock()
 		case <-poll.C:
-			resend = n.resendDue(time.Now())
+			resend = n.resendDue(time.Now(), lastEnded)
 			if !resend && !n.eagerDue(time.Now()) {
 				continue
 			}
@@ -71,7 +72,7 @@ func (n *Node) loop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			n.log.Debug("heartbeat failed", "err", err, "resent", resend)
 		}
-		n.lastEnded = time.Now()
+		lastEnded = time.Now()
 		// Every heartbeat renews the lease, so the next periodic one is
 		// due a whole interval after it: an early heartbeat moves the
 		// period instead of adding to it.
@@ -84,22 +85,22 @@ func (n *Node) loop(ctx context.Context) {
 // should be sent again now: the node is running and joined, not fenced,
 // its fence deadline comes within a heartbeat interval (the next periodic
 // heartbeat, a whole interval after the last attempt, would come too
-// late), and half a poll interval has passed since the last attempt
-// ended (the poll ticks run on their own: a failure that took a few
-// milliseconds must not skip the next tick). So
-// an outage shorter than the time left to the fence (a database's fast
-// restart) does not fence the node, whose requests would then end and,
-// after a restart, leave it no share for the rest of learning mode; and
-// a node adds at most one attempt per poll interval for the last interval
-// before its fence (with the defaults, up to 10 per outage), fewer against
-// a coordinator that is slow to fail. Called from the loop only.
-func (n *Node) resendDue(now time.Time) bool {
+// late), and half a poll interval has passed since the loop's last
+// attempt ended at lastEnded (the poll ticks run on their own: a failure
+// that took a few milliseconds must not skip the next tick). So an outage
+// shorter than the time left to the fence (a database's fast restart)
+// does not fence the node, whose requests would then end and, after a
+// restart, leave it no share for the rest of learning mode; and a node
+// adds at most one attempt per poll interval for the last interval
+// before its fence (with the defaults, up to 10 per outage), fewer
+// against a coordinator that is slow to fail. Called from the loop only.
+func (n *Node) resendDue(now, lastEnded time.Time) bool {
 	fs := n.fence.State()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.phase == phaseRunning && n.joined && n.outage && n.failed != nil &&
 		!fs.Fenced && fs.Deadline.Sub(now) <= n.cfg.HeartbeatInterval &&
-		now.Sub(n.lastEnded) >= n.pollInterval()/2
+		now.Sub(lastEnded) >= n.pollInterval()/2
 }
 
 // resend sends the report of the heartbeat that failed last again, as it

@@ -512,14 +512,10 @@ func TestFencedLightWaitersDoNotStepAside(t *testing.T) {
 		for _, le := range al {
 			le.Release()
 		}
-		oc.mu.Lock()
-		from := len(oc.reports)
-		oc.mu.Unlock()
+		from := len(oc.delivered())
 		oc.fail.Store(false)
-		eventually(t, func() bool { oc.mu.Lock(); defer oc.mu.Unlock(); return len(oc.reports) > from }, "a reports again")
-		oc.mu.Lock()
-		first := oc.reports[from]
-		oc.mu.Unlock()
+		eventually(t, func() bool { return len(oc.delivered()) > from }, "a reports again")
+		first := oc.delivered()[from]
 		t.Logf("trial %d: a held %d, first report after the outage: demand %d (8 light waiters queued)", trial, len(al), first.Demand)
 		if first.Demand < 8 {
 			low++

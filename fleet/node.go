@@ -96,7 +96,6 @@ type Node struct {
 	lastErr        error
 	lastBeat       time.Time     // send time of the last successful heartbeat
 	lastSend       time.Time     // send time of the last heartbeat attempt
-	lastEnded      time.Time     // when the last attempt of the loop ended (the loop's own)
 	failed         *coord.Report // the report of the heartbeat that failed last, while it may be resent (see resend)
 	unmet          int           // weight of the admissions refused since the last report
 	wanted         int           // the demand floor: the heaviest admission refused since it was last held

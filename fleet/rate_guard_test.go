@@ -149,43 +149,39 @@ func TestRateTightestQuotaPolicy(t *testing.T) {
 	require.LessOrEqual(t, b, 60.0, "the hour's quota allows 60 a minute")
 }
 
-// failingCoord fails every heartbeat while fail is set, and keeps the
-// reports that reached the coordinator, the last apart.
+// failingCoord fails every heartbeat while fail is set, and keeps every
+// heartbeat it saw.
 type failingCoord struct {
 	coord.Coordinator
-	fail    atomic.Bool
-	lose    atomic.Bool   // the report reaches the coordinator; its answer is lost
-	delay   time.Duration // how long a failure takes (set before the node starts)
-	mu      sync.Mutex
-	last    coord.Report
-	reports []coord.Report
-	tried   []attempt // every heartbeat, failed or not
+	fail  atomic.Bool
+	lose  atomic.Bool   // the report reaches the coordinator; its answer is lost
+	delay time.Duration // how long a failure takes (set before the node starts)
+	mu    sync.Mutex
+	tried []attempt // every heartbeat, failed or not
 }
 
 // attempt is one heartbeat a failingCoord saw.
 type attempt struct {
 	at     time.Time
 	report coord.Report
-	failed bool
+	failed bool // the report did not reach the coordinator
+	lost   bool // it did, and its answer was lost
 }
 
 func (c *failingCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
-	failed := c.fail.Load()
+	a := attempt{at: time.Now(), report: r, failed: c.fail.Load()}
+	a.lost = !a.failed && c.lose.Load()
 	c.mu.Lock()
-	c.tried = append(c.tried, attempt{time.Now(), r, failed})
+	c.tried = append(c.tried, a)
 	c.mu.Unlock()
-	if failed {
+	switch {
+	case a.failed:
 		time.Sleep(c.delay)
 		return coord.Grant{}, context.DeadlineExceeded
-	}
-	if c.lose.Load() {
+	case a.lost:
 		_, _ = c.Coordinator.Heartbeat(ctx, r)
 		return coord.Grant{}, context.DeadlineExceeded
 	}
-	c.mu.Lock()
-	c.last = r
-	c.reports = append(c.reports, r)
-	c.mu.Unlock()
 	return c.Coordinator.Heartbeat(ctx, r)
 }
 
@@ -196,11 +192,16 @@ func (c *failingCoord) attempts() []attempt {
 	return slices.Clone(c.tried)
 }
 
-// reportCount returns how many reports got through.
-func (c *failingCoord) reportCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.reports)
+// delivered returns the reports that got through and were answered, in
+// order.
+func (c *failingCoord) delivered() []coord.Report {
+	var out []coord.Report
+	for _, a := range c.attempts() {
+		if !a.failed && !a.lost {
+			out = append(out, a.report)
+		}
+	}
+	return out
 }
 
 // TestRateFencedNodeReportsNoneApplied: a node whose lease ran out (fenced
@@ -214,30 +215,21 @@ func TestRateFencedNodeReportsNoneApplied(t *testing.T) {
 		_, _ = n.TryAcquire()
 		time.Sleep(time.Second)
 		require.Equal(t, int64(600), n.Rates().Share.Requests)
-		c.mu.Lock()
-		require.Equal(t, int64(600), c.last.RateApplied.Requests, "a live node reports the share it paces to")
-		c.mu.Unlock()
+		got := c.delivered()
+		require.Equal(t, int64(600), got[len(got)-1].RateApplied.Requests, "a live node reports the share it paces to")
 		c.fail.Store(true)
 		time.Sleep(time.Second) // far past the lease (200 ms)
 		_, err := n.Acquire(t.Context())
 		require.ErrorIs(t, err, ErrFenced)
-		c.mu.Lock()
-		c.last = coord.Report{}
-		c.mu.Unlock()
+		from := len(c.delivered())
 		c.fail.Store(false)
 		// The first report to get through again:
-		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			c.mu.Lock()
-			seq := c.last.Seq
-			c.mu.Unlock()
-			if seq > 0 {
-				break
-			}
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline) && len(c.delivered()) == from; {
+			time.Sleep(time.Millisecond)
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		require.Positive(t, c.last.Seq)
-		require.Zero(t, c.last.RateApplied.Requests, "a fenced node claims the rate share its lease no longer covers")
+		got = c.delivered()
+		require.Greater(t, len(got), from, "a report got through again")
+		require.Zero(t, got[from].RateApplied.Requests, "a fenced node claims the rate share its lease no longer covers")
 	})
 }
 

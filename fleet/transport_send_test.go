@@ -183,8 +183,8 @@ func TestTransportRefundsTheRateOfARequestItDidNotSend(t *testing.T) {
 	r.tr.admitted = nil
 	fc.fail.Store(false)
 	require.Eventually(t, func() bool { return !r.n.State().Fenced }, 5*time.Second, time.Millisecond)
-	reports := fc.reportCount()
-	require.Eventually(t, func() bool { return fc.reportCount() > reports }, 5*time.Second, time.Millisecond)
+	reports := len(fc.delivered())
+	require.Eventually(t, func() bool { return len(fc.delivered()) > reports }, 5*time.Second, time.Millisecond)
 	require.Equal(t, coord.Rates{Requests: 2, Tokens: 1}, r.n.Rates().Used,
 		"the usage reported counts the two requests sent and their one token")
 }
