@@ -78,7 +78,7 @@ func TestEvictDuringRestart(t *testing.T) {
 			"%s never admitted", id)
 
 		var outage atomic.Bool
-		watching := watch(node, &outage)
+		watching := watch(func() bool { return node.State().Outage }, &outage)
 		t.Cleanup(watching)
 		restarted := make(chan error, 1)
 		var took time.Duration
@@ -116,16 +116,15 @@ func TestEvictDuringRestart(t *testing.T) {
 	}
 }
 
-// watch polls node's state every 2 ms and sets outage once the node
-// reports one, until the returned function is called; it may be called
-// again.
-func watch(node *fleet.Node, outage *atomic.Bool) (stop func()) {
+// watch polls seen every 2 ms and sets it once seen returns true, until
+// the returned function is called; it may be called again.
+func watch(seen func() bool, it *atomic.Bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if node.State().Outage {
-				outage.Store(true)
+			if seen() {
+				it.Store(true)
 			}
 			select {
 			case <-done:

@@ -89,26 +89,10 @@ func TestRateAfterDatabaseOutage(t *testing.T) {
 	}
 
 	var fenced atomic.Bool
-	stop := make(chan struct{})
-	var watching sync.WaitGroup
-	watching.Go(func() {
-		for {
-			for _, n := range nodes {
-				if n.State().Fenced {
-					fenced.Store(true)
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	})
+	watching := watch(func() bool { return nodes[0].State().Fenced || nodes[1].State().Fenced }, &fenced)
 	err = db.down(ctx, 2*time.Second)
 	back := time.Now()
-	close(stop)
-	watching.Wait()
+	watching()
 	require.NoError(t, err)
 	require.True(t, fenced.Load(), "no node fenced itself in the outage: the case tests nothing")
 
