@@ -22,12 +22,12 @@ import (
 // loss of state: learning mode, which grants a node no more than it proves
 // it holds, for a lease plus the request bound). With a 1-s lease the
 // outage fences the node, its requests end, and it holds nothing when the
-// database is back: it admits nothing while the key learns. With a 4-s
+// database is back: it admits nothing while the key learns. With an 8-s
 // lease (fence margin 250 ms) the outage ends before the fence: the node
 // admits through it, under its last share, and is granted what it holds
 // in flight when it reports again, so it goes on admitting while the key
 // learns. The lease, not the request bound, decides which outages a fleet
-// rides out (README, "Failure behaviour").
+// rides out (README, "How it works", 4).
 func TestLeaseOutlastingAnOutage(t *testing.T) {
 	requirePostgres(t)
 	for _, c := range []struct {
@@ -36,7 +36,7 @@ func TestLeaseOutlastingAnOutage(t *testing.T) {
 		fenced bool
 	}{
 		{"lease shorter than the outage", time.Second, true},
-		{"lease longer than the outage", 4 * time.Second, false},
+		{"lease longer than the outage", 8 * time.Second, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
