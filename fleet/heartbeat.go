@@ -22,7 +22,11 @@ func (n *Node) loop(ctx context.Context) {
 	// ticker reset each time: Reset on a timer inside a testing/synctest
 	// bubble has crashed the Go 1.26 runtime (golang/go#76052 is a
 	// relative), and a new timer per heartbeat costs one allocation.
-	period := time.NewTimer(n.cfg.HeartbeatInterval)
+	// The first is timed from Start's heartbeat, which just ended.
+	n.mu.Lock()
+	joinedAt := n.lastBeat
+	n.mu.Unlock()
+	period := time.NewTimer(n.nextBeat(joinedAt, time.Now(), true))
 	defer func() { period.Stop() }()
 	poll := time.NewTicker(n.pollInterval())
 	defer poll.Stop()
@@ -58,12 +62,14 @@ func (n *Node) loop(ctx context.Context) {
 			}
 		}
 		var err error
+		sent := time.Now()
 		if resend {
 			var stale bool
 			stale, err = n.resend(ctx, n.cfg.HeartbeatTimeout)
 			if stale {
 				// The first reached the coordinator after all and only its
 				// answer was lost: report afresh at once, for the fence.
+				sent = time.Now()
 				err = n.beat(ctx, n.cfg.HeartbeatTimeout)
 			}
 		} else {
@@ -73,18 +79,38 @@ func (n *Node) loop(ctx context.Context) {
 			n.log.Debug("heartbeat failed", "err", err, "resent", resend)
 		}
 		lastEnded = time.Now()
-		// Every heartbeat renews the lease, so the next periodic one is
-		// due a whole interval after it: an early heartbeat moves the
-		// period instead of adding to it.
 		period.Stop()
-		period = time.NewTimer(n.cfg.HeartbeatInterval)
+		period = time.NewTimer(n.nextBeat(sent, lastEnded, err == nil))
 	}
+}
+
+// nextBeat returns how long after ended, when the loop's last heartbeat,
+// sent at sent, ended (ok: answered), the next periodic one is due. Every
+// heartbeat renews the lease from its send, so the next is due an
+// interval after that send, not after the answer: counted from the
+// answer, a heartbeat slower than the lease's slack (LeaseTTL −
+// FenceMargin − HeartbeatInterval, 0.5 s with the defaults) let the fence
+// fall before the next answer, every interval. And when the last one took
+// so long that the next, as slow, would be answered after the fence
+// deadline, the next goes early enough for its answer to come a quarter
+// of that time before it, at once at the latest: a node whose heartbeats
+// take under half of LeaseTTL − FenceMargin (0.75 s with the defaults)
+// is never fenced by their slowness, at the cost of up to one heartbeat
+// per heartbeat's time. An early heartbeat moves the period instead of
+// adding to it. Called from the loop only.
+func (n *Node) nextBeat(sent, ended time.Time, ok bool) time.Duration {
+	next := n.cfg.HeartbeatInterval - ended.Sub(sent)
+	if fs := n.fence.State(); ok && !fs.Fenced && !fs.Deadline.IsZero() {
+		took := ended.Sub(sent)
+		next = min(next, fs.Deadline.Sub(ended)-took-took/4)
+	}
+	return max(next, 0)
 }
 
 // resendDue reports whether the report of the heartbeat that failed last
 // should be sent again now: the node is running and joined, not fenced,
 // its fence deadline comes within a heartbeat interval (the next periodic
-// heartbeat, a whole interval after the last attempt, would come too
+// heartbeat, an interval after the last attempt was sent, would come too
 // late), and half a poll interval has passed since the loop's last
 // attempt ended at lastEnded (the poll ticks run on their own: a failure
 // that took a few milliseconds must not skip the next tick). So an outage
@@ -170,8 +196,8 @@ func (n *Node) minEagerGap() time.Duration {
 // and, once per period, to claim capacity — when requests wait for a rate
 // share of 0 (the node had no rate demand at its last report), or when the
 // share caps the node below both its demand and a fair split. An early
-// heartbeat moves the next periodic one a whole interval after it (see
-// loop), so a node sends one heartbeat per interval unless one of these
+// heartbeat moves the next periodic one an interval after it (see
+// nextBeat), so a node sends one heartbeat per interval unless one of these
 // calls for another.
 func (n *Node) eagerDue(now time.Time) bool {
 	snap := n.lim.Snapshot()
@@ -627,6 +653,15 @@ func (n *Node) send(ctx context.Context, timeout time.Duration, sent time.Time, 
 	n.unsentDemand = 0
 	n.failed = nil
 	n.mu.Unlock()
+	if g.Learning && !r.RateApplied.IsZero() && n.sendsNothing(time.Now()) {
+		// Learning mode capped the rate shares at what r said the node
+		// paces to, true until its fence deadline; answered after it,
+		// the report may have been taken after the node's lease had run
+		// out on a database whose state the loss took, and the node's
+		// share granted to a peer there. The node takes no rate share
+		// from this grant: its next report says it paces to none.
+		g.RateShare = coord.Rates{}
+	}
 	n.apply(sent, g)
 	return g, nil
 }
@@ -752,7 +787,7 @@ func (n *Node) apply(sent time.Time, g coord.Grant) {
 		n.lim.ProbeTick()
 	}
 	n.applyCeilingLocked()
-	n.applyRates(sent, now, g)
+	n.applyRates(now, g)
 	if g.Status == coord.StatusEvicted {
 		// Nothing more is admitted, and no grant will renew the lease:
 		// the requests waiting for the rate are woken and the queued

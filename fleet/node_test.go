@@ -1237,3 +1237,48 @@ func requireNotFenced(t *testing.T, a *Node, beat time.Time, until time.Duration
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// slowCoord answers every heartbeat after delay.
+type slowCoord struct {
+	coord.Coordinator
+	delay time.Duration
+	beats atomic.Int64
+}
+
+func (c *slowCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant, error) {
+	c.beats.Add(1)
+	time.Sleep(c.delay)
+	return c.Coordinator.Heartbeat(ctx, r)
+}
+
+// TestSlowHeartbeatsDoNotFence: with the defaults (1-s interval and
+// timeout, 2-s lease, 0.5-s margin), every heartbeat answered, each after
+// delay. A busy node must never be fenced while its heartbeats take less
+// than half of LeaseTTL − FenceMargin (0.75 s): the next is due an
+// interval after the last was sent, or early enough for its answer to
+// come before the fence. Timed from the last answer, heartbeats of 300 ms
+// fenced the node 8 % of the time, 600 ms 42 %, 700 ms about half.
+func TestSlowHeartbeatsDoNotFence(t *testing.T) {
+	for _, delay := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 700 * time.Millisecond} {
+		t.Run(fmt.Sprint(delay), func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
+				c := &slowCoord{Coordinator: coord.NewMemory(nil), delay: delay}
+				cfg := testConfig("k", "a")
+				cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 0, 0, 0 // the defaults
+				a := startNode(t, c, cfg)
+				le, err := a.Acquire(t.Context())
+				require.NoError(t, err)
+				defer le.Release()
+				from := c.beats.Load()
+				begin := time.Now()
+				for time.Since(begin) < 20*time.Second {
+					require.False(t, a.State().Fenced, "fenced %v into the run", time.Since(begin))
+					time.Sleep(5 * time.Millisecond)
+				}
+				beats := c.beats.Load() - from
+				t.Logf("heartbeats of %v: %d in 20 s, never fenced", delay, beats)
+				require.LessOrEqual(t, beats, int64(20*time.Second/delay)+1, "more than one heartbeat per heartbeat's time")
+			})
+		})
+	}
+}
