@@ -220,10 +220,11 @@ type rateState struct {
 	cutFactor float64
 	cutSince  time.Time
 	// sampled is the learner's rate, per second, in the last report
-	// sampled; answered the rate in the last report a grant answered:
-	// a rate below it is a cut the key's rate may not have yet (see
-	// observeRate).
+	// sampled, at sampledAt; answered the rate in the last report a grant
+	// answered: a rate below it is a cut the key's rate may not have yet
+	// (see observeRate).
 	sampled, answered float64
+	sampledAt         time.Time
 	// unpaced is set for good by stopPacing: the node admits nothing
 	// more, and no later grant or cut of the learner paces it again.
 	unpaced bool
@@ -559,6 +560,7 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 		want[i] = max(want[i], r.avgDemand[i])
 	}
 	demand = coord.Rates{Requests: clampRate(want[0]), Tokens: clampRate(want[1])}
+	r.sampledAt = now
 	if r.learner != nil {
 		r.sampled = r.learner.Rate(now)
 		local.Requests = max(clampRate(r.sampled*60), 1)
@@ -577,12 +579,13 @@ func (n *Node) rateReport(now time.Time, elapsed time.Duration) (local, demand, 
 
 // applyRates makes the pacer enforce a grant's rate shares, at once, before
 // the grant is acknowledged; the first grant with a rate warm-starts the
-// learner there.
-func (n *Node) applyRates(sent, now time.Time, g coord.Grant) {
+// learner there. The grant answers the report sampled last (a resend
+// sends that report again): a cut of the learner since then is not in it.
+func (n *Node) applyRates(now time.Time, g coord.Grant) {
 	r := n.rate
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.cutSince.IsZero() && sent.After(r.cutSince) {
+	if !r.cutSince.IsZero() && r.sampledAt.After(r.cutSince) {
 		r.cutSince = time.Time{} // the key's rate has the cut
 	}
 	r.answered = r.sampled

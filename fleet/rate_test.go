@@ -905,7 +905,7 @@ func TestRateCutAfterAWarmStartActsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now()
 	n.rateReport(now, time.Second) // carries the seed, 10/s
-	n.applyRates(now, now, coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}})
+	n.applyRates(now, coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}})
 	r := n.rate
 	r.mu.Lock()
 	require.InDelta(t, 20, r.learner.Rate(now), 1e-9, "warm-started at the key's rate")
@@ -918,4 +918,42 @@ func TestRateCutAfterAWarmStartActsAtOnce(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	require.InDelta(t, 13.0/20, r.cutFactor, 1e-12, "paced at the share × 13/20 at once")
+}
+
+// TestRateCutOutlivesAnAnswerToAnEarlierReport: a grant that answers a
+// report sampled before the learner's cut (a failed report resent after
+// the cut) does not carry the cut, so the node keeps pacing below its
+// share; the answer to a report sampled after the cut ends that. Judged by
+// the report's send time, the resend's answer ended it.
+func TestRateCutOutlivesAnAnswerToAnEarlierReport(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("k", "c")
+	cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
+	n, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+	require.NoError(t, err)
+	g := coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}}
+	now := time.Now()
+	n.rateReport(now, time.Second)
+	n.applyRates(now, g) // warm-started at the key's rate, 20/s
+	r := n.rate
+	sampled := now.Add(time.Second)
+	n.rateReport(sampled, time.Second) // a report that fails, carrying 20/s
+	r.mu.Lock()
+	lcfg := r.learner.Config()
+	lcfg.WarmRate = 13
+	r.learner, err = pace.NewLearner(lcfg, now)
+	r.mu.Unlock()
+	require.NoError(t, err)
+	cut := sampled.Add(100 * time.Millisecond)
+	n.observeRate(cut, cut, false)        // the cut, after the report was sampled
+	n.applyRates(cut.Add(time.Second), g) // the answer to its resend
+	r.mu.Lock()
+	require.InDelta(t, 13.0/20, r.cutFactor, 1e-12, "the answer to a report sampled before the cut ended it")
+	r.mu.Unlock()
+	later := cut.Add(2 * time.Second)
+	n.rateReport(later, time.Second)
+	n.applyRates(later, g)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Equal(t, 1.0, r.cutFactor, "the answer to a report sampled after the cut keeps it")
 }
