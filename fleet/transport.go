@@ -194,10 +194,14 @@ import (
 //     received the first attempt and go on serving it (a proxy or load
 //     balancer cutting the connection). Once the request's headers were
 //     written, Transport ends such a resend: one with a body when it asks
-//     for the body again (GetBody refuses), any other when it asks for its
-//     connection (httptrace's GetConn, which http.Transport and Go's
-//     HTTP/2 client report for every attempt) while the attempt before it
-//     had no answer (GotFirstResponseByte): a base that sends a second
+//     for the body again (GetBody refuses) — so is a request of a method
+//     that usually has no body (GET, HEAD, DELETE, OPTIONS) and has none,
+//     that an *http.Transport sends to an http URL over HTTP/1.1 for sure,
+//     which goes to it with an empty body to rewind and is written with
+//     none — any other when it asks for its connection (httptrace's
+//     GetConn, which http.Transport and Go's HTTP/2 client report for
+//     every attempt) while the attempt before it had no answer
+//     (GotFirstResponseByte): a base that sends a second
 //     round trip on purpose after reading the first's answer (a digest or
 //     NTLM challenge, its body asked for again with GetBody) goes on, once
 //     the first attempt's upload has ended without an error (GetBody waits
@@ -223,9 +227,10 @@ import (
 //     client writes nothing more, and http.Transport, which may already
 //     have handed the request to an idle connection, cancels it there,
 //     closing the connection in a race with the flush of its buffered
-//     headers (in a test none of 300 such resends reached the upstream;
-//     the idle connection is lost each time; a resend that wins the race
-//     runs beside the first attempt on its slot).
+//     headers (in a test none of 300 such resends reached the upstream,
+//     in a chaos run under load one did, beside the first attempt on its
+//     slot: hence the empty body over plain HTTP/1.1; the race remains
+//     over TLS with an upstream that speaks HTTP/1.1 only).
 //     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
@@ -406,6 +411,14 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
 	start := time.Now()
 	out := req.WithContext(ctx)
+	if overHTTP1(t.base, out) {
+		// Given an empty body to rewind, which it writes as no body,
+		// http.Transport asks GetBody before it sends the request
+		// again, where guardResends refuses a second attempt of one
+		// whose headers were written: a second attempt ended only once
+		// it asked for its connection could still reach the upstream.
+		out.Body, out.GetBody = emptyBody(), func() (io.ReadCloser, error) { return emptyBody(), nil }
+	}
 	guardResends(out, &way)
 	way.resend = end
 	way.ctx = ctx
@@ -1108,6 +1121,29 @@ func guardResends(out *http.Request, way *sendTrace) {
 		return getBody()
 	}
 }
+
+// overHTTP1 reports whether base sends req over HTTP/1.1 for sure, as a
+// request of a method that usually has no body and has none: an
+// *http.Transport with an http URL, unencrypted HTTP/2 off. For such a
+// method http.Transport reads an empty body of unknown length before it
+// writes the request, and sends it as one without a body; Go's HTTP/2
+// client would send an empty DATA frame.
+func overHTTP1(base http.RoundTripper, req *http.Request) bool {
+	std, ok := base.(*http.Transport)
+	if !ok || req.URL == nil || req.URL.Scheme != "http" || req.Body != nil && req.Body != http.NoBody ||
+		std.Protocols != nil && std.Protocols.UnencryptedHTTP2() {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions, "PROPFIND", "SEARCH":
+		return true
+	}
+	return false
+}
+
+// emptyBody returns a body with no bytes that is not http.NoBody (which
+// http.Transport sends again without asking GetBody).
+func emptyBody() io.ReadCloser { return io.NopCloser(strings.NewReader("")) }
 
 // mayHaveSent reports whether the upstream may have the request req that
 // the base failed with err, as way traced it. Written headers say it may.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,6 +133,55 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 			require.EqualValues(t, 1, up.peak.Load(), "the upstream ran more requests at once than the node admits")
 			require.Zero(t, up.framed.Load(), "a request without a body went with a body's framing")
 			eventually(t, func() bool { return n.State().Inflight == 0 }, "the held slot is freed")
+		})
+	}
+}
+
+// TestTransportBaseDoesNotAskToSendAgainOverHTTP1: a request without a
+// body of a method that usually has none, sent by http.Transport over
+// HTTP/1.1, is not sent again by the base when its reused connection is
+// cut: the base asks for the body to rewind it, which is refused, before
+// it asks for a connection. Ended as it asked for its connection, the
+// base's second attempt raced the connection's close with the flush of
+// its headers, and one in a chaos run reached the upstream beside the
+// first (25 at once at M = 24). Each cut request asks for two
+// connections — its first attempt and Transport's own resend on a slot of
+// its own — where it asked for three.
+func TestTransportBaseDoesNotAskToSendAgainOverHTTP1(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions} {
+		t.Run(method, func(t *testing.T) {
+			t.Parallel()
+			const work = 200 * time.Millisecond
+			up := startCuttingUpstream(t, 10*time.Millisecond, work)
+			cfg := testConfig("k", "a")
+			cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
+			cfg.MaxRequestDuration = 2 * time.Second
+			cfg.AbandonedHold = work + 100*time.Millisecond
+			n := startNode(t, coord.NewMemory(nil), cfg)
+			base := &http.Transport{}
+			t.Cleanup(base.CloseIdleConnections)
+			client := &http.Client{Transport: n.Transport(base)}
+			var asked atomic.Int64
+			trace := &httptrace.ClientTrace{GetConn: func(string) { asked.Add(1) }}
+			for i := range 3 {
+				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), method, up.url, nil)
+				require.NoError(t, err)
+				if method == http.MethodDelete {
+					req.Header.Set("Idempotency-Key", "k") // replayable, as a GET is
+				}
+				from := asked.Load()
+				resp, err := client.Do(req)
+				require.NoError(t, err, "a cut request is sent again on a slot of its own")
+				_, _ = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, resp.Body.Close())
+				if i > 0 {
+					require.EqualValues(t, 2, asked.Load()-from, "connections asked for by a request cut on its reused connection")
+				}
+			}
+			require.EqualValues(t, 2, up.cuts.Load())
+			require.EqualValues(t, 1, up.peak.Load(), "the upstream ran more requests at once than the node admits")
+			require.Zero(t, up.framed.Load(), "a request without a body went with a body's framing")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/adaptive"
 	"github.com/fleetlimit/fleetlimit/coord"
+	"github.com/fleetlimit/fleetlimit/internal/bubble"
 )
 
 // reportCoord counts, after a start time, the reports of the nodes in
@@ -41,6 +42,13 @@ func (c *reportCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Gran
 // than their peers' floor.
 func TestNoTurnsWhileTheFloorsFit(t *testing.T) {
 	t.Parallel()
+	bubble.Test(t, noTurnsWhileTheFloorsFit)
+}
+
+// noTurnsWhileTheFloorsFit is TestNoTurnsWhileTheFloorsFit in a bubble:
+// in real time a loaded machine held a steady node's one caller back for
+// a whole heartbeat now and then, and its report asked for nothing.
+func noTurnsWhileTheFloorsFit(t *testing.T) {
 	steady := map[string]bool{}
 	for i := 1; i <= 8; i++ {
 		steady[fmt.Sprintf("n%d", i)] = true
