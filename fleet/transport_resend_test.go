@@ -67,6 +67,23 @@ func startCuttingUpstream(t *testing.T, serve, work time.Duration) *cuttingUpstr
 	return u
 }
 
+// cutRig starts a cutting upstream (see startCuttingUpstream) and a node
+// admitting one request at a time, whose Transport over an http.Transport
+// of its own holds an abandoned request's slot a little longer than the
+// upstream works on a cut one.
+func cutRig(t *testing.T, serve, work time.Duration) (*cuttingUpstream, *Node, *http.Client) {
+	t.Helper()
+	up := startCuttingUpstream(t, serve, work)
+	cfg := testConfig("k", "a")
+	cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
+	cfg.MaxRequestDuration = 2 * time.Second
+	cfg.AbandonedHold = work + 100*time.Millisecond
+	n := startNode(t, coord.NewMemory(nil), cfg)
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	return up, n, &http.Client{Transport: n.Transport(base)}
+}
+
 // TestTransportDoesNotResendBesideTheFirstAttempt: http.Transport sends a
 // replayable request (a GET, or a request with an Idempotency-Key and a
 // body it can rewind) again on a new connection when the reused one it
@@ -113,16 +130,7 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const work = 300 * time.Millisecond
-			up := startCuttingUpstream(t, 20*time.Millisecond, work)
-			cfg := testConfig("k", "a")
-			cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
-			cfg.MaxRequestDuration = 2 * time.Second
-			cfg.AbandonedHold = work + 100*time.Millisecond
-			n := startNode(t, coord.NewMemory(nil), cfg)
-			base := &http.Transport{}
-			t.Cleanup(base.CloseIdleConnections)
-			client := &http.Client{Transport: n.Transport(base)}
+			up, n, client := cutRig(t, 20*time.Millisecond, 300*time.Millisecond)
 			for range 4 {
 				resp, err := client.Do(tc.req(up.url))
 				require.NoError(t, err, "a cut request is sent again on a slot of its own")
@@ -152,16 +160,7 @@ func TestTransportBaseDoesNotAskToSendAgainOverHTTP1(t *testing.T) {
 	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions} {
 		t.Run(method, func(t *testing.T) {
 			t.Parallel()
-			const work = 200 * time.Millisecond
-			up := startCuttingUpstream(t, 10*time.Millisecond, work)
-			cfg := testConfig("k", "a")
-			cfg.Limiter = adaptive.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, MaxQueued: 10}
-			cfg.MaxRequestDuration = 2 * time.Second
-			cfg.AbandonedHold = work + 100*time.Millisecond
-			n := startNode(t, coord.NewMemory(nil), cfg)
-			base := &http.Transport{}
-			t.Cleanup(base.CloseIdleConnections)
-			client := &http.Client{Transport: n.Transport(base)}
+			up, _, client := cutRig(t, 10*time.Millisecond, 200*time.Millisecond)
 			var asked atomic.Int64
 			trace := &httptrace.ClientTrace{GetConn: func(string) { asked.Add(1) }}
 			for i := range 3 {
