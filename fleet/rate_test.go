@@ -893,27 +893,46 @@ func TestRateBelowTheKeysWithoutACutPacesAtTheShare(t *testing.T) {
 	})
 }
 
+// seededLearnerNode returns an unstarted node that learns the key's rate
+// from a seed of 10/s, within 1..100/s.
+func seededLearnerNode(t *testing.T) *Node {
+	t.Helper()
+	cfg := testConfig("k", "c")
+	cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
+	n, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
+	require.NoError(t, err)
+	return n
+}
+
+// relearnAt replaces n's learner by one of the same configuration that
+// starts at rate per second at now.
+func relearnAt(t *testing.T, n *Node, rate float64, now time.Time) {
+	t.Helper()
+	r := n.rate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg := r.learner.Config()
+	cfg.WarmRate = rate
+	l, err := pace.NewLearner(cfg, now)
+	require.NoError(t, err)
+	r.learner = l
+}
+
 // TestRateCutAfterAWarmStartActsAtOnce: a node whose first grant with a
 // rate warm-starts its learner at the key's rate, above the seed its
 // report carried, takes a cut from there before its next grant — below
 // the key's rate, above the seed — at once.
 func TestRateCutAfterAWarmStartActsAtOnce(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig("k", "c")
-	cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
-	n, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
-	require.NoError(t, err)
+	n := seededLearnerNode(t)
 	now := time.Now()
 	n.rateReport(now, time.Second) // carries the seed, 10/s
 	n.applyRates(now, coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}})
 	r := n.rate
 	r.mu.Lock()
 	require.InDelta(t, 20, r.learner.Rate(now), 1e-9, "warm-started at the key's rate")
-	lcfg := r.learner.Config()
-	lcfg.WarmRate = 13 // a cut, above the seed
-	r.learner, err = pace.NewLearner(lcfg, now)
 	r.mu.Unlock()
-	require.NoError(t, err)
+	relearnAt(t, n, 13, now) // a cut, above the seed
 	n.observeRate(now, now, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -927,10 +946,7 @@ func TestRateCutAfterAWarmStartActsAtOnce(t *testing.T) {
 // the report's send time, the resend's answer ended it.
 func TestRateCutOutlivesAnAnswerToAnEarlierReport(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig("k", "c")
-	cfg.Rate = RateConfig{Learn: true, Learner: pace.LearnerConfig{SeedRate: 10, MinRate: 1, MaxRate: 100}}
-	n, err := NewWithCoordinator(coord.NewMemory(nil), cfg)
-	require.NoError(t, err)
+	n := seededLearnerNode(t)
 	g := coord.Grant{Rate: coord.Rates{Requests: 1200}, RateShare: coord.Rates{Requests: 400}}
 	now := time.Now()
 	n.rateReport(now, time.Second)
@@ -938,12 +954,7 @@ func TestRateCutOutlivesAnAnswerToAnEarlierReport(t *testing.T) {
 	r := n.rate
 	sampled := now.Add(time.Second)
 	n.rateReport(sampled, time.Second) // a report that fails, carrying 20/s
-	r.mu.Lock()
-	lcfg := r.learner.Config()
-	lcfg.WarmRate = 13
-	r.learner, err = pace.NewLearner(lcfg, now)
-	r.mu.Unlock()
-	require.NoError(t, err)
+	relearnAt(t, n, 13, now)
 	cut := sampled.Add(100 * time.Millisecond)
 	n.observeRate(cut, cut, false)        // the cut, after the report was sampled
 	n.applyRates(cut.Add(time.Second), g) // the answer to its resend
