@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -194,11 +195,8 @@ import (
 //     received the first attempt and go on serving it (a proxy or load
 //     balancer cutting the connection). Once the request's headers were
 //     written, Transport ends such a resend: one with a body when it asks
-//     for the body again (GetBody refuses) — so is a request of a method
-//     that usually has no body (GET, HEAD, DELETE, OPTIONS) and has none,
-//     that an *http.Transport sends to an http URL over HTTP/1.1 for sure,
-//     which goes to it with an empty body to rewind and is written with
-//     none — any other when it asks for its connection (httptrace's
+//     for the body again (GetBody refuses), any other when it asks for its
+//     connection (httptrace's
 //     GetConn, which http.Transport and Go's HTTP/2 client report for
 //     every attempt) while the attempt before it had no answer
 //     (GotFirstResponseByte): a base that sends a second
@@ -224,13 +222,16 @@ import (
 //     counts as unanswered (a challenge after a 103 fails with
 //     ErrNotResent). The request's
 //     context ends then, with ErrNotResent as its cause: Go's HTTP/2
-//     client writes nothing more, and http.Transport, which may already
-//     have handed the request to an idle connection, cancels it there,
-//     closing the connection in a race with the flush of its buffered
-//     headers (about 5 % of such resends reached the upstream with idle
-//     connections in the pool, beside the first attempt on its slot:
-//     hence the empty body over plain HTTP/1.1; the race remains over TLS
-//     with an upstream that speaks HTTP/1.1 only).
+//     client writes nothing more, and http.Transport may still hand the
+//     request an idle connection (it picks at random between one ready
+//     and the ended context) and write it there in a race with its own
+//     close of that connection. A connection handed over (httptrace's
+//     GotConn) to an attempt so ended is closed before anything is
+//     written to it when it carries HTTP/1.x for sure: a TLS connection
+//     that did not negotiate h2, or any of an *http.Transport's but a
+//     plain one it uses for unencrypted HTTP/2 only. A plain connection
+//     of a base that wraps http.Transport may carry HTTP/2, which other
+//     requests share, and is left open: the race stays there.
 //     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
@@ -411,17 +412,10 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx = context.WithValue(ctx, ticketKey, a.debit)
 	start := time.Now()
 	out := req.WithContext(ctx)
-	if overHTTP1(t.base, out) {
-		// Given an empty body to rewind, which it writes as no body,
-		// http.Transport asks GetBody before it sends the request
-		// again, where guardResends refuses a second attempt of one
-		// whose headers were written: a second attempt ended only once
-		// it asked for its connection could still reach the upstream.
-		out.Body, out.GetBody = emptyBody(), func() (io.ReadCloser, error) { return emptyBody(), nil }
-	}
 	guardResends(out, &way)
 	way.resend = end
 	way.ctx = ctx
+	way.http1 = func(conn net.Conn) bool { return http1Conn(t.base, conn) }
 	returned := false
 	defer func() {
 		if !returned {
@@ -900,7 +894,10 @@ type sendTrace struct {
 	// ctx is the request's context: a write that fails once it has ended
 	// was cut by it (errWriteCut).
 	ctx context.Context
-	mu  sync.Mutex
+	// http1 reports whether a connection handed to an attempt carries
+	// HTTP/1.x for sure (see http1Conn).
+	http1 func(net.Conn) bool
+	mu    sync.Mutex
 	// unended counts the attempts whose headers were written
 	// (WroteHeaders) and whose write has not ended (WroteRequest), under
 	// mu. A base that sends twice (a challenge answered) may report the
@@ -952,6 +949,20 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			s.answered.Store(false) // a new attempt
 			s.attempt.Store(false)
 			s.asked.Store(true)
+		},
+		GotConn: func(info httptrace.GotConnInfo) {
+			// An attempt ended as it asked for its connection (see
+			// GetConn) may be handed one anyway: http.Transport picks
+			// at random between a connection ready (an idle one) and
+			// the ended context, writes the request, and closes the
+			// connection in a race with that write's flush. An HTTP/1
+			// connection is this attempt's alone: closed here, before
+			// anything is written to it. Go's HTTP/2 client checks the
+			// context before it writes a stream's headers.
+			if info.Conn != nil && s.ctx != nil && errors.Is(context.Cause(s.ctx), ErrNotResent) &&
+				s.http1 != nil && s.http1(info.Conn) {
+				_ = info.Conn.Close()
+			}
 		},
 		GotFirstResponseByte: func() { s.answered.Store(true) },
 		Got1xxResponse: func(int, textproto.MIMEHeader) error {
@@ -1122,28 +1133,24 @@ func guardResends(out *http.Request, way *sendTrace) {
 	}
 }
 
-// overHTTP1 reports whether base sends req over HTTP/1.1 for sure, as a
-// request of a method that usually has no body and has none: an
-// *http.Transport with an http URL, unencrypted HTTP/2 off. For such a
-// method http.Transport reads an empty body of unknown length before it
-// writes the request, and sends it as one without a body; Go's HTTP/2
-// client would send an empty DATA frame.
-func overHTTP1(base http.RoundTripper, req *http.Request) bool {
+// http1Conn reports whether conn, a connection base handed a request
+// (httptrace's GotConn), carries HTTP/1.x for sure, and so that request
+// alone: a TLS connection that did not negotiate h2, or, for an
+// *http.Transport (which speaks HTTP/2 over TLS only when h2 was
+// negotiated on its own *tls.Conn), any connection but a plain one it
+// would use for unencrypted HTTP/2 only. A plain connection of another
+// base may carry HTTP/2 with prior knowledge, shared by other requests.
+func http1Conn(base http.RoundTripper, conn net.Conn) bool {
+	if c, ok := conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		return c.ConnectionState().NegotiatedProtocol != "h2"
+	}
 	std, ok := base.(*http.Transport)
-	if !ok || req.URL == nil || req.URL.Scheme != "http" || req.Body != nil && req.Body != http.NoBody ||
-		std.Protocols != nil && std.Protocols.UnencryptedHTTP2() {
+	if !ok {
 		return false
 	}
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions, "PROPFIND", "SEARCH":
-		return true
-	}
-	return false
+	p := std.Protocols
+	return p == nil || !p.UnencryptedHTTP2() || p.HTTP1()
 }
-
-// emptyBody returns a body with no bytes that is not http.NoBody (which
-// http.Transport sends again without asking GetBody).
-func emptyBody() io.ReadCloser { return io.NopCloser(strings.NewReader("")) }
 
 // mayHaveSent reports whether the upstream may have the request req that
 // the base failed with err, as way traced it. Written headers say it may.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -145,52 +144,10 @@ func TestTransportDoesNotResendBesideTheFirstAttempt(t *testing.T) {
 	}
 }
 
-// TestTransportBaseDoesNotAskToSendAgainOverHTTP1: a request without a
-// body of a method that usually has none, sent by http.Transport over
-// HTTP/1.1, is not sent again by the base when its reused connection is
-// cut: the base asks for the body to rewind it, which is refused, before
-// it asks for a connection. Ended as it asked for its connection, the
-// base's second attempt raced the connection's close with the flush of
-// its headers, and one in a chaos run reached the upstream beside the
-// first (25 at once at M = 24). Each cut request asks for two
-// connections — its first attempt and Transport's own resend on a slot of
-// its own — where it asked for three.
-func TestTransportBaseDoesNotAskToSendAgainOverHTTP1(t *testing.T) {
-	t.Parallel()
-	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions} {
-		t.Run(method, func(t *testing.T) {
-			t.Parallel()
-			up, _, client := cutRig(t, 10*time.Millisecond, 200*time.Millisecond)
-			var asked atomic.Int64
-			trace := &httptrace.ClientTrace{GetConn: func(string) { asked.Add(1) }}
-			for i := range 3 {
-				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), method, up.url, nil)
-				require.NoError(t, err)
-				if method == http.MethodDelete {
-					req.Header.Set("Idempotency-Key", "k") // replayable, as a GET is
-				}
-				from := asked.Load()
-				resp, err := client.Do(req)
-				require.NoError(t, err, "a cut request is sent again on a slot of its own")
-				_, _ = io.Copy(io.Discard, resp.Body)
-				require.NoError(t, resp.Body.Close())
-				if i > 0 {
-					require.EqualValues(t, 2, asked.Load()-from, "connections asked for by a request cut on its reused connection")
-				}
-			}
-			require.EqualValues(t, 2, up.cuts.Load())
-			require.EqualValues(t, 1, up.peak.Load(), "the upstream ran more requests at once than the node admits")
-			require.Zero(t, up.framed.Load(), "a request without a body went with a body's framing")
-		})
-	}
-}
-
 // TestTransportSendsBodilessRequestsOverHTTP2: a request without a body
 // reaches an HTTP/2 upstream as through http.Transport alone: no bytes,
-// and a content length of 0. It went to the base with an empty body to
-// rewind, for the resend guard, which Go's HTTP/2 client sent as an empty
-// DATA frame (the upstream saw ContentLength -1); the base's resend is
-// now ended as it asks for its connection (see sendTrace).
+// and a content length of 0 (an empty body to rewind would go as an empty
+// DATA frame, and the upstream would see ContentLength -1).
 func TestTransportSendsBodilessRequestsOverHTTP2(t *testing.T) {
 	t.Parallel()
 	var proto, framed atomic.Value
