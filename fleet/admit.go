@@ -93,11 +93,8 @@ func (n *Node) acquire(ctx context.Context, r adaptive.Request, tokens int64, wa
 	if err != nil {
 		return admission{}, n.limiterRefusal(err, r.Weight)
 	}
-	// The wait for the rate ends at the slot's bound: a request sent later
-	// would outlive the reserve the coordinator keeps for it.
-	pctx, cancel := context.WithDeadline(ctx, le.Admitted().Add(n.cfg.MaxRequestDuration))
-	t, limit, sent, err := n.pace(pctx, tokens, wait)
-	cancel()
+	// The wait for the rate ends at the slot's bound.
+	t, limit, sent, err := n.pace(ctx, le.Admitted().Add(n.cfg.MaxRequestDuration), tokens, wait)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: the request waited for the key's rate share until its bound, MaxRequestDuration (%v) after it took its slot; not sent: %w",
 			ErrLate, n.cfg.MaxRequestDuration, context.DeadlineExceeded)

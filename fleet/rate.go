@@ -257,8 +257,10 @@ func newRateState(cfg RateConfig, now time.Time) (*rateState, error) {
 // slot, which the drain waits for. Once it has its reservation, at once
 // or after a wait, it checks the node's state again: a node stopped,
 // evicted or whose lease ran out meanwhile sends nothing, and the
-// reservation is given back.
-func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, int64, time.Time, error) {
+// reservation is given back. The wait ends at bound (the slot's: a
+// request sent later would outlive the reserve the coordinator keeps for
+// it) with context.DeadlineExceeded.
+func (n *Node) pace(ctx context.Context, bound time.Time, tokens int64, wait bool) (pace.Ticket, int64, time.Time, error) {
 	r := n.rate
 	limit := r.tokenCap()
 	if limit > 0 {
@@ -288,7 +290,9 @@ func (n *Node) pace(ctx context.Context, tokens int64, wait bool) (pace.Ticket, 
 		r.waits.Add(1)
 		r.waiting.Add(1)
 		r.waitingTok.Add(tokens)
-		t, err = n.waitRate(ctx, tokens)
+		wctx, cancel := context.WithDeadline(ctx, bound)
+		t, err = n.waitRate(wctx, tokens)
+		cancel()
 		r.waiting.Add(-1)
 		r.waitingTok.Add(-tokens)
 		if err != nil {

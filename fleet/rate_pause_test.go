@@ -151,7 +151,7 @@ func TestPauseBeforeTheRateWaitFailsIt(t *testing.T) {
 		defer first.Release()
 		n.quotaPause(time.Now(), time.Minute)
 		start := time.Now()
-		_, _, _, err = n.pace(t.Context(), 0, true) // as acquire calls it once the slot is taken
+		_, _, _, err = n.pace(t.Context(), time.Now().Add(time.Minute), 0, true) // as acquire calls it once the slot is taken
 		require.ErrorIs(t, err, adaptive.ErrPaused)
 		require.Zero(t, time.Since(start), "failed at once")
 	})
