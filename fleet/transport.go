@@ -415,7 +415,7 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	guardResends(out, &way)
 	way.resend = end
 	way.ctx = ctx
-	way.http1 = func(conn net.Conn) bool { return http1Conn(t.base, conn) }
+	way.base = t.base
 	returned := false
 	defer func() {
 		if !returned {
@@ -894,10 +894,9 @@ type sendTrace struct {
 	// ctx is the request's context: a write that fails once it has ended
 	// was cut by it (errWriteCut).
 	ctx context.Context
-	// http1 reports whether a connection handed to an attempt carries
-	// HTTP/1.x for sure (see http1Conn).
-	http1 func(net.Conn) bool
-	mu    sync.Mutex
+	// base is the RoundTripper the request goes through (see http1Conn).
+	base http.RoundTripper
+	mu   sync.Mutex
 	// unended counts the attempts whose headers were written
 	// (WroteHeaders) and whose write has not ended (WroteRequest), under
 	// mu. A base that sends twice (a challenge answered) may report the
@@ -960,7 +959,7 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			// anything is written to it. Go's HTTP/2 client checks the
 			// context before it writes a stream's headers.
 			if info.Conn != nil && s.ctx != nil && errors.Is(context.Cause(s.ctx), ErrNotResent) &&
-				s.http1 != nil && s.http1(info.Conn) {
+				http1Conn(s.base, info.Conn) {
 				_ = info.Conn.Close()
 			}
 		},
