@@ -662,8 +662,50 @@ func (n *Node) send(ctx context.Context, timeout time.Duration, sent time.Time, 
 		// from this grant: its next report says it paces to none.
 		g.RateShare = coord.Rates{}
 	}
+	g.Share = n.learningShare(time.Now(), r, g)
 	n.apply(sent, g)
 	return g, nil
+}
+
+// learningShare is the share the node takes from g, which answered r at
+// now. In learning mode the coordinator grants a node at most what its
+// report proves it holds — its in-flight, or the share the epoch already
+// granted it — which bounds the node by its reserve in the state the loss
+// took only if the report was taken while that reserve still held: until
+// the node's lease end plus its request bound. A report answered after the
+// node's fence deadline (a slow answer, a resend of a report sampled
+// before the fence) may have been taken after that hold ended, its
+// in-flight long ended and the capacity granted to a peer there, a grant
+// the loss took while the peer still enforces it. The node then takes at
+// most what it still holds: it has admitted nothing since the deadline,
+// so that is no more than its reserve in the lost state. The coordinator
+// keeps the share it granted as proven for the rest of the epoch, so the
+// node caps every later learning-mode grant of the epoch at the larger of
+// its report's in-flight (answered before the fence deadline, taken while
+// the node's reserve held) and the share the last capped grant left it.
+func (n *Node) learningShare(now time.Time, r coord.Report, g coord.Grant) int {
+	if g.Stale {
+		return g.Share // not applied
+	}
+	fs := n.fence.State()
+	late := !fs.Deadline.IsZero() && (fs.Fenced || !now.Before(fs.Deadline))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	capped := g.Learning && n.learnCapped && n.learnEpoch == g.Epoch
+	if !g.Learning || !late && !capped {
+		n.learnCapped = n.learnCapped && g.Learning
+		return g.Share
+	}
+	held := r.Inflight
+	if late {
+		held = n.lim.Inflight()
+	}
+	if capped {
+		held = max(held, n.learnHeld)
+	}
+	share := min(g.Share, held)
+	n.learnCapped, n.learnEpoch, n.learnHeld = true, g.Epoch, share
+	return share
 }
 
 // setOutage records a failed heartbeat.
