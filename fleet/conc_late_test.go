@@ -45,20 +45,28 @@ func (c *traceCoord) Heartbeat(ctx context.Context, r coord.Report) (coord.Grant
 // holding on the old primary (its lease plus its request bound had
 // passed: a had nothing in flight any more, and b was granted all of
 // L_global there). Learning mode grants a what the report says it holds,
-// beside b's lost grant of L_global that b still enforces. Σ in flight
-// is counted at the upstream (the workers' Acquire/Release).
+// beside b's lost grant of L_global that b still enforces — and, when
+// the answer is lost, grants it again to a's next report as the share
+// this epoch already granted a. Σ in flight is counted at the upstream
+// (the workers' Acquire/Release): 11–12 before a node took no more than
+// it still holds from a learning-mode grant answered after its fence
+// deadline, for the rest of the epoch's learning mode.
 func TestConcurrencyLateAnswerInLearning(t *testing.T) {
 	for _, tc := range []struct {
 		aInterval, bDown, slowAfter, slow, bound time.Duration
 		what                                     string
+		drop                                     bool
 	}{
-		{time.Second, 0, 1400 * time.Millisecond, 950 * time.Millisecond, 100 * time.Millisecond, "a resend after a's hold, b reachable"},
-		{200 * time.Millisecond, 1300 * time.Millisecond, 1400 * time.Millisecond, 950 * time.Millisecond, 100 * time.Millisecond, "a resend after a's hold, b cut off"},
-		{time.Second, 1300 * time.Millisecond, time.Second, 1350 * time.Millisecond, 100 * time.Millisecond, "a periodic report answered after a's hold"},
-		// The hypothesis as first put: taken after a's lease ran out but
-		// within its hold (the request bound, 10 s, still runs).
-		{200 * time.Millisecond, 1300 * time.Millisecond, 1400 * time.Millisecond, 950 * time.Millisecond, 10 * time.Second, "a resend within a's hold, b cut off"},
-		{time.Second, 1300 * time.Millisecond, time.Second, 1350 * time.Millisecond, 10 * time.Second, "a periodic report within a's hold"},
+		{time.Second, 0, 1400 * time.Millisecond, 950 * time.Millisecond, 100 * time.Millisecond, "a resend after a's hold, b reachable", false},
+		{200 * time.Millisecond, 1300 * time.Millisecond, 1400 * time.Millisecond, 950 * time.Millisecond, 100 * time.Millisecond, "a resend after a's hold, b cut off", false},
+		{time.Second, 1300 * time.Millisecond, time.Second, 1350 * time.Millisecond, 100 * time.Millisecond, "a periodic report answered after a's hold", false},
+		// Its answer lost: the share it was granted is the share this
+		// epoch already granted a, which a's next report is granted.
+		{time.Second, 1300 * time.Millisecond, time.Second, 1350 * time.Millisecond, 100 * time.Millisecond, "a periodic report taken after a's hold, its answer lost", true},
+		// Taken after a's lease ran out but within its hold (a request
+		// bound of 10 s): a's row still reserves what the report claims.
+		{200 * time.Millisecond, 1300 * time.Millisecond, 1400 * time.Millisecond, 950 * time.Millisecond, 10 * time.Second, "a resend within a's hold, b cut off", false},
+		{time.Second, 1300 * time.Millisecond, time.Second, 1350 * time.Millisecond, 10 * time.Second, "a periodic report within a's hold", false},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			bubble.Test(t, func(t *testing.T) {
@@ -66,7 +74,7 @@ func TestConcurrencyLateAnswerInLearning(t *testing.T) {
 				m := coord.NewMemory(nil)
 				lim := L
 				require.NoError(t, m.CreateKey(t.Context(), "k", &lim, &lim))
-				c := &traceCoord{lateFailoverCoord: &lateFailoverCoord{Memory: m, slowAfter: tc.slowAfter, slow: tc.slow, bDown: tc.bDown}, begin: time.Now()}
+				c := &traceCoord{lateFailoverCoord: &lateFailoverCoord{Memory: m, slowAfter: tc.slowAfter, slow: tc.slow, bDown: tc.bDown, dropLate: tc.drop}, begin: time.Now()}
 				cfg := func(id string, interval time.Duration) Config {
 					return Config{Key: "k", NodeID: id, HeartbeatInterval: interval, LeaseTTL: 2 * time.Second, Logger: quiet,
 						FenceMargin: 500 * time.Millisecond, MaxRequestDuration: tc.bound, HeartbeatTimeout: time.Second,

@@ -27,6 +27,9 @@ import (
 type lateFailoverCoord struct {
 	*coord.Memory
 	slowAfter, slow, bDown time.Duration
+	// dropLate: the slow report is taken, and its answer lost (the
+	// node's call timed out as the database committed it).
+	dropLate bool
 
 	mu         sync.Mutex
 	failing    bool
@@ -76,6 +79,9 @@ func (c *lateFailoverCoord) Heartbeat(ctx context.Context, r coord.Report) (coor
 		c.mu.Lock()
 		c.grant = g
 		c.mu.Unlock()
+		if c.dropLate && err == nil {
+			return coord.Grant{}, context.DeadlineExceeded
+		}
 		return g, err
 	case !c.failedOver.IsZero() && now.Sub(c.failedOver) < c.bDown:
 		c.mu.Unlock()
