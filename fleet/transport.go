@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,11 +227,14 @@ import (
 //     and the ended context) and write it there in a race with its own
 //     close of that connection. A connection handed over (httptrace's
 //     GotConn) to an attempt so ended is closed before anything is
-//     written to it when it carries HTTP/1.x for sure: a TLS connection
-//     that did not negotiate h2, or any of an *http.Transport's but a
-//     plain one it uses for unencrypted HTTP/2 only. A plain connection
-//     of a base that wraps http.Transport may carry HTTP/2, which other
-//     requests share, and is left open: the race stays there.
+//     written to it when http.Transport's HTTP/1 pool handed it over
+//     (it reports GotConn for an HTTP/1.x connection only, which is that
+//     request's alone) — also under a base that wraps http.Transport,
+//     and whatever the connection (plain or TLS). A connection an
+//     HTTP/2 client hands over (its own GotConn) is shared by other
+//     requests and is never closed — nor is one handed over by a
+//     RoundTripper registered on an http.Transport (RegisterProtocol)
+//     that speaks unencrypted HTTP/2.
 //     The first attempt keeps its slot as an abandoned
 //     request's (AbandonedHold) — also when none of it reached the
 //     upstream (a connection the server closed while idle, a stream
@@ -415,7 +418,6 @@ func (t *transport) roundTrip(req *http.Request) (*http.Response, error) {
 	guardResends(out, &way)
 	way.resend = end
 	way.ctx = ctx
-	way.base = t.base
 	returned := false
 	defer func() {
 		if !returned {
@@ -894,9 +896,7 @@ type sendTrace struct {
 	// ctx is the request's context: a write that fails once it has ended
 	// was cut by it (errWriteCut).
 	ctx context.Context
-	// base is the RoundTripper the request goes through (see http1Conn).
-	base http.RoundTripper
-	mu   sync.Mutex
+	mu  sync.Mutex
 	// unended counts the attempts whose headers were written
 	// (WroteHeaders) and whose write has not ended (WroteRequest), under
 	// mu. A base that sends twice (a challenge answered) may report the
@@ -954,12 +954,14 @@ func (s *sendTrace) hooks() *httptrace.ClientTrace {
 			// GetConn) may be handed one anyway: http.Transport picks
 			// at random between a connection ready (an idle one) and
 			// the ended context, writes the request, and closes the
-			// connection in a race with that write's flush. An HTTP/1
-			// connection is this attempt's alone: closed here, before
-			// anything is written to it. Go's HTTP/2 client checks the
-			// context before it writes a stream's headers.
+			// connection in a race with that write's flush. A
+			// connection handed over by http.Transport's HTTP/1 pool is
+			// this attempt's alone: closed here, before anything is
+			// written to it. Go's HTTP/2 client, which reports GotConn
+			// from its own pool for a connection other streams share,
+			// checks the context before it writes a stream's headers.
 			if info.Conn != nil && s.ctx != nil && errors.Is(context.Cause(s.ctx), ErrNotResent) &&
-				http1Conn(s.base, info.Conn) {
+				handedByHTTP1Pool() {
 				_ = info.Conn.Close()
 			}
 		},
@@ -1132,23 +1134,32 @@ func guardResends(out *http.Request, way *sendTrace) {
 	}
 }
 
-// http1Conn reports whether conn, a connection base handed a request
-// (httptrace's GotConn), carries HTTP/1.x for sure, and so that request
-// alone: a TLS connection that did not negotiate h2, or, for an
-// *http.Transport (which speaks HTTP/2 over TLS only when h2 was
-// negotiated on its own *tls.Conn), any connection but a plain one it
-// would use for unencrypted HTTP/2 only. A plain connection of another
-// base may carry HTTP/2 with prior knowledge, shared by other requests.
-func http1Conn(base http.RoundTripper, conn net.Conn) bool {
-	if c, ok := conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
-		return c.ConnectionState().NegotiatedProtocol != "h2"
+// handedByHTTP1Pool reports whether the GotConn being reported comes from
+// net/http's HTTP/1 connection pool (http.Transport's getConn), which
+// reports GotConn for an HTTP/1.x connection only, one request's alone;
+// HTTP/2 clients (net/http's own, golang.org/x/net/http2's) report it from
+// their own pools, for a connection other requests share. What the
+// connection is (plain or TLS) or which base handed it (one that wraps
+// http.Transport, or a RoundTripper registered on one with
+// RegisterProtocol) does not tell: the caller does. It is found by name,
+// up to http.Transport's roundTrip: were getConn renamed, it would report
+// false, which closes nothing (TestHandedByHTTP1PoolOnlyForHTTP1 fails).
+// Called only for an attempt already ended (see sendTrace.hooks).
+func handedByHTTP1Pool() bool {
+	var pcs [48]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	for {
+		f, more := frames.Next()
+		switch f.Function {
+		case "net/http.(*Transport).getConn":
+			return true
+		case "net/http.(*Transport).roundTrip", "net/http.(*Transport).RoundTrip":
+			return false
+		}
+		if !more {
+			return false
+		}
 	}
-	std, ok := base.(*http.Transport)
-	if !ok {
-		return false
-	}
-	p := std.Protocols
-	return p == nil || !p.UnencryptedHTTP2() || p.HTTP1()
 }
 
 // mayHaveSent reports whether the upstream may have the request req that

@@ -132,12 +132,17 @@ func TestTransportEndsAResendHandedAnIdleConnection(t *testing.T) {
 		name   string
 		way    int
 		method string
+		// wrapped: the base is a RoundTripper around the http.Transport,
+		// and the caller traces the request too (its hooks and
+		// Transport's are composed).
+		wrapped bool
 	}{
-		{"GET", plainConn, http.MethodGet},
-		{"POST without a body", plainConn, http.MethodPost},
-		{"GET over TLS", tlsConn, http.MethodGet},
-		{"GET over a TLS dialer's own", tlsDialer, http.MethodGet},
-		{"POST without a body over a TLS dialer's own", tlsDialer, http.MethodPost},
+		{"GET", plainConn, http.MethodGet, false},
+		{"POST without a body", plainConn, http.MethodPost, false},
+		{"GET over TLS", tlsConn, http.MethodGet, false},
+		{"GET over a TLS dialer's own", tlsDialer, http.MethodGet, false},
+		{"POST without a body over a TLS dialer's own", tlsDialer, http.MethodPost, false},
+		{"GET through a wrapper, traced", plainConn, http.MethodGet, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -151,7 +156,11 @@ func TestTransportEndsAResendHandedAnIdleConnection(t *testing.T) {
 			// finds the upstream done with the first.
 			cfg.AbandonedHold = work + 300*time.Millisecond
 			n := startNode(t, coord.NewMemory(nil), cfg)
-			client := &http.Client{Transport: n.Transport(base)}
+			var through http.RoundTripper = base
+			if tc.wrapped {
+				through = roundTripFunc(base.RoundTrip)
+			}
+			client := &http.Client{Transport: n.Transport(through)}
 			direct := &http.Client{Transport: base}
 			if tc.way != plainConn {
 				// The upstream speaks HTTP/1.1 only, as offered.
@@ -175,7 +184,11 @@ func TestTransportEndsAResendHandedAnIdleConnection(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				req, err := http.NewRequest(tc.method, up.url+"/cut", nil)
+				ctx := t.Context()
+				if tc.wrapped {
+					ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {}})
+				}
+				req, err := http.NewRequestWithContext(ctx, tc.method, up.url+"/cut", nil)
 				require.NoError(t, err)
 				req.Header.Set("Idempotency-Key", "k")
 				if resp, err := client.Do(req); err == nil {
@@ -190,13 +203,14 @@ func TestTransportEndsAResendHandedAnIdleConnection(t *testing.T) {
 	}
 }
 
-// TestHTTP1ConnSaysHTTP1OnlyForHTTP1: the connection each base hands a
-// request is said to carry HTTP/1.x (and so may be closed for an attempt
-// that must not be written) only when the response came over HTTP/1.x,
-// and is for http.Transport over every protocol it speaks. A plain
-// connection of a base that is not an *http.Transport may carry HTTP/2
-// with prior knowledge: not said.
-func TestHTTP1ConnSaysHTTP1OnlyForHTTP1(t *testing.T) {
+// TestHandedByHTTP1PoolOnlyForHTTP1: a connection handed to a request is
+// said to come from http.Transport's HTTP/1 pool (and so may be closed for
+// an attempt that must not be written) only when the response came over
+// HTTP/1.x, whatever the base: http.Transport over every protocol it
+// speaks, a base that wraps it, and an http.Transport whose scheme is
+// served by a RoundTripper registered on it — an unencrypted HTTP/2 one
+// hands plain connections that other requests share.
+func TestHandedByHTTP1PoolOnlyForHTTP1(t *testing.T) {
 	t.Parallel()
 	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	tls1 := httptest.NewUnstartedServer(handler)
@@ -219,13 +233,18 @@ func TestHTTP1ConnSaysHTTP1OnlyForHTTP1(t *testing.T) {
 	trusting := func(srv *httptest.Server) *http.Transport {
 		return &http.Transport{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone(), ForceAttemptHTTP2: true}
 	}
+	registered := func(scheme string, inner *http.Transport) *http.Transport {
+		outer := &http.Transport{}
+		outer.RegisterProtocol(scheme, inner)
+		return outer
+	}
 	for _, tc := range []struct {
 		name  string
 		url   string
 		base  *http.Transport
 		other bool // the base is wrapped: not an *http.Transport
 		major int  // the response's protocol
-		http1 bool // what http1Conn says
+		http1 bool // what handedByHTTP1Pool says
 	}{
 		{"TLS, h2 negotiated", tls2.URL, trusting(tls2), false, 2, false},
 		{"TLS, h2 offered and refused", tls1.URL, trusting(tls1), false, 1, true},
@@ -234,7 +253,10 @@ func TestHTTP1ConnSaysHTTP1OnlyForHTTP1(t *testing.T) {
 		{"plain", plain.URL, &http.Transport{}, false, 1, true},
 		{"plain, unencrypted HTTP/2 beside HTTP/1", plain.URL, &http.Transport{Protocols: &both}, false, 1, true},
 		{"plain, unencrypted HTTP/2 only", h2c.URL, &http.Transport{Protocols: &h2cOnly}, false, 2, false},
-		{"plain, another base", plain.URL, &http.Transport{}, true, 1, false},
+		{"plain, another base", plain.URL, &http.Transport{}, true, 1, true},
+		{"plain, unencrypted HTTP/2 registered for http", h2c.URL, registered("http", &http.Transport{Protocols: &h2cOnly}), false, 2, false},
+		{"plain, HTTP/1 registered for http", plain.URL, registered("http", &http.Transport{}), false, 1, true},
+		{"TLS, h2 registered for https", tls2.URL, registered("https", trusting(tls2)), false, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -243,17 +265,17 @@ func TestHTTP1ConnSaysHTTP1OnlyForHTTP1(t *testing.T) {
 			if tc.other {
 				base = roundTripFunc(tc.base.RoundTrip)
 			}
-			var conns []net.Conn
-			trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { conns = append(conns, info.Conn) }}
+			var said []bool
+			trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { said = append(said, handedByHTTP1Pool()) }}
 			req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, tc.url, nil)
 			require.NoError(t, err)
 			resp, err := base.RoundTrip(req)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			require.NoError(t, resp.Body.Close())
-			require.Len(t, conns, 1)
+			require.Len(t, said, 1)
 			require.Equal(t, tc.major, resp.ProtoMajor, "the case's protocol")
-			require.Equal(t, tc.http1, http1Conn(base, conns[0]))
+			require.Equal(t, tc.http1, said[0])
 		})
 	}
 }
