@@ -124,8 +124,8 @@ type Node struct {
 	evictedAt      time.Time     // when the node learned it was evicted
 	leaseFenced    bool          // its lease's expiry fenced the node and no renewal has lifted the fence since
 	learnCapped    bool          // learning-mode grants of learnEpoch are capped at what the node proves it holds (see learningShare)
-	learnEpoch     int64
-	learnHeld      int // the share the last capped grant of learnEpoch left the node
+	learnEpoch     int64         // the epoch whose learning-mode grants learnCapped caps
+	learnHeld      int           // the share the last capped grant of learnEpoch left the node
 	fenceTimer     *time.Timer
 }
 
