@@ -171,6 +171,9 @@ func TestTransportRefusalMidUpload(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		cfg := testConfig("k", "a")
 		cfg.AbandonedHold = time.Second
+		// A lease a loaded machine's scheduler cannot outlast: the test is
+		// of the holds, and a fence would refuse the request.
+		cfg.HeartbeatInterval, cfg.LeaseTTL, cfg.FenceMargin = 200*time.Millisecond, 5*time.Second, time.Second
 		n := startNode(t, coord.NewMemory(nil), cfg)
 		var bp http.Protocols
 		if h2 {
